@@ -1,0 +1,105 @@
+#include "core/thread_pool.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace sparrow {
+
+namespace {
+// Workers spin this many times on the generation counter before sleeping: decode runs hundreds of small
+// ops per token, and a condition-variable wake-up per op would cost more than the op.
+constexpr int kSpinIterations = 20000;
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+}
+}  // namespace
+
+ThreadPool::ThreadPool(int n_threads) : n_threads_(std::max(1, n_threads)) {
+    workers_.reserve(static_cast<size_t>(n_threads_ - 1));
+    for (int i = 1; i < n_threads_; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
+}
+
+ThreadPool::~ThreadPool() {
+    {
+        std::lock_guard<std::mutex> lock(mutex_);
+        stop_ = true;
+        generation_.fetch_add(1, std::memory_order_release);
+    }
+    wake_.notify_all();
+    for (auto &t : workers_) t.join();
+}
+
+void ThreadPool::worker_loop(int ith) {
+    uint64_t seen = 0;
+    for (;;) {
+        uint64_t gen = generation_.load(std::memory_order_acquire);
+        for (int spin = 0; gen == seen && spin < kSpinIterations; ++spin) {
+            cpu_relax();
+            gen = generation_.load(std::memory_order_acquire);
+        }
+        if (gen == seen) {
+            std::unique_lock<std::mutex> lock(mutex_);
+            wake_.wait(lock, [&] { return generation_.load(std::memory_order_acquire) != seen; });
+            gen = generation_.load(std::memory_order_acquire);
+        }
+        seen = gen;
+        const std::function<void(int, int)> *job;
+        {
+            std::lock_guard<std::mutex> lock(mutex_);
+            if (stop_) return;
+            job = job_;
+        }
+        (*job)(ith, n_threads_);
+        if (n_pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+            std::lock_guard<std::mutex> lock(mutex_);
+            done_cv_.notify_one();
+        }
+    }
+}
+
+void ThreadPool::run(const std::function<void(int, int)> &fn) {
+    if (n_threads_ == 1) {
+        fn(0, 1);
+        return;
+    }
+    {
+        std::lock_guard<std::mutex> lock(mutex_);
+        job_ = &fn;
+        n_pending_.store(n_threads_ - 1, std::memory_order_release);
+        generation_.fetch_add(1, std::memory_order_release);
+    }
+    wake_.notify_all();
+    fn(0, n_threads_);
+    for (int spin = 0; n_pending_.load(std::memory_order_acquire) != 0 && spin < kSpinIterations; ++spin) {
+        cpu_relax();
+    }
+    if (n_pending_.load(std::memory_order_acquire) != 0) {
+        std::unique_lock<std::mutex> lock(mutex_);
+        done_cv_.wait(lock, [&] { return n_pending_.load(std::memory_order_acquire) == 0; });
+    }
+    std::lock_guard<std::mutex> lock(mutex_);
+    job_ = nullptr;
+}
+
+void ThreadPool::parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)> &fn) {
+    if (n <= 0) return;
+    grain = std::max<int64_t>(1, grain);
+    if (n_threads_ == 1 || n <= grain) {
+        fn(0, n);
+        return;
+    }
+    std::atomic<int64_t> next{0};
+    run([&](int, int) {
+        for (;;) {
+            const int64_t begin = next.fetch_add(grain, std::memory_order_relaxed);
+            if (begin >= n) break;
+            fn(begin, std::min(n, begin + grain));
+        }
+    });
+}
+
+}  // namespace sparrow

@@ -1,0 +1,31 @@
+#include "test_util.h"
+
+#include <cstdlib>
+#include <filesystem>
+
+namespace sparrow::test {
+
+std::string source_dir() { return SPARROW_SOURCE_DIR; }
+std::string sparrow_binary() { return SPARROW_BINARY; }
+
+std::optional<std::string> shared_data_dir() {
+    if (const char *env = std::getenv("SPARROW_SHARED_DATA")) return std::string(env);
+    const std::filesystem::path p = std::filesystem::path(source_dir()) / ".." / "shared" / "data";
+    if (std::filesystem::is_directory(p)) return std::filesystem::canonical(p).string();
+    return std::nullopt;
+}
+
+std::string make_temp_dir(const std::string &prefix) {
+    std::string tmpl = (std::filesystem::temp_directory_path() / (prefix + "XXXXXX")).string();
+    if (!mkdtemp(tmpl.data())) return {};
+    return tmpl;
+}
+
+std::vector<float> random_floats(std::mt19937 &rng, size_t n, float lo, float hi) {
+    std::uniform_real_distribution<float> dist(lo, hi);
+    std::vector<float> v(n);
+    for (auto &x : v) x = dist(rng);
+    return v;
+}
+
+}  // namespace sparrow::test
