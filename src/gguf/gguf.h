@@ -1,0 +1,141 @@
+// GGUF v3 (and v2) files: a validating reader over a memory mapping, and a writer.
+//
+// File layout (little-endian):
+//   magic "GGUF" | u32 version | u64 n_tensors | u64 n_kv
+//   n_kv x { string key | u32 value_type | value }           string = u64 length + bytes (no NUL)
+//   n_tensors x { string name | u32 n_dims | u64 ne[n_dims] | u32 ggml_type | u64 offset }
+//   padding to `general.alignment` (default 32) | tensor data (offsets are relative to its start)
+// The reader checks everything before it is used: every length and count against the bytes left, every
+// tensor's shape, type, alignment and extent, overlaps between tensors. A malformed file is a sparrow::Error
+// that says what is wrong and where; nothing is read outside the buffer.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/mapped_file.h"
+
+namespace sparrow::gguf {
+
+enum class ValueType : uint32_t {
+    UINT8 = 0, INT8 = 1, UINT16 = 2, INT16 = 3, UINT32 = 4, INT32 = 5, FLOAT32 = 6, BOOL = 7, STRING = 8,
+    ARRAY = 9, UINT64 = 10, INT64 = 11, FLOAT64 = 12,
+};
+const char *value_type_name(ValueType t);
+
+struct Value;
+struct Array {
+    ValueType type = ValueType::UINT8;  // element type (ARRAY for nested arrays)
+    std::vector<Value> items;
+};
+
+// One metadata value. `data` holds: uint64_t for unsigned integers, int64_t for signed, double for floats,
+// bool, std::string, or Array; `type` keeps the exact GGUF type so that a file can be written back unchanged.
+struct Value {
+    ValueType type = ValueType::UINT8;
+    std::variant<uint64_t, int64_t, double, bool, std::string, Array> data;
+
+    static Value u32(uint32_t v) { return {ValueType::UINT32, uint64_t(v)}; }
+    static Value i32(int32_t v) { return {ValueType::INT32, int64_t(v)}; }
+    static Value u64(uint64_t v) { return {ValueType::UINT64, v}; }
+    static Value f32(float v) { return {ValueType::FLOAT32, double(v)}; }
+    static Value boolean(bool v) { return {ValueType::BOOL, v}; }
+    static Value str(std::string v) { return {ValueType::STRING, std::move(v)}; }
+    static Value array(ValueType elem, std::vector<Value> items) { return {ValueType::ARRAY, Array{elem, std::move(items)}}; }
+
+    bool is_integer() const;
+    bool is_number() const;
+    // Conversions that throw sparrow::Error when the value is not of a compatible type or out of range;
+    // `what` names the value in the message (usually the key).
+    int64_t as_int(const std::string &what) const;
+    double as_double(const std::string &what) const;
+    bool as_bool(const std::string &what) const;
+    const std::string &as_string(const std::string &what) const;
+    const Array &as_array(const std::string &what) const;
+    std::string to_display_string(size_t max_items = 8) const;  // for `inspect`
+};
+
+struct TensorInfo {
+    std::string name;
+    DType type = DType::F32;
+    std::vector<int64_t> ne;  // ggml order: ne[0] is the innermost (contiguous) dimension
+    uint64_t offset = 0;      // from the start of the data section
+    int64_t n_elements = 0;
+    int64_t n_bytes = 0;
+    const uint8_t *data = nullptr;  // into the mapping
+
+    int64_t dim(size_t i) const { return i < ne.size() ? ne[i] : 1; }
+    std::string shape_string() const;  // "[64, 512]"
+};
+
+class File {
+  public:
+    // Maps and validates a file. Throws sparrow::Error (naming the file) when it is not a valid GGUF.
+    static File open(const std::string &path);
+    // Validates a GGUF held in memory; the buffer must outlive the File (used by tests and fuzzing).
+    static File parse(std::span<const uint8_t> bytes, const std::string &name = "<memory>");
+
+    uint32_t version() const { return version_; }
+    uint64_t alignment() const { return alignment_; }
+    uint64_t data_offset() const { return data_offset_; }
+    const std::string &name() const { return name_; }
+    size_t size_bytes() const { return bytes_.size(); }
+
+    // Metadata in file order.
+    const std::vector<std::pair<std::string, Value>> &metadata() const { return kv_; }
+    const Value *find(const std::string &key) const;
+    bool has(const std::string &key) const { return find(key) != nullptr; }
+    // Typed getters: a missing key returns `fallback` (or throws when there is none); a value of the wrong
+    // type or out of range throws an error naming the key.
+    int64_t get_int(const std::string &key, std::optional<int64_t> fallback = std::nullopt) const;
+    double get_float(const std::string &key, std::optional<double> fallback = std::nullopt) const;
+    bool get_bool(const std::string &key, std::optional<bool> fallback = std::nullopt) const;
+    std::string get_string(const std::string &key, std::optional<std::string> fallback = std::nullopt) const;
+    const Array *get_array(const std::string &key) const;  // nullptr when missing
+
+    const std::vector<TensorInfo> &tensors() const { return tensors_; }
+    const TensorInfo *find_tensor(const std::string &name) const;
+
+  private:
+    std::shared_ptr<MappedFile> mapping_;  // keeps the bytes alive when opened from a path
+    std::span<const uint8_t> bytes_;
+    std::string name_;
+    uint32_t version_ = 0;
+    uint64_t alignment_ = 32;
+    uint64_t data_offset_ = 0;
+    std::vector<std::pair<std::string, Value>> kv_;
+    std::map<std::string, size_t> kv_index_;
+    std::vector<TensorInfo> tensors_;
+    std::map<std::string, size_t> tensor_index_;
+
+    void parse_all();
+};
+
+// Writes a GGUF v3 file. Tensors are written in the order added, each aligned to `general.alignment`.
+class Writer {
+  public:
+    void set(const std::string &key, Value value);  // replaces an existing key, keeps its position
+    // `data` must hold exactly dtype_row_size(type, ne[0]) * ne[1] * ... bytes; it is copied.
+    void add_tensor(const std::string &name, DType type, std::vector<int64_t> ne, const void *data, size_t n_bytes);
+    void write(const std::string &path) const;  // throws sparrow::Error on I/O failure
+    std::vector<uint8_t> to_bytes() const;
+
+  private:
+    struct PendingTensor {
+        std::string name;
+        DType type;
+        std::vector<int64_t> ne;
+        std::vector<uint8_t> data;
+    };
+    std::vector<std::pair<std::string, Value>> kv_;
+    std::vector<PendingTensor> tensors_;
+};
+
+}  // namespace sparrow::gguf
