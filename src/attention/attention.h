@@ -1,0 +1,31 @@
+// Attention of query tokens over rows of a KV cache, with an explicit list of rows per query. Dense
+// attention passes every visible row; sparse attention passes the selected rows. Either way only the
+// listed rows are read.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include "cache/row_store.h"
+#include "core/thread_pool.h"
+
+namespace sparrow {
+
+struct AttentionShape {
+    int64_t n_head = 0;
+    int64_t n_head_kv = 0;   // query head h reads KV head h / (n_head / n_head_kv) (grouped-query attention)
+    int64_t head_dim_k = 0;  // q and k width per head
+    int64_t head_dim_v = 0;
+    float scale = 1.0f;      // softmax scale applied to q.k
+};
+
+// For each query token t and head h:
+//   out[t, h, :] = sum_j softmax_j(scale * q[t, h, :] . K[rows[t][j], kvh, :]) * V[rows[t][j], kvh, :]
+//   q: [n_tokens, n_head, head_dim_k] f32;  out: [n_tokens, n_head, head_dim_v] f32
+//   k: rows of n_head_kv * head_dim_k;  v: rows of n_head_kv * head_dim_v (f32, f16 or bf16)
+//   rows: n_tokens lists of cache cells. An empty list gives zeros (never NaN).
+// Softmax is computed online (one pass, running max and sum) in f32; rows are visited in list order.
+void attention(ThreadPool &pool, const AttentionShape &shape, const float *q, int64_t n_tokens, const RowStore &k,
+               const RowStore &v, std::span<const std::span<const int32_t>> rows, float *out);
+
+}  // namespace sparrow

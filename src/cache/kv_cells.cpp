@@ -1,0 +1,86 @@
+#include "cache/kv_cells.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace sparrow {
+
+KvCells::KvCells(int64_t n_cells) : pos_(static_cast<size_t>(n_cells), -1), seqs_(static_cast<size_t>(n_cells)) {}
+
+std::vector<int32_t> KvCells::find_free(int64_t n) const {
+    std::vector<int32_t> cells;
+    cells.reserve(static_cast<size_t>(n));
+    for (int64_t c = 0; c < size() && static_cast<int64_t>(cells.size()) < n; ++c) {
+        if (pos_[c] < 0) cells.push_back(static_cast<int32_t>(c));
+    }
+    if (static_cast<int64_t>(cells.size()) < n) {
+        throw_error("the context is full: %lld tokens need cache cells but only %zu of %lld are free (raise -c)",
+                    (long long)n, cells.size(), (long long)size());
+    }
+    return cells;
+}
+
+void KvCells::assign(int32_t cell, int32_t pos, int32_t seq) {
+    SPARROW_ASSERT(cell >= 0 && cell < size() && pos >= 0 && seq >= 0 && seq < kMaxSequences);
+    if (pos_[cell] < 0) ++n_used_;
+    pos_[cell] = pos;
+    seqs_[cell].reset();
+    seqs_[cell].set(static_cast<size_t>(seq));
+    extent_ = std::max<int64_t>(extent_, cell + 1);
+}
+
+void KvCells::release(int32_t cell) {
+    if (pos_[cell] < 0) return;
+    pos_[cell] = -1;
+    seqs_[cell].reset();
+    --n_used_;
+    update_extent();
+}
+
+void KvCells::seq_rm(int32_t seq, int32_t p0, int32_t p1) {
+    for (int64_t c = 0; c < size(); ++c) {
+        if (pos_[c] < 0 || pos_[c] < p0 || (p1 >= 0 && pos_[c] >= p1)) continue;
+        if (seq >= 0) {
+            if (!seqs_[c].test(static_cast<size_t>(seq))) continue;
+            seqs_[c].reset(static_cast<size_t>(seq));
+        } else {
+            seqs_[c].reset();
+        }
+        if (seqs_[c].none()) {
+            pos_[c] = -1;
+            --n_used_;
+        }
+    }
+    update_extent();
+}
+
+void KvCells::clear() {
+    std::fill(pos_.begin(), pos_.end(), -1);
+    for (auto &s : seqs_) s.reset();
+    n_used_ = 0;
+    extent_ = 0;
+}
+
+int32_t KvCells::seq_pos_max(int32_t seq) const {
+    int32_t best = -1;
+    for (int64_t c = 0; c < extent_; ++c) {
+        if (pos_[c] >= 0 && seqs_[c].test(static_cast<size_t>(seq))) best = std::max(best, pos_[c]);
+    }
+    return best;
+}
+
+std::vector<int32_t> KvCells::seq_cells_by_pos(int32_t seq) const {
+    std::vector<int32_t> cells;
+    for (int64_t c = 0; c < extent_; ++c) {
+        if (pos_[c] >= 0 && seqs_[c].test(static_cast<size_t>(seq))) cells.push_back(static_cast<int32_t>(c));
+    }
+    std::stable_sort(cells.begin(), cells.end(), [&](int32_t a, int32_t b) { return pos_[a] < pos_[b]; });
+    return cells;
+}
+
+void KvCells::update_extent() {
+    while (extent_ > 0 && pos_[extent_ - 1] < 0) --extent_;
+}
+
+}  // namespace sparrow

@@ -1,0 +1,32 @@
+// A per-layer cache store: one row of `width` elements per cache cell, in an f32, f16 or bf16 row type.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/dtype.h"
+
+namespace sparrow {
+
+class RowStore {
+  public:
+    RowStore() = default;
+    RowStore(DType type, int64_t n_cells, int64_t width);
+
+    DType type() const { return type_; }
+    int64_t width() const { return width_; }
+    int64_t row_bytes() const { return row_bytes_; }
+    int64_t n_bytes() const { return static_cast<int64_t>(data_.size()); }
+
+    // Converts `src` (width floats) to the row type and stores it in `cell`.
+    void write(int64_t cell, const float *src);
+    const void *row(int64_t cell) const { return data_.data() + cell * row_bytes_; }
+
+  private:
+    DType type_ = DType::F32;
+    int64_t width_ = 0;
+    int64_t row_bytes_ = 0;
+    std::vector<uint8_t> data_;
+};
+
+}  // namespace sparrow

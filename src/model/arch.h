@@ -1,0 +1,61 @@
+// The interface every architecture implements, and the registry that picks one by general.architecture.
+// An architecture owns its hyper-parameters, its weights (views into the mapping) and its forward pass;
+// its per-context state (cache stores, scratch) is created from the context's parameters.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "cache/kv_cells.h"
+#include "core/thread_pool.h"
+#include "gguf/gguf.h"
+#include "model/weights.h"
+#include "sparrow/sparrow.h"
+
+namespace sparrow {
+
+// One forward pass's tokens. The context has already assigned each token its cache cell (and recorded
+// the cell's position and sequence in KvCells), so the current tokens are visible to themselves.
+struct UBatch {
+    std::span<const int32_t> tokens;       // [n_tokens] token ids
+    std::span<const int32_t> pos;          // [n_tokens] positions
+    std::span<const int32_t> seq;          // [n_tokens] sequence ids
+    std::span<const int32_t> cells;        // [n_tokens] cache cells
+    std::span<const int32_t> output_rows;  // indices into the ubatch of the tokens whose logits are wanted
+    int64_t size() const { return static_cast<int64_t>(tokens.size()); }
+};
+
+// Per-context state of an architecture: its cache stores and scratch buffers.
+class ArchState {
+  public:
+    virtual ~ArchState() = default;
+};
+
+struct StateParams {
+    int64_t n_ctx = 0;     // cache cells
+    int64_t n_ubatch = 0;  // most tokens per forward pass
+    DType cache_type_k = DType::F16;
+    DType cache_type_v = DType::F16;
+};
+
+class ArchModel {
+  public:
+    virtual ~ArchModel() = default;
+    virtual std::unique_ptr<ArchState> create_state(const StateParams &params) const = 0;
+    // Runs one ubatch: stores its cache rows at ub.cells, attends over the cells visible to each token,
+    // and writes logits [ub.output_rows.size(), n_vocab] for the output rows.
+    virtual void forward(ArchState &state, const KvCells &cells, const UBatch &ub, ThreadPool &pool,
+                         float *logits) const = 0;
+};
+
+// Builds the architecture named by the file's general.architecture, taking its tensors from `weights`
+// and filling the architecture-specific fields of `info`. Throws sparrow::Error for an unknown
+// architecture or a bad hyper-parameter/tensor.
+std::unique_ptr<ArchModel> create_arch_model(const gguf::File &file, WeightLoader &weights, ModelInfo &info);
+
+// Architectures (one file each in src/models/).
+std::unique_ptr<ArchModel> create_llama(const gguf::File &file, WeightLoader &weights, ModelInfo &info);
+
+}  // namespace sparrow

@@ -1,0 +1,29 @@
+// A loaded model: the mapped GGUF file, its description, its tokenizer and its architecture.
+#pragma once
+
+#include <memory>
+
+#include "gguf/gguf.h"
+#include "model/arch.h"
+#include "sparrow/sparrow.h"
+
+namespace sparrow {
+
+class Model {
+  public:
+    explicit Model(const std::string &path);
+    ~Model();
+
+    const gguf::File &file() const { return file_; }
+    const ModelInfo &info() const { return info_; }
+    const ArchModel &arch() const { return *arch_; }
+    const Tokenizer &tokenizer() const { return *tokenizer_; }
+
+  private:
+    gguf::File file_;
+    ModelInfo info_;
+    std::unique_ptr<Tokenizer> tokenizer_;
+    std::unique_ptr<ArchModel> arch_;
+};
+
+}  // namespace sparrow
