@@ -61,11 +61,11 @@ TEST_P(QuantRoundTrip, ErrorWithinTheTypesStep) {
         dequantize_row(t, q.data(), y.data(), n);
         for (int64_t i = 0; i < n; ++i) {
             // Per-block step: amax/127 (Q8_0), amax/8 (Q4_0); relative 2^-11 (F16), 2^-8 (BF16).
-            const float bound = t == DType::Q8_0 ? 3.0f / 127 * 0.5f + 1e-3f
-                              : t == DType::Q4_0 ? 3.0f / 8 + 1e-3f
-                              : t == DType::F16  ? std::fabs(x[i]) / 2048
-                              : t == DType::BF16 ? std::fabs(x[i]) / 256
-                                                 : 0.0f;
+            const float bound = t == DType::Q8_0   ? 3.0f / 127 * 0.5f + 1e-3f
+                                : t == DType::Q4_0 ? 3.0f / 8 + 1e-3f
+                                : t == DType::F16  ? std::fabs(x[i]) / 2048
+                                : t == DType::BF16 ? std::fabs(x[i]) / 256
+                                                   : 0.0f;
             ASSERT_LE(std::fabs(x[i] - y[i]), bound) << dtype_name(t) << " element " << i;
         }
         // Quantising the dequantised values again must reproduce the same bytes (a fixed point).

@@ -23,7 +23,7 @@ std::vector<float> random_floats(std::mt19937 &rng, size_t n, float lo = -1.0f, 
 }  // namespace sparrow::test
 
 // Skips the current test with a message when ../shared/data is absent; else binds `var` to its path.
-#define SPARROW_REQUIRE_SHARED_DATA(var)                                                 \
-    const auto var##_opt = ::sparrow::test::shared_data_dir();                          \
-    if (!var##_opt) GTEST_SKIP() << "../shared/data is absent: skipping this test";      \
+#define SPARROW_REQUIRE_SHARED_DATA(var)                                            \
+    const auto var##_opt = ::sparrow::test::shared_data_dir();                      \
+    if (!var##_opt) GTEST_SKIP() << "../shared/data is absent: skipping this test"; \
     const std::string var = *var##_opt

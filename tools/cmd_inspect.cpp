@@ -23,7 +23,8 @@ Command register_inspect(CLI::App &app) {
                         value.to_display_string(*max_items).c_str());
         }
         int64_t total = 0;
-        std::printf("\ntensors (%zu):\n  %-48s %-8s %-28s %14s\n", f.tensors().size(), "name", "type", "shape", "bytes");
+        std::printf("\ntensors (%zu):\n  %-48s %-8s %-28s %14s\n", f.tensors().size(), "name", "type", "shape",
+                    "bytes");
         for (const auto &t : f.tensors()) {
             std::printf("  %-48s %-8s %-28s %14lld\n", t.name.c_str(), std::string(dtype_name(t.type)).c_str(),
                         t.shape_string().c_str(), (long long)t.n_bytes);

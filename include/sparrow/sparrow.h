@@ -22,15 +22,15 @@ CacheType cache_type_from_name(std::string_view name);  // "f32" | "f16" | "bf16
 const char *cache_type_name(CacheType t);
 
 struct ModelInfo {
-    std::string arch;         // general.architecture
-    std::string name;         // general.name
+    std::string arch;  // general.architecture
+    std::string name;  // general.name
     int64_t n_vocab = 0;
     int64_t n_embd = 0;
     int64_t n_layer = 0;
     int64_t n_ctx_train = 0;
-    int64_t n_params = 0;     // elements over all weight tensors
+    int64_t n_params = 0;  // elements over all weight tensors
     int64_t n_weight_bytes = 0;
-    std::string weight_types; // e.g. "f32" or "q8_0 (f32 norms)"
+    std::string weight_types;  // e.g. "f32" or "q8_0 (f32 norms)"
 };
 
 // Loads a GGUF model (memory-mapped). Throws sparrow::Error naming the file and the problem.
@@ -71,9 +71,10 @@ class Context {
     // Logits of the i-th token of the last batch (that token must have asked for logits): n_vocab floats.
     std::span<const float> logits(size_t i) const;
 
-    // Removes the cells of seq_id with positions in [p0, p1) (p1 < 0: to the end); seq_id < 0: every sequence.
+    // Removes the cells of seq_id with positions in [p0, p1) (p1 < 0: to the end); seq_id < 0: every
+    // sequence.
     void seq_rm(int32_t seq_id, int32_t p0, int32_t p1);
-    void clear();  // empties the cache
+    void clear();                               // empties the cache
     int32_t seq_pos_max(int32_t seq_id) const;  // -1 when the sequence is empty
 
     const Model &model() const;

@@ -40,7 +40,7 @@ class KvCells {
   private:
     void update_extent();
 
-    std::vector<int32_t> pos_;                     // -1 for a free cell
+    std::vector<int32_t> pos_;                      // -1 for a free cell
     std::vector<std::bitset<kMaxSequences>> seqs_;  // sequences sharing the cell
     int64_t n_used_ = 0;
     int64_t extent_ = 0;

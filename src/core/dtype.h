@@ -14,10 +14,37 @@ namespace sparrow {
 
 // Values are ggml_type ids as stored in GGUF tensor infos.
 enum class DType : uint32_t {
-    F32 = 0, F16 = 1, Q4_0 = 2, Q4_1 = 3, Q5_0 = 6, Q5_1 = 7, Q8_0 = 8, Q8_1 = 9,
-    Q2_K = 10, Q3_K = 11, Q4_K = 12, Q5_K = 13, Q6_K = 14, Q8_K = 15,
-    IQ2_XXS = 16, IQ2_XS = 17, IQ3_XXS = 18, IQ1_S = 19, IQ4_NL = 20, IQ3_S = 21, IQ2_S = 22, IQ4_XS = 23,
-    I8 = 24, I16 = 25, I32 = 26, I64 = 27, F64 = 28, IQ1_M = 29, BF16 = 30, TQ1_0 = 34, TQ2_0 = 35,
+    F32 = 0,
+    F16 = 1,
+    Q4_0 = 2,
+    Q4_1 = 3,
+    Q5_0 = 6,
+    Q5_1 = 7,
+    Q8_0 = 8,
+    Q8_1 = 9,
+    Q2_K = 10,
+    Q3_K = 11,
+    Q4_K = 12,
+    Q5_K = 13,
+    Q6_K = 14,
+    Q8_K = 15,
+    IQ2_XXS = 16,
+    IQ2_XS = 17,
+    IQ3_XXS = 18,
+    IQ1_S = 19,
+    IQ4_NL = 20,
+    IQ3_S = 21,
+    IQ2_S = 22,
+    IQ4_XS = 23,
+    I8 = 24,
+    I16 = 25,
+    I32 = 26,
+    I64 = 27,
+    F64 = 28,
+    IQ1_M = 29,
+    BF16 = 30,
+    TQ1_0 = 34,
+    TQ2_0 = 35,
     MXFP4 = 39,
 };
 
@@ -32,21 +59,29 @@ std::optional<DTypeInfo> dtype_info(uint32_t id);
 const DTypeInfo &dtype_info(DType t);  // t must be a known id
 std::string_view dtype_name(DType t);
 std::optional<DType> dtype_from_name(std::string_view name);  // case-insensitive
-bool dtype_is_supported(DType t);  // F32, F16, BF16, Q8_0, Q4_0
-bool dtype_is_quantized(DType t);  // block size > 1
+bool dtype_is_supported(DType t);                             // F32, F16, BF16, Q8_0, Q4_0
+bool dtype_is_quantized(DType t);                             // block size > 1
 // Bytes of a row of n elements; n must be a multiple of the block size.
 int64_t dtype_row_size(DType t, int64_t n);
 
 // --- scalar half-precision conversions (IEEE binary16 and bfloat16, round to nearest even) -------------
-inline uint32_t f32_bits(float f) { uint32_t u; std::memcpy(&u, &f, 4); return u; }
-inline float f32_from_bits(uint32_t u) { float f; std::memcpy(&f, &u, 4); return f; }
+inline uint32_t f32_bits(float f) {
+    uint32_t u;
+    std::memcpy(&u, &f, 4);
+    return u;
+}
+inline float f32_from_bits(uint32_t u) {
+    float f;
+    std::memcpy(&f, &u, 4);
+    return f;
+}
 
 inline float fp16_to_f32(uint16_t h) {
     const uint32_t sign = uint32_t(h & 0x8000) << 16;
     const uint32_t exp = (h >> 10) & 0x1f;
     const uint32_t man = h & 0x3ff;
     if (exp == 0x1f) return f32_from_bits(sign | 0x7f800000u | (man << 13));  // inf / nan
-    if (exp == 0) {  // zero or subnormal: man * 2^-24
+    if (exp == 0) {                                                           // zero or subnormal: man * 2^-24
         const float v = float(man) * 5.9604644775390625e-8f;
         return sign ? -v : v;
     }
@@ -59,7 +94,7 @@ inline uint16_t f32_to_fp16(float f) {
     const uint32_t abs = u & 0x7fffffff;
     if (abs >= 0x7f800000u) return uint16_t(sign | 0x7c00 | (abs > 0x7f800000u ? 0x200 : 0));  // inf / nan
     if (abs >= 0x477ff000u) return uint16_t(sign | 0x7c00);  // rounds to a value above 65504: inf
-    if (abs < 0x38800000u) {  // below the smallest normal half: subnormal or zero
+    if (abs < 0x38800000u) {                                 // below the smallest normal half: subnormal or zero
         // Adding 0.5 (2^-1 scaled) aligns the mantissa so that the FPU's own rounding does round-to-even.
         const float magic = f32_from_bits(0x3f000000u);  // 0.5
         const float r = f32_from_bits(abs) + magic;
@@ -78,9 +113,10 @@ inline uint16_t f32_to_bf16(float f) {
     return uint16_t((u + (0x7fff + ((u >> 16) & 1))) >> 16);
 }
 
-// --- rows ---------------------------------------------------------------------------------------------------
-// Convert n floats to a row of type t (F32, F16, BF16, Q8_0, Q4_0), exactly as ggml's reference quantisers
-// do; n must be a multiple of the block size.
+// --- rows
+// --------------------------------------------------------------------------------------------------- Convert
+// n floats to a row of type t (F32, F16, BF16, Q8_0, Q4_0), exactly as ggml's reference quantisers do; n must
+// be a multiple of the block size.
 void quantize_row(DType t, const float *x, void *dst, int64_t n);
 // The inverse: n elements of a row of type t (any supported type) to floats.
 void dequantize_row(DType t, const void *src, float *y, int64_t n);

@@ -22,5 +22,4 @@ std::string strprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2))
 
 }  // namespace sparrow
 
-#define SPARROW_ASSERT(cond) \
-    ((cond) ? static_cast<void>(0) : ::sparrow::assert_fail(#cond, __FILE__, __LINE__))
+#define SPARROW_ASSERT(cond) ((cond) ? static_cast<void>(0) : ::sparrow::assert_fail(#cond, __FILE__, __LINE__))

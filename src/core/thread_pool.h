@@ -1,5 +1,6 @@
 // One explicit pool of worker threads. The calling thread takes part as thread 0, so a pool of 1 runs
-// everything inline. Ops split their rows with parallel_for; nothing else in sparrow starts threads for compute.
+// everything inline. Ops split their rows with parallel_for; nothing else in sparrow starts threads for
+// compute.
 #pragma once
 
 #include <atomic>

@@ -52,7 +52,7 @@ struct LlamaState final : ArchState {
     std::vector<RowStore> k_cache, v_cache;  // per layer: [n_ctx, n_head_kv*d]
     // Scratch for one ubatch of up to n_ubatch tokens.
     std::vector<float> x, cur, q, k, v, att, gate, up, out_x;
-    std::vector<std::span<const int32_t>> rows;  // visible cells per token
+    std::vector<std::span<const int32_t>> rows;   // visible cells per token
     std::vector<std::vector<int32_t>> seq_cells;  // cells per sequence, by position
     OpScratch op;
 };
@@ -70,8 +70,8 @@ RopeParams read_rope(const gguf::File &f, const std::string &arch, int64_t head_
     } else if (scaling == "yarn") {
         p.freq_scale = factor > 0.0 ? static_cast<float>(1.0 / factor) : 1.0f;
         p.ext_factor = 1.0f;
-        p.n_ctx_orig = static_cast<int>(f.get_int(arch + ".rope.scaling.original_context_length",
-                                                  f.get_int(arch + ".context_length", 4096)));
+        p.n_ctx_orig = static_cast<int>(
+            f.get_int(arch + ".rope.scaling.original_context_length", f.get_int(arch + ".context_length", 4096)));
     } else {
         throw_error("%s: rope scaling type '%s' is not supported", f.name().c_str(), scaling.c_str());
     }
@@ -96,9 +96,11 @@ class LlamaModel final : public ArchModel {
         hp_.rms_eps = static_cast<float>(f.get_float(a + ".attention.layer_norm_rms_epsilon", 1e-5));
         if (hp_.n_embd <= 0 || hp_.n_layer <= 0 || hp_.n_ff <= 0 || hp_.n_head <= 0 || hp_.n_head_kv <= 0 ||
             hp_.n_head % hp_.n_head_kv != 0 || hp_.n_embd % hp_.n_head != 0 || hp_.n_layer > 4096) {
-            throw_error("%s: inconsistent llama hyper-parameters (n_embd %lld, n_layer %lld, n_ff %lld, n_head %lld, "
-                        "n_head_kv %lld)", f.name().c_str(), (long long)hp_.n_embd, (long long)hp_.n_layer,
-                        (long long)hp_.n_ff, (long long)hp_.n_head, (long long)hp_.n_head_kv);
+            throw_error(
+                "%s: inconsistent llama hyper-parameters (n_embd %lld, n_layer %lld, n_ff %lld, n_head %lld, "
+                "n_head_kv %lld)",
+                f.name().c_str(), (long long)hp_.n_embd, (long long)hp_.n_layer, (long long)hp_.n_ff,
+                (long long)hp_.n_head, (long long)hp_.n_head_kv);
         }
         hp_.head_dim = f.get_int(a + ".attention.key_length", hp_.n_embd / hp_.n_head);
         if (f.get_int(a + ".attention.value_length", hp_.head_dim) != hp_.head_dim) {
@@ -106,12 +108,15 @@ class LlamaModel final : public ArchModel {
         }
         hp_.rope = read_rope(f, a, hp_.head_dim);
         if (w.has("rope_freqs.weight")) {
-            throw_error("%s: per-dimension RoPE frequency factors (rope_freqs.weight, Llama 3.1) are not supported yet",
-                        f.name().c_str());
+            throw_error(
+                "%s: per-dimension RoPE frequency factors (rope_freqs.weight, Llama 3.1) are not supported "
+                "yet",
+                f.name().c_str());
         }
 
         const gguf::TensorInfo *embd = f.find_tensor("token_embd.weight");
-        if (!embd || embd->ne.size() != 2) throw_error("%s: tensor 'token_embd.weight' is missing or not 2-D", f.name().c_str());
+        if (!embd || embd->ne.size() != 2)
+            throw_error("%s: tensor 'token_embd.weight' is missing or not 2-D", f.name().c_str());
         hp_.n_vocab = embd->ne[1];
         tok_embd_ = w.matrix("token_embd.weight", hp_.n_embd, hp_.n_vocab);
         output_norm_ = w.vector("output_norm.weight", hp_.n_embd);
@@ -221,9 +226,9 @@ class LlamaModel final : public ArchModel {
 
   private:
     LlamaHParams hp_;
-    WeightMatrix tok_embd_;   // [n_vocab, n_embd]
+    WeightMatrix tok_embd_;  // [n_vocab, n_embd]
     const float *output_norm_ = nullptr;
-    WeightMatrix output_;     // [n_vocab, n_embd]; token_embd when tied
+    WeightMatrix output_;  // [n_vocab, n_embd]; token_embd when tied
     std::vector<LlamaLayer> layers_;
 };
 

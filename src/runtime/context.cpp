@@ -47,12 +47,11 @@ struct Context::Impl {
     ThreadPool pool;
     KvCells cells;
     std::unique_ptr<ArchState> state;
-    std::vector<float> logits;               // [n_outputs, n_vocab] of the last batch
-    std::vector<int32_t> logits_row;         // per token of the last batch: its row in `logits`, or -1
+    std::vector<float> logits;        // [n_outputs, n_vocab] of the last batch
+    std::vector<int32_t> logits_row;  // per token of the last batch: its row in `logits`, or -1
 
     Impl(std::shared_ptr<const Model> m, const ContextParams &p)
-        : model(std::move(m)), params(p), pool(p.n_threads > 0 ? p.n_threads : default_threads()),
-          cells(p.n_ctx) {}
+        : model(std::move(m)), params(p), pool(p.n_threads > 0 ? p.n_threads : default_threads()), cells(p.n_ctx) {}
 };
 
 Context::Context(std::shared_ptr<const Model> model, const ContextParams &params_in) {
@@ -94,7 +93,8 @@ void Context::decode(std::span<const BatchToken> batch) {
                         (long long)n_vocab);
         }
         if (t.seq_id < 0 || t.seq_id >= kMaxSequences) {
-            throw_error("decode: token %lld has sequence id %d, outside [0, %d)", (long long)i, t.seq_id, kMaxSequences);
+            throw_error("decode: token %lld has sequence id %d, outside [0, %d)", (long long)i, t.seq_id,
+                        kMaxSequences);
         }
         if (t.pos < 0) throw_error("decode: token %lld has negative position %d", (long long)i, t.pos);
         n_outputs += t.logits ? 1 : 0;

@@ -22,11 +22,14 @@ int32_t Sampler::sample(std::span<const float> logits) {
     if (params_.temp <= 0.0f) return argmax(logits);
     candidates_.clear();
     for (size_t i = 0; i < logits.size(); ++i) candidates_.emplace_back(logits[i], static_cast<int32_t>(i));
-    const auto by_logit = [](const auto &a, const auto &b) { return a.first > b.first || (a.first == b.first && a.second < b.second); };
+    const auto by_logit = [](const auto &a, const auto &b) {
+        return a.first > b.first || (a.first == b.first && a.second < b.second);
+    };
     size_t n = candidates_.size();
     if (params_.top_k > 0 && static_cast<size_t>(params_.top_k) < n) {
         n = static_cast<size_t>(params_.top_k);
-        std::partial_sort(candidates_.begin(), candidates_.begin() + static_cast<ptrdiff_t>(n), candidates_.end(), by_logit);
+        std::partial_sort(candidates_.begin(), candidates_.begin() + static_cast<ptrdiff_t>(n), candidates_.end(),
+                          by_logit);
     } else {
         std::sort(candidates_.begin(), candidates_.end(), by_logit);
     }

@@ -10,9 +10,9 @@
 namespace sparrow {
 
 struct SamplerParams {
-    float temp = 0.8f;   // <= 0: greedy (argmax, ties to the lowest id)
-    int top_k = 40;      // <= 0: no top-k cut
-    float top_p = 0.95f; // >= 1: no nucleus cut
+    float temp = 0.8f;    // <= 0: greedy (argmax, ties to the lowest id)
+    int top_k = 40;       // <= 0: no top-k cut
+    float top_p = 0.95f;  // >= 1: no nucleus cut
     uint64_t seed = 0;
 };
 

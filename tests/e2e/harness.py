@@ -1,0 +1,65 @@
+"""Shared helpers for the end-to-end tests: locate the binary, the references and ../shared/data, run
+sparrow, compare arrays. Tests exit 0 on success, 1 on failure, 77 when skipped."""
+import os
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+
+REPO = os.environ.get("SPARROW_SOURCE_DIR", os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+BIN = os.environ.get("SPARROW_BIN", os.path.join(REPO, "build", "sparrow"))
+SHARED_DATA = os.path.normpath(os.path.join(REPO, "..", "shared", "data"))
+sys.path.insert(0, os.path.join(REPO, "tests", "reference"))
+
+SKIP = 77
+
+
+def shared_data(*parts):
+    """Path inside ../shared/data, or None when that folder is absent."""
+    path = os.path.join(SHARED_DATA, *parts)
+    return path if os.path.exists(path) else None
+
+
+def run(args, check=True, timeout=600):
+    """Runs sparrow with args; returns the CompletedProcess (text mode)."""
+    proc = subprocess.run([BIN] + [str(a) for a in args], capture_output=True, text=True, timeout=timeout)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"sparrow {' '.join(map(str, args))} failed ({proc.returncode}):\n{proc.stderr}")
+    return proc
+
+
+def temp_dir():
+    return tempfile.mkdtemp(prefix="sparrow-e2e-")
+
+
+def rel_error(a, b):
+    """||a - b|| / ||b|| over the whole array."""
+    a = np.asarray(a, dtype=np.float64)
+    b = np.asarray(b, dtype=np.float64)
+    return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-30))
+
+
+def write_ids(path, ids):
+    with open(path, "w") as f:
+        f.write(" ".join(str(int(i)) for i in ids))
+
+
+class Checks:
+    """Collects failures so that one run reports all of them."""
+
+    def __init__(self):
+        self.failures = []
+        self.passed = 0
+
+    def check(self, ok, what):
+        if ok:
+            self.passed += 1
+            print(f"ok: {what}")
+        else:
+            self.failures.append(what)
+            print(f"FAIL: {what}")
+
+    def finish(self):
+        print(f"{self.passed} passed, {len(self.failures)} failed")
+        sys.exit(1 if self.failures else 0)

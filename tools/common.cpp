@@ -1,0 +1,44 @@
+#include "common.h"
+
+#include <cstdio>
+
+#include "model/model.h"
+
+namespace sparrow::tools {
+
+void ModelFlags::add_to(CLI::App &cmd, int64_t default_ctx) {
+    n_ctx = default_ctx;
+    cmd.add_option("-m,--model", model_path, "Model file (GGUF)")->required();
+    cmd.add_option("-c,--ctx-size", n_ctx, "Context size in tokens (0 = the model's, at most 4096)")
+        ->check(CLI::NonNegativeNumber);
+    cmd.add_option("-b,--batch-size", n_batch, "Most tokens per decode call")->check(CLI::PositiveNumber);
+    cmd.add_option("-ub,--ubatch-size", n_ubatch, "Tokens per forward pass")->check(CLI::PositiveNumber);
+    cmd.add_option("-t,--threads", n_threads, "Threads (0 = all)")->check(CLI::NonNegativeNumber);
+    cmd.add_option("-ctk,--cache-type-k", cache_type_k, "K cache type: f32, f16, bf16")
+        ->check(CLI::IsMember({"f32", "f16", "bf16"}));
+    cmd.add_option("-ctv,--cache-type-v", cache_type_v, "V cache type: f32, f16, bf16")
+        ->check(CLI::IsMember({"f32", "f16", "bf16"}));
+}
+
+ContextParams ModelFlags::context_params() const {
+    ContextParams p;
+    p.n_ctx = n_ctx;
+    p.n_batch = n_batch;
+    p.n_ubatch = n_ubatch;
+    p.n_threads = n_threads;
+    p.cache_type_k = cache_type_from_name(cache_type_k);
+    p.cache_type_v = cache_type_from_name(cache_type_v);
+    return p;
+}
+
+std::shared_ptr<const Model> load_model_verbose(const std::string &path) {
+    auto model = load_model(path);
+    const ModelInfo &info = model_info(*model);
+    std::fprintf(stderr, "model: %s (%s), %lld layers, n_embd %lld, vocab %lld, %.2f M params, %.1f MiB (%s)\n",
+                 path.c_str(), info.arch.c_str(), (long long)info.n_layer, (long long)info.n_embd,
+                 (long long)info.n_vocab, info.n_params / 1e6, info.n_weight_bytes / 1048576.0,
+                 info.weight_types.c_str());
+    return model;
+}
+
+}  // namespace sparrow::tools

@@ -1,0 +1,38 @@
+// Flags shared by the subcommands that load a model (llama.cpp's names), and a few output helpers.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "sparrow/sparrow.h"
+
+namespace sparrow::tools {
+
+struct ModelFlags {
+    std::string model_path;
+    int64_t n_ctx = 0;
+    int64_t n_batch = 2048;
+    int64_t n_ubatch = 512;
+    int n_threads = 0;
+    std::string cache_type_k = "f16";
+    std::string cache_type_v = "f16";
+
+    void add_to(CLI::App &cmd, int64_t default_ctx);
+    ContextParams context_params() const;
+};
+
+// Loads the model and prints one line about it to stderr.
+std::shared_ptr<const Model> load_model_verbose(const std::string &path);
+
+class Stopwatch {
+  public:
+    Stopwatch() : start_(std::chrono::steady_clock::now()) {}
+    double seconds() const { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count(); }
+
+  private:
+    std::chrono::steady_clock::time_point start_;
+};
+
+}  // namespace sparrow::tools
