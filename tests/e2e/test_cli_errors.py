@@ -1,0 +1,80 @@
+"""Bad input gets a clear error naming what was wrong and a non-zero exit, never a crash: unknown flags,
+missing or malformed files, wrong tensor shapes, unknown architectures, over-long prompts, bad ids."""
+import os
+
+import numpy as np
+
+import harness
+from gguf import GGUFReader, write_gguf
+
+checks = harness.Checks()
+tmp = harness.temp_dir()
+model = os.path.join(tmp, "tiny.gguf")
+harness.run(["make-model", "--arch", "llama", "-o", model])
+
+
+def expect_error(args, needle, what):
+    proc = harness.run(args, check=False)
+    crashed = proc.returncode < 0 or proc.returncode >= 128
+    ok = proc.returncode != 0 and not crashed and needle.lower() in proc.stderr.lower()
+    checks.check(ok, f"{what}: exit {proc.returncode}, stderr mentions {needle!r}"
+                 + ("" if ok else f" (stderr: {proc.stderr.strip()[:300]!r})"))
+
+
+def rewrite(src, dst, metadata_edit=None, tensor_edit=None):
+    r = GGUFReader(src)
+    md = {k: (r.metadata_types[k], v) for k, v in r.metadata.items()}
+    tensors = {name: (t.ggml_type, r.tensor(name)) for name, t in r.tensors.items()}
+    if metadata_edit:
+        metadata_edit(md)
+    if tensor_edit:
+        tensor_edit(tensors)
+    write_gguf(dst, md, tensors)
+
+
+expect_error(["run", "--bogus-flag"], "bogus-flag", "unknown flag")
+expect_error([], "subcommand", "no subcommand")
+expect_error(["run", "-m", os.path.join(tmp, "missing.gguf"), "-p", "x"], "cannot open", "missing model file")
+expect_error(["run", "-m", model, "-p", "x", "--temp", "-1"], "temp", "negative temperature")
+
+text = os.path.join(tmp, "text.gguf")
+with open(text, "w") as f:
+    f.write("this is not a model\n" * 10)
+expect_error(["run", "-m", text, "-p", "x"], "not a GGUF file", "text file as model")
+
+data = open(model, "rb").read()
+for frac in (0.1, 0.5, 0.99):
+    cut = os.path.join(tmp, f"cut{frac}.gguf")
+    with open(cut, "wb") as f:
+        f.write(data[: int(len(data) * frac)])
+    expect_error(["run", "-m", cut, "-p", "x"], "truncated", f"model truncated to {frac:.0%}")
+    expect_error(["inspect", cut], "truncated", f"inspect of a model truncated to {frac:.0%}")
+
+bad_shape = os.path.join(tmp, "bad_shape.gguf")
+rewrite(model, bad_shape, tensor_edit=lambda t: t.update({"blk.1.attn_k.weight": (0, np.zeros((16, 64)))}))
+expect_error(["run", "-m", bad_shape, "-p", "x"], "blk.1.attn_k.weight", "wrong tensor shape names the tensor")
+
+missing = os.path.join(tmp, "missing_tensor.gguf")
+rewrite(model, missing, tensor_edit=lambda t: t.pop("blk.0.ffn_up.weight"))
+expect_error(["run", "-m", missing, "-p", "x"], "blk.0.ffn_up.weight", "missing tensor is named")
+
+arch = os.path.join(tmp, "arch.gguf")
+rewrite(model, arch, metadata_edit=lambda md: md.update({"general.architecture": (md["general.architecture"][0], "foo")}))
+expect_error(["run", "-m", arch, "-p", "x"], "'foo' is not supported", "unknown architecture")
+
+expect_error(["run", "-m", model, "-c", 16, "-p", "word " * 40], "does not fit in the context", "over-long prompt")
+ids = os.path.join(tmp, "ids.txt")
+with open(ids, "w") as f:
+    f.write("1, 2, abc")
+expect_error(["run", "-m", model, "--prompt-ids", ids, "-n", 0], "expected a token id", "malformed prompt ids")
+with open(ids, "w") as f:
+    f.write("1 2 999999")
+expect_error(["run", "-m", model, "--prompt-ids", ids, "-n", 0], "outside the vocabulary", "token id out of range")
+expect_error(["make-model", "--arch", "llama", "-o", os.path.join(tmp, "x.gguf"), "--n-embd", 66, "--n-head", 4],
+             "head size", "make-model with inconsistent sizes")
+expect_error(["perplexity", "-m", model, "-f", os.path.join(tmp, "nope.txt")], "cannot open", "missing text file")
+
+# And a good run still works after all that.
+out = harness.run(["run", "-m", model, "-p", "Once upon a time", "-n", 8, "--temp", 0])
+checks.check(out.stdout.startswith("Once upon a time"), "a valid run prints the prompt and its continuation")
+checks.finish()
