@@ -22,20 +22,38 @@
 
 // --- allocation counting --------------------------------------------------------------------------------------
 // The global operator new is replaced for this test binary (it must be, program-wide, to see allocations
-// made inside the library) by one that counts calls and otherwise behaves like the default.
+// made inside the library) by one that counts calls and otherwise behaves like the default. Every
+// non-aligned form is replaced, so that no pointer from a library-provided new (e.g. ASan's) reaches these
+// deletes; the aligned forms stay the library's, in matching pairs.
 namespace {
 std::atomic<int64_t> g_n_allocations{0};
+
+void *counted_malloc(size_t size) noexcept {
+    g_n_allocations.fetch_add(1, std::memory_order_relaxed);
+    return std::malloc(size ? size : 1);
+}
 }  // namespace
 
+// All out of line, so that GCC does not pair an inlined malloc()/free() with a `new`/`delete` expression
+// (-Wmismatched-new-delete cannot see that these operators are malloc and free).
 __attribute__((noinline)) void *operator new(size_t size) {
-    g_n_allocations.fetch_add(1, std::memory_order_relaxed);
-    if (void *p = std::malloc(size ? size : 1)) return p;
+    if (void *p = counted_malloc(size)) return p;
     throw std::bad_alloc();
 }
-// All out of line, so that GCC does not pair an inlined malloc()/free() with a `new`/`delete` expression
-// (-Wmismatched-new-delete cannot see that this operator new is malloc).
+__attribute__((noinline)) void *operator new[](size_t size) {
+    if (void *p = counted_malloc(size)) return p;
+    throw std::bad_alloc();
+}
+__attribute__((noinline)) void *operator new(size_t size, const std::nothrow_t &) noexcept { return counted_malloc(size); }
+__attribute__((noinline)) void *operator new[](size_t size, const std::nothrow_t &) noexcept {
+    return counted_malloc(size);
+}
 __attribute__((noinline)) void operator delete(void *p) noexcept { std::free(p); }
+__attribute__((noinline)) void operator delete[](void *p) noexcept { std::free(p); }
 __attribute__((noinline)) void operator delete(void *p, size_t) noexcept { std::free(p); }
+__attribute__((noinline)) void operator delete[](void *p, size_t) noexcept { std::free(p); }
+__attribute__((noinline)) void operator delete(void *p, const std::nothrow_t &) noexcept { std::free(p); }
+__attribute__((noinline)) void operator delete[](void *p, const std::nothrow_t &) noexcept { std::free(p); }
 
 namespace sparrow {
 namespace {
