@@ -150,9 +150,15 @@ class RatioReporter : public benchmark::ConsoleReporter {
   public:
     void ReportRuns(const std::vector<Run> &runs) override {
         for (const Run &run : runs) {
-            if (run.run_type != Run::RT_Iteration || run.error_occurred) continue;
+            if (run.error_occurred) continue;
             const auto it = run.counters.find("bytes_per_second");
-            if (it != run.counters.end()) rates_[run.run_name.function_name].push_back(it->second.value);
+            if (it == run.counters.end()) continue;
+            // Each repetition, or only the median when --benchmark_report_aggregates_only hides them.
+            if (run.run_type == Run::RT_Iteration) {
+                rates_[run.run_name.function_name].push_back(it->second.value);
+            } else if (run.aggregate_name == "median") {
+                medians_[run.run_name.function_name] = it->second.value;
+            }
         }
         ConsoleReporter::ReportRuns(runs);
     }
@@ -164,7 +170,12 @@ class RatioReporter : public benchmark::ConsoleReporter {
         std::printf("\nsummary (GB/s = 1e9 B/s; medians; ISA %s)\n", cpu::active_isa_name());
         std::printf("  %-14s %8.2f GB/s  (read + write)\n", "copy", copy / 1e9);
         if (read > 0.0) std::printf("  %-14s %8.2f GB/s\n", "read", read / 1e9);
-        for (const auto &[name, rates] : rates_) {
+        std::vector<std::string> names;
+        for (const auto &[name, rates] : rates_) names.push_back(name);
+        for (const auto &[name, rate] : medians_) names.push_back(name);
+        std::sort(names.begin(), names.end());
+        names.erase(std::unique(names.begin(), names.end()), names.end());
+        for (const std::string &name : names) {
             if (name.rfind("matvec/", 0) != 0) continue;
             const double r = median(name);
             std::printf("  %-14s %8.2f GB/s  %5.0f%% of copy  %5.0f%% of read\n", name.c_str(), r / 1e9,
@@ -174,6 +185,7 @@ class RatioReporter : public benchmark::ConsoleReporter {
 
   private:
     double median(const std::string &name) const {
+        if (const auto m = medians_.find(name); m != medians_.end()) return m->second;
         const auto it = rates_.find(name);
         if (it == rates_.end() || it->second.empty()) return 0.0;
         std::vector<double> v = it->second;
@@ -181,7 +193,8 @@ class RatioReporter : public benchmark::ConsoleReporter {
         return v[v.size() / 2];
     }
 
-    std::map<std::string, std::vector<double>> rates_;
+    std::map<std::string, std::vector<double>> rates_;  // bytes/s of each repetition, by benchmark
+    std::map<std::string, double> medians_;              // bytes/s of the median aggregate, when reported
 };
 
 }  // namespace

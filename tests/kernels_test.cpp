@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <new>
+#include <ostream>
 #include <random>
 #include <string>
 #include <vector>
@@ -54,6 +55,11 @@ __attribute__((noinline)) void operator delete(void *p, size_t) noexcept { std::
 __attribute__((noinline)) void operator delete[](void *p, size_t) noexcept { std::free(p); }
 __attribute__((noinline)) void operator delete(void *p, const std::nothrow_t &) noexcept { std::free(p); }
 __attribute__((noinline)) void operator delete[](void *p, const std::nothrow_t &) noexcept { std::free(p); }
+
+namespace sparrow::cpu {
+// Names the level in gtest's messages ("avx2" rather than a byte dump).
+void PrintTo(Isa isa, std::ostream *os) { *os << isa_name(isa); }
+}  // namespace sparrow::cpu
 
 namespace sparrow {
 namespace {
