@@ -92,12 +92,18 @@ void ThreadPool::parallel_for(int64_t n, int64_t grain, const std::function<void
         fn(0, n);
         return;
     }
-    std::atomic<int64_t> next{0};
-    run([&](int, int) {
+    // The job's state sits behind one reference so the lambda fits std::function's inline storage:
+    // parallel_for runs many times per token and must not allocate.
+    struct Chunks {
+        std::atomic<int64_t> next{0};
+        int64_t n, grain;
+        const std::function<void(int64_t, int64_t)> *fn;
+    } chunks{{}, n, grain, &fn};
+    run([&chunks](int, int) {
         for (;;) {
-            const int64_t begin = next.fetch_add(grain, std::memory_order_relaxed);
-            if (begin >= n) break;
-            fn(begin, std::min(n, begin + grain));
+            const int64_t begin = chunks.next.fetch_add(chunks.grain, std::memory_order_relaxed);
+            if (begin >= chunks.n) break;
+            (*chunks.fn)(begin, std::min(chunks.n, begin + chunks.grain));
         }
     });
 }

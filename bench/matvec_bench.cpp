@@ -1,0 +1,236 @@
+// Matrix-vector product (one token of decode) for each weight type, against the memory bandwidth of the same
+// machine measured in the same run. Every buffer is at least 4x the last-level cache, so the figures are
+// DRAM bandwidth, not cache bandwidth.
+//
+//   ./build/bench/sparrow_bench [--threads=N] [google benchmark flags, e.g. --benchmark_repetitions=5]
+//
+// Reported bytes: matvec = weight bytes read; copy = bytes read + bytes written (STREAM's convention);
+// read = bytes read. A summary at the end gives each matvec's GB/s as a fraction of copy and of read.
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/thread_pool.h"
+#include "kernels/cpu/dispatch.h"
+#include "kernels/ops.h"
+
+namespace {
+
+using namespace sparrow;
+
+// Size of the last-level cache from sysfs ("32768K"), or 32 MiB when it cannot be read.
+int64_t llc_bytes() {
+    std::ifstream f("/sys/devices/system/cpu/cpu0/cache/index3/size");
+    std::string s;
+    if (!(f >> s) || s.empty()) return int64_t(32) << 20;
+    int64_t value = std::atoll(s.c_str());
+    switch (s.back()) {
+        case 'K': value <<= 10; break;
+        case 'M': value <<= 20; break;
+        case 'G': value <<= 30; break;
+        default: break;
+    }
+    return value > 0 ? value : int64_t(32) << 20;
+}
+
+// Bytes every benchmark buffer has at least: 4x the LLC.
+int64_t working_set_bytes() { return 4 * llc_bytes(); }
+
+// A weight matrix of type t with 4096 inputs and enough rows to span the working set. Only a few rows are
+// really quantised and then repeated: the contents do not change the speed, and this keeps set-up short.
+struct MatvecData {
+    std::vector<uint8_t> bytes;
+    WeightMatrix w;
+    std::vector<float> x, y;
+
+    explicit MatvecData(DType t) {
+        const int64_t n_cols = 4096;
+        const int64_t row_bytes = dtype_row_size(t, n_cols);
+        const int64_t n_rows = (working_set_bytes() / row_bytes + 63) / 64 * 64;
+        bytes.resize(static_cast<size_t>(n_rows * row_bytes));
+        std::mt19937 rng(1);
+        std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+        std::vector<float> row(static_cast<size_t>(n_cols));
+        const int64_t n_distinct = 64;
+        for (int64_t r = 0; r < n_distinct; ++r) {
+            for (auto &v : row) v = dist(rng);
+            quantize_row(t, row.data(), bytes.data() + r * row_bytes, n_cols);
+        }
+        for (int64_t r = n_distinct; r < n_rows; ++r) {
+            std::memcpy(bytes.data() + r * row_bytes, bytes.data() + (r % n_distinct) * row_bytes,
+                        static_cast<size_t>(row_bytes));
+        }
+        w = WeightMatrix{t, bytes.data(), n_rows, n_cols, row_bytes};
+        x.resize(static_cast<size_t>(n_cols));
+        for (auto &v : x) v = dist(rng);
+        y.resize(static_cast<size_t>(n_rows));
+    }
+};
+
+void bm_matvec(benchmark::State &state, MatvecData *data, int n_threads) {
+    ThreadPool pool(n_threads);
+    OpScratch scratch;
+    for (auto _ : state) {
+        matmul(pool, scratch, data->w, data->x.data(), 1, data->y.data());
+        benchmark::DoNotOptimize(data->y.data());
+        benchmark::ClobberMemory();
+    }
+    const int64_t weight_bytes = data->w.n_rows * data->w.row_bytes;
+    state.SetBytesProcessed(state.iterations() * weight_bytes);
+    state.counters["MiB"] = double(weight_bytes) / (1 << 20);
+    state.SetLabel(std::string(cpu::active_isa_name()) + ", " + std::to_string(n_threads) + " threads");
+}
+
+// Buffers for copy and read, shared by both benchmarks (filled, so every page is mapped before timing).
+struct Buffers {
+    std::vector<uint8_t> src, dst;
+    Buffers() : src(static_cast<size_t>(working_set_bytes()), 1), dst(static_cast<size_t>(working_set_bytes()), 2) {}
+};
+
+// memcpy of the working set, each thread copying its own slice.
+void bm_copy(benchmark::State &state, Buffers *buffers, int n_threads) {
+    Buffers &b = *buffers;
+    ThreadPool pool(n_threads);
+    const int64_t n = static_cast<int64_t>(b.src.size());
+    const int64_t slice = (n / n_threads + 4095) / 4096 * 4096;
+    for (auto _ : state) {
+        pool.parallel_for(n, slice, [&b](int64_t begin, int64_t end) {
+            std::memcpy(b.dst.data() + begin, b.src.data() + begin, static_cast<size_t>(end - begin));
+        });
+        benchmark::ClobberMemory();
+    }
+    state.SetBytesProcessed(state.iterations() * 2 * n);
+    state.counters["MiB"] = double(n) / (1 << 20);
+    state.SetLabel(std::to_string(n_threads) + " threads, read + write bytes");
+}
+
+// A plain sum over the working set: the read bandwidth a matvec could reach at best.
+void bm_read(benchmark::State &state, Buffers *buffers, int n_threads) {
+    Buffers &b = *buffers;
+    ThreadPool pool(n_threads);
+    const int64_t n_words = static_cast<int64_t>(b.src.size() / 8);
+    const int64_t slice = (n_words / n_threads + 511) / 512 * 512;
+    std::atomic<uint64_t> total{0};
+    for (auto _ : state) {
+        pool.parallel_for(n_words, slice, [&](int64_t begin, int64_t end) {
+            const uint8_t *p = b.src.data() + begin * 8;
+            uint64_t lanes[8] = {};
+            int64_t i = 0;
+            for (; i + 8 <= end - begin; i += 8) {
+                for (int l = 0; l < 8; ++l) {
+                    uint64_t v;
+                    std::memcpy(&v, p + (i + l) * 8, 8);
+                    lanes[l] += v;
+                }
+            }
+            uint64_t s = 0;
+            for (uint64_t v : lanes) s += v;
+            total.fetch_add(s, std::memory_order_relaxed);
+        });
+        benchmark::DoNotOptimize(total.load());
+    }
+    state.SetBytesProcessed(state.iterations() * n_words * 8);
+    state.SetLabel(std::to_string(n_threads) + " threads");
+}
+
+// Prints the usual console output, then a summary: each matvec's GB/s (median of its runs) as a fraction
+// of the copy and read bandwidth from the same run.
+class RatioReporter : public benchmark::ConsoleReporter {
+  public:
+    void ReportRuns(const std::vector<Run> &runs) override {
+        for (const Run &run : runs) {
+            if (run.error_occurred) continue;
+            const auto it = run.counters.find("bytes_per_second");
+            if (it == run.counters.end()) continue;
+            // Each repetition, or only the median when --benchmark_report_aggregates_only hides them.
+            if (run.run_type == Run::RT_Iteration) {
+                rates_[run.run_name.function_name].push_back(it->second.value);
+            } else if (run.aggregate_name == "median") {
+                medians_[run.run_name.function_name] = it->second.value;
+            }
+        }
+        ConsoleReporter::ReportRuns(runs);
+    }
+
+    void Finalize() override {
+        ConsoleReporter::Finalize();
+        const double copy = median("copy"), read = median("read");
+        if (copy <= 0.0) return;
+        std::printf("\nsummary (GB/s = 1e9 B/s; medians; ISA %s)\n", cpu::active_isa_name());
+        std::printf("  %-14s %8.2f GB/s  (read + write)\n", "copy", copy / 1e9);
+        if (read > 0.0) std::printf("  %-14s %8.2f GB/s\n", "read", read / 1e9);
+        std::vector<std::string> names;
+        for (const auto &[name, rates] : rates_) names.push_back(name);
+        for (const auto &[name, rate] : medians_) names.push_back(name);
+        std::sort(names.begin(), names.end());
+        names.erase(std::unique(names.begin(), names.end()), names.end());
+        for (const std::string &name : names) {
+            if (name.rfind("matvec/", 0) != 0) continue;
+            const double r = median(name);
+            std::printf("  %-14s %8.2f GB/s  %5.0f%% of copy  %5.0f%% of read\n", name.c_str(), r / 1e9,
+                        100.0 * r / copy, read > 0.0 ? 100.0 * r / read : 0.0);
+        }
+    }
+
+  private:
+    double median(const std::string &name) const {
+        if (const auto m = medians_.find(name); m != medians_.end()) return m->second;
+        const auto it = rates_.find(name);
+        if (it == rates_.end() || it->second.empty()) return 0.0;
+        std::vector<double> v = it->second;
+        std::sort(v.begin(), v.end());
+        return v[v.size() / 2];
+    }
+
+    std::map<std::string, std::vector<double>> rates_;  // bytes/s of each repetition, by benchmark
+    std::map<std::string, double> medians_;              // bytes/s of the median aggregate, when reported
+};
+
+}  // namespace
+
+int main(int argc, char **argv) {
+    benchmark::Initialize(&argc, argv);
+    int n_threads = 2;
+    for (int i = 1; i < argc; ++i) {
+        if (std::strncmp(argv[i], "--threads=", 10) == 0) {
+            n_threads = std::max(1, std::atoi(argv[i] + 10));
+        } else {
+            std::fprintf(stderr, "unknown argument %s (expected --threads=N or --benchmark_* flags)\n", argv[i]);
+            return 2;
+        }
+    }
+    std::printf("working set per buffer: %lld MiB (4x LLC of %lld MiB), %d threads, ISA %s\n",
+                (long long)(working_set_bytes() >> 20), (long long)(llc_bytes() >> 20), n_threads,
+                cpu::active_isa_name());
+
+    // Every buffer is made (and its pages touched) before any timing starts.
+    Buffers buffers;
+    std::vector<std::unique_ptr<MatvecData>> matrices;
+    for (DType t : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0}) {
+        matrices.push_back(std::make_unique<MatvecData>(t));
+    }
+
+    benchmark::RegisterBenchmark("copy", bm_copy, &buffers, n_threads)->UseRealTime()->Unit(benchmark::kMillisecond);
+    benchmark::RegisterBenchmark("read", bm_read, &buffers, n_threads)->UseRealTime()->Unit(benchmark::kMillisecond);
+    for (const auto &m : matrices) {
+        const std::string name = "matvec/" + std::string(dtype_name(m->w.type));
+        benchmark::RegisterBenchmark(name.c_str(), bm_matvec, m.get(), n_threads)
+            ->UseRealTime()
+            ->Unit(benchmark::kMillisecond);
+    }
+    RatioReporter reporter;
+    benchmark::RunSpecifiedBenchmarks(&reporter);
+    benchmark::Shutdown();
+    return 0;
+}

@@ -1,0 +1,154 @@
+#include "kernels/cpu/dispatch.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "core/error.h"
+#include "kernels/cpu/isa_kernels.h"
+
+namespace sparrow::cpu {
+
+namespace {
+
+// One table per level, built from each ISA file's exported functions. Constant data: nothing here changes
+// after start-up, and a table is only handed out when cpu_supports() says its code can run.
+constexpr KernelTable kScalarTable = {
+    .isa = Isa::scalar,
+    .name = "scalar",
+    .dot_f32 = scalar::dot_tile_f32,
+    .dot_f16 = scalar::dot_tile_f16,
+    .dot_bf16 = scalar::dot_tile_bf16,
+    .dot_q8_0 = scalar::dot_tile_q8_0,
+    .dot_q4_0 = scalar::dot_tile_q4_0,
+    .axpy_f32 = scalar::axpy_f32,
+    .axpy_f16 = scalar::axpy_f16,
+    .axpy_bf16 = scalar::axpy_bf16,
+    .quantize_row_q8_0 = scalar::quantize_row_q8_0,
+};
+constexpr KernelTable kAvx2Table = {
+    .isa = Isa::avx2,
+    .name = "avx2",
+    .dot_f32 = avx2::dot_tile_f32,
+    .dot_f16 = avx2::dot_tile_f16,
+    .dot_bf16 = avx2::dot_tile_bf16,
+    .dot_q8_0 = avx2::dot_tile_q8_0,
+    .dot_q4_0 = avx2::dot_tile_q4_0,
+    .axpy_f32 = avx2::axpy_f32,
+    .axpy_f16 = avx2::axpy_f16,
+    .axpy_bf16 = avx2::axpy_bf16,
+    .quantize_row_q8_0 = avx2::quantize_row_q8_0,
+};
+constexpr KernelTable kAvx512Table = {
+    .isa = Isa::avx512,
+    .name = "avx512",
+    .dot_f32 = avx512::dot_tile_f32,
+    .dot_f16 = avx512::dot_tile_f16,
+    .dot_bf16 = avx512::dot_tile_bf16,
+    .dot_q8_0 = avx512::dot_tile_q8_0,
+    .dot_q4_0 = avx512::dot_tile_q4_0,
+    .axpy_f32 = avx512::axpy_f32,
+    .axpy_f16 = avx512::axpy_f16,
+    .axpy_bf16 = avx512::axpy_bf16,
+    .quantize_row_q8_0 = avx512::quantize_row_q8_0,
+};
+
+bool detect(Isa isa) {
+#if defined(__x86_64__) || defined(__i386__)
+    // libgcc's cpuid check also asks the OS (XGETBV) whether it saves the AVX / AVX-512 register state.
+    __builtin_cpu_init();
+    switch (isa) {
+        case Isa::scalar: return true;
+        case Isa::avx2:
+            return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                   __builtin_cpu_supports("f16c");
+        case Isa::avx512:
+            return detect(Isa::avx2) && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                   __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+    }
+    return false;
+#else
+    return isa == Isa::scalar;
+#endif
+}
+
+Isa best_isa() {
+    if (detect(Isa::avx512)) return Isa::avx512;
+    if (detect(Isa::avx2)) return Isa::avx2;
+    return Isa::scalar;
+}
+
+}  // namespace
+
+DotTileFn KernelTable::dot(DType t) const {
+    switch (t) {
+        case DType::F32: return dot_f32;
+        case DType::F16: return dot_f16;
+        case DType::BF16: return dot_bf16;
+        case DType::Q8_0: return dot_q8_0;
+        case DType::Q4_0: return dot_q4_0;
+        default: throw_error("no dot product kernel for weight type %s", std::string(dtype_name(t)).c_str());
+    }
+}
+
+AxpyFn KernelTable::axpy(DType t) const {
+    switch (t) {
+        case DType::F32: return axpy_f32;
+        case DType::F16: return axpy_f16;
+        case DType::BF16: return axpy_bf16;
+        default: throw_error("no axpy kernel for row type %s", std::string(dtype_name(t)).c_str());
+    }
+}
+
+bool cpu_supports(Isa isa) {
+    // cpuid is cheap but not free; the answers never change, so ask once per level.
+    static const bool supported[3] = {detect(Isa::scalar), detect(Isa::avx2), detect(Isa::avx512)};
+    const int i = static_cast<int>(isa);
+    return i >= 0 && i < 3 && supported[i];
+}
+
+const char *isa_name(Isa isa) {
+    switch (isa) {
+        case Isa::scalar: return "scalar";
+        case Isa::avx2: return "avx2";
+        case Isa::avx512: return "avx512";
+    }
+    return "unknown";
+}
+
+Isa resolve_isa(const char *requested) {
+    const Isa best = best_isa();
+    if (!requested || !*requested) return best;
+    for (Isa isa : {Isa::scalar, Isa::avx2, Isa::avx512}) {
+        if (std::strcmp(requested, isa_name(isa)) != 0) continue;
+        if (!cpu_supports(isa)) {
+            std::fprintf(stderr, "sparrow: SPARROW_ISA=%s but this CPU lacks it; using %s\n", requested,
+                         isa_name(best));
+            return best;
+        }
+        return isa;
+    }
+    std::fprintf(stderr, "sparrow: unknown SPARROW_ISA=%s (expected scalar, avx2 or avx512); using %s\n",
+                 requested, isa_name(best));
+    return best;
+}
+
+const KernelTable *kernels_for(Isa isa) {
+    if (!cpu_supports(isa)) return nullptr;
+    switch (isa) {
+        case Isa::scalar: return &kScalarTable;
+        case Isa::avx2: return &kAvx2Table;
+        case Isa::avx512: return &kAvx512Table;
+    }
+    return nullptr;
+}
+
+const KernelTable &kernels() {
+    static const KernelTable *const active = kernels_for(resolve_isa(std::getenv("SPARROW_ISA")));
+    return *active;
+}
+
+const char *active_isa_name() { return kernels().name; }
+
+}  // namespace sparrow::cpu

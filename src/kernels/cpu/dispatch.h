@@ -1,0 +1,72 @@
+// Runtime ISA dispatch for the CPU kernels. One binary runs everywhere: the hot inner loops exist once per
+// instruction set (kernels_scalar.cpp, kernels_avx2.cpp, kernels_avx512.cpp) and a table of function
+// pointers picks the best level the CPU has, once, at first use. SPARROW_ISA=scalar|avx2|avx512 in the
+// environment forces a lower level (a higher one than the CPU has falls back to the best it has).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "core/blocks.h"
+#include "core/dtype.h"
+
+namespace sparrow::cpu {
+
+enum class Isa : int {
+    scalar = 0,  // portable C++ (what the compiler's baseline target gives)
+    avx2 = 1,    // AVX2 + FMA + F16C
+    avx512 = 2,  // AVX-512 F, BW, VL, DQ
+};
+
+// Tokens (activation rows) one dot_tile call handles against one weight row: the weight row is loaded
+// once per tile, so prefill reads weights a quarter as often as a token-at-a-time loop.
+constexpr int kMaxTile = 4;
+
+// out[j] = sum_i w[i] * x_j[i] for j < n_x, 1 <= n_x <= kMaxTile.
+//   w: one weight row of n elements (n % 32 == 0 for Q8_0/Q4_0)
+//   x: n_x rows of the weight type's dot type, x_j = (const uint8_t *)x + j * x_stride:
+//      f32 for F32/F16/BF16 weights, Q8_0 blocks for Q8_0/Q4_0 weights (quantize_row_q8_0)
+//   out: [n_x] f32. Accumulates in f32; Q8_0/Q4_0 sums are integer within each 32-block, as ggml.
+using DotTileFn = void (*)(const void *w, const void *x, size_t x_stride, int n_x, int64_t n, float *out);
+// y[0..n) += a * row[0..n), row of the table entry's type (F32, F16 or BF16); y must not alias row.
+using AxpyFn = void (*)(const void *row, float a, float *y, int64_t n);
+// n floats (n % 32 == 0) to n/32 Q8_0 blocks, bit-identical to ggml's reference quantiser
+// (quantize_row(DType::Q8_0, ...) in core/dtype.h).
+using QuantizeQ8Fn = void (*)(const float *x, BlockQ8_0 *y, int64_t n);
+
+struct KernelTable {
+    Isa isa = Isa::scalar;
+    const char *name = "";
+    DotTileFn dot_f32 = nullptr;
+    DotTileFn dot_f16 = nullptr;
+    DotTileFn dot_bf16 = nullptr;
+    DotTileFn dot_q8_0 = nullptr;  // weights Q8_0, activations Q8_0
+    DotTileFn dot_q4_0 = nullptr;  // weights Q4_0, activations Q8_0
+    AxpyFn axpy_f32 = nullptr;
+    AxpyFn axpy_f16 = nullptr;
+    AxpyFn axpy_bf16 = nullptr;
+    QuantizeQ8Fn quantize_row_q8_0 = nullptr;
+
+    // The dot for weights of type t (a supported type), or throws sparrow::Error.
+    DotTileFn dot(DType t) const;
+    // The axpy for cache rows of type t (F32, F16, BF16), or throws sparrow::Error.
+    AxpyFn axpy(DType t) const;
+};
+
+// Whether this CPU (and OS) can run the given level.
+bool cpu_supports(Isa isa);
+// "scalar", "avx2", "avx512".
+const char *isa_name(Isa isa);
+
+// The table of a given level, or nullptr when the CPU lacks it (tests run every level that exists).
+const KernelTable *kernels_for(Isa isa);
+// The level to run given a SPARROW_ISA value (null or empty: none set): the named level when the CPU has
+// it, else the best one it has (a higher level cannot be forced; unknown names are ignored, with a warning
+// on stderr).
+Isa resolve_isa(const char *requested);
+// The active table: the best level the CPU has, or the lower level SPARROW_ISA asks for. Chosen once.
+const KernelTable &kernels();
+// The active level's name, for printing.
+const char *active_isa_name();
+
+}  // namespace sparrow::cpu

@@ -1,0 +1,53 @@
+// Declarations of the kernels each ISA file exports (kernels_scalar.cpp, kernels_avx2.cpp,
+// kernels_avx512.cpp). Declarations only, on purpose: the ISA files include this header so the compiler
+// checks their definitions against what the dispatcher calls, and a header without inline functions,
+// templates or std types keeps the ODR rule of those files (blocks.h explains it). Only dispatch.cpp
+// calls these; everything else goes through the table in dispatch.h.
+//
+// The three families have one signature each (see dispatch.h for the full contract):
+//   dot_tile_<w>:  out[j] = w . x_j for j < n_x (1..4); w one weight row of n elements, x_j = x + j*x_stride
+//                  bytes, rows of the weight type's dot type (f32 for f32/f16/bf16, Q8_0 for q8_0/q4_0)
+//   axpy_<t>:      y[0..n) += a * row[0..n)
+//   quantize_row_q8_0: n floats (n % 32 == 0) to n/32 Q8_0 blocks, bit-exactly as ggml's reference
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "core/blocks.h"
+
+namespace sparrow::cpu::scalar {
+void dot_tile_f32(const void *w, const void *x, size_t x_stride, int n_x, int64_t n, float *out);
+void dot_tile_f16(const void *w, const void *x, size_t x_stride, int n_x, int64_t n, float *out);
+void dot_tile_bf16(const void *w, const void *x, size_t x_stride, int n_x, int64_t n, float *out);
+void dot_tile_q8_0(const void *w, const void *x, size_t x_stride, int n_x, int64_t n, float *out);
+void dot_tile_q4_0(const void *w, const void *x, size_t x_stride, int n_x, int64_t n, float *out);
+void axpy_f32(const void *row, float a, float *y, int64_t n);
+void axpy_f16(const void *row, float a, float *y, int64_t n);
+void axpy_bf16(const void *row, float a, float *y, int64_t n);
+void quantize_row_q8_0(const float *x, BlockQ8_0 *y, int64_t n);
+}  // namespace sparrow::cpu::scalar
+
+namespace sparrow::cpu::avx2 {
+void dot_tile_f32(const void *w, const void *x, size_t x_stride, int n_x, int64_t n, float *out);
+void dot_tile_f16(const void *w, const void *x, size_t x_stride, int n_x, int64_t n, float *out);
+void dot_tile_bf16(const void *w, const void *x, size_t x_stride, int n_x, int64_t n, float *out);
+void dot_tile_q8_0(const void *w, const void *x, size_t x_stride, int n_x, int64_t n, float *out);
+void dot_tile_q4_0(const void *w, const void *x, size_t x_stride, int n_x, int64_t n, float *out);
+void axpy_f32(const void *row, float a, float *y, int64_t n);
+void axpy_f16(const void *row, float a, float *y, int64_t n);
+void axpy_bf16(const void *row, float a, float *y, int64_t n);
+void quantize_row_q8_0(const float *x, BlockQ8_0 *y, int64_t n);
+}  // namespace sparrow::cpu::avx2
+
+namespace sparrow::cpu::avx512 {
+void dot_tile_f32(const void *w, const void *x, size_t x_stride, int n_x, int64_t n, float *out);
+void dot_tile_f16(const void *w, const void *x, size_t x_stride, int n_x, int64_t n, float *out);
+void dot_tile_bf16(const void *w, const void *x, size_t x_stride, int n_x, int64_t n, float *out);
+void dot_tile_q8_0(const void *w, const void *x, size_t x_stride, int n_x, int64_t n, float *out);
+void dot_tile_q4_0(const void *w, const void *x, size_t x_stride, int n_x, int64_t n, float *out);
+void axpy_f32(const void *row, float a, float *y, int64_t n);
+void axpy_f16(const void *row, float a, float *y, int64_t n);
+void axpy_bf16(const void *row, float a, float *y, int64_t n);
+void quantize_row_q8_0(const float *x, BlockQ8_0 *y, int64_t n);
+}  // namespace sparrow::cpu::avx512

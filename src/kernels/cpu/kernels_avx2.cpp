@@ -1,0 +1,248 @@
+// AVX2 + FMA + F16C kernels. Compiled with -mavx2 -mfma -mf16c (CMakeLists.txt) and called only after
+// cpuid says the CPU has them (dispatch.cpp).
+//
+// ODR rule for this file: it includes only <immintrin.h>, <cstddef>, <cstdint>, <cstring>, core/blocks.h
+// (plain data) and isa_kernels.h (declarations only), and everything but the exported kernels sits in an
+// anonymous namespace (templates included: internal linkage). A shared inline function compiled here
+// could otherwise be the copy the linker keeps, and crash on a CPU without AVX2.
+#include <immintrin.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#include "core/blocks.h"
+#include "kernels/cpu/isa_kernels.h"
+
+namespace sparrow::cpu::avx2 {
+
+namespace {
+
+constexpr int kMaxTile = 4;  // = cpu::kMaxTile (dispatch.h is not included here: it pulls in inline code)
+
+// Sum of the 8 lanes.
+inline float hsum(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+inline float fp16_to_f32(uint16_t h) { return _cvtsh_ss(h); }
+
+inline float bf16_to_f32(uint16_t h) {
+    const uint32_t u = uint32_t(h) << 16;
+    float f;
+    std::memcpy(&f, &u, 4);
+    return f;
+}
+
+// --- f32 / f16 / bf16 weights against f32 activations ------------------------------------------------------
+enum class FloatKind { f32, f16, bf16 };
+
+// 8 consecutive weights from element i, widened to f32.
+template <FloatKind K>
+inline __m256 load8(const void *w, int64_t i) {
+    if constexpr (K == FloatKind::f32) {
+        return _mm256_loadu_ps(static_cast<const float *>(w) + i);
+    } else if constexpr (K == FloatKind::f16) {
+        return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(static_cast<const uint16_t *>(w) + i)));
+    } else {
+        // bf16 is the top half of an f32: widen to 32 bits and shift into place.
+        const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i *>(static_cast<const uint16_t *>(w) + i));
+        return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+    }
+}
+
+template <FloatKind K>
+inline float load1(const void *w, int64_t i) {
+    if constexpr (K == FloatKind::f32) {
+        return static_cast<const float *>(w)[i];
+    } else if constexpr (K == FloatKind::f16) {
+        return fp16_to_f32(static_cast<const uint16_t *>(w)[i]);
+    } else {
+        return bf16_to_f32(static_cast<const uint16_t *>(w)[i]);
+    }
+}
+
+// NT tokens against one weight row, two vectors per step. The accumulation order is the same for every NT
+// (element i always lands in the same lane of the same accumulator), so a token's result does not depend on
+// which tile it shares or with how many others: batched and single-sequence runs agree bit for bit.
+template <FloatKind K, int NT>
+void dot_tile_float(const void *w, const void *x, size_t x_stride, int64_t n, float *out) {
+    constexpr int U = 2;
+    const float *xs[NT];
+    for (int j = 0; j < NT; ++j) xs[j] = reinterpret_cast<const float *>(static_cast<const uint8_t *>(x) + j * x_stride);
+    __m256 acc[NT][U];
+    for (int j = 0; j < NT; ++j) {
+        for (int u = 0; u < U; ++u) acc[j][u] = _mm256_setzero_ps();
+    }
+    int64_t i = 0;
+    for (; i + 8 * U <= n; i += 8 * U) {
+        for (int u = 0; u < U; ++u) {
+            const __m256 wv = load8<K>(w, i + 8 * u);
+            for (int j = 0; j < NT; ++j) acc[j][u] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(xs[j] + i + 8 * u), acc[j][u]);
+        }
+    }
+    for (; i + 8 <= n; i += 8) {
+        const __m256 wv = load8<K>(w, i);
+        for (int j = 0; j < NT; ++j) acc[j][0] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(xs[j] + i), acc[j][0]);
+    }
+    for (int j = 0; j < NT; ++j) {
+        __m256 s = acc[j][0];
+        for (int u = 1; u < U; ++u) s = _mm256_add_ps(s, acc[j][u]);
+        float sum = hsum(s);
+        for (int64_t k = i; k < n; ++k) sum += load1<K>(w, k) * xs[j][k];
+        out[j] = sum;
+    }
+}
+
+template <FloatKind K>
+void dot_tile_float_any(const void *w, const void *x, size_t x_stride, int n_x, int64_t n, float *out) {
+    switch (n_x) {
+        case 1: dot_tile_float<K, 1>(w, x, x_stride, n, out); return;
+        case 2: dot_tile_float<K, 2>(w, x, x_stride, n, out); return;
+        case 3: dot_tile_float<K, 3>(w, x, x_stride, n, out); return;
+        default: dot_tile_float<K, kMaxTile>(w, x, x_stride, n, out); return;
+    }
+}
+
+// --- Q8_0 / Q4_0 weights against Q8_0 activations -------------------------------------------------------------
+// The 32 weights of a block as signed bytes in element order.
+inline __m256i unpack_block(const BlockQ8_0 &b) { return _mm256_loadu_si256(reinterpret_cast<const __m256i *>(b.qs)); }
+
+inline __m256i unpack_block(const BlockQ4_0 &b) {
+    // Low nibbles are elements 0..15, high nibbles 16..31; both stored with an offset of 8.
+    const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i *>(b.qs));
+    const __m256i nibbles = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), _mm256_set1_epi8(0x0f));
+    return _mm256_sub_epi8(nibbles, _mm256_set1_epi8(8));
+}
+
+// Eight int32 partial sums of w[k] * x[k] over a block. maddubs multiplies unsigned by signed bytes, so
+// move w's sign onto x: |w| * (x * sign(w)) = w * x. Pairs of products fit int16 (2 * 128 * 127 < 32767)
+// because activations come from quantize_row_q8_0 and lie in [-127, 127].
+inline __m256i block_dot(__m256i w_abs, __m256i w, __m256i x) {
+    const __m256i p16 = _mm256_maddubs_epi16(w_abs, _mm256_sign_epi8(x, w));
+    return _mm256_madd_epi16(p16, _mm256_set1_epi16(1));
+}
+
+template <typename Block, int NT>
+void dot_tile_quant(const void *wv, const void *x, size_t x_stride, int64_t n, float *out) {
+    const Block *w = static_cast<const Block *>(wv);
+    const BlockQ8_0 *xs[NT];
+    for (int j = 0; j < NT; ++j) {
+        xs[j] = reinterpret_cast<const BlockQ8_0 *>(static_cast<const uint8_t *>(x) + j * x_stride);
+    }
+    const int64_t nb = n / QK8_0;
+    // Two accumulators per token (even and odd blocks) to halve the FMA dependency chain at NT = 1.
+    __m256 acc[NT][2];
+    for (int j = 0; j < NT; ++j) acc[j][0] = acc[j][1] = _mm256_setzero_ps();
+    int64_t b = 0;
+    for (; b + 2 <= nb; b += 2) {
+        for (int u = 0; u < 2; ++u) {
+            const __m256i qw = unpack_block(w[b + u]);
+            const __m256i qw_abs = _mm256_sign_epi8(qw, qw);
+            const float dw = fp16_to_f32(w[b + u].d);
+            for (int j = 0; j < NT; ++j) {
+                const BlockQ8_0 &xb = xs[j][b + u];
+                const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(xb.qs));
+                const __m256 d = _mm256_set1_ps(dw * fp16_to_f32(xb.d));
+                acc[j][u] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(block_dot(qw_abs, qw, q)), acc[j][u]);
+            }
+        }
+    }
+    if (b < nb) {
+        const __m256i qw = unpack_block(w[b]);
+        const __m256i qw_abs = _mm256_sign_epi8(qw, qw);
+        const float dw = fp16_to_f32(w[b].d);
+        for (int j = 0; j < NT; ++j) {
+            const BlockQ8_0 &xb = xs[j][b];
+            const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(xb.qs));
+            const __m256 d = _mm256_set1_ps(dw * fp16_to_f32(xb.d));
+            acc[j][0] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(block_dot(qw_abs, qw, q)), acc[j][0]);
+        }
+    }
+    for (int j = 0; j < NT; ++j) out[j] = hsum(_mm256_add_ps(acc[j][0], acc[j][1]));
+}
+
+template <typename Block>
+void dot_tile_quant_any(const void *w, const void *x, size_t x_stride, int n_x, int64_t n, float *out) {
+    switch (n_x) {
+        case 1: dot_tile_quant<Block, 1>(w, x, x_stride, n, out); return;
+        case 2: dot_tile_quant<Block, 2>(w, x, x_stride, n, out); return;
+        case 3: dot_tile_quant<Block, 3>(w, x, x_stride, n, out); return;
+        default: dot_tile_quant<Block, kMaxTile>(w, x, x_stride, n, out); return;
+    }
+}
+
+// --- axpy --------------------------------------------------------------------------------------------------
+template <FloatKind K>
+void axpy(const void *row, float a, float *y, int64_t n) {
+    const __m256 av = _mm256_set1_ps(a);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_fmadd_ps(av, load8<K>(row, i), _mm256_loadu_ps(y + i)));
+    for (; i < n; ++i) y[i] += a * load1<K>(row, i);
+}
+
+}  // namespace
+
+void dot_tile_f32(const void *w, const void *x, size_t x_stride, int n_x, int64_t n, float *out) {
+    dot_tile_float_any<FloatKind::f32>(w, x, x_stride, n_x, n, out);
+}
+void dot_tile_f16(const void *w, const void *x, size_t x_stride, int n_x, int64_t n, float *out) {
+    dot_tile_float_any<FloatKind::f16>(w, x, x_stride, n_x, n, out);
+}
+void dot_tile_bf16(const void *w, const void *x, size_t x_stride, int n_x, int64_t n, float *out) {
+    dot_tile_float_any<FloatKind::bf16>(w, x, x_stride, n_x, n, out);
+}
+void dot_tile_q8_0(const void *w, const void *x, size_t x_stride, int n_x, int64_t n, float *out) {
+    dot_tile_quant_any<BlockQ8_0>(w, x, x_stride, n_x, n, out);
+}
+void dot_tile_q4_0(const void *w, const void *x, size_t x_stride, int n_x, int64_t n, float *out) {
+    dot_tile_quant_any<BlockQ4_0>(w, x, x_stride, n_x, n, out);
+}
+
+void axpy_f32(const void *row, float a, float *y, int64_t n) { axpy<FloatKind::f32>(row, a, y, n); }
+void axpy_f16(const void *row, float a, float *y, int64_t n) { axpy<FloatKind::f16>(row, a, y, n); }
+void axpy_bf16(const void *row, float a, float *y, int64_t n) { axpy<FloatKind::bf16>(row, a, y, n); }
+
+// Bit-identical to ggml's reference quantiser: d = amax / 127 (f32 division), id = 1 / d, q = round(x * id)
+// with halves away from zero (std::round), which the SIMD rounding modes lack: truncate, then step one
+// away from zero when the exact remainder x - trunc(x) reaches 0.5.
+void quantize_row_q8_0(const float *x, BlockQ8_0 *y, int64_t n) {
+    const __m256 sign_bit = _mm256_set1_ps(-0.0f);
+    const __m256 half = _mm256_set1_ps(0.5f);
+    const __m256 one = _mm256_set1_ps(1.0f);
+    for (int64_t b = 0; b < n / QK8_0; ++b, x += QK8_0) {
+        __m256 v[4];
+        for (int k = 0; k < 4; ++k) v[k] = _mm256_loadu_ps(x + 8 * k);
+        __m256 amax8 = _mm256_andnot_ps(sign_bit, v[0]);
+        for (int k = 1; k < 4; ++k) amax8 = _mm256_max_ps(amax8, _mm256_andnot_ps(sign_bit, v[k]));
+        __m128 m = _mm_max_ps(_mm256_castps256_ps128(amax8), _mm256_extractf128_ps(amax8, 1));
+        m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+        m = _mm_max_ss(m, _mm_movehdup_ps(m));
+        const float amax = _mm_cvtss_f32(m);
+        const float d = amax / 127.0f;
+        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        y[b].d = static_cast<uint16_t>(_cvtss_sh(d, _MM_FROUND_TO_NEAREST_INT));
+        const __m256 idv = _mm256_set1_ps(id);
+        __m256i q[4];
+        for (int k = 0; k < 4; ++k) {
+            const __m256 s = _mm256_mul_ps(v[k], idv);
+            const __m256 t = _mm256_round_ps(s, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+            const __m256 frac = _mm256_andnot_ps(sign_bit, _mm256_sub_ps(s, t));
+            const __m256 step = _mm256_or_ps(one, _mm256_and_ps(sign_bit, s));  // +-1 with the sign of s
+            const __m256 r = _mm256_add_ps(t, _mm256_and_ps(_mm256_cmp_ps(frac, half, _CMP_GE_OQ), step));
+            q[k] = _mm256_cvttps_epi32(r);
+        }
+        // Narrow 4 x 8 int32 to 32 int8. packs works within 128-bit lanes, so the result comes out as
+        // dword groups 0 2 4 6 1 3 5 7 and the final permute restores element order.
+        const __m256i p16a = _mm256_packs_epi32(q[0], q[1]);
+        const __m256i p16b = _mm256_packs_epi32(q[2], q[3]);
+        const __m256i p8 = _mm256_packs_epi16(p16a, p16b);
+        const __m256i ordered = _mm256_permutevar8x32_epi32(p8, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+        _mm256_storeu_si256(reinterpret_cast<__m256i *>(y[b].qs), ordered);
+    }
+}
+
+}  // namespace sparrow::cpu::avx2

@@ -1,0 +1,254 @@
+// AVX-512 (F, BW, VL, DQ) kernels. Compiled with -mavx512f -mavx512bw -mavx512vl -mavx512dq (and AVX2, FMA,
+// F16C; CMakeLists.txt) and called only after cpuid says the CPU has them (dispatch.cpp).
+//
+// ODR rule for this file: it includes only <immintrin.h>, <cstddef>, <cstdint>, <cstring>, core/blocks.h
+// (plain data) and isa_kernels.h (declarations only), and everything but the exported kernels sits in an
+// anonymous namespace (templates included: internal linkage). A shared inline function compiled here
+// could otherwise be the copy the linker keeps, and crash on a CPU without AVX-512.
+//
+// Tails use masked loads (lanes past the end are neither read nor faulted), so no scalar clean-up loops.
+// Quantised rows go two 32-blocks per 512-bit register.
+// GCC 12's AVX-512 intrinsics initialise their "undefined" pass-through operands from themselves, which
+// its own -Wuninitialized then reports at every use (GCC bug 105593). The header is fine; silence it only.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+#pragma GCC diagnostic pop
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#include "core/blocks.h"
+#include "kernels/cpu/isa_kernels.h"
+
+namespace sparrow::cpu::avx512 {
+
+namespace {
+
+constexpr int kMaxTile = 4;  // = cpu::kMaxTile (dispatch.h is not included here: it pulls in inline code)
+
+inline float fp16_to_f32(uint16_t h) { return _cvtsh_ss(h); }
+
+// Mask of the first `count` of 16 lanes (count in 0..16).
+inline __mmask16 first_lanes(int64_t count) {
+    return count >= 16 ? __mmask16(0xffff) : __mmask16((1u << count) - 1u);
+}
+
+// --- f32 / f16 / bf16 weights against f32 activations ------------------------------------------------------
+enum class FloatKind { f32, f16, bf16 };
+
+// 16 weights from element i widened to f32; lanes outside `mask` read nothing and come back zero.
+template <FloatKind K>
+inline __m512 load16(const void *w, int64_t i, __mmask16 mask) {
+    if constexpr (K == FloatKind::f32) {
+        return _mm512_maskz_loadu_ps(mask, static_cast<const float *>(w) + i);
+    } else if constexpr (K == FloatKind::f16) {
+        return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mask, static_cast<const uint16_t *>(w) + i));
+    } else {
+        // bf16 is the top half of an f32: widen to 32 bits and shift into place.
+        const __m256i h = _mm256_maskz_loadu_epi16(mask, static_cast<const uint16_t *>(w) + i);
+        return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+    }
+}
+
+template <FloatKind K>
+inline __m512 load16(const void *w, int64_t i) {
+    if constexpr (K == FloatKind::f32) {
+        return _mm512_loadu_ps(static_cast<const float *>(w) + i);
+    } else if constexpr (K == FloatKind::f16) {
+        return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(static_cast<const uint16_t *>(w) + i)));
+    } else {
+        const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(static_cast<const uint16_t *>(w) + i));
+        return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+    }
+}
+
+// NT tokens against one weight row, two vectors per step. The accumulation order is the same for every NT
+// (element i always lands in the same lane of the same accumulator), so a token's result does not depend on
+// which tile it shares or with how many others: batched and single-sequence runs agree bit for bit.
+template <FloatKind K, int NT>
+void dot_tile_float(const void *w, const void *x, size_t x_stride, int64_t n, float *out) {
+    constexpr int U = 2;
+    const float *xs[NT];
+    for (int j = 0; j < NT; ++j) xs[j] = reinterpret_cast<const float *>(static_cast<const uint8_t *>(x) + j * x_stride);
+    __m512 acc[NT][U];
+    for (int j = 0; j < NT; ++j) {
+        for (int u = 0; u < U; ++u) acc[j][u] = _mm512_setzero_ps();
+    }
+    int64_t i = 0;
+    for (; i + 16 * U <= n; i += 16 * U) {
+        for (int u = 0; u < U; ++u) {
+            const __m512 wv = load16<K>(w, i + 16 * u);
+            for (int j = 0; j < NT; ++j) acc[j][u] = _mm512_fmadd_ps(wv, _mm512_loadu_ps(xs[j] + i + 16 * u), acc[j][u]);
+        }
+    }
+    for (; i < n; i += 16) {
+        const __mmask16 mask = first_lanes(n - i);
+        const __m512 wv = load16<K>(w, i, mask);
+        for (int j = 0; j < NT; ++j) {
+            acc[j][0] = _mm512_fmadd_ps(wv, _mm512_maskz_loadu_ps(mask, xs[j] + i), acc[j][0]);
+        }
+    }
+    for (int j = 0; j < NT; ++j) {
+        __m512 s = acc[j][0];
+        for (int u = 1; u < U; ++u) s = _mm512_add_ps(s, acc[j][u]);
+        out[j] = _mm512_reduce_add_ps(s);
+    }
+}
+
+template <FloatKind K>
+void dot_tile_float_any(const void *w, const void *x, size_t x_stride, int n_x, int64_t n, float *out) {
+    switch (n_x) {
+        case 1: dot_tile_float<K, 1>(w, x, x_stride, n, out); return;
+        case 2: dot_tile_float<K, 2>(w, x, x_stride, n, out); return;
+        case 3: dot_tile_float<K, 3>(w, x, x_stride, n, out); return;
+        default: dot_tile_float<K, kMaxTile>(w, x, x_stride, n, out); return;
+    }
+}
+
+// --- Q8_0 / Q4_0 weights against Q8_0 activations -------------------------------------------------------------
+// The 32 weights of a block as signed bytes in element order.
+inline __m256i unpack_block(const BlockQ8_0 &b) { return _mm256_loadu_si256(reinterpret_cast<const __m256i *>(b.qs)); }
+
+inline __m256i unpack_block(const BlockQ4_0 &b) {
+    // Low nibbles are elements 0..15, high nibbles 16..31; both stored with an offset of 8.
+    const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i *>(b.qs));
+    const __m256i nibbles = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), _mm256_set1_epi8(0x0f));
+    return _mm256_sub_epi8(nibbles, _mm256_set1_epi8(8));
+}
+
+inline __m512i load_pair(const BlockQ8_0 &b0, const BlockQ8_0 &b1) {
+    const __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(b0.qs));
+    const __m256i hi = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(b1.qs));
+    return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+}
+
+template <typename Block>
+inline __m512i unpack_pair(const Block &b0, const Block &b1) {
+    return _mm512_inserti64x4(_mm512_castsi256_si512(unpack_block(b0)), unpack_block(b1), 1);
+}
+
+// Sixteen int32 partial sums of w[k] * x[k] (lanes 0..7 the first block, 8..15 the second). maddubs
+// multiplies unsigned by signed bytes, so move w's sign onto x: |w| * (x * sign(w)) = w * x. Pairs of
+// products fit int16 because activations come from quantize_row_q8_0 and lie in [-127, 127].
+inline __m512i pair_dot(__m512i w_abs, __mmask64 w_neg, __m512i x) {
+    const __m512i x_signed = _mm512_mask_sub_epi8(x, w_neg, _mm512_setzero_si512(), x);
+    return _mm512_madd_epi16(_mm512_maddubs_epi16(w_abs, x_signed), _mm512_set1_epi16(1));
+}
+
+// The scales of two blocks spread over their lanes: lanes 0..7 get s0, lanes 8..15 get s1.
+inline __m512 pair_scale(float s0, float s1) {
+    return _mm512_mask_blend_ps(__mmask16(0xff00), _mm512_set1_ps(s0), _mm512_set1_ps(s1));
+}
+
+template <typename Block, int NT>
+void dot_tile_quant(const void *wv, const void *x, size_t x_stride, int64_t n, float *out) {
+    const Block *w = static_cast<const Block *>(wv);
+    const BlockQ8_0 *xs[NT];
+    for (int j = 0; j < NT; ++j) {
+        xs[j] = reinterpret_cast<const BlockQ8_0 *>(static_cast<const uint8_t *>(x) + j * x_stride);
+    }
+    const int64_t nb = n / QK8_0;
+    __m512 acc[NT];
+    for (int j = 0; j < NT; ++j) acc[j] = _mm512_setzero_ps();
+    int64_t b = 0;
+    for (; b + 2 <= nb; b += 2) {
+        const __m512i qw = unpack_pair(w[b], w[b + 1]);
+        const __m512i qw_abs = _mm512_abs_epi8(qw);
+        const __mmask64 qw_neg = _mm512_movepi8_mask(qw);
+        const float dw0 = fp16_to_f32(w[b].d), dw1 = fp16_to_f32(w[b + 1].d);
+        for (int j = 0; j < NT; ++j) {
+            const __m512i q = load_pair(xs[j][b], xs[j][b + 1]);
+            const __m512 d = pair_scale(dw0 * fp16_to_f32(xs[j][b].d), dw1 * fp16_to_f32(xs[j][b + 1].d));
+            acc[j] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(pair_dot(qw_abs, qw_neg, q)), acc[j]);
+        }
+    }
+    if (b < nb) {
+        // An odd last block: the upper half of the register is zero and contributes nothing.
+        const __m512i qw = _mm512_zextsi256_si512(unpack_block(w[b]));
+        const __m512i qw_abs = _mm512_abs_epi8(qw);
+        const __mmask64 qw_neg = _mm512_movepi8_mask(qw);
+        const float dw = fp16_to_f32(w[b].d);
+        for (int j = 0; j < NT; ++j) {
+            const __m512i q =
+                _mm512_zextsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(xs[j][b].qs)));
+            const __m512 d = pair_scale(dw * fp16_to_f32(xs[j][b].d), 0.0f);
+            acc[j] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(pair_dot(qw_abs, qw_neg, q)), acc[j]);
+        }
+    }
+    for (int j = 0; j < NT; ++j) out[j] = _mm512_reduce_add_ps(acc[j]);
+}
+
+template <typename Block>
+void dot_tile_quant_any(const void *w, const void *x, size_t x_stride, int n_x, int64_t n, float *out) {
+    switch (n_x) {
+        case 1: dot_tile_quant<Block, 1>(w, x, x_stride, n, out); return;
+        case 2: dot_tile_quant<Block, 2>(w, x, x_stride, n, out); return;
+        case 3: dot_tile_quant<Block, 3>(w, x, x_stride, n, out); return;
+        default: dot_tile_quant<Block, kMaxTile>(w, x, x_stride, n, out); return;
+    }
+}
+
+// --- axpy --------------------------------------------------------------------------------------------------
+template <FloatKind K>
+void axpy(const void *row, float a, float *y, int64_t n) {
+    const __m512 av = _mm512_set1_ps(a);
+    for (int64_t i = 0; i < n; i += 16) {
+        const __mmask16 mask = first_lanes(n - i);
+        const __m512 yv = _mm512_maskz_loadu_ps(mask, y + i);
+        _mm512_mask_storeu_ps(y + i, mask, _mm512_fmadd_ps(av, load16<K>(row, i, mask), yv));
+    }
+}
+
+}  // namespace
+
+void dot_tile_f32(const void *w, const void *x, size_t x_stride, int n_x, int64_t n, float *out) {
+    dot_tile_float_any<FloatKind::f32>(w, x, x_stride, n_x, n, out);
+}
+void dot_tile_f16(const void *w, const void *x, size_t x_stride, int n_x, int64_t n, float *out) {
+    dot_tile_float_any<FloatKind::f16>(w, x, x_stride, n_x, n, out);
+}
+void dot_tile_bf16(const void *w, const void *x, size_t x_stride, int n_x, int64_t n, float *out) {
+    dot_tile_float_any<FloatKind::bf16>(w, x, x_stride, n_x, n, out);
+}
+void dot_tile_q8_0(const void *w, const void *x, size_t x_stride, int n_x, int64_t n, float *out) {
+    dot_tile_quant_any<BlockQ8_0>(w, x, x_stride, n_x, n, out);
+}
+void dot_tile_q4_0(const void *w, const void *x, size_t x_stride, int n_x, int64_t n, float *out) {
+    dot_tile_quant_any<BlockQ4_0>(w, x, x_stride, n_x, n, out);
+}
+
+void axpy_f32(const void *row, float a, float *y, int64_t n) { axpy<FloatKind::f32>(row, a, y, n); }
+void axpy_f16(const void *row, float a, float *y, int64_t n) { axpy<FloatKind::f16>(row, a, y, n); }
+void axpy_bf16(const void *row, float a, float *y, int64_t n) { axpy<FloatKind::bf16>(row, a, y, n); }
+
+// Bit-identical to ggml's reference quantiser: d = amax / 127 (f32 division), id = 1 / d, q = round(x * id)
+// with halves away from zero (std::round), which the SIMD rounding modes lack: truncate, then step one
+// away from zero when the exact remainder x - trunc(x) reaches 0.5.
+void quantize_row_q8_0(const float *x, BlockQ8_0 *y, int64_t n) {
+    const __m512i sign_bit = _mm512_set1_epi32(int32_t(0x80000000u));
+    const __m512 half = _mm512_set1_ps(0.5f);
+    const __m512 one = _mm512_set1_ps(1.0f);
+    for (int64_t b = 0; b < n / QK8_0; ++b, x += QK8_0) {
+        const __m512 v[2] = {_mm512_loadu_ps(x), _mm512_loadu_ps(x + 16)};
+        const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v[0]), _mm512_abs_ps(v[1])));
+        const float d = amax / 127.0f;
+        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        y[b].d = static_cast<uint16_t>(_cvtss_sh(d, _MM_FROUND_TO_NEAREST_INT));
+        const __m512 idv = _mm512_set1_ps(id);
+        for (int k = 0; k < 2; ++k) {
+            const __m512 s = _mm512_mul_ps(v[k], idv);
+            const __m512 t = _mm512_roundscale_ps(s, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+            const __mmask16 round_up = _mm512_cmp_ps_mask(_mm512_abs_ps(_mm512_sub_ps(s, t)), half, _CMP_GE_OQ);
+            const __m512 step = _mm512_castsi512_ps(_mm512_or_si512(  // +-1 with the sign of s
+                _mm512_castps_si512(one), _mm512_and_si512(_mm512_castps_si512(s), sign_bit)));
+            const __m512 r = _mm512_mask_add_ps(t, round_up, t, step);
+            // Values are integers in [-127, 127]: vpmovdb's truncation to 8 bits is exact.
+            _mm_storeu_si128(reinterpret_cast<__m128i *>(y[b].qs + 16 * k), _mm512_cvtepi32_epi8(_mm512_cvttps_epi32(r)));
+        }
+    }
+}
+
+}  // namespace sparrow::cpu::avx512

@@ -1,0 +1,116 @@
+// The portable level of the kernel table: plain C++ for CPUs without AVX2 (and the baseline every other
+// level is checked against alongside the double-precision references in kernels/ref). Written so the
+// compiler can keep several independent accumulators and vectorise with whatever the baseline target has;
+// results are the same sums as the SIMD levels up to f32 rounding order.
+#include <cstring>
+
+#include "core/dtype.h"
+#include "kernels/cpu/dispatch.h"
+#include "kernels/cpu/isa_kernels.h"
+
+namespace sparrow::cpu::scalar {
+
+namespace {
+
+// Lanes of independent partial sums: breaks the add dependency chain and maps onto SIMD registers.
+constexpr int kLanes = 8;
+
+// out[j] = w . x_j over n elements; the weight element is converted once and used for every token.
+template <typename W, typename Convert>
+void dot_tile_float(const W *w, const void *x, size_t x_stride, int n_x, int64_t n, float *out, Convert convert) {
+    const float *xs[kMaxTile];
+    for (int j = 0; j < n_x; ++j) xs[j] = reinterpret_cast<const float *>(static_cast<const uint8_t *>(x) + j * x_stride);
+    float acc[kMaxTile][kLanes] = {};
+    int64_t i = 0;
+    for (; i + kLanes <= n; i += kLanes) {
+        float wl[kLanes];
+        for (int l = 0; l < kLanes; ++l) wl[l] = convert(w[i + l]);
+        for (int j = 0; j < n_x; ++j) {
+            for (int l = 0; l < kLanes; ++l) acc[j][l] += wl[l] * xs[j][i + l];
+        }
+    }
+    for (int j = 0; j < n_x; ++j) {
+        float sum = 0.0f;
+        for (int l = 0; l < kLanes; ++l) sum += acc[j][l];
+        for (int64_t k = i; k < n; ++k) sum += convert(w[k]) * xs[j][k];
+        out[j] = sum;
+    }
+}
+
+// Integer dot of one 32-block of weights (as int8 values) with a Q8_0 activation block.
+inline int32_t block_dot(const int8_t *qw, const int8_t *qx) {
+    int32_t sum = 0;
+    for (int k = 0; k < QK8_0; ++k) sum += int32_t(qw[k]) * int32_t(qx[k]);
+    return sum;
+}
+
+// Shared body of the Q8_0 and Q4_0 kernels: `unpack` writes a weight block's 32 values as int8 and
+// returns its scale.
+template <typename Block, typename Unpack>
+void dot_tile_quant(const Block *w, const void *x, size_t x_stride, int n_x, int64_t n, float *out, Unpack unpack) {
+    const BlockQ8_0 *xs[kMaxTile];
+    for (int j = 0; j < n_x; ++j) {
+        xs[j] = reinterpret_cast<const BlockQ8_0 *>(static_cast<const uint8_t *>(x) + j * x_stride);
+    }
+    float acc[kMaxTile] = {};
+    int8_t qw[QK8_0];
+    for (int64_t b = 0; b < n / QK8_0; ++b) {
+        const float dw = unpack(w[b], qw);
+        for (int j = 0; j < n_x; ++j) {
+            acc[j] += dw * fp16_to_f32(xs[j][b].d) * static_cast<float>(block_dot(qw, xs[j][b].qs));
+        }
+    }
+    for (int j = 0; j < n_x; ++j) out[j] = acc[j];
+}
+
+}  // namespace
+
+void dot_tile_f32(const void *w, const void *x, size_t x_stride, int n_x, int64_t n, float *out) {
+    dot_tile_float(static_cast<const float *>(w), x, x_stride, n_x, n, out, [](float v) { return v; });
+}
+
+void dot_tile_f16(const void *w, const void *x, size_t x_stride, int n_x, int64_t n, float *out) {
+    dot_tile_float(static_cast<const uint16_t *>(w), x, x_stride, n_x, n, out, fp16_to_f32);
+}
+
+void dot_tile_bf16(const void *w, const void *x, size_t x_stride, int n_x, int64_t n, float *out) {
+    dot_tile_float(static_cast<const uint16_t *>(w), x, x_stride, n_x, n, out, bf16_to_f32);
+}
+
+void dot_tile_q8_0(const void *w, const void *x, size_t x_stride, int n_x, int64_t n, float *out) {
+    dot_tile_quant(static_cast<const BlockQ8_0 *>(w), x, x_stride, n_x, n, out,
+                   [](const BlockQ8_0 &b, int8_t *q) {
+                       std::memcpy(q, b.qs, QK8_0);
+                       return fp16_to_f32(b.d);
+                   });
+}
+
+void dot_tile_q4_0(const void *w, const void *x, size_t x_stride, int n_x, int64_t n, float *out) {
+    dot_tile_quant(static_cast<const BlockQ4_0 *>(w), x, x_stride, n_x, n, out,
+                   [](const BlockQ4_0 &b, int8_t *q) {
+                       for (int k = 0; k < QK4_0 / 2; ++k) {
+                           q[k] = static_cast<int8_t>((b.qs[k] & 15) - 8);
+                           q[k + QK4_0 / 2] = static_cast<int8_t>((b.qs[k] >> 4) - 8);
+                       }
+                       return fp16_to_f32(b.d);
+                   });
+}
+
+void axpy_f32(const void *row, float a, float *y, int64_t n) {
+    const float *r = static_cast<const float *>(row);
+    for (int64_t i = 0; i < n; ++i) y[i] += a * r[i];
+}
+
+void axpy_f16(const void *row, float a, float *y, int64_t n) {
+    const uint16_t *r = static_cast<const uint16_t *>(row);
+    for (int64_t i = 0; i < n; ++i) y[i] += a * fp16_to_f32(r[i]);
+}
+
+void axpy_bf16(const void *row, float a, float *y, int64_t n) {
+    const uint16_t *r = static_cast<const uint16_t *>(row);
+    for (int64_t i = 0; i < n; ++i) y[i] += a * bf16_to_f32(r[i]);
+}
+
+void quantize_row_q8_0(const float *x, BlockQ8_0 *y, int64_t n) { quantize_row(DType::Q8_0, x, y, n); }
+
+}  // namespace sparrow::cpu::scalar

@@ -1,0 +1,113 @@
+// matmul: the hot op. Weight rows are split across the pool's threads in chunks; activations are quantised
+// to Q8_0 once per call for Q8_0/Q4_0 weights; tokens are taken kMaxTile at a time so each weight row is
+// loaded once per tile. The ISA-specific inner loops come from the dispatch table (kernels/cpu/).
+#include <algorithm>
+
+#include "core/error.h"
+#include "kernels/cpu/dispatch.h"
+#include "kernels/ops.h"
+
+namespace sparrow {
+
+namespace {
+
+// Everything the row workers need, behind one reference: a lambda capturing a single reference fits in
+// std::function's inline storage, so handing the job to the pool does not allocate.
+struct MatmulJob {
+    const WeightMatrix *w = nullptr;
+    cpu::DotTileFn dot = nullptr;
+    cpu::QuantizeQ8Fn quantize = nullptr;
+    const float *x = nullptr;     // [n_tokens, n_cols] f32
+    const uint8_t *xd = nullptr;  // activations in the dot type: n_tokens rows, xd_stride bytes apart
+    size_t xd_stride = 0;
+    uint8_t *xq = nullptr;        // where Q8_0 activations are written (scratch), or null for float weights
+    int64_t n_tokens = 0;
+    float *y = nullptr;           // [n_tokens, n_rows]
+};
+
+// Rows [r0, r1) for every token. The token tiles are the outer loop: a chunk's rows stay in L2 between
+// tiles, so for prefill each weight byte comes from memory once per matmul and from L2 once per tile.
+void matmul_rows(const MatmulJob &job, int64_t r0, int64_t r1) {
+    const WeightMatrix &w = *job.w;
+    float out[cpu::kMaxTile];
+    for (int64_t t0 = 0; t0 < job.n_tokens; t0 += cpu::kMaxTile) {
+        const int n_x = static_cast<int>(std::min<int64_t>(cpu::kMaxTile, job.n_tokens - t0));
+        const uint8_t *xt = job.xd + t0 * static_cast<int64_t>(job.xd_stride);
+        float *yt = job.y + t0 * w.n_rows;
+        for (int64_t r = r0; r < r1; ++r) {
+            job.dot(w.row(r), xt, job.xd_stride, n_x, w.n_cols, out);
+            for (int j = 0; j < n_x; ++j) yt[j * w.n_rows + r] = out[j];
+        }
+    }
+}
+
+// Rows per chunk that parallel_for hands out.
+int64_t matmul_grain(const WeightMatrix &w, int64_t n_tokens, int n_threads) {
+    // Decode streams each row once, so chunks only need to be big enough to amortise the atomic hand-out
+    // (~32 KiB); prefill revisits a chunk once per tile, so it should fill a good part of L2 (~128 KiB).
+    const int64_t target_bytes = n_tokens <= cpu::kMaxTile ? (int64_t(32) << 10) : (int64_t(128) << 10);
+    const int64_t by_size = std::max<int64_t>(1, target_bytes / w.row_bytes);
+    // At least ~4 chunks per thread, so threads that run ahead (or share a core) even out.
+    const int64_t by_balance = (w.n_rows + 4 * n_threads - 1) / (4 * n_threads);
+    return std::max<int64_t>(1, std::min(by_size, by_balance));
+}
+
+void check_weights(const WeightMatrix &w) {
+    if (!dtype_is_supported(w.type)) {
+        throw_error("matmul: weight type %s is not supported", std::string(dtype_name(w.type)).c_str());
+    }
+    const int64_t block = dtype_info(w.type).block_size;
+    if (w.n_rows < 0 || w.n_cols <= 0 || w.n_cols % block != 0) {
+        throw_error("matmul: bad %s weight shape [%lld, %lld]", std::string(dtype_name(w.type)).c_str(),
+                    (long long)w.n_rows, (long long)w.n_cols);
+    }
+    if (w.row_bytes != dtype_row_size(w.type, w.n_cols)) {
+        throw_error("matmul: row_bytes %lld does not match %lld %s elements", (long long)w.row_bytes,
+                    (long long)w.n_cols, std::string(dtype_name(w.type)).c_str());
+    }
+    if (w.n_rows > 0 && !w.data) throw_error("matmul: weight data is null");
+}
+
+}  // namespace
+
+void matmul(ThreadPool &pool, OpScratch &scratch, const WeightMatrix &w, const float *x, int64_t n_tokens,
+            float *y) {
+    check_weights(w);
+    if (n_tokens < 0) throw_error("matmul: n_tokens = %lld", (long long)n_tokens);
+    if (n_tokens == 0 || w.n_rows == 0) return;
+
+    const cpu::KernelTable &k = cpu::kernels();
+    MatmulJob job;
+    job.w = &w;
+    job.dot = k.dot(w.type);
+    job.x = x;
+    job.n_tokens = n_tokens;
+    job.y = y;
+
+    if (dtype_is_quantized(w.type)) {
+        // Q8_0/Q4_0 weights dot with Q8_0 activations: quantise every token once, into the scratch (which
+        // only grows, so a warm context does not allocate here).
+        job.xd_stride = static_cast<size_t>(dtype_row_size(DType::Q8_0, w.n_cols));
+        const size_t bytes = job.xd_stride * static_cast<size_t>(n_tokens);
+        if (scratch.quantized_x.size() < bytes) scratch.quantized_x.resize(bytes);
+        job.xq = scratch.quantized_x.data();
+        job.xd = job.xq;
+        job.quantize = k.quantize_row_q8_0;
+        // Quantising is ~1/n_rows of the matmul's work: split it only when there are many tokens.
+        pool.parallel_for(n_tokens, 16, [&job](int64_t t0, int64_t t1) {
+            for (int64_t t = t0; t < t1; ++t) {
+                job.quantize(job.x + t * job.w->n_cols,
+                             reinterpret_cast<BlockQ8_0 *>(job.xq + t * static_cast<int64_t>(job.xd_stride)),
+                             job.w->n_cols);
+            }
+        });
+    } else {
+        job.xd = reinterpret_cast<const uint8_t *>(x);
+        job.xd_stride = static_cast<size_t>(w.n_cols) * sizeof(float);
+    }
+
+    pool.parallel_for(w.n_rows, matmul_grain(w, n_tokens, pool.n_threads()),
+                      [&job](int64_t r0, int64_t r1) { matmul_rows(job, r0, r1); });
+}
+
+}  // namespace sparrow

@@ -1,0 +1,241 @@
+// The ops of ops.h other than matmul (matmul.cpp). None of them dominates a forward pass, so they are
+// tight portable C++ that the compiler can vectorise; the cache-row dot/axpy used by attention go through
+// the ISA dispatch table like matmul does.
+#include <algorithm>
+#include <cmath>
+#include <numbers>
+
+#include "core/error.h"
+#include "kernels/cpu/dispatch.h"
+#include "kernels/ops.h"
+
+namespace sparrow {
+
+namespace {
+
+// Independent partial sums per reduction: breaks the add dependency chain and lets the compiler use SIMD
+// without reassociating (no -ffast-math). Partial sums are double: norms are cheap, exactness is not.
+constexpr int kLanes = 8;
+
+double sum_of(const float *x, int64_t n) {
+    double lanes[kLanes] = {};
+    int64_t i = 0;
+    for (; i + kLanes <= n; i += kLanes) {
+        for (int l = 0; l < kLanes; ++l) lanes[l] += x[i + l];
+    }
+    double sum = 0.0;
+    for (int l = 0; l < kLanes; ++l) sum += lanes[l];
+    for (; i < n; ++i) sum += x[i];
+    return sum;
+}
+
+// sum (x[i] - center)^2
+double sum_of_squares(const float *x, int64_t n, double center) {
+    double lanes[kLanes] = {};
+    int64_t i = 0;
+    for (; i + kLanes <= n; i += kLanes) {
+        for (int l = 0; l < kLanes; ++l) {
+            const double d = x[i + l] - center;
+            lanes[l] += d * d;
+        }
+    }
+    double sum = 0.0;
+    for (int l = 0; l < kLanes; ++l) sum += lanes[l];
+    for (; i < n; ++i) sum += (x[i] - center) * (x[i] - center);
+    return sum;
+}
+
+// top_k's order: a ranks before b when its score is larger, NaN ranks after every number, and equal
+// scores (or two NaNs) rank by lower index.
+struct RanksBefore {
+    const float *scores;
+    bool operator()(int32_t a, int32_t b) const {
+        const float sa = scores[a], sb = scores[b];
+        const bool nan_a = std::isnan(sa), nan_b = std::isnan(sb);
+        if (nan_a != nan_b) return nan_b;
+        if (!nan_a && sa != sb) return sa > sb;
+        return a < b;
+    }
+};
+
+}  // namespace
+
+void get_rows(const WeightMatrix &table, const int32_t *ids, int64_t n, float *out) {
+    if (!dtype_is_supported(table.type)) {
+        throw_error("get_rows: table type %s is not supported", std::string(dtype_name(table.type)).c_str());
+    }
+    for (int64_t i = 0; i < n; ++i) {
+        if (ids[i] < 0 || ids[i] >= table.n_rows) {
+            throw_error("get_rows: id %d out of range [0, %lld)", ids[i], (long long)table.n_rows);
+        }
+        dequantize_row(table.type, table.row(ids[i]), out + i * table.n_cols, table.n_cols);
+    }
+}
+
+void rms_norm(const float *x, const float *w, float *y, int64_t n_rows, int64_t n, float eps) {
+    for (int64_t r = 0; r < n_rows; ++r) {
+        const float *xr = x + r * n;
+        float *yr = y + r * n;
+        const float scale = static_cast<float>(1.0 / std::sqrt(sum_of_squares(xr, n, 0.0) / double(n) + eps));
+        if (w) {
+            for (int64_t i = 0; i < n; ++i) yr[i] = xr[i] * scale * w[i];
+        } else {
+            for (int64_t i = 0; i < n; ++i) yr[i] = xr[i] * scale;
+        }
+    }
+}
+
+void layer_norm(const float *x, const float *w, const float *b, float *y, int64_t n_rows, int64_t n, float eps) {
+    for (int64_t r = 0; r < n_rows; ++r) {
+        const float *xr = x + r * n;
+        float *yr = y + r * n;
+        // Two passes (mean, then squared deviations): no cancellation when |mean| >> std.
+        const double mean = sum_of(xr, n) / double(n);
+        const double var = sum_of_squares(xr, n, mean) / double(n);
+        const float scale = static_cast<float>(1.0 / std::sqrt(var + eps));
+        const float m = static_cast<float>(mean);
+        for (int64_t i = 0; i < n; ++i) {
+            yr[i] = (xr[i] - m) * scale * (w ? w[i] : 1.0f) + (b ? b[i] : 0.0f);
+        }
+    }
+}
+
+void rope(float *x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, const int32_t *pos, const RopeParams &p) {
+    const int n_rot = p.n_rot;
+    if (n_rot <= 0 || n_rot % 2 != 0 || n_rot > head_dim) {
+        throw_error("rope: n_rot = %d must be even and in (0, head_dim = %lld]", n_rot, (long long)head_dim);
+    }
+    const int half = n_rot / 2;
+    const bool yarn = p.ext_factor != 0.0f;
+
+    // YaRN correction range in pair indices, in f32 exactly as ggml (ggml_rope_yarn_corr_dims), so that the
+    // floor/ceil land where ggml's do.
+    const auto corr_dim = [&](float beta) {
+        return float(n_rot) * std::log(float(p.n_ctx_orig) / (beta * 2.0f * std::numbers::pi_v<float>)) /
+               (2.0f * std::log(p.freq_base));
+    };
+    const float corr_low = std::max(0.0f, std::floor(corr_dim(p.beta_fast)));
+    const float corr_high = std::min(float(n_rot - 1), std::ceil(corr_dim(p.beta_slow)));
+    const float mscale = yarn ? p.attn_factor * (1.0f + 0.1f * std::log(1.0f / p.freq_scale)) : p.attn_factor;
+
+    // Pairs go in chunks so the per-pair tables live on the stack: per chunk, the frequency and YaRN mix
+    // of each pair (once per call), then per token cos/sin (once per token, shared by every head).
+    constexpr int kChunk = 128;
+    double inv_freq[kChunk], mix[kChunk];
+    float cos_t[kChunk], sin_t[kChunk];
+    for (int i0 = 0; i0 < half; i0 += kChunk) {
+        const int n_pairs = std::min(kChunk, half - i0);
+        for (int k = 0; k < n_pairs; ++k) {
+            const int i = i0 + k;
+            inv_freq[k] = std::pow(double(p.freq_base), -2.0 * i / n_rot);
+            const double ramp =
+                1.0 - std::clamp((i - double(corr_low)) / std::max(0.001, double(corr_high) - corr_low), 0.0, 1.0);
+            mix[k] = yarn ? ramp * p.ext_factor : 0.0;
+        }
+        for (int64_t t = 0; t < n_tokens; ++t) {
+            for (int k = 0; k < n_pairs; ++k) {
+                // theta in double: positions reach 1e5+, where an f32 angle would be off by ~1e-2 rad. The
+                // angle is reduced to [-pi, pi] in double, so f32 sin/cos of the remainder stay accurate.
+                const double theta_extrap = double(pos[t]) * inv_freq[k];
+                const double theta_interp = double(p.freq_scale) * theta_extrap;
+                const double theta = theta_interp * (1.0 - mix[k]) + theta_extrap * mix[k];
+                const double two_pi = 2.0 * std::numbers::pi;
+                const float reduced = static_cast<float>(theta - two_pi * std::nearbyint(theta / two_pi));
+                cos_t[k] = std::cos(reduced) * mscale;
+                sin_t[k] = std::sin(reduced) * mscale;
+            }
+            for (int64_t h = 0; h < n_heads; ++h) {
+                float *xh = x + (t * n_heads + h) * head_dim;
+                if (p.layout == RopeLayout::adjacent) {
+                    for (int k = 0; k < n_pairs; ++k) {
+                        const float a = xh[2 * (i0 + k)], b = xh[2 * (i0 + k) + 1];
+                        xh[2 * (i0 + k)] = a * cos_t[k] - b * sin_t[k];
+                        xh[2 * (i0 + k) + 1] = a * sin_t[k] + b * cos_t[k];
+                    }
+                } else {
+                    for (int k = 0; k < n_pairs; ++k) {
+                        const float a = xh[i0 + k], b = xh[i0 + k + half];
+                        xh[i0 + k] = a * cos_t[k] - b * sin_t[k];
+                        xh[i0 + k + half] = a * sin_t[k] + b * cos_t[k];
+                    }
+                }
+            }
+        }
+    }
+}
+
+void softmax(float *x, int64_t n, float scale) {
+    if (n <= 0) return;
+    float max = -INFINITY;
+    for (int64_t i = 0; i < n; ++i) max = std::max(max, x[i] * scale);
+    if (max == -INFINITY) {  // every element -inf (a fully masked row): no probability mass anywhere
+        std::fill(x, x + n, 0.0f);
+        return;
+    }
+    double sum = 0.0;
+    for (int64_t i = 0; i < n; ++i) {
+        x[i] = std::exp(x[i] * scale - max);
+        sum += x[i];
+    }
+    const float inv = static_cast<float>(1.0 / sum);
+    for (int64_t i = 0; i < n; ++i) x[i] *= inv;
+}
+
+void swiglu(const float *gate, const float *up, float *out, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) {
+        const float g = gate[i];
+        out[i] = g / (1.0f + std::exp(-g)) * up[i];
+    }
+}
+
+void hadamard(float *x, int64_t n_rows, int64_t n) {
+    if (n <= 0 || (n & (n - 1)) != 0) throw_error("hadamard: n = %lld is not a power of two", (long long)n);
+    const float norm = static_cast<float>(1.0 / std::sqrt(double(n)));
+    for (int64_t r = 0; r < n_rows; ++r) {
+        float *xr = x + r * n;
+        // Butterflies of span len over blocks of 2*len: H_2m = [[H_m, H_m], [H_m, -H_m]] (Sylvester order).
+        for (int64_t len = 1; len < n; len *= 2) {
+            for (int64_t i = 0; i < n; i += 2 * len) {
+                for (int64_t j = i; j < i + len; ++j) {
+                    const float a = xr[j], b = xr[j + len];
+                    xr[j] = a + b;
+                    xr[j + len] = a - b;
+                }
+            }
+        }
+        for (int64_t i = 0; i < n; ++i) xr[i] *= norm;
+    }
+}
+
+int64_t top_k(const float *scores, int64_t n, int64_t k, int32_t *idx) {
+    const int64_t m = std::max<int64_t>(0, std::min(k, n));
+    if (m == 0) return 0;
+    // idx[0 .. m) is a bounded heap whose top is the worst index kept so far (the heap's "largest" under
+    // RanksBefore); a new index enters only when it ranks before that worst one.
+    const RanksBefore ranks_before{scores};
+    for (int64_t i = 0; i < m; ++i) idx[i] = static_cast<int32_t>(i);
+    std::make_heap(idx, idx + m, ranks_before);
+    for (int64_t i = m; i < n; ++i) {
+        if (!ranks_before(static_cast<int32_t>(i), idx[0])) continue;
+        std::pop_heap(idx, idx + m, ranks_before);
+        idx[m - 1] = static_cast<int32_t>(i);
+        std::push_heap(idx, idx + m, ranks_before);
+    }
+    std::sort_heap(idx, idx + m, ranks_before);  // best first
+    return m;
+}
+
+float dot_row(DType t, const void *row, const float *x, int64_t n) {
+    if (t != DType::F32 && t != DType::F16 && t != DType::BF16) {
+        throw_error("dot_row: cache row type %s is not F32, F16 or BF16", std::string(dtype_name(t)).c_str());
+    }
+    float out;
+    cpu::kernels().dot(t)(row, x, 0, 1, n, &out);
+    return out;
+}
+
+void axpy_row(DType t, const void *row, float a, float *y, int64_t n) {
+    cpu::kernels().axpy(t)(row, a, y, n);
+}
+
+}  // namespace sparrow

@@ -1,0 +1,393 @@
+// The ISA kernels and matmul against the scalar references (kernels/ref), on random data and awkward shapes.
+// Every test that takes an Isa parameter runs once per level; a level the CPU lacks is skipped with a
+// message. Tolerances are relative to the magnitude of the sum (sum |w_i x_i|), so a lost term, a wrong
+// scale or a misplaced element fails while f32 rounding order does not.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cmath>
+#include <cstdlib>
+#include <new>
+#include <ostream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/error.h"
+#include "core/thread_pool.h"
+#include "kernels/cpu/dispatch.h"
+#include "kernels/ops.h"
+#include "kernels/ref/ref_ops.h"
+#include "test_util.h"
+
+// --- allocation counting --------------------------------------------------------------------------------------
+// The global operator new is replaced for this test binary (it must be, program-wide, to see allocations
+// made inside the library) by one that counts calls and otherwise behaves like the default. Every
+// non-aligned form is replaced, so that no pointer from a library-provided new (e.g. ASan's) reaches these
+// deletes; the aligned forms stay the library's, in matching pairs.
+namespace {
+std::atomic<int64_t> g_n_allocations{0};
+
+void *counted_malloc(size_t size) noexcept {
+    g_n_allocations.fetch_add(1, std::memory_order_relaxed);
+    return std::malloc(size ? size : 1);
+}
+}  // namespace
+
+// All out of line, so that GCC does not pair an inlined malloc()/free() with a `new`/`delete` expression
+// (-Wmismatched-new-delete cannot see that these operators are malloc and free).
+__attribute__((noinline)) void *operator new(size_t size) {
+    if (void *p = counted_malloc(size)) return p;
+    throw std::bad_alloc();
+}
+__attribute__((noinline)) void *operator new[](size_t size) {
+    if (void *p = counted_malloc(size)) return p;
+    throw std::bad_alloc();
+}
+__attribute__((noinline)) void *operator new(size_t size, const std::nothrow_t &) noexcept { return counted_malloc(size); }
+__attribute__((noinline)) void *operator new[](size_t size, const std::nothrow_t &) noexcept {
+    return counted_malloc(size);
+}
+__attribute__((noinline)) void operator delete(void *p) noexcept { std::free(p); }
+__attribute__((noinline)) void operator delete[](void *p) noexcept { std::free(p); }
+__attribute__((noinline)) void operator delete(void *p, size_t) noexcept { std::free(p); }
+__attribute__((noinline)) void operator delete[](void *p, size_t) noexcept { std::free(p); }
+__attribute__((noinline)) void operator delete(void *p, const std::nothrow_t &) noexcept { std::free(p); }
+__attribute__((noinline)) void operator delete[](void *p, const std::nothrow_t &) noexcept { std::free(p); }
+
+namespace sparrow::cpu {
+// Names the level in gtest's messages ("avx2" rather than a byte dump).
+void PrintTo(Isa isa, std::ostream *os) { *os << isa_name(isa); }
+}  // namespace sparrow::cpu
+
+namespace sparrow {
+namespace {
+
+using cpu::Isa;
+using cpu::KernelTable;
+
+constexpr DType kWeightTypes[] = {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0};
+
+std::string skip_message(Isa isa) { return std::string("skipped: CPU lacks ") + cpu::isa_name(isa); }
+
+std::string isa_param_name(const ::testing::TestParamInfo<Isa> &info) { return cpu::isa_name(info.param); }
+
+// A weight row of type t holding (the type's rounding of) x.
+std::vector<uint8_t> to_row(DType t, const std::vector<float> &x) {
+    std::vector<uint8_t> row(static_cast<size_t>(dtype_row_size(t, static_cast<int64_t>(x.size()))));
+    quantize_row(t, x.data(), row.data(), static_cast<int64_t>(x.size()));
+    return row;
+}
+
+std::vector<float> to_floats(DType t, const void *row, int64_t n) {
+    std::vector<float> y(static_cast<size_t>(n));
+    dequantize_row(t, row, y.data(), n);
+    return y;
+}
+
+// The dot type of weights of type t: activations are quantised to Q8_0 for Q8_0/Q4_0 weights.
+DType dot_type(DType t) { return dtype_is_quantized(t) ? DType::Q8_0 : DType::F32; }
+
+// sum |w_i x_i| of two rows (of types tw and tx): the scale an error of the dot product is measured on.
+double magnitude(DType tw, const void *w, DType tx, const void *x, int64_t n) {
+    const auto wf = to_floats(tw, w, n), xf = to_floats(tx, x, n);
+    double sum = 0.0;
+    for (int64_t i = 0; i < n; ++i) sum += std::fabs(double(wf[i]) * double(xf[i]));
+    return sum;
+}
+
+// f32 accumulation of a few thousand terms in 8+ independent chains stays within ~1e-7 of the magnitude;
+// one missing term of a 4096-long random row is ~2e-4 of it.
+constexpr double kDotRelTol = 1e-6;
+
+// Row lengths for the dot products: every block type needs n % 32 == 0; float types also get odd lengths
+// that exercise the SIMD tails.
+std::vector<int64_t> dot_lengths(DType t) {
+    std::vector<int64_t> n = {32, 64, 96, 128, 160, 224, 256, 288, 480, 512, 1024, 2048 + 32, 4096, 4096 + 32, 11008};
+    if (!dtype_is_quantized(t)) {
+        for (int64_t odd : {1, 2, 3, 7, 8, 9, 15, 16, 17, 31, 33, 47, 63, 65, 100, 127, 129, 4097}) n.push_back(odd);
+    }
+    return n;
+}
+
+// --- dispatch ---------------------------------------------------------------------------------------------------
+
+TEST(Dispatch, ScalarAlwaysAvailableAndActiveIsSupported) {
+    ASSERT_NE(cpu::kernels_for(Isa::scalar), nullptr);
+    const KernelTable &active = cpu::kernels();
+    EXPECT_TRUE(cpu::cpu_supports(active.isa));
+    EXPECT_STREQ(cpu::active_isa_name(), cpu::isa_name(active.isa));
+    for (Isa isa : {Isa::scalar, Isa::avx2, Isa::avx512}) {
+        const KernelTable *t = cpu::kernels_for(isa);
+        EXPECT_EQ(t != nullptr, cpu::cpu_supports(isa));
+        if (!t) continue;
+        EXPECT_EQ(t->isa, isa);
+        for (DType dt : kWeightTypes) EXPECT_NE(t->dot(dt), nullptr);
+        for (DType dt : {DType::F32, DType::F16, DType::BF16}) EXPECT_NE(t->axpy(dt), nullptr);
+        EXPECT_NE(t->quantize_row_q8_0, nullptr);
+    }
+    EXPECT_THROW(active.dot(DType::Q4_K), Error);
+    EXPECT_THROW(active.axpy(DType::Q8_0), Error);
+}
+
+TEST(Dispatch, ResolveIsaHonoursLowerRequestsOnly) {
+    const Isa best = cpu::cpu_supports(Isa::avx512) ? Isa::avx512 : cpu::cpu_supports(Isa::avx2) ? Isa::avx2 : Isa::scalar;
+    EXPECT_EQ(cpu::resolve_isa(nullptr), best);
+    EXPECT_EQ(cpu::resolve_isa(""), best);
+    EXPECT_EQ(cpu::resolve_isa("scalar"), Isa::scalar);
+    EXPECT_EQ(cpu::resolve_isa("avx2"), cpu::cpu_supports(Isa::avx2) ? Isa::avx2 : best);
+    EXPECT_EQ(cpu::resolve_isa("avx512"), best);  // the best there is, never more
+    EXPECT_EQ(cpu::resolve_isa("neon"), best);    // unknown names are ignored (with a warning)
+}
+
+// --- dot products, per level --------------------------------------------------------------------------------
+
+class IsaTest : public ::testing::TestWithParam<Isa> {};
+
+TEST_P(IsaTest, DotTileMatchesReferenceForEveryTypeLengthAndTile) {
+    const KernelTable *table = cpu::kernels_for(GetParam());
+    if (!table) GTEST_SKIP() << skip_message(GetParam());
+    std::mt19937 rng(11);
+    for (DType t : kWeightTypes) {
+        const DType tx = dot_type(t);
+        for (int64_t n : dot_lengths(t)) {
+            const auto w = to_row(t, test::random_floats(rng, static_cast<size_t>(n), -2.0f, 2.0f));
+            // kMaxTile activation rows with a gap between them (stride > row size) to catch stride bugs.
+            const size_t x_row = static_cast<size_t>(dtype_row_size(tx, n));
+            const size_t stride = x_row + (tx == DType::F32 ? 12 : 34);
+            std::vector<uint8_t> x(stride * cpu::kMaxTile);
+            for (int j = 0; j < cpu::kMaxTile; ++j) {
+                // Rows of very different scale: a tile must not mix up which scale belongs to which row.
+                const float s = std::ldexp(1.0f, 4 * j - 6);
+                const auto xf = test::random_floats(rng, static_cast<size_t>(n), -s, s);
+                quantize_row(tx, xf.data(), x.data() + j * stride, n);
+            }
+            for (int n_x = 1; n_x <= cpu::kMaxTile; ++n_x) {
+                float out[cpu::kMaxTile];
+                table->dot(t)(w.data(), x.data(), stride, n_x, n, out);
+                for (int j = 0; j < n_x; ++j) {
+                    const void *xj = x.data() + j * stride;
+                    const double expected = ref::dot_weight_row(t, w.data(), xj, n);
+                    const double tol = kDotRelTol * magnitude(t, w.data(), tx, xj, n) + 1e-30;
+                    ASSERT_NEAR(out[j], expected, tol)
+                        << dtype_name(t) << " n=" << n << " n_x=" << n_x << " row " << j;
+                    // The same bits as the row alone: the summation order does not depend on the tile.
+                    float alone;
+                    table->dot(t)(w.data(), xj, 0, 1, n, &alone);
+                    ASSERT_EQ(out[j], alone) << dtype_name(t) << " n=" << n << " n_x=" << n_x << " row " << j;
+                }
+            }
+        }
+    }
+}
+
+TEST_P(IsaTest, DotQuantExtremesStayExact) {
+    // Every weight and activation at the ends of their ranges: -127/127 activations with -8/7 (Q4_0) or
+    // -127/127 (Q8_0) weights, where the maddubs sign trick would saturate if it were wrong. The integer
+    // sums are exact, so only the final f32 scaling rounds.
+    const KernelTable *table = cpu::kernels_for(GetParam());
+    if (!table) GTEST_SKIP() << skip_message(GetParam());
+    const int64_t n = 256;
+    std::vector<float> wf(n), xf(n);
+    for (int64_t i = 0; i < n; ++i) {
+        wf[i] = (i % 3 == 0) ? -8.0f : (i % 3 == 1 ? 7.0f : -7.0f);
+        xf[i] = (i % 2 == 0) ? 127.0f : -127.0f;
+        if (i % 32 == 5) xf[i] = 127.0f;  // the block's max is positive
+    }
+    const auto xq = to_row(DType::Q8_0, xf);
+    for (DType t : {DType::Q8_0, DType::Q4_0}) {
+        const auto w = to_row(t, wf);
+        float out;
+        table->dot(t)(w.data(), xq.data(), 0, 1, n, &out);
+        const double expected = ref::dot_weight_row(t, w.data(), xq.data(), n);
+        EXPECT_NEAR(out, expected, 1e-6 * magnitude(t, w.data(), DType::Q8_0, xq.data(), n)) << dtype_name(t);
+    }
+}
+
+TEST_P(IsaTest, QuantizeRowQ8_0IsBitExact) {
+    const KernelTable *table = cpu::kernels_for(GetParam());
+    if (!table) GTEST_SKIP() << skip_message(GetParam());
+    std::mt19937 rng(5);
+    std::vector<float> x;
+    // Random blocks at scales from subnormal-half to large, an all-zero block, and blocks where x * id
+    // lands exactly on (or one ulp beside) a half, which must round away from zero like std::round.
+    for (float s : {1.0f, 1e-3f, 3e-6f, 1e-8f, 50.0f, 6e4f}) {
+        for (float v : test::random_floats(rng, 64, -s, s)) x.push_back(v);
+    }
+    for (int j = 0; j < 32; ++j) x.push_back(0.0f);
+    for (int j = 0; j < 32; ++j) {
+        // amax = 127 gives d = 1 and id = 1: values are used as they are.
+        const float v = j == 0 ? 127.0f : float(j % 8) - 3.5f;
+        x.push_back(j % 2 ? -v : v);
+    }
+    for (int j = 0; j < 32; ++j) {
+        const float v = j == 0 ? 127.0f : std::nextafter(float(j % 5) + 0.5f, j % 2 ? 0.0f : 100.0f);
+        x.push_back(j % 3 ? -v : v);
+    }
+    const int64_t n = static_cast<int64_t>(x.size());
+    std::vector<BlockQ8_0> expected(static_cast<size_t>(n / QK8_0)), got(expected.size());
+    ref::quantize_row_q8_0(x.data(), expected.data(), n);
+    table->quantize_row_q8_0(x.data(), got.data(), n);
+    for (size_t b = 0; b < expected.size(); ++b) {
+        ASSERT_EQ(got[b].d, expected[b].d) << "block " << b;
+        for (int j = 0; j < QK8_0; ++j) ASSERT_EQ(got[b].qs[j], expected[b].qs[j]) << "block " << b << " element " << j;
+    }
+}
+
+TEST_P(IsaTest, AxpyMatchesReference) {
+    const KernelTable *table = cpu::kernels_for(GetParam());
+    if (!table) GTEST_SKIP() << skip_message(GetParam());
+    std::mt19937 rng(3);
+    for (DType t : {DType::F32, DType::F16, DType::BF16}) {
+        for (int64_t n : {1, 2, 7, 8, 9, 15, 16, 17, 31, 32, 33, 96, 100, 576, 4097}) {
+            const auto row = to_row(t, test::random_floats(rng, static_cast<size_t>(n), -3.0f, 3.0f));
+            const auto y0 = test::random_floats(rng, static_cast<size_t>(n));
+            const float a = 0.7f;
+            auto y = y0, y_ref = y0;
+            table->axpy(t)(row.data(), a, y.data(), n);
+            ref::axpy_row(t, row.data(), a, y_ref.data(), n);
+            const auto r = to_floats(t, row.data(), n);
+            for (int64_t i = 0; i < n; ++i) {
+                // One rounding (FMA) or two (multiply, add) of terms of this size.
+                const double tol = 2.5e-7 * (std::fabs(y0[i]) + std::fabs(a * r[i])) + 1e-30;
+                ASSERT_NEAR(y[i], y_ref[i], tol) << dtype_name(t) << " n=" << n << " i=" << i;
+            }
+        }
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Levels, IsaTest, ::testing::Values(Isa::scalar, Isa::avx2, Isa::avx512), isa_param_name);
+
+// --- matmul ---------------------------------------------------------------------------------------------------
+
+struct MatmulShape {
+    int64_t n_rows, n_cols, n_tokens;
+};
+
+// Owns a random weight matrix of type t and its float copy (for the error scale).
+struct TestMatrix {
+    std::vector<uint8_t> bytes;
+    std::vector<float> values;  // dequantised: what the kernels multiply by
+    WeightMatrix w;
+
+    TestMatrix(std::mt19937 &rng, DType t, int64_t n_rows, int64_t n_cols) {
+        const int64_t row_bytes = dtype_row_size(t, n_cols);
+        bytes.resize(static_cast<size_t>(row_bytes * n_rows));
+        values.resize(static_cast<size_t>(n_rows * n_cols));
+        for (int64_t r = 0; r < n_rows; ++r) {
+            const auto x = test::random_floats(rng, static_cast<size_t>(n_cols), -1.0f, 1.0f);
+            quantize_row(t, x.data(), bytes.data() + r * row_bytes, n_cols);
+            dequantize_row(t, bytes.data() + r * row_bytes, values.data() + r * n_cols, n_cols);
+        }
+        w = WeightMatrix{t, bytes.data(), n_rows, n_cols, row_bytes};
+    }
+};
+
+// y (from matmul) against ref::matmul, each element within kDotRelTol of its own magnitude.
+void expect_matmul_matches_reference(const TestMatrix &m, const std::vector<float> &x, int64_t n_tokens,
+                                     const std::vector<float> &y, const std::string &what) {
+    const WeightMatrix &w = m.w;
+    std::vector<float> y_ref(static_cast<size_t>(n_tokens * w.n_rows));
+    ref::matmul(w, x.data(), n_tokens, y_ref.data());
+    const DType tx = dot_type(w.type);
+    std::vector<uint8_t> xd(static_cast<size_t>(dtype_row_size(tx, w.n_cols)));
+    std::vector<float> xf;
+    for (int64_t t = 0; t < n_tokens; ++t) {
+        quantize_row(tx, x.data() + t * w.n_cols, xd.data(), w.n_cols);
+        xf = to_floats(tx, xd.data(), w.n_cols);
+        for (int64_t r = 0; r < w.n_rows; ++r) {
+            double mag = 0.0;
+            for (int64_t c = 0; c < w.n_cols; ++c) mag += std::fabs(double(m.values[r * w.n_cols + c]) * xf[c]);
+            const size_t i = static_cast<size_t>(t * w.n_rows + r);
+            ASSERT_NEAR(y[i], y_ref[i], kDotRelTol * mag + 1e-30) << what << " token " << t << " row " << r;
+        }
+    }
+}
+
+TEST(Matmul, MatchesReferenceForEveryTypeAndShape) {
+    const std::vector<MatmulShape> shapes = {
+        {1, 32, 1},    {1, 32, 3},     {7, 32, 17},    {31, 32, 5},    {1, 96, 1},     {7, 96, 4},
+        {31, 96, 3},   {64, 96, 8},    {33, 96, 17},   {1, 4128, 1},   {7, 4128, 3},   {31, 4128, 2},
+        {4097, 32, 1}, {4097, 96, 3},  {4097, 32, 17}, {128, 256, 9},  {300, 512, 1},  {257, 1024, 6},
+        {513, 4128, 1}, {1000, 64, 13}, {2, 4096, 7},  {96, 160, 16},
+    };
+    std::mt19937 rng(21);
+    for (int n_threads : {1, 2, 3}) {
+        ThreadPool pool(n_threads);
+        OpScratch scratch;  // reused across shapes and types, as a context would
+        for (DType t : kWeightTypes) {
+            for (const MatmulShape &s : shapes) {
+                // Keep the run short: the biggest shapes once per type, on the two-thread pool.
+                if (s.n_rows * s.n_cols * s.n_tokens > 400000 && n_threads != 2) continue;
+                const TestMatrix m(rng, t, s.n_rows, s.n_cols);
+                const auto x = test::random_floats(rng, static_cast<size_t>(s.n_tokens * s.n_cols), -2.0f, 2.0f);
+                std::vector<float> y(static_cast<size_t>(s.n_tokens * s.n_rows), NAN);
+                matmul(pool, scratch, m.w, x.data(), s.n_tokens, y.data());
+                expect_matmul_matches_reference(
+                    m, x, s.n_tokens, y,
+                    std::string(dtype_name(t)) + " [" + std::to_string(s.n_rows) + ", " + std::to_string(s.n_cols) +
+                        "] x " + std::to_string(s.n_tokens) + " tokens, " + std::to_string(n_threads) + " threads");
+                if (HasFatalFailure()) return;
+            }
+        }
+    }
+}
+
+TEST(Matmul, ResultDoesNotDependOnThreadCountOrTiling) {
+    // Every output is computed by one dot_tile call whatever the split, so thread counts agree bit for bit;
+    // and the kernels sum in the same order at every tile size, so a token alone gets the bits it gets in a
+    // batch (what makes "N sequences in one batch = each alone" testable exactly).
+    std::mt19937 rng(8);
+    for (DType t : kWeightTypes) {
+        const TestMatrix m(rng, t, 203, 320);
+        const int64_t n_tokens = 11;
+        const auto x = test::random_floats(rng, static_cast<size_t>(n_tokens * 320));
+        std::vector<float> y1(static_cast<size_t>(n_tokens * 203)), y4(y1.size()), y_single(y1.size());
+        ThreadPool one(1), four(4);
+        OpScratch scratch;
+        matmul(one, scratch, m.w, x.data(), n_tokens, y1.data());
+        matmul(four, scratch, m.w, x.data(), n_tokens, y4.data());
+        for (int64_t tok = 0; tok < n_tokens; ++tok) {
+            matmul(four, scratch, m.w, x.data() + tok * 320, 1, y_single.data() + tok * 203);
+        }
+        EXPECT_EQ(y1, y4) << dtype_name(t);
+        EXPECT_EQ(y1, y_single) << dtype_name(t);
+    }
+}
+
+TEST(Matmul, RejectsBadShapes) {
+    ThreadPool pool(1);
+    OpScratch scratch;
+    std::vector<uint8_t> bytes(34 * 4);
+    std::vector<float> x(64), y(4);
+    WeightMatrix w{DType::Q8_0, bytes.data(), 2, 64, 68};
+    EXPECT_NO_THROW(matmul(pool, scratch, w, x.data(), 1, y.data()));
+    WeightMatrix bad_cols = w;
+    bad_cols.n_cols = 48;  // not a multiple of 32
+    EXPECT_THROW(matmul(pool, scratch, bad_cols, x.data(), 1, y.data()), Error);
+    WeightMatrix bad_stride = w;
+    bad_stride.row_bytes = 64;
+    EXPECT_THROW(matmul(pool, scratch, bad_stride, x.data(), 1, y.data()), Error);
+    WeightMatrix bad_type = w;
+    bad_type.type = DType::Q4_K;
+    EXPECT_THROW(matmul(pool, scratch, bad_type, x.data(), 1, y.data()), Error);
+}
+
+TEST(Matmul, DoesNotAllocateOnceWarm) {
+    std::mt19937 rng(2);
+    ThreadPool pool(2);
+    OpScratch scratch;
+    for (DType t : kWeightTypes) {
+        const TestMatrix m(rng, t, 512, 256);
+        const auto x = test::random_floats(rng, 8 * 256);
+        std::vector<float> y(8 * 512);
+        matmul(pool, scratch, m.w, x.data(), 8, y.data());  // warm: sizes the scratch
+        const int64_t before = g_n_allocations.load();
+        for (int64_t n_tokens : {1, 3, 8}) matmul(pool, scratch, m.w, x.data(), n_tokens, y.data());
+        EXPECT_EQ(g_n_allocations.load(), before) << dtype_name(t);
+    }
+}
+
+}  // namespace
+}  // namespace sparrow
