@@ -12,11 +12,11 @@ void ModelFlags::add_to(CLI::App &cmd, int64_t default_ctx) {
     cmd.add_option("-c,--ctx-size", n_ctx, "Context size in tokens (0 = the model's, at most 4096)")
         ->check(CLI::NonNegativeNumber);
     cmd.add_option("-b,--batch-size", n_batch, "Most tokens per decode call")->check(CLI::PositiveNumber);
-    cmd.add_option("-ub,--ubatch-size", n_ubatch, "Tokens per forward pass")->check(CLI::PositiveNumber);
+    cmd.add_option("--ubatch-size", n_ubatch, "Tokens per forward pass")->check(CLI::PositiveNumber);
     cmd.add_option("-t,--threads", n_threads, "Threads (0 = all)")->check(CLI::NonNegativeNumber);
-    cmd.add_option("-ctk,--cache-type-k", cache_type_k, "K cache type: f32, f16, bf16")
+    cmd.add_option("--cache-type-k", cache_type_k, "K cache type: f32, f16, bf16")
         ->check(CLI::IsMember({"f32", "f16", "bf16"}));
-    cmd.add_option("-ctv,--cache-type-v", cache_type_v, "V cache type: f32, f16, bf16")
+    cmd.add_option("--cache-type-v", cache_type_v, "V cache type: f32, f16, bf16")
         ->check(CLI::IsMember({"f32", "f16", "bf16"}));
 }
 

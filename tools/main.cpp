@@ -1,9 +1,27 @@
 #include <cstdio>
 #include <exception>
+#include <algorithm>
 #include <map>
+#include <string>
+#include <vector>
 
 #include "commands.h"
 #include "core/error.h"
+
+namespace {
+// llama.cpp's multi-letter single-dash flags, which CLI11 cannot name directly: rewritten to their long
+// forms before parsing so that users' muscle memory works.
+std::vector<std::string> translate_llama_flags(int argc, char **argv) {
+    static const std::map<std::string, std::string> aliases = {
+        {"-ub", "--ubatch-size"}, {"-ctk", "--cache-type-k"}, {"-ctv", "--cache-type-v"}, {"-np", "--parallel"}};
+    std::vector<std::string> args;
+    for (int i = 1; i < argc; ++i) {
+        const auto it = aliases.find(argv[i]);
+        args.push_back(it != aliases.end() ? it->second : std::string(argv[i]));
+    }
+    return args;
+}
+}  // namespace
 
 int main(int argc, char **argv) {
     using namespace sparrow::tools;
@@ -16,7 +34,9 @@ int main(int argc, char **argv) {
     commands["perplexity"] = register_perplexity(app);
     commands["make-model"] = register_make_model(app);
     try {
-        app.parse(argc, argv);
+        std::vector<std::string> args = translate_llama_flags(argc, argv);
+        std::reverse(args.begin(), args.end());  // CLI11 takes the arguments in reverse order
+        app.parse(args);
     } catch (const CLI::ParseError &e) {
         return app.exit(e);
     }

@@ -18,7 +18,13 @@ void attention(ThreadPool &pool, const AttentionShape &shape, const float *q, in
     const int64_t v_head_bytes = dtype_row_size(v.type(), shape.head_dim_v);
 
     // One work item = one token x one KV head: the group's query heads share each K/V row while it is hot.
-    pool.parallel_for(n_tokens * shape.n_head_kv, 1, [&](int64_t begin, int64_t end) {
+    // Small problems run on the calling thread: waking the pool costs more than the work.
+    int64_t n_row_visits = 0;
+    for (const auto &r : rows) n_row_visits += static_cast<int64_t>(r.size());
+    const int64_t work = n_row_visits * shape.n_head * (shape.head_dim_k + shape.head_dim_v);
+    const int64_t n_items = n_tokens * shape.n_head_kv;
+    const int64_t grain = work < (int64_t(64) << 10) ? n_items : 1;
+    pool.parallel_for(n_items, grain, [&](int64_t begin, int64_t end) {
         std::vector<float> acc(static_cast<size_t>(group * shape.head_dim_v));
         std::vector<float> run_max(static_cast<size_t>(group)), run_sum(static_cast<size_t>(group));
         for (int64_t item = begin; item < end; ++item) {

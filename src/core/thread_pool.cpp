@@ -9,7 +9,9 @@ namespace sparrow {
 namespace {
 // Workers spin this many times on the generation counter before sleeping: decode runs hundreds of small
 // ops per token, and a condition-variable wake-up per op would cost more than the op.
-constexpr int kSpinIterations = 20000;
+// Short enough that an oversubscribed machine (more runnable threads than cores) does not lose whole
+// time slices to spinning.
+constexpr int kSpinIterations = 2000;
 
 inline void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)

@@ -106,7 +106,12 @@ void matmul(ThreadPool &pool, OpScratch &scratch, const WeightMatrix &w, const f
         job.xd_stride = static_cast<size_t>(w.n_cols) * sizeof(float);
     }
 
-    pool.parallel_for(w.n_rows, matmul_grain(w, n_tokens, pool.n_threads()),
+    // Tiny products (small models, decode) cost less than waking the pool: run them on this thread.
+    constexpr int64_t kMinParallelWork = int64_t(256) << 10;  // weight bytes x tokens
+    const int64_t grain = w.n_rows * w.row_bytes * n_tokens < kMinParallelWork
+                              ? w.n_rows
+                              : matmul_grain(w, n_tokens, pool.n_threads());
+    pool.parallel_for(w.n_rows, grain,
                       [&job](int64_t r0, int64_t r1) { matmul_rows(job, r0, r1); });
 }
 

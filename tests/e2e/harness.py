@@ -23,7 +23,7 @@ def shared_data(*parts):
 
 def run(args, check=True, timeout=600):
     """Runs sparrow with args; returns the CompletedProcess (text mode)."""
-    proc = subprocess.run([BIN] + [str(a) for a in args], capture_output=True, text=True, timeout=timeout)
+    proc = subprocess.run([BIN] + [str(a) for a in args], capture_output=True, text=True, errors="replace", timeout=timeout)
     if check and proc.returncode != 0:
         raise AssertionError(f"sparrow {' '.join(map(str, args))} failed ({proc.returncode}):\n{proc.stderr}")
     return proc

@@ -32,7 +32,7 @@ def rewrite(src, dst, metadata_edit=None, tensor_edit=None):
     write_gguf(dst, md, tensors)
 
 
-expect_error(["run", "--bogus-flag"], "bogus-flag", "unknown flag")
+expect_error(["run", "-m", model, "-p", "x", "--bogus-flag"], "bogus-flag", "unknown flag")
 expect_error([], "subcommand", "no subcommand")
 expect_error(["run", "-m", os.path.join(tmp, "missing.gguf"), "-p", "x"], "cannot open", "missing model file")
 expect_error(["run", "-m", model, "-p", "x", "--temp", "-1"], "temp", "negative temperature")
