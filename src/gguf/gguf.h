@@ -14,6 +14,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <span>
 #include <string>
 #include <variant>
@@ -30,6 +31,13 @@ enum class ValueType : uint32_t {
 };
 const char *value_type_name(ValueType t);
 
+// `general.alignment` must be a power of two no larger than this; the reader and the writer agree on it.
+constexpr uint64_t kMaxAlignment = uint64_t(1) << 20;
+inline bool is_valid_alignment(uint64_t a) { return a != 0 && (a & (a - 1)) == 0 && a <= kMaxAlignment; }
+// Arrays nest at most this many levels (a top-level array is level 1); deeper ones are rejected by both
+// the reader (stack safety on hostile files) and the writer (so that it never writes an unreadable file).
+constexpr int kMaxArrayDepth = 8;
+
 struct Value;
 struct Array {
     ValueType type = ValueType::UINT8;  // element type (ARRAY for nested arrays)
@@ -42,10 +50,16 @@ struct Value {
     ValueType type = ValueType::UINT8;
     std::variant<uint64_t, int64_t, double, bool, std::string, Array> data;
 
+    static Value u8(uint8_t v) { return {ValueType::UINT8, uint64_t(v)}; }
+    static Value i8(int8_t v) { return {ValueType::INT8, int64_t(v)}; }
+    static Value u16(uint16_t v) { return {ValueType::UINT16, uint64_t(v)}; }
+    static Value i16(int16_t v) { return {ValueType::INT16, int64_t(v)}; }
     static Value u32(uint32_t v) { return {ValueType::UINT32, uint64_t(v)}; }
     static Value i32(int32_t v) { return {ValueType::INT32, int64_t(v)}; }
     static Value u64(uint64_t v) { return {ValueType::UINT64, v}; }
+    static Value i64(int64_t v) { return {ValueType::INT64, v}; }
     static Value f32(float v) { return {ValueType::FLOAT32, double(v)}; }
+    static Value f64(double v) { return {ValueType::FLOAT64, v}; }
     static Value boolean(bool v) { return {ValueType::BOOL, v}; }
     static Value str(std::string v) { return {ValueType::STRING, std::move(v)}; }
     static Value array(ValueType elem, std::vector<Value> items) { return {ValueType::ARRAY, Array{elem, std::move(items)}}; }
@@ -119,12 +133,19 @@ class File {
 };
 
 // Writes a GGUF v3 file. Tensors are written in the order added, each aligned to `general.alignment`.
+// The writer refuses (with a sparrow::Error) anything the reader would reject, so that what it writes
+// always reads back: shapes, duplicate tensor names, alignment, integers out of range of their type.
 class Writer {
   public:
+    // The metadata and tensors of a parsed file, in file order (tensor data copied). A file that this
+    // writer produced comes back byte for byte from to_bytes(); others are re-laid-out (v2 becomes v3,
+    // tensors are packed in tensor-info order, padding is zeroed).
+    static Writer from_file(const File &f);
+
     void set(const std::string &key, Value value);  // replaces an existing key, keeps its position
     // `data` must hold exactly dtype_row_size(type, ne[0]) * ne[1] * ... bytes; it is copied.
     void add_tensor(const std::string &name, DType type, std::vector<int64_t> ne, const void *data, size_t n_bytes);
-    void write(const std::string &path) const;  // throws sparrow::Error on I/O failure
+    void write(const std::string &path) const;  // throws sparrow::Error on I/O failure or an invalid value
     std::vector<uint8_t> to_bytes() const;
 
   private:
@@ -136,6 +157,7 @@ class Writer {
     };
     std::vector<std::pair<std::string, Value>> kv_;
     std::vector<PendingTensor> tensors_;
+    std::set<std::string> tensor_names_;  // duplicate names would make the file unreadable
 };
 
 }  // namespace sparrow::gguf

@@ -10,8 +10,11 @@ namespace sparrow::gguf {
 namespace {
 
 constexpr uint32_t kMagic = 0x46554747;  // "GGUF" read as a little-endian u32
-constexpr int kMaxArrayDepth = 8;        // nested arrays deeper than this are rejected (stack safety)
 constexpr int kMaxDims = 4;              // GGML_MAX_DIMS
+// A Value is ~48 bytes for a 1-byte u8 element: reserving a count in full would let each array level of a
+// small malformed file claim ~48x its remaining size before the elements fail to parse. Beyond this many,
+// vectors grow as elements actually arrive.
+constexpr uint64_t kMaxReserve = 4096;
 
 // A bounds-checked cursor over the header bytes. Every read names what it was reading when it runs out.
 class Cursor {
@@ -55,6 +58,22 @@ class Cursor {
     uint64_t pos_ = 0;
 };
 
+// A key or tensor name as it appears in an error message: quoted, bytes outside printable ASCII escaped,
+// and cut after 80 bytes. Names come from the file: pasted raw, a NUL would end the message early (it goes
+// through printf's %s), and a megabyte-long name would make a megabyte-long message.
+std::string quoted(const std::string &name) {
+    constexpr size_t kMaxShown = 80;
+    std::string out = "'";
+    for (size_t i = 0; i < name.size() && i < kMaxShown; ++i) {
+        const auto ch = static_cast<unsigned char>(name[i]);
+        if (ch < 0x20 || ch == 0x7f || ch == '\\' || ch == '\'') out += strprintf("\\x%02x", ch);
+        else out += static_cast<char>(ch);  // UTF-8 bytes (>= 0x80) pass through: names are UTF-8
+    }
+    if (name.size() > kMaxShown) out += strprintf("'... (%zu bytes)", name.size());
+    else out += "'";
+    return out;
+}
+
 // The fewest bytes one element of a value type takes in the file; used to reject array counts that the
 // remaining bytes cannot hold before reserving memory for them.
 uint64_t min_encoded_size(ValueType t) {
@@ -84,30 +103,30 @@ Value read_value(Cursor &c, ValueType type, int depth, const std::string &key) {
         case ValueType::FLOAT64: return {type, c.read<double>("f64 value")};
         case ValueType::BOOL: {
             const uint8_t b = c.read<uint8_t>("bool value");
-            if (b > 1) c.fail("metadata '" + key + "': bool value " + std::to_string(b) + " is neither 0 nor 1");
+            if (b > 1) c.fail("metadata " + quoted(key) + ": bool value " + std::to_string(b) + " is neither 0 nor 1");
             return {type, b != 0};
         }
         case ValueType::STRING: return {type, c.read_string("string value")};
         case ValueType::ARRAY: {
-            if (depth >= kMaxArrayDepth) c.fail("metadata '" + key + "': arrays nested too deeply");
+            if (depth >= kMaxArrayDepth) c.fail("metadata " + quoted(key) + ": arrays nested too deeply");
             const uint32_t elem = c.read<uint32_t>("array element type");
             if (!valid_value_type(elem)) {
-                c.fail("metadata '" + key + "': unknown array element type " + std::to_string(elem));
+                c.fail("metadata " + quoted(key) + ": unknown array element type " + std::to_string(elem));
             }
             const uint64_t count = c.read<uint64_t>("array length");
             const auto elem_type = static_cast<ValueType>(elem);
             if (count > c.remaining() / min_encoded_size(elem_type)) {
-                c.fail("metadata '" + key + "': array of " + std::to_string(count) + " elements does not fit in the " +
+                c.fail("metadata " + quoted(key) + ": array of " + std::to_string(count) + " elements does not fit in the " +
                        std::to_string(c.remaining()) + " bytes left");
             }
             Array arr;
             arr.type = elem_type;
-            arr.items.reserve(static_cast<size_t>(count));
+            arr.items.reserve(static_cast<size_t>(std::min<uint64_t>(count, kMaxReserve)));
             for (uint64_t i = 0; i < count; ++i) arr.items.push_back(read_value(c, elem_type, depth + 1, key));
             return {type, std::move(arr)};
         }
     }
-    c.fail("metadata '" + key + "': unknown value type");
+    c.fail("metadata " + quoted(key) + ": unknown value type");
 }
 
 bool mul_overflows(int64_t a, int64_t b, int64_t *out) { return __builtin_mul_overflow(a, b, out); }
@@ -231,6 +250,9 @@ void File::parse_all() {
     const uint32_t magic = c.read<uint32_t>("magic");
     if (magic != kMagic) throw_error("%s: not a GGUF file: bad magic 0x%08x (expected \"GGUF\")", name_.c_str(), magic);
     version_ = c.read<uint32_t>("version");
+    if (version_ == 0x02000000 || version_ == 0x03000000) {
+        throw_error("%s: big-endian GGUF (version %u byte-swapped) is not supported", name_.c_str(), version_ >> 24);
+    }
     if (version_ != 2 && version_ != 3) {
         throw_error("%s: unsupported GGUF version %u (sparrow reads versions 2 and 3)", name_.c_str(), version_);
     }
@@ -241,57 +263,72 @@ void File::parse_all() {
     if (n_kv > c.remaining() / 13) throw_error("%s: metadata count %llu is larger than the file can hold", name_.c_str(), (unsigned long long)n_kv);
     if (n_tensors > c.remaining() / 24) throw_error("%s: tensor count %llu is larger than the file can hold", name_.c_str(), (unsigned long long)n_tensors);
 
-    kv_.reserve(static_cast<size_t>(n_kv));
+    // The counts only passed a loose bound (several in-memory bytes per file byte); reserve no more than a
+    // modest number up front so that a lying header cannot make us allocate far more than it holds.
+    kv_.reserve(static_cast<size_t>(std::min<uint64_t>(n_kv, kMaxReserve)));
     for (uint64_t i = 0; i < n_kv; ++i) {
         std::string key = c.read_string("metadata key");
         const uint32_t type = c.read<uint32_t>("metadata value type");
-        if (!valid_value_type(type)) c.fail("metadata '" + key + "': unknown value type " + std::to_string(type));
+        if (!valid_value_type(type)) c.fail("metadata " + quoted(key) + ": unknown value type " + std::to_string(type));
         Value v = read_value(c, static_cast<ValueType>(type), 0, key);
-        if (kv_index_.count(key)) c.fail("duplicate metadata key '" + key + "'");
+        if (kv_index_.count(key)) c.fail("duplicate metadata key " + quoted(key));
         kv_index_[key] = kv_.size();
         kv_.emplace_back(std::move(key), std::move(v));
     }
 
     if (const Value *a = find("general.alignment")) {
-        const int64_t align = a->as_int("general.alignment");
-        if (align <= 0 || (align & (align - 1)) != 0 || align > (1 << 20)) {
-            throw_error("%s: general.alignment %lld is not a power of two in [1, 2^20]", name_.c_str(), (long long)align);
+        // Checked by hand rather than with as_int(), whose errors would not name the file.
+        const auto *u = std::get_if<uint64_t>(&a->data);
+        const auto *i = std::get_if<int64_t>(&a->data);
+        if (!u && !i) {
+            throw_error("%s: general.alignment is a %s, not an integer", name_.c_str(), value_type_name(a->type));
         }
-        alignment_ = static_cast<uint64_t>(align);
+        if (i && *i <= 0) {
+            throw_error("%s: general.alignment %lld is not a power of two in [1, 2^20]", name_.c_str(), (long long)*i);
+        }
+        const uint64_t align = u ? *u : uint64_t(*i);
+        if (!is_valid_alignment(align)) {
+            throw_error("%s: general.alignment %llu is not a power of two in [1, 2^20]", name_.c_str(),
+                        (unsigned long long)align);
+        }
+        alignment_ = align;
     }
 
-    tensors_.reserve(static_cast<size_t>(n_tensors));
+    tensors_.reserve(static_cast<size_t>(std::min<uint64_t>(n_tensors, kMaxReserve)));
     for (uint64_t i = 0; i < n_tensors; ++i) {
         TensorInfo t;
         t.name = c.read_string("tensor name");
         const uint32_t n_dims = c.read<uint32_t>("tensor dimension count");
-        if (n_dims == 0 || n_dims > kMaxDims) c.fail("tensor '" + t.name + "': " + std::to_string(n_dims) + " dimensions (1 to 4 allowed)");
+        if (n_dims == 0 || n_dims > kMaxDims) c.fail("tensor " + quoted(t.name) + ": " + std::to_string(n_dims) + " dimensions (1 to 4 allowed)");
         t.n_elements = 1;
         for (uint32_t d = 0; d < n_dims; ++d) {
             const uint64_t ne = c.read<uint64_t>("tensor dimension");
-            if (ne == 0 || ne > uint64_t(std::numeric_limits<int64_t>::max()) ||
+            const auto which = [&] { return "tensor " + quoted(t.name) + ": dimension " + std::to_string(d); };
+            if (ne == 0) c.fail(which() + " is 0 (empty tensors are not supported)");
+            if (ne > uint64_t(std::numeric_limits<int64_t>::max()) ||
                 mul_overflows(t.n_elements, int64_t(ne), &t.n_elements)) {
-                c.fail("tensor '" + t.name + "': dimension " + std::to_string(d) + " = " + std::to_string(ne) + " is invalid");
+                c.fail(which() + " = " + std::to_string(ne) + " makes the element count overflow");
             }
             t.ne.push_back(int64_t(ne));
         }
         const uint32_t type = c.read<uint32_t>("tensor type");
         const auto info = dtype_info(type);
-        if (!info) c.fail("tensor '" + t.name + "': unknown type id " + std::to_string(type));
+        if (!info) c.fail("tensor " + quoted(t.name) + ": unknown type id " + std::to_string(type));
         t.type = static_cast<DType>(type);
         if (t.ne[0] % info->block_size != 0) {
-            c.fail("tensor '" + t.name + "': first dimension " + std::to_string(t.ne[0]) + " is not a multiple of the " +
+            c.fail("tensor " + quoted(t.name) + ": first dimension " + std::to_string(t.ne[0]) + " is not a multiple of the " +
                    std::string(info->name) + " block size " + std::to_string(info->block_size));
         }
         if (mul_overflows(t.n_elements / info->block_size, info->type_size, &t.n_bytes)) {
-            c.fail("tensor '" + t.name + "': size overflows");
+            c.fail("tensor " + quoted(t.name) + ": byte size of " + std::to_string(t.n_elements) + " " +
+                   std::string(info->name) + " elements overflows");
         }
         t.offset = c.read<uint64_t>("tensor offset");
         if (t.offset % alignment_ != 0) {
-            c.fail("tensor '" + t.name + "': offset " + std::to_string(t.offset) + " is not a multiple of the alignment " +
+            c.fail("tensor " + quoted(t.name) + ": offset " + std::to_string(t.offset) + " is not a multiple of the alignment " +
                    std::to_string(alignment_));
         }
-        if (tensor_index_.count(t.name)) c.fail("duplicate tensor name '" + t.name + "'");
+        if (tensor_index_.count(t.name)) c.fail("duplicate tensor name " + quoted(t.name));
         tensor_index_[t.name] = tensors_.size();
         tensors_.push_back(std::move(t));
     }
@@ -307,8 +344,8 @@ void File::parse_all() {
     std::vector<const TensorInfo *> by_offset;
     for (auto &t : tensors_) {
         if (t.offset > data_size || uint64_t(t.n_bytes) > data_size - t.offset) {
-            throw_error("%s: tensor '%s' (%s, %lld bytes at data offset %llu) extends past the end of the file "
-                        "(%llu data bytes): truncated file?", name_.c_str(), t.name.c_str(),
+            throw_error("%s: tensor %s (%s, %lld bytes at data offset %llu) extends past the end of the file "
+                        "(%llu data bytes): truncated file?", name_.c_str(), quoted(t.name).c_str(),
                         std::string(dtype_name(t.type)).c_str(), (long long)t.n_bytes, (unsigned long long)t.offset,
                         (unsigned long long)data_size);
         }
@@ -319,8 +356,8 @@ void File::parse_all() {
     for (size_t i = 1; i < by_offset.size(); ++i) {
         const TensorInfo &prev = *by_offset[i - 1];
         if (prev.offset + uint64_t(prev.n_bytes) > by_offset[i]->offset) {
-            throw_error("%s: tensors '%s' and '%s' overlap in the data section", name_.c_str(), prev.name.c_str(),
-                        by_offset[i]->name.c_str());
+            throw_error("%s: tensors %s and %s overlap in the data section", name_.c_str(), quoted(prev.name).c_str(),
+                        quoted(by_offset[i]->name).c_str());
         }
     }
 }

@@ -1,6 +1,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 
 #include "core/error.h"
 #include "gguf/gguf.h"
@@ -32,33 +33,55 @@ class ByteSink {
     }
 };
 
-void put_value(ByteSink &out, const Value &v, ValueType type, const std::string &key) {
-    switch (type) {
-        case ValueType::UINT8: out.put<uint8_t>(uint8_t(v.as_int(key))); return;
-        case ValueType::INT8: out.put<int8_t>(int8_t(v.as_int(key))); return;
-        case ValueType::UINT16: out.put<uint16_t>(uint16_t(v.as_int(key))); return;
-        case ValueType::INT16: out.put<int16_t>(int16_t(v.as_int(key))); return;
-        case ValueType::UINT32: out.put<uint32_t>(uint32_t(v.as_int(key))); return;
-        case ValueType::INT32: out.put<int32_t>(int32_t(v.as_int(key))); return;
-        case ValueType::UINT64: {
-            const auto *u = std::get_if<uint64_t>(&v.data);
-            out.put<uint64_t>(u ? *u : uint64_t(v.as_int(key)));
-            return;
+// The integer in `v` as a T, or an error when it does not fit: a silent truncation (300 written as a u8 44)
+// would produce a file that reads back with a different value.
+template <typename T>
+T checked_int(const Value &v, ValueType type, const std::string &key) {
+    if (const auto *u = std::get_if<uint64_t>(&v.data)) {
+        if (*u > uint64_t(std::numeric_limits<T>::max())) {
+            throw_error("metadata '%s': value %llu does not fit in %s", key.c_str(), (unsigned long long)*u,
+                        value_type_name(type));
         }
-        case ValueType::INT64: out.put<int64_t>(v.as_int(key)); return;
+        return T(*u);
+    }
+    const int64_t i = v.as_int(key);
+    // Compare in the signed domain only where T's range fits in it (T = uint64_t: just i >= 0).
+    const bool too_small = std::numeric_limits<T>::is_signed ? i < int64_t(std::numeric_limits<T>::min()) : i < 0;
+    const bool too_large = i >= 0 && uint64_t(i) > uint64_t(std::numeric_limits<T>::max());
+    if (too_small || too_large) {
+        throw_error("metadata '%s': value %lld does not fit in %s", key.c_str(), (long long)i, value_type_name(type));
+    }
+    return T(i);
+}
+
+void put_value(ByteSink &out, const Value &v, ValueType type, const std::string &key, int depth) {
+    switch (type) {
+        case ValueType::UINT8: out.put<uint8_t>(checked_int<uint8_t>(v, type, key)); return;
+        case ValueType::INT8: out.put<int8_t>(checked_int<int8_t>(v, type, key)); return;
+        case ValueType::UINT16: out.put<uint16_t>(checked_int<uint16_t>(v, type, key)); return;
+        case ValueType::INT16: out.put<int16_t>(checked_int<int16_t>(v, type, key)); return;
+        case ValueType::UINT32: out.put<uint32_t>(checked_int<uint32_t>(v, type, key)); return;
+        case ValueType::INT32: out.put<int32_t>(checked_int<int32_t>(v, type, key)); return;
+        case ValueType::UINT64: out.put<uint64_t>(checked_int<uint64_t>(v, type, key)); return;
+        case ValueType::INT64: out.put<int64_t>(checked_int<int64_t>(v, type, key)); return;
         case ValueType::FLOAT32: out.put<float>(float(v.as_double(key))); return;
         case ValueType::FLOAT64: out.put<double>(v.as_double(key)); return;
         case ValueType::BOOL: out.put<uint8_t>(v.as_bool(key) ? 1 : 0); return;
         case ValueType::STRING: out.put_string(v.as_string(key)); return;
         case ValueType::ARRAY: {
+            if (depth >= kMaxArrayDepth) throw_error("metadata '%s': arrays nested too deeply", key.c_str());
             const Array &a = v.as_array(key);
+            // Checked even for an empty array, where no element would reach the switch below.
+            if (static_cast<uint32_t>(a.type) > static_cast<uint32_t>(ValueType::FLOAT64)) {
+                throw_error("metadata '%s': unknown array element type %u", key.c_str(), static_cast<unsigned>(a.type));
+            }
             out.put<uint32_t>(static_cast<uint32_t>(a.type));
             out.put<uint64_t>(a.items.size());
-            for (const Value &item : a.items) put_value(out, item, a.type, key);
+            for (const Value &item : a.items) put_value(out, item, a.type, key, depth + 1);
             return;
         }
     }
-    throw_error("metadata '%s': unknown value type", key.c_str());
+    throw_error("metadata '%s': unknown value type %u", key.c_str(), static_cast<unsigned>(type));
 }
 
 }  // namespace
@@ -73,24 +96,54 @@ void Writer::set(const std::string &key, Value value) {
     kv_.emplace_back(key, std::move(value));
 }
 
+Writer Writer::from_file(const File &f) {
+    Writer w;
+    // Keys of a parsed file are unique already: append directly (set() would scan, quadratic in the count).
+    w.kv_ = f.metadata();
+    for (const TensorInfo &t : f.tensors()) w.add_tensor(t.name, t.type, t.ne, t.data, static_cast<size_t>(t.n_bytes));
+    return w;
+}
+
 void Writer::add_tensor(const std::string &name, DType type, std::vector<int64_t> ne, const void *data,
                         size_t n_bytes) {
+    // The same shape rules as the reader, checked here so that a bad shape is an error now rather than an
+    // unreadable file later (or, for a first dimension off the block size, an assertion in dtype_row_size).
     if (ne.empty() || ne.size() > 4) throw_error("tensor '%s': %zu dimensions (1 to 4 allowed)", name.c_str(), ne.size());
-    int64_t n_rows = 1;
-    for (size_t i = 1; i < ne.size(); ++i) n_rows *= ne[i];
-    const int64_t expected = dtype_row_size(type, ne[0]) * n_rows;
+    const DTypeInfo &info = dtype_info(type);  // throws for an unknown id
+    int64_t n_elements = 1;
+    for (size_t i = 0; i < ne.size(); ++i) {
+        if (ne[i] <= 0 || __builtin_mul_overflow(n_elements, ne[i], &n_elements)) {
+            throw_error("tensor '%s': dimension %zu = %lld is invalid", name.c_str(), i, (long long)ne[i]);
+        }
+    }
+    if (ne[0] % info.block_size != 0) {
+        throw_error("tensor '%s': first dimension %lld is not a multiple of the %s block size %lld", name.c_str(),
+                    (long long)ne[0], std::string(info.name).c_str(), (long long)info.block_size);
+    }
+    int64_t expected = 0;
+    if (__builtin_mul_overflow(n_elements / info.block_size, info.type_size, &expected)) {
+        throw_error("tensor '%s': size overflows", name.c_str());
+    }
+    if (tensor_names_.count(name)) throw_error("duplicate tensor name '%s'", name.c_str());
     if (expected != static_cast<int64_t>(n_bytes)) {
         throw_error("tensor '%s': %zu bytes given, %lld expected for %s", name.c_str(), n_bytes, (long long)expected,
                     std::string(dtype_name(type)).c_str());
     }
     const auto *p = static_cast<const uint8_t *>(data);
     tensors_.push_back({name, type, std::move(ne), std::vector<uint8_t>(p, p + n_bytes)});
+    tensor_names_.insert(name);
 }
 
 std::vector<uint8_t> Writer::to_bytes() const {
     uint64_t alignment = 32;
     for (const auto &kv : kv_) {
-        if (kv.first == "general.alignment") alignment = static_cast<uint64_t>(kv.second.as_int(kv.first));
+        if (kv.first != "general.alignment") continue;
+        // Unchecked, 0 divided by zero in pad_to and 3 wrote a file the reader rejects.
+        const int64_t a = kv.second.as_int(kv.first);
+        if (a <= 0 || !is_valid_alignment(uint64_t(a))) {
+            throw_error("general.alignment %lld is not a power of two in [1, 2^20]", (long long)a);
+        }
+        alignment = uint64_t(a);
     }
     ByteSink out;
     out.put<uint32_t>(0x46554747);
@@ -100,7 +153,7 @@ std::vector<uint8_t> Writer::to_bytes() const {
     for (const auto &[key, value] : kv_) {
         out.put_string(key);
         out.put<uint32_t>(static_cast<uint32_t>(value.type));
-        put_value(out, value, value.type, key);
+        put_value(out, value, value.type, key, 0);
     }
     uint64_t offset = 0;
     for (const auto &t : tensors_) {
@@ -111,7 +164,9 @@ std::vector<uint8_t> Writer::to_bytes() const {
         out.put<uint64_t>(offset);
         offset += (t.data.size() + alignment - 1) / alignment * alignment;
     }
-    out.pad_to(alignment);
+    // No padding when no data follows: ggml writes tensor-less files (vocabularies) that way, and so a parsed
+    // one is written back byte for byte.
+    if (!tensors_.empty()) out.pad_to(alignment);
     for (const auto &t : tensors_) {
         out.put_raw(t.data.data(), t.data.size());
         out.pad_to(alignment);
