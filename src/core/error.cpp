@@ -6,7 +6,7 @@
 
 namespace sparrow {
 
-static std::string vstrprintf(const char *fmt, va_list args) {
+__attribute__((format(printf, 1, 0))) static std::string vstrprintf(const char *fmt, va_list args) {
     va_list copy;
     va_copy(copy, args);
     const int n = std::vsnprintf(nullptr, 0, fmt, copy);
