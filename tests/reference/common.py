@@ -43,6 +43,15 @@ def swiglu(gate: np.ndarray, up: np.ndarray) -> np.ndarray:
     return silu(gate) * up
 
 
+def sigmoid(x: np.ndarray) -> np.ndarray:
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+def softplus(x: np.ndarray) -> np.ndarray:
+    """log(1 + exp(x)), without overflow for large x."""
+    return np.logaddexp(0.0, x)
+
+
 def softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
     """Softmax that tolerates -inf entries (masked positions); a row that is all -inf gives zeros."""
     m = np.max(x, axis=axis, keepdims=True)
