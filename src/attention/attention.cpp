@@ -12,10 +12,12 @@ namespace sparrow {
 void attention(ThreadPool &pool, const AttentionShape &shape, const float *q, int64_t n_tokens, const RowStore &k,
                const RowStore &v, std::span<const std::span<const int32_t>> rows, float *out) {
     SPARROW_ASSERT(shape.n_head % shape.n_head_kv == 0);
-    SPARROW_ASSERT(k.width() == shape.n_head_kv * shape.head_dim_k && v.width() == shape.n_head_kv * shape.head_dim_v);
+    SPARROW_ASSERT(k.width() == shape.n_head_kv * shape.head_dim_k);
+    SPARROW_ASSERT(v.width() >= shape.v_offset + shape.n_head_kv * shape.head_dim_v);
     const int64_t group = shape.n_head / shape.n_head_kv;  // query heads per KV head
     const int64_t k_head_bytes = dtype_row_size(k.type(), shape.head_dim_k);
     const int64_t v_head_bytes = dtype_row_size(v.type(), shape.head_dim_v);
+    const int64_t v_offset_bytes = dtype_row_size(v.type(), shape.v_offset);
 
     // One work item = one token x one KV head: the group's query heads share each K/V row while it is hot.
     // Small problems run on the calling thread: waking the pool costs more than the work.
@@ -34,7 +36,7 @@ void attention(ThreadPool &pool, const AttentionShape &shape, const float *q, in
             std::fill(run_sum.begin(), run_sum.end(), 0.0f);
             for (const int32_t cell : rows[static_cast<size_t>(t)]) {
                 const auto *k_row = static_cast<const uint8_t *>(k.row(cell)) + kvh * k_head_bytes;
-                const auto *v_row = static_cast<const uint8_t *>(v.row(cell)) + kvh * v_head_bytes;
+                const auto *v_row = static_cast<const uint8_t *>(v.row(cell)) + v_offset_bytes + kvh * v_head_bytes;
                 for (int64_t g = 0; g < group; ++g) {
                     const int64_t h = kvh * group + g;
                     const float *q_h = q + (t * shape.n_head + h) * shape.head_dim_k;

@@ -22,7 +22,8 @@ struct AttentionShape {
 // For each query token t and head h:
 //   out[t, h, :] = sum_j softmax_j(scale * q[t, h, :] . K[rows[t][j], kvh, :]) * V[rows[t][j], kvh, :]
 //   q: [n_tokens, n_head, head_dim_k] f32;  out: [n_tokens, n_head, head_dim_v] f32
-//   k: rows of n_head_kv * head_dim_k;  v: rows of n_head_kv * head_dim_v (f32, f16 or bf16)
+//   k: rows of n_head_kv * head_dim_k;  v: rows holding n_head_kv * head_dim_v from v_offset (f32/f16/bf16)
+//   (MLA passes the latent store as both k and v: K = [c_kv | k_pe], V = c_kv = the first kv_lora elements)
 //   rows: n_tokens lists of cache cells. An empty list gives zeros (never NaN).
 // Softmax is computed online (one pass, running max and sum) in f32; rows are visited in list order.
 void attention(ThreadPool &pool, const AttentionShape &shape, const float *q, int64_t n_tokens, const RowStore &k,

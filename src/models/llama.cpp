@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "attention/attention.h"
+#include "cache/visible_rows.h"
 #include "core/error.h"
 #include "kernels/ops.h"
 #include "model/arch.h"
@@ -52,8 +53,7 @@ struct LlamaState final : ArchState {
     std::vector<RowStore> k_cache, v_cache;  // per layer: [n_ctx, n_head_kv*d]
     // Scratch for one ubatch of up to n_ubatch tokens.
     std::vector<float> x, cur, q, k, v, att, gate, up, out_x;
-    std::vector<std::span<const int32_t>> rows;   // visible cells per token
-    std::vector<std::vector<int32_t>> seq_cells;  // cells per sequence, by position
+    VisibleRows visible;
     OpScratch op;
 };
 
@@ -170,23 +170,7 @@ class LlamaModel final : public ArchModel {
         const int64_t kv_dim = hp_.n_head_kv * hp_.head_dim;
         float *x = s.x.data(), *cur = s.cur.data();
 
-        // Visible cells per token: a prefix (by position) of its sequence's cells, computed once per ubatch.
-        s.seq_cells.clear();
-        s.rows.assign(static_cast<size_t>(T), {});
-        std::vector<int32_t> seq_index(kMaxSequences, -1);
-        for (int64_t t = 0; t < T; ++t) {
-            const int32_t seq = ub.seq[t];
-            if (seq_index[seq] < 0) {
-                seq_index[seq] = static_cast<int32_t>(s.seq_cells.size());
-                s.seq_cells.push_back(cells.seq_cells_by_pos(seq));
-            }
-        }
-        for (int64_t t = 0; t < T; ++t) {
-            const auto &list = s.seq_cells[seq_index[ub.seq[t]]];
-            const auto end = std::upper_bound(list.begin(), list.end(), ub.pos[t],
-                                              [&](int32_t p, int32_t cell) { return p < cells.pos(cell); });
-            s.rows[t] = std::span<const int32_t>(list.data(), static_cast<size_t>(end - list.begin()));
-        }
+        s.visible.build(cells, ub.pos, ub.seq);  // each token's visible cells, by position
 
         get_rows(tok_embd_, ub.tokens.data(), T, x);  // x: [T, n_embd]
         const AttentionShape shape{hp_.n_head, hp_.n_head_kv, hp_.head_dim, hp_.head_dim,
@@ -203,7 +187,7 @@ class LlamaModel final : public ArchModel {
                 s.k_cache[il].write(ub.cells[t], s.k.data() + t * kv_dim);
                 s.v_cache[il].write(ub.cells[t], s.v.data() + t * kv_dim);
             }
-            attention(pool, shape, s.q.data(), T, s.k_cache[il], s.v_cache[il], s.rows, s.att.data());
+            attention(pool, shape, s.q.data(), T, s.k_cache[il], s.v_cache[il], s.visible.rows(), s.att.data());
             matmul(pool, s.op, L.wo, s.att.data(), T, cur);  // [T, n_embd]
             for (int64_t i = 0; i < T * n_embd; ++i) x[i] += cur[i];
 

@@ -1,0 +1,44 @@
+// The DSA lightning indexer's selection step: score each query's candidate keys and keep the top-k.
+//
+//   I[t, s] = sum_h w[t, h] * relu(q[t, h, :] . k[s, :])
+//
+// Keys are single-head rows of an indexer-key store (one row per cache cell). Scores are computed in tiles
+// of queries x keys with the heads accumulated inside the tile, and consumed at once by a bounded running
+// top-k per query: no [tokens x context] (or x heads) score tensor ever exists, so peak memory is
+// O(tile_q * tile_k + tile_q * top_k), independent of the context length and of the number of heads.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "cache/row_store.h"
+#include "core/thread_pool.h"
+
+namespace sparrow {
+
+enum class IndexerPrecision {
+    exact,  // f32 products and f32 accumulation over f32/f16/bf16 keys: what tests compare with references
+    fast,   // reduced-precision products the CPU does quickly (int8 or bf16 dot products); validated by the
+            // Jaccard of its selections against exact mode
+};
+
+struct IndexerShape {
+    int64_t n_head = 0;    // H: indexer query heads
+    int64_t head_dim = 0;  // D: width of q per head and of each key row
+};
+
+// Per query token t (0 <= t < n_tokens):
+//   q: [n_tokens, n_head, head_dim] f32 (RoPE applied);  w: [n_tokens, n_head] f32, already scaled
+//   keys: rows of head_dim elements, indexed by cache cell
+//   candidates[t]: the cells query t may select, in increasing position order
+//   selected[t] (output): the min(top_k, |candidates[t]|) candidates with the largest I[t, s], written in
+//     candidate order (so in increasing position). Ties at the cut go to the earlier candidate (the
+//     lower position). When |candidates[t]| <= top_k, every candidate is selected without scoring.
+// `selected` is resized to n_tokens; its inner vectors keep their capacity between calls.
+void lightning_indexer_select(ThreadPool &pool, const IndexerShape &shape, IndexerPrecision precision,
+                              const float *q, const float *w, int64_t n_tokens, const RowStore &keys,
+                              std::span<const std::span<const int32_t>> candidates, int64_t top_k,
+                              std::vector<std::vector<int32_t>> &selected);
+
+}  // namespace sparrow
