@@ -36,11 +36,14 @@ const gguf::TensorInfo &WeightLoader::take(const std::string &name, const std::v
 
 WeightMatrix WeightLoader::matrix(const std::string &name, int64_t n_cols, int64_t n_rows) {
     const gguf::TensorInfo &t = take(name, {n_cols, n_rows});
-    const std::string type(dtype_name(t.type));
-    if (std::find(matrix_types_.begin(), matrix_types_.end(), type) == matrix_types_.end()) {
-        matrix_types_.push_back(type);
-    }
+    note_matrix_type(t.type);
     return WeightMatrix{t.type, t.data, n_rows, n_cols, dtype_row_size(t.type, n_cols)};
+}
+
+WeightMatrix WeightLoader::matrix_stack(const std::string &name, int64_t n_cols, int64_t n_rows, int64_t n_mats) {
+    const gguf::TensorInfo &t = take(name, {n_cols, n_rows, n_mats});
+    note_matrix_type(t.type);
+    return WeightMatrix{t.type, t.data, n_rows * n_mats, n_cols, dtype_row_size(t.type, n_cols)};
 }
 
 const float *WeightLoader::vector(const std::string &name, int64_t n) {
@@ -51,6 +54,13 @@ const float *WeightLoader::vector(const std::string &name, int64_t n) {
     auto &copy = converted_.emplace_back(static_cast<size_t>(n));
     dequantize_row(t.type, t.data, copy.data(), n);
     return copy.data();
+}
+
+void WeightLoader::note_matrix_type(DType type) {
+    const std::string name(dtype_name(type));
+    if (std::find(matrix_types_.begin(), matrix_types_.end(), name) == matrix_types_.end()) {
+        matrix_types_.push_back(name);
+    }
 }
 
 std::string WeightLoader::matrix_types() const {

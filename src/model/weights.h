@@ -19,6 +19,9 @@ class WeightLoader {
 
     // A weight matrix [n_rows, n_cols] (GGUF ne = {n_cols, n_rows}) of a type the kernels compute with.
     WeightMatrix matrix(const std::string &name, int64_t n_cols, int64_t n_rows);
+    // A stack of n_mats matrices [n_rows, n_cols] (GGUF ne = {n_cols, n_rows, n_mats}), returned as one
+    // matrix of n_mats * n_rows rows: matrix m is the row block [m * n_rows, (m + 1) * n_rows).
+    WeightMatrix matrix_stack(const std::string &name, int64_t n_cols, int64_t n_rows, int64_t n_mats);
     bool has(const std::string &name) const { return file_.find_tensor(name) != nullptr; }
     // A vector of n floats: used in place when stored as f32, else converted once into owned memory.
     const float *vector(const std::string &name, int64_t n);
@@ -32,6 +35,7 @@ class WeightLoader {
 
   private:
     const gguf::TensorInfo &take(const std::string &name, const std::vector<int64_t> &ne);
+    void note_matrix_type(DType type);
 
     const gguf::File &file_;
     std::deque<std::vector<float>> converted_;  // owned f32 copies; a deque keeps pointers stable
