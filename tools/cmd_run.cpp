@@ -56,6 +56,7 @@ int run(const RunFlags &f) {
     auto model = load_model_verbose(f.model.model_path);
     const Tokenizer &tok = model_tokenizer(*model);
     Context ctx(model, f.model.context_params());
+    print_attention_mode(*model, ctx.params());
 
     const std::vector<int32_t> prompt = f.prompt_ids_path.empty()
                                             ? tok.encode(f.prompt, /*add_special=*/true, /*parse_special=*/true)

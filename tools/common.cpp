@@ -18,6 +18,13 @@ void ModelFlags::add_to(CLI::App &cmd, int64_t default_ctx) {
         ->check(CLI::IsMember({"f32", "f16", "bf16"}));
     cmd.add_option("--cache-type-v", cache_type_v, "V cache type: f32, f16, bf16")
         ->check(CLI::IsMember({"f32", "f16", "bf16"}));
+    cmd.add_option("--dsa", dsa, "Sparse attention for models with an indexer: on or off (dense)")
+        ->check(CLI::IsMember({"on", "off"}));
+    cmd.add_option("--dsa-top-k", dsa_top_k, "Keys each query attends (0 = the model's)")->check(CLI::NonNegativeNumber);
+    cmd.add_option("--indexer-cache-type", indexer_cache_type, "Indexer key cache type: f32, f16")
+        ->check(CLI::IsMember({"f32", "f16"}));
+    cmd.add_option("--indexer-precision", indexer_precision, "Indexer products: exact (f32) or fast (int8/bf16)")
+        ->check(CLI::IsMember({"exact", "fast"}));
 }
 
 ContextParams ModelFlags::context_params() const {
@@ -28,6 +35,10 @@ ContextParams ModelFlags::context_params() const {
     p.n_threads = n_threads;
     p.cache_type_k = cache_type_from_name(cache_type_k);
     p.cache_type_v = cache_type_from_name(cache_type_v);
+    p.dsa = dsa == "on";
+    p.dsa_top_k = dsa_top_k;
+    p.indexer_cache_type = cache_type_from_name(indexer_cache_type);
+    p.indexer_fast = indexer_precision == "fast";
     return p;
 }
 
@@ -38,7 +49,20 @@ std::shared_ptr<const Model> load_model_verbose(const std::string &path) {
                  path.c_str(), info.arch.c_str(), (long long)info.n_layer, (long long)info.n_embd,
                  (long long)info.n_vocab, info.n_params / 1e6, info.n_weight_bytes / 1048576.0,
                  info.weight_types.c_str());
+    if (!info.summary.empty()) std::fprintf(stderr, "model: %s\n", info.summary.c_str());
     return model;
+}
+
+void print_attention_mode(const Model &model, const ContextParams &params) {
+    const ModelInfo &info = model_info(model);
+    if (!info.has_indexer) return;
+    if (!params.dsa) {
+        std::fprintf(stderr, "sparse attention: off (dense attention over every key; --dsa on to enable)\n");
+        return;
+    }
+    std::fprintf(stderr, "sparse attention: on, top-k %lld, indexer cache %s, %s precision\n",
+                 (long long)(params.dsa_top_k > 0 ? params.dsa_top_k : info.indexer_top_k),
+                 cache_type_name(params.indexer_cache_type), params.indexer_fast ? "fast" : "exact");
 }
 
 }  // namespace sparrow::tools

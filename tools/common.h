@@ -18,6 +18,10 @@ struct ModelFlags {
     int n_threads = 0;
     std::string cache_type_k = "f16";
     std::string cache_type_v = "f16";
+    std::string dsa = "on";
+    int64_t dsa_top_k = 0;
+    std::string indexer_cache_type = "f16";
+    std::string indexer_precision = "exact";
 
     void add_to(CLI::App &cmd, int64_t default_ctx);
     ContextParams context_params() const;
@@ -25,6 +29,8 @@ struct ModelFlags {
 
 // Loads the model and prints one line about it to stderr.
 std::shared_ptr<const Model> load_model_verbose(const std::string &path);
+// One line on stderr saying what attention runs (for models with an indexer).
+void print_attention_mode(const Model &model, const ContextParams &params);
 
 class Stopwatch {
   public:

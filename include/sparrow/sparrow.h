@@ -45,6 +45,11 @@ struct ContextParams {
     int n_threads = 0;       // 0 = all hardware threads
     CacheType cache_type_k = CacheType::f16;
     CacheType cache_type_v = CacheType::f16;
+    // Sparse attention (models with a lightning indexer): off runs dense attention over every visible key.
+    bool dsa = true;
+    int64_t dsa_top_k = 0;                        // 0 = the model's attention.indexer.top_k
+    CacheType indexer_cache_type = CacheType::f16;  // indexer key rows (f32 or f16)
+    bool indexer_fast = false;                    // reduced-precision indexer products (see IndexerPrecision)
 };
 
 // One token of a batch: its id, its position in its sequence, the sequence it belongs to, and whether

@@ -38,6 +38,10 @@ struct StateParams {
     int64_t n_ubatch = 0;  // most tokens per forward pass
     DType cache_type_k = DType::F16;
     DType cache_type_v = DType::F16;
+    bool dsa = true;
+    int64_t dsa_top_k = 0;
+    DType indexer_cache_type = DType::F16;
+    bool indexer_fast = false;
 };
 
 class ArchModel {
@@ -57,5 +61,7 @@ std::unique_ptr<ArchModel> create_arch_model(const gguf::File &file, WeightLoade
 
 // Architectures (one file each in src/models/).
 std::unique_ptr<ArchModel> create_llama(const gguf::File &file, WeightLoader &weights, ModelInfo &info);
+// deepseek32 (DeepSeek-V3.2) and glm-dsa (GLM-5.x): MLA + MoE + lightning indexer.
+std::unique_ptr<ArchModel> create_dsa(const gguf::File &file, WeightLoader &weights, ModelInfo &info);
 
 }  // namespace sparrow

@@ -71,6 +71,10 @@ Context::Context(std::shared_ptr<const Model> model, const ContextParams &params
         .n_ubatch = p.n_ubatch,
         .cache_type_k = cache_dtype(p.cache_type_k),
         .cache_type_v = cache_dtype(p.cache_type_v),
+        .dsa = p.dsa,
+        .dsa_top_k = p.dsa_top_k,
+        .indexer_cache_type = cache_dtype(p.indexer_cache_type),
+        .indexer_fast = p.indexer_fast,
     });
 }
 
