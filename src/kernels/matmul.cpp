@@ -20,9 +20,9 @@ struct MatmulJob {
     const float *x = nullptr;     // [n_tokens, n_cols] f32
     const uint8_t *xd = nullptr;  // activations in the dot type: n_tokens rows, xd_stride bytes apart
     size_t xd_stride = 0;
-    uint8_t *xq = nullptr;        // where Q8_0 activations are written (scratch), or null for float weights
+    uint8_t *xq = nullptr;  // where Q8_0 activations are written (scratch), or null for float weights
     int64_t n_tokens = 0;
-    float *y = nullptr;           // [n_tokens, n_rows]
+    float *y = nullptr;  // [n_tokens, n_rows]
 };
 
 // Rows [r0, r1) for every token. The token tiles are the outer loop: a chunk's rows stay in L2 between
