@@ -98,13 +98,17 @@ struct RopeCase {
 
 TEST(Ops, RopeMatchesReference) {
     const std::vector<RopeCase> cases = {
-        {RopeLayout::adjacent, 1, 2, 2, false},    {RopeLayout::half_split, 1, 2, 2, false},
-        {RopeLayout::adjacent, 4, 64, 64, false},  {RopeLayout::half_split, 4, 64, 64, false},
-        {RopeLayout::adjacent, 3, 128, 64, false}, {RopeLayout::half_split, 3, 128, 64, false},
-        {RopeLayout::adjacent, 2, 96, 32, true},   {RopeLayout::half_split, 2, 96, 32, true},
-        {RopeLayout::adjacent, 4, 64, 64, true},   {RopeLayout::half_split, 4, 64, 64, true},
-        {RopeLayout::adjacent, 1, 576, 512, true}, {RopeLayout::half_split, 1, 576, 512, false},
-        {RopeLayout::adjacent, 5, 80, 78, false},  {RopeLayout::half_split, 5, 80, 78, true},
+        {RopeLayout::adjacent, 1, 2, 2, false},     {RopeLayout::half_split, 1, 2, 2, false},
+        {RopeLayout::adjacent, 4, 64, 64, false},   {RopeLayout::half_split, 4, 64, 64, false},
+        {RopeLayout::adjacent, 3, 128, 64, false},  {RopeLayout::half_split, 3, 128, 64, false},
+        {RopeLayout::adjacent, 2, 96, 32, true},    {RopeLayout::half_split, 2, 96, 32, true},
+        {RopeLayout::adjacent, 4, 64, 64, true},    {RopeLayout::half_split, 4, 64, 64, true},
+        {RopeLayout::adjacent, 1, 576, 512, true},  {RopeLayout::half_split, 1, 576, 512, false},
+        {RopeLayout::adjacent, 5, 80, 78, false},   {RopeLayout::half_split, 5, 80, 78, true},
+        {RopeLayout::adjacent, 7, 128, 128, true},  {RopeLayout::half_split, 7, 128, 128, false},
+        {RopeLayout::adjacent, 2, 64, 2, true},     {RopeLayout::half_split, 2, 64, 2, false},
+        {RopeLayout::adjacent, 1, 192, 64, false},  {RopeLayout::half_split, 1, 192, 64, true},
+        {RopeLayout::adjacent, 3, 300, 256, false}, {RopeLayout::half_split, 3, 300, 258, true},
     };
     const std::vector<int32_t> pos = {0, 1, 2, 7, 100, 4095, 65535, 163839, 1000000};
     std::mt19937 rng(3);

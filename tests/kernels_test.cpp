@@ -127,8 +127,8 @@ constexpr double kDotRelTol = 1e-6;
 // Row lengths for the dot products: every block type needs n % 32 == 0; float types also get odd lengths
 // that exercise the SIMD tails.
 std::vector<int64_t> dot_lengths(DType t) {
-    std::vector<int64_t> n = {32,  64,  96,   128,       160,  224,       256,  288,
-                              480, 512, 1024, 2048 + 32, 4096, 4096 + 32, 11008};
+    std::vector<int64_t> n = {32,  64,   96,   128,  160,  224,  256,  288,  480,  512,   544,
+                              800, 1024, 1056, 2080, 3072, 4096, 4128, 5120, 8224, 11008, 14336};
     if (!dtype_is_quantized(t)) {
         for (int64_t odd : {1, 2, 3, 7, 8, 9, 15, 16, 17, 31, 33, 47, 63, 65, 100, 127, 129, 4097})
             n.push_back(odd);

@@ -69,12 +69,13 @@ inline __m512 load16(const void *w, int64_t i) {
     }
 }
 
-// NT tokens against one weight row, two vectors per step. The accumulation order is the same for every NT
-// (element i always lands in the same lane of the same accumulator), so a token's result does not depend on
-// which tile it shares or with how many others: batched and single-sequence runs agree bit for bit.
+// NT tokens against one weight row, four vectors per step (32 registers hold the 16 accumulators of a
+// full tile). The accumulation order is the same for every NT (element i always lands in the same lane of
+// the same accumulator), so a token's result does not depend on which tile it shares or with how many
+// others: batched and single-sequence runs agree bit for bit.
 template <FloatKind K, int NT>
 void dot_tile_float(const void *w, const void *x, size_t x_stride, int64_t n, float *out) {
-    constexpr int U = 2;
+    constexpr int U = 4;
     const float *xs[NT];
     for (int j = 0; j < NT; ++j)
         xs[j] = reinterpret_cast<const float *>(static_cast<const uint8_t *>(x) + j * x_stride);
