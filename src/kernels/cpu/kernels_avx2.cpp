@@ -157,15 +157,22 @@ void dot_tile_quant(const void *wv, const void *x, size_t x_stride, int64_t n, f
     for (int j = 0; j < NT; ++j) acc[j][0] = acc[j][1] = _mm256_setzero_ps();
     int64_t b = 0;
     for (; b + 2 <= nb; b += 2) {
+        // The pair's scales in one conversion each: [dw0, dw1] and per token [dx0, dx1], multiplied in f32
+        // exactly as the single-block path does (so results do not depend on the pairing).
+        const __m128 dw = _mm_cvtph_ps(_mm_insert_epi16(_mm_cvtsi32_si128(w[b].d), w[b + 1].d, 1));
+        __m256 d[NT][2];
+        for (int j = 0; j < NT; ++j) {
+            const __m128i dx_half = _mm_insert_epi16(_mm_cvtsi32_si128(xs[j][b].d), xs[j][b + 1].d, 1);
+            const __m128 dwx = _mm_mul_ps(dw, _mm_cvtph_ps(dx_half));
+            d[j][0] = _mm256_broadcastss_ps(dwx);
+            d[j][1] = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(dwx), _mm256_set1_epi32(1));
+        }
         for (int u = 0; u < 2; ++u) {
             const __m256i qw = unpack_block(w[b + u]);
             const __m256i qw_abs = _mm256_sign_epi8(qw, qw);
-            const float dw = fp16_to_f32(w[b + u].d);
             for (int j = 0; j < NT; ++j) {
-                const BlockQ8_0 &xb = xs[j][b + u];
-                const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(xb.qs));
-                const __m256 d = _mm256_set1_ps(dw * fp16_to_f32(xb.d));
-                acc[j][u] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(block_dot(qw_abs, qw, q)), acc[j][u]);
+                const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(xs[j][b + u].qs));
+                acc[j][u] = _mm256_fmadd_ps(d[j][u], _mm256_cvtepi32_ps(block_dot(qw_abs, qw, q)), acc[j][u]);
             }
         }
     }
