@@ -21,11 +21,12 @@
 #include "kernels/ref/ref_ops.h"
 #include "test_util.h"
 
-// --- allocation counting --------------------------------------------------------------------------------------
-// The global operator new is replaced for this test binary (it must be, program-wide, to see allocations
-// made inside the library) by one that counts calls and otherwise behaves like the default. Every
-// non-aligned form is replaced, so that no pointer from a library-provided new (e.g. ASan's) reaches these
-// deletes; the aligned forms stay the library's, in matching pairs.
+// --- allocation counting
+// -------------------------------------------------------------------------------------- The global operator
+// new is replaced for this test binary (it must be, program-wide, to see allocations made inside the library)
+// by one that counts calls and otherwise behaves like the default. Every non-aligned form is replaced, so
+// that no pointer from a library-provided new (e.g. ASan's) reaches these deletes; the aligned forms stay the
+// library's, in matching pairs.
 namespace {
 std::atomic<int64_t> g_n_allocations{0};
 
@@ -45,20 +46,36 @@ __attribute__((noinline)) void *operator new[](size_t size) {
     if (void *p = counted_malloc(size)) return p;
     throw std::bad_alloc();
 }
-__attribute__((noinline)) void *operator new(size_t size, const std::nothrow_t &) noexcept { return counted_malloc(size); }
+__attribute__((noinline)) void *operator new(size_t size, const std::nothrow_t &) noexcept {
+    return counted_malloc(size);
+}
 __attribute__((noinline)) void *operator new[](size_t size, const std::nothrow_t &) noexcept {
     return counted_malloc(size);
 }
-__attribute__((noinline)) void operator delete(void *p) noexcept { std::free(p); }
-__attribute__((noinline)) void operator delete[](void *p) noexcept { std::free(p); }
-__attribute__((noinline)) void operator delete(void *p, size_t) noexcept { std::free(p); }
-__attribute__((noinline)) void operator delete[](void *p, size_t) noexcept { std::free(p); }
-__attribute__((noinline)) void operator delete(void *p, const std::nothrow_t &) noexcept { std::free(p); }
-__attribute__((noinline)) void operator delete[](void *p, const std::nothrow_t &) noexcept { std::free(p); }
+__attribute__((noinline)) void operator delete(void *p) noexcept {
+    std::free(p);
+}
+__attribute__((noinline)) void operator delete[](void *p) noexcept {
+    std::free(p);
+}
+__attribute__((noinline)) void operator delete(void *p, size_t) noexcept {
+    std::free(p);
+}
+__attribute__((noinline)) void operator delete[](void *p, size_t) noexcept {
+    std::free(p);
+}
+__attribute__((noinline)) void operator delete(void *p, const std::nothrow_t &) noexcept {
+    std::free(p);
+}
+__attribute__((noinline)) void operator delete[](void *p, const std::nothrow_t &) noexcept {
+    std::free(p);
+}
 
 namespace sparrow::cpu {
 // Names the level in gtest's messages ("avx2" rather than a byte dump).
-void PrintTo(Isa isa, std::ostream *os) { *os << isa_name(isa); }
+void PrintTo(Isa isa, std::ostream *os) {
+    *os << isa_name(isa);
+}
 }  // namespace sparrow::cpu
 
 namespace sparrow {
@@ -69,9 +86,13 @@ using cpu::KernelTable;
 
 constexpr DType kWeightTypes[] = {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0};
 
-std::string skip_message(Isa isa) { return std::string("skipped: CPU lacks ") + cpu::isa_name(isa); }
+std::string skip_message(Isa isa) {
+    return std::string("skipped: CPU lacks ") + cpu::isa_name(isa);
+}
 
-std::string isa_param_name(const ::testing::TestParamInfo<Isa> &info) { return cpu::isa_name(info.param); }
+std::string isa_param_name(const ::testing::TestParamInfo<Isa> &info) {
+    return cpu::isa_name(info.param);
+}
 
 // A weight row of type t holding (the type's rounding of) x.
 std::vector<uint8_t> to_row(DType t, const std::vector<float> &x) {
@@ -87,7 +108,9 @@ std::vector<float> to_floats(DType t, const void *row, int64_t n) {
 }
 
 // The dot type of weights of type t: activations are quantised to Q8_0 for Q8_0/Q4_0 weights.
-DType dot_type(DType t) { return dtype_is_quantized(t) ? DType::Q8_0 : DType::F32; }
+DType dot_type(DType t) {
+    return dtype_is_quantized(t) ? DType::Q8_0 : DType::F32;
+}
 
 // sum |w_i x_i| of two rows (of types tw and tx): the scale an error of the dot product is measured on.
 double magnitude(DType tw, const void *w, DType tx, const void *x, int64_t n) {
@@ -104,14 +127,17 @@ constexpr double kDotRelTol = 1e-6;
 // Row lengths for the dot products: every block type needs n % 32 == 0; float types also get odd lengths
 // that exercise the SIMD tails.
 std::vector<int64_t> dot_lengths(DType t) {
-    std::vector<int64_t> n = {32, 64, 96, 128, 160, 224, 256, 288, 480, 512, 1024, 2048 + 32, 4096, 4096 + 32, 11008};
+    std::vector<int64_t> n = {32,  64,   96,   128,  160,  224,  256,  288,  480,  512,   544,
+                              800, 1024, 1056, 2080, 3072, 4096, 4128, 5120, 8224, 11008, 14336};
     if (!dtype_is_quantized(t)) {
-        for (int64_t odd : {1, 2, 3, 7, 8, 9, 15, 16, 17, 31, 33, 47, 63, 65, 100, 127, 129, 4097}) n.push_back(odd);
+        for (int64_t odd : {1, 2, 3, 7, 8, 9, 15, 16, 17, 31, 33, 47, 63, 65, 100, 127, 129, 4097})
+            n.push_back(odd);
     }
     return n;
 }
 
-// --- dispatch ---------------------------------------------------------------------------------------------------
+// --- dispatch
+// ---------------------------------------------------------------------------------------------------
 
 TEST(Dispatch, ScalarAlwaysAvailableAndActiveIsSupported) {
     ASSERT_NE(cpu::kernels_for(Isa::scalar), nullptr);
@@ -132,7 +158,9 @@ TEST(Dispatch, ScalarAlwaysAvailableAndActiveIsSupported) {
 }
 
 TEST(Dispatch, ResolveIsaHonoursLowerRequestsOnly) {
-    const Isa best = cpu::cpu_supports(Isa::avx512) ? Isa::avx512 : cpu::cpu_supports(Isa::avx2) ? Isa::avx2 : Isa::scalar;
+    const Isa best = cpu::cpu_supports(Isa::avx512) ? Isa::avx512
+                     : cpu::cpu_supports(Isa::avx2) ? Isa::avx2
+                                                    : Isa::scalar;
     EXPECT_EQ(cpu::resolve_isa(nullptr), best);
     EXPECT_EQ(cpu::resolve_isa(""), best);
     EXPECT_EQ(cpu::resolve_isa("scalar"), Isa::scalar);
@@ -141,7 +169,8 @@ TEST(Dispatch, ResolveIsaHonoursLowerRequestsOnly) {
     EXPECT_EQ(cpu::resolve_isa("neon"), best);    // unknown names are ignored (with a warning)
 }
 
-// --- dot products, per level --------------------------------------------------------------------------------
+// --- dot products, per level
+// --------------------------------------------------------------------------------
 
 class IsaTest : public ::testing::TestWithParam<Isa> {};
 
@@ -231,7 +260,8 @@ TEST_P(IsaTest, QuantizeRowQ8_0IsBitExact) {
     table->quantize_row_q8_0(x.data(), got.data(), n);
     for (size_t b = 0; b < expected.size(); ++b) {
         ASSERT_EQ(got[b].d, expected[b].d) << "block " << b;
-        for (int j = 0; j < QK8_0; ++j) ASSERT_EQ(got[b].qs[j], expected[b].qs[j]) << "block " << b << " element " << j;
+        for (int j = 0; j < QK8_0; ++j)
+            ASSERT_EQ(got[b].qs[j], expected[b].qs[j]) << "block " << b << " element " << j;
     }
 }
 
@@ -257,9 +287,11 @@ TEST_P(IsaTest, AxpyMatchesReference) {
     }
 }
 
-INSTANTIATE_TEST_SUITE_P(Levels, IsaTest, ::testing::Values(Isa::scalar, Isa::avx2, Isa::avx512), isa_param_name);
+INSTANTIATE_TEST_SUITE_P(Levels, IsaTest, ::testing::Values(Isa::scalar, Isa::avx2, Isa::avx512),
+                         isa_param_name);
 
-// --- matmul ---------------------------------------------------------------------------------------------------
+// --- matmul
+// ---------------------------------------------------------------------------------------------------
 
 struct MatmulShape {
     int64_t n_rows, n_cols, n_tokens;
@@ -298,7 +330,8 @@ void expect_matmul_matches_reference(const TestMatrix &m, const std::vector<floa
         xf = to_floats(tx, xd.data(), w.n_cols);
         for (int64_t r = 0; r < w.n_rows; ++r) {
             double mag = 0.0;
-            for (int64_t c = 0; c < w.n_cols; ++c) mag += std::fabs(double(m.values[r * w.n_cols + c]) * xf[c]);
+            for (int64_t c = 0; c < w.n_cols; ++c)
+                mag += std::fabs(double(m.values[r * w.n_cols + c]) * xf[c]);
             const size_t i = static_cast<size_t>(t * w.n_rows + r);
             ASSERT_NEAR(y[i], y_ref[i], kDotRelTol * mag + 1e-30) << what << " token " << t << " row " << r;
         }
@@ -307,10 +340,10 @@ void expect_matmul_matches_reference(const TestMatrix &m, const std::vector<floa
 
 TEST(Matmul, MatchesReferenceForEveryTypeAndShape) {
     const std::vector<MatmulShape> shapes = {
-        {1, 32, 1},    {1, 32, 3},     {7, 32, 17},    {31, 32, 5},    {1, 96, 1},     {7, 96, 4},
-        {31, 96, 3},   {64, 96, 8},    {33, 96, 17},   {1, 4128, 1},   {7, 4128, 3},   {31, 4128, 2},
-        {4097, 32, 1}, {4097, 96, 3},  {4097, 32, 17}, {128, 256, 9},  {300, 512, 1},  {257, 1024, 6},
-        {513, 4128, 1}, {1000, 64, 13}, {2, 4096, 7},  {96, 160, 16},
+        {1, 32, 1},     {1, 32, 3},     {7, 32, 17},    {31, 32, 5},   {1, 96, 1},    {7, 96, 4},
+        {31, 96, 3},    {64, 96, 8},    {33, 96, 17},   {1, 4128, 1},  {7, 4128, 3},  {31, 4128, 2},
+        {4097, 32, 1},  {4097, 96, 3},  {4097, 32, 17}, {128, 256, 9}, {300, 512, 1}, {257, 1024, 6},
+        {513, 4128, 1}, {1000, 64, 13}, {2, 4096, 7},   {96, 160, 16},
     };
     std::mt19937 rng(21);
     for (int n_threads : {1, 2, 3}) {
@@ -321,13 +354,15 @@ TEST(Matmul, MatchesReferenceForEveryTypeAndShape) {
                 // Keep the run short: the biggest shapes once per type, on the two-thread pool.
                 if (s.n_rows * s.n_cols * s.n_tokens > 400000 && n_threads != 2) continue;
                 const TestMatrix m(rng, t, s.n_rows, s.n_cols);
-                const auto x = test::random_floats(rng, static_cast<size_t>(s.n_tokens * s.n_cols), -2.0f, 2.0f);
+                const auto x =
+                    test::random_floats(rng, static_cast<size_t>(s.n_tokens * s.n_cols), -2.0f, 2.0f);
                 std::vector<float> y(static_cast<size_t>(s.n_tokens * s.n_rows), NAN);
                 matmul(pool, scratch, m.w, x.data(), s.n_tokens, y.data());
-                expect_matmul_matches_reference(
-                    m, x, s.n_tokens, y,
-                    std::string(dtype_name(t)) + " [" + std::to_string(s.n_rows) + ", " + std::to_string(s.n_cols) +
-                        "] x " + std::to_string(s.n_tokens) + " tokens, " + std::to_string(n_threads) + " threads");
+                expect_matmul_matches_reference(m, x, s.n_tokens, y,
+                                                std::string(dtype_name(t)) + " [" + std::to_string(s.n_rows) +
+                                                    ", " + std::to_string(s.n_cols) + "] x " +
+                                                    std::to_string(s.n_tokens) + " tokens, " +
+                                                    std::to_string(n_threads) + " threads");
                 if (HasFatalFailure()) return;
             }
         }

@@ -20,9 +20,9 @@ struct MatmulJob {
     const float *x = nullptr;     // [n_tokens, n_cols] f32
     const uint8_t *xd = nullptr;  // activations in the dot type: n_tokens rows, xd_stride bytes apart
     size_t xd_stride = 0;
-    uint8_t *xq = nullptr;        // where Q8_0 activations are written (scratch), or null for float weights
+    uint8_t *xq = nullptr;  // where Q8_0 activations are written (scratch), or null for float weights
     int64_t n_tokens = 0;
-    float *y = nullptr;           // [n_tokens, n_rows]
+    float *y = nullptr;  // [n_tokens, n_rows]
 };
 
 // Rows [r0, r1) for every token. The token tiles are the outer loop: a chunk's rows stay in L2 between
@@ -43,9 +43,10 @@ void matmul_rows(const MatmulJob &job, int64_t r0, int64_t r1) {
 
 // Rows per chunk that parallel_for hands out.
 int64_t matmul_grain(const WeightMatrix &w, int64_t n_tokens, int n_threads) {
-    // Decode streams each row once, so chunks only need to be big enough to amortise the atomic hand-out
-    // (~32 KiB); prefill revisits a chunk once per tile, so it should fill a good part of L2 (~128 KiB).
-    const int64_t target_bytes = n_tokens <= cpu::kMaxTile ? (int64_t(32) << 10) : (int64_t(128) << 10);
+    // Decode streams each row once: long contiguous chunks keep the hardware prefetchers running
+    // (256 KiB measured ~5-8% faster than 32 KiB on the 2-core EPYC, DRAM-sized matrices). Prefill revisits
+    // a chunk once per token tile, so it should stay in L2 alongside the activations (~128 KiB).
+    const int64_t target_bytes = n_tokens <= cpu::kMaxTile ? (int64_t(256) << 10) : (int64_t(128) << 10);
     const int64_t by_size = std::max<int64_t>(1, target_bytes / w.row_bytes);
     // At least ~4 chunks per thread, so threads that run ahead (or share a core) even out.
     const int64_t by_balance = (w.n_rows + 4 * n_threads - 1) / (4 * n_threads);

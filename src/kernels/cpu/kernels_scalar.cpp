@@ -17,9 +17,11 @@ constexpr int kLanes = 8;
 
 // out[j] = w . x_j over n elements; the weight element is converted once and used for every token.
 template <typename W, typename Convert>
-void dot_tile_float(const W *w, const void *x, size_t x_stride, int n_x, int64_t n, float *out, Convert convert) {
+void dot_tile_float(const W *w, const void *x, size_t x_stride, int n_x, int64_t n, float *out,
+                    Convert convert) {
     const float *xs[kMaxTile];
-    for (int j = 0; j < n_x; ++j) xs[j] = reinterpret_cast<const float *>(static_cast<const uint8_t *>(x) + j * x_stride);
+    for (int j = 0; j < n_x; ++j)
+        xs[j] = reinterpret_cast<const float *>(static_cast<const uint8_t *>(x) + j * x_stride);
     float acc[kMaxTile][kLanes] = {};
     int64_t i = 0;
     for (; i + kLanes <= n; i += kLanes) {
@@ -47,7 +49,8 @@ inline int32_t block_dot(const int8_t *qw, const int8_t *qx) {
 // Shared body of the Q8_0 and Q4_0 kernels: `unpack` writes a weight block's 32 values as int8 and
 // returns its scale.
 template <typename Block, typename Unpack>
-void dot_tile_quant(const Block *w, const void *x, size_t x_stride, int n_x, int64_t n, float *out, Unpack unpack) {
+void dot_tile_quant(const Block *w, const void *x, size_t x_stride, int n_x, int64_t n, float *out,
+                    Unpack unpack) {
     const BlockQ8_0 *xs[kMaxTile];
     for (int j = 0; j < n_x; ++j) {
         xs[j] = reinterpret_cast<const BlockQ8_0 *>(static_cast<const uint8_t *>(x) + j * x_stride);
@@ -111,6 +114,8 @@ void axpy_bf16(const void *row, float a, float *y, int64_t n) {
     for (int64_t i = 0; i < n; ++i) y[i] += a * bf16_to_f32(r[i]);
 }
 
-void quantize_row_q8_0(const float *x, BlockQ8_0 *y, int64_t n) { quantize_row(DType::Q8_0, x, y, n); }
+void quantize_row_q8_0(const float *x, BlockQ8_0 *y, int64_t n) {
+    quantize_row(DType::Q8_0, x, y, n);
+}
 
 }  // namespace sparrow::cpu::scalar

@@ -11,7 +11,8 @@
 
 namespace sparrow::ref {
 
-// --- dot products per weight type (n elements; n % 32 == 0 for the block types) -----------------------------
+// --- dot products per weight type (n elements; n % 32 == 0 for the block types)
+// -----------------------------
 float dot_f32_f32(const float *w, const float *x, int64_t n);
 float dot_f16_f32(const uint16_t *w, const float *x, int64_t n);
 float dot_bf16_f32(const uint16_t *w, const float *x, int64_t n);
@@ -26,14 +27,17 @@ float dot_weight_row(DType t, const void *w, const void *x, int64_t n);
 //   x: [n] f32, n % 32 == 0;  y: [n / 32] blocks
 void quantize_row_q8_0(const float *x, BlockQ8_0 *y, int64_t n);
 
-// --- the ops of ops.h -----------------------------------------------------------------------------------------
-// y[t, r] = w[r, :] . x[t, :]: one token and one row at a time, x quantised to Q8_0 per token first for
-// Q8_0/Q4_0 weights (so the result is what ggml computes, not the exact real product).
+// --- the ops of ops.h
+// ----------------------------------------------------------------------------------------- y[t, r] = w[r, :]
+// . x[t, :]: one token and one row at a time, x quantised to Q8_0 per token first for Q8_0/Q4_0 weights (so
+// the result is what ggml computes, not the exact real product).
 void matmul(const WeightMatrix &w, const float *x, int64_t n_tokens, float *y);
 void get_rows(const WeightMatrix &table, const int32_t *ids, int64_t n, float *out);
 void rms_norm(const float *x, const float *w, float *y, int64_t n_rows, int64_t n, float eps);
-void layer_norm(const float *x, const float *w, const float *b, float *y, int64_t n_rows, int64_t n, float eps);
-void rope(float *x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, const int32_t *pos, const RopeParams &p);
+void layer_norm(const float *x, const float *w, const float *b, float *y, int64_t n_rows, int64_t n,
+                float eps);
+void rope(float *x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, const int32_t *pos,
+          const RopeParams &p);
 void softmax(float *x, int64_t n, float scale = 1.0f);
 void swiglu(const float *gate, const float *up, float *out, int64_t n);
 // By the definition: y = H x / sqrt(n) with H[i][j] = (-1)^popcount(i & j) (Sylvester order), O(n^2).
