@@ -211,6 +211,43 @@ TEST(TokenizerSpecial, LlamaBpeAddsBos) {
     EXPECT_EQ(tok.decode(ids, true), "<|begin_of_text|>Hello world");
 }
 
+// Random text (ASCII, whitespace runs, multi-byte characters, invalid bytes, special-token markers) always
+// comes back from decode(encode()), with and without parse_special.
+TEST(TokenizerVocabRandom, RoundTrip) {
+    SPARROW_REQUIRE_SHARED_DATA(data);
+    static const char *const k_parts[] = {
+        "a", "Z", "0", "9", " ", "  ", "\t", "\n", "\r\n", "'s", "'LL", ".", "!!", "\xc3\xa9", "\xe2\x82\xac",
+        "\xe4\xb8\xad", "\xf0\x9f\x98\x80", "\xe1\x9e\x80", "\xcc\x81", "\xff", "\xc3", "\x80", "<|im_start|>",
+        "<|endoftext|>", "<s>", "</s>", "\xe3\x80\x80", "\xc2\xa0", "word", " Hello", "12345"};
+    std::mt19937 rng(1234);
+    for (const char *name : {"llama-spm", "qwen2", "gpt-2", "deepseek-llm", "deepseek-coder", "llama-bpe"}) {
+        const Tokenizer &tok = shared_tokenizer(data + "/vocab/ggml-vocab-" + name + ".gguf");
+        for (int iter = 0; iter < 200; ++iter) {
+            std::string text;
+            const int n = int(rng() % 40);
+            for (int k = 0; k < n; ++k) text += k_parts[rng() % (sizeof(k_parts) / sizeof(k_parts[0]))];
+            const auto ids = tok.encode(text, false, false);
+            for (int32_t id : ids) ASSERT_TRUE(id >= 0 && id < tok.n_vocab());
+            // The DeepSeek vocabularies have no normal tokens for the bytes that never occur in UTF-8 (0xC0,
+            // 0xC1, 0xF5..0xFF): user-defined tokens "\xc3\xbf" (U+00FF) etc. stand for them, and those decode
+            // as their text. Invalid UTF-8 cannot round-trip there (nor in llama.cpp or Hugging Face).
+            const bool valid_utf8 = [&] {
+                for (size_t i = 0; i < text.size(); i += unicode::decode_utf8(text, i).len) {
+                    if (!unicode::decode_utf8(text, i).valid) return false;
+                }
+                return true;
+            }();
+            const int32_t ff = tok.find_token("\xc3\xbf");
+            if (!valid_utf8 && ff >= 0 && tok.token_type(ff) == TokenType::USER_DEFINED) continue;
+            ASSERT_EQ(tok.decode(ids), text) << name << ": '" << escaped(text) << "'";
+            if (tok.type() == VocabType::BPE) {
+                // special tokens come back as their text when rendered
+                ASSERT_EQ(tok.decode(tok.encode(text, false, true), true), text) << name << ": '" << escaped(text) << "'";
+            }
+        }
+    }
+}
+
 // ------------------------------------------------------------------------------------------------------------
 // Malformed metadata: a clear sparrow::Error, never a crash.
 
@@ -276,6 +313,20 @@ TEST(TokenizerMalformed, ValidTinyVocabsLoad) {
         EXPECT_EQ(tok.encode("a", true, false), (std::vector<int32_t>{1, 6}));
         // no byte tokens: an unknown character becomes <unk>
         EXPECT_EQ(tok.encode("c", false, false), (std::vector<int32_t>{3, 0}));
+        EXPECT_EQ(tok.encode("a a", false, false), (std::vector<int32_t>{6, 6}));
+    }
+    {
+        // A token that spans a word start ("a▁") forbids merging word by word: "▁a▁a" -> ▁ a▁ a.
+        gguf::Writer w = spm_writer();
+        w.set("tokenizer.ggml.tokens",
+              str_array({"<unk>", "<s>", "</s>", "\xe2\x96\x81", "a", "b", "\xe2\x96\x81" "a", "ab", "a\xe2\x96\x81"}));
+        w.set("tokenizer.ggml.scores", f32_array({0, 0, 0, -1, -2, -3, -0.5f, -0.25f, 1.0f}));
+        w.set("tokenizer.ggml.token_type", i32_array({2, 3, 3, 1, 1, 1, 1, 1, 1}));
+        const std::vector<uint8_t> bytes = w.to_bytes();
+        const gguf::File file = gguf::File::parse(bytes);
+        const Tokenizer tok(file);
+        EXPECT_EQ(tok.encode("a a", false, false), (std::vector<int32_t>{3, 8, 4}));
+        EXPECT_EQ(tok.decode(tok.encode("a a", false, false)), "a a");
     }
     {
         const std::vector<uint8_t> bytes = bpe_writer().to_bytes();
@@ -529,6 +580,13 @@ TEST(TokenizerPerf, WikiStories260K) {
     const double s = time_encode(tok, text, n);
     std::printf("[          ] stories260K: %zu bytes -> %zu tokens in %.3f s\n", text.size(), n, s);
     EXPECT_LT(s, k_wiki_limit_s);
+    // Long runs of one character and of spaces: the merge queue keeps this O(n log n).
+    const size_t run = k_wiki_bytes < SIZE_MAX ? 20000 : 200000;
+    for (const std::string &t : {std::string(run, 'a'), std::string(run, ' ') + "x", std::string(run, '\xff')}) {
+        const auto t0 = std::chrono::steady_clock::now();
+        EXPECT_EQ(tok.decode(tok.encode(t, false, false)), t);
+        EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), k_wiki_limit_s);
+    }
 }
 
 TEST(TokenizerPerf, WikiQwen2) {
@@ -539,6 +597,10 @@ TEST(TokenizerPerf, WikiQwen2) {
     const double s = time_encode(tok, text, n);
     std::printf("[          ] qwen2: %zu bytes -> %zu tokens in %.3f s\n", text.size(), n, s);
     EXPECT_LT(s, k_wiki_limit_s);
+    // With parse_special every control token is searched for in the text: still fast.
+    const auto t_special = std::chrono::steady_clock::now();
+    EXPECT_EQ(tok.encode(text, false, true).size(), n);
+    EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t_special).count(), k_wiki_limit_s);
     // A long word and a long run of spaces stay fast (merging is O(n log n) per word).
     const std::string long_word(k_wiki_bytes < SIZE_MAX ? 20000 : 100000, 'x');
     const std::string long_spaces = std::string(long_word.size(), ' ') + "x";

@@ -228,6 +228,7 @@ Tokenizer::Tokenizer(const gguf::File &file) {
             }
             im.spm_byte_token[size_t(b)] = id >= 0 ? id : im.unk;
         }
+        im.spm_split_words = !spm_tokens_cross_words(im);
     } else {
         for (int b = 0; b < 256; ++b) {
             std::string s;

@@ -65,6 +65,28 @@ struct Tokenizer::Impl {
     void bpe_tokenize(std::string_view text, std::vector<int32_t> &out) const;
     // Loads tokenizer.ggml.merges (byte-level BPE); throws sparrow::Error on a malformed list.
     void load_merges(const gguf::File &file);
+
+    // SentencePiece merging (tokenizer_spm.cpp): symbols of the escaped text and candidate merges.
+    struct SpmSymbol {
+        int32_t prev, next;   // neighbours in the current segmentation (-1: none)
+        uint32_t start, len;  // bytes of the text; len 0 once merged into the left neighbour
+    };
+    struct SpmCandidate {
+        float score;          // score of the merged token
+        int32_t left, right;  // symbols
+        uint32_t len;         // bytes of the merge when proposed: stale if the symbols have changed since
+    };
+    // Heap order for std::push_heap / pop_heap (which pop the largest): the highest score, then the leftmost.
+    static bool before(const SpmCandidate &a, const SpmCandidate &b) {
+        return a.score < b.score || (a.score == b.score && a.left > b.left);
+    }
+    // Set at load: no token contains a word start ("▁" after another character), so words merge separately.
+    bool spm_split_words = false;
+    void spm_merge(std::string_view text, std::vector<SpmSymbol> &symbols, std::vector<SpmCandidate> &heap,
+                   std::vector<int32_t> &out) const;
 };
+
+// Whether some token of a SentencePiece vocabulary spans a word start (tokenizer_spm.cpp).
+bool spm_tokens_cross_words(const Tokenizer::Impl &im);
 
 }  // namespace sparrow
