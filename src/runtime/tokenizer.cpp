@@ -144,13 +144,14 @@ Tokenizer::Tokenizer(const gguf::File &file) {
 
     // --- tokens, scores, types ---------------------------------------------------------------------------
     const gguf::Array &tokens = require_array(file, k_key_tokens, gguf::ValueType::STRING, "strings");
+    const std::string key_tokens = k_key_tokens, key_scores = k_key_scores, key_types = k_key_types;
     if (tokens.items.empty()) throw_error("%s is empty", k_key_tokens);
     if (tokens.items.size() > size_t(INT32_MAX)) throw_error("%s has too many tokens", k_key_tokens);
     const int32_t n = static_cast<int32_t>(tokens.items.size());
     im.offsets.reserve(size_t(n) + 1);
     for (const gguf::Value &t : tokens.items) {
         im.offsets.push_back(static_cast<uint32_t>(im.arena.size()));
-        im.arena += t.as_string(k_key_tokens);
+        im.arena += t.as_string(key_tokens);
         if (im.arena.size() > UINT32_MAX) throw_error("%s: token texts too long", k_key_tokens);
     }
     im.offsets.push_back(static_cast<uint32_t>(im.arena.size()));
@@ -161,7 +162,7 @@ Tokenizer::Tokenizer(const gguf::File &file) {
         if (scores.items.size() != size_t(n)) {
             throw_error("%s has %zu entries but %s has %d", k_key_scores, scores.items.size(), k_key_tokens, n);
         }
-        for (int32_t i = 0; i < n; ++i) im.scores[size_t(i)] = static_cast<float>(scores.items[size_t(i)].as_double(k_key_scores));
+        for (int32_t i = 0; i < n; ++i) im.scores[size_t(i)] = static_cast<float>(scores.items[size_t(i)].as_double(key_scores));
     }
     im.types.assign(size_t(n), TokenType::NORMAL);
     if (file.has(k_key_types)) {
@@ -170,15 +171,16 @@ Tokenizer::Tokenizer(const gguf::File &file) {
             throw_error("%s has %zu entries but %s has %d", k_key_types, types.items.size(), k_key_tokens, n);
         }
         for (int32_t i = 0; i < n; ++i) {
-            const int64_t t = types.items[size_t(i)].as_int(k_key_types);
+            const int64_t t = types.items[size_t(i)].as_int(key_types);
             im.types[size_t(i)] = t >= 0 && t <= 6 ? static_cast<TokenType>(t) : TokenType::UNDEFINED;
         }
     }
 
     // Empty texts (which converters sometimes leave for unused slots) are never looked up or matched.
     im.text_to_id.reserve(size_t(n));
+    const auto text_of = [&im](int32_t id) { return im.text(id); };
     for (int32_t i = 0; i < n; ++i) {
-        if (!im.text(i).empty()) im.text_to_id.emplace(im.text(i), i);
+        if (!im.text(i).empty()) im.text_to_id.insert(im.text(i), i, text_of);
     }
 
     // --- special ids and flags ---------------------------------------------------------------------------
@@ -226,6 +228,7 @@ Tokenizer::Tokenizer(const gguf::File &file) {
             }
             im.spm_byte_token[size_t(b)] = id >= 0 ? id : im.unk;
         }
+        im.spm_split_words = !spm_tokens_cross_words(im);
     } else {
         for (int b = 0; b < 256; ++b) {
             std::string s;

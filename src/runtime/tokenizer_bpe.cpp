@@ -18,10 +18,6 @@ namespace {
 
 constexpr const char *k_key_merges = "tokenizer.ggml.merges";
 
-uint64_t merge_key(int32_t left, int32_t right) {
-    return (uint64_t(uint32_t(left)) << 32) | uint32_t(right);
-}
-
 struct Symbol {
     int32_t id;           // token of the symbol's bytes, -1 if they are not a token
     int32_t prev, next;   // neighbours (-1: none)
@@ -51,9 +47,10 @@ void Tokenizer::Impl::load_merges(const gguf::File &file) {
     }
     if (arr.items.size() > size_t(INT32_MAX)) throw_error("%s has too many entries", k_key_merges);
     merges.reserve(arr.items.size());
+    const std::string key = k_key_merges;
     std::string joined;
     for (size_t rank = 0; rank < arr.items.size(); ++rank) {
-        const std::string &m = arr.items[rank].as_string(k_key_merges);
+        const std::string &m = arr.items[rank].as_string(key);
         // "left right"; searching from 1 lets a left part start with a space
         const size_t sep = m.find(' ', 1);
         if (sep == std::string::npos) {
@@ -68,7 +65,7 @@ void Tokenizer::Impl::load_merges(const gguf::File &file) {
         joined.assign(left);
         joined.append(right);
         // The first occurrence of a pair keeps its (lower) rank.
-        merges.emplace(merge_key(l, r), Merge{static_cast<int32_t>(rank), find(joined)});
+        merges.insert(l, r, {static_cast<int32_t>(rank), find(joined)});
     }
 }
 
@@ -102,9 +99,9 @@ void Tokenizer::Impl::bpe_tokenize(std::string_view text, std::vector<int32_t> &
             if (left < 0 || right < 0) return;
             const Symbol &l = symbols[size_t(left)], &r = symbols[size_t(right)];
             if (l.id < 0 || r.id < 0) return;
-            const auto it = merges.find(merge_key(l.id, r.id));
-            if (it == merges.end()) return;
-            heap.push_back({it->second.rank, left, right, it->second.result, l.len + r.len});
+            const MergeTable::Merge *m = merges.find(l.id, r.id);
+            if (!m) return;
+            heap.push_back({m->rank, left, right, m->result, l.len + r.len});
             std::push_heap(heap.begin(), heap.end(), later);
         };
         for (int32_t i = 1; i < static_cast<int32_t>(symbols.size()); ++i) propose(i - 1, i);
