@@ -95,6 +95,7 @@ int run(const RunFlags &f) {
         const auto last = ctx.logits(batch.size() - 1);
         write_npy_f32(f.dump_logits_path, last, {static_cast<int64_t>(last.size())});
     }
+    if (!f.dump_selection_path.empty()) write_selection_json(f.dump_selection_path, ctx.last_selections());
 
     Sampler sampler({f.temp, f.top_k, f.top_p, seed});
     const Stopwatch gen_clock;
@@ -131,6 +132,8 @@ Command register_run(CLI::App &app) {
     auto *ids = cmd->add_option("--prompt-ids", f->prompt_ids_path, "File of prompt token ids (used verbatim)");
     prompt->excludes(ids);
     cmd->add_option("--dump-logits", f->dump_logits_path, "Write the last prompt position's logits (.npy)");
+    cmd->add_option("--dump-selection", f->dump_selection_path,
+                    "Write, per layer, the keys the last prompt queries attended (.json; sparse-attention models)");
     cmd->add_option("-n,--n-predict", f->n_predict, "Tokens to generate")->check(CLI::NonNegativeNumber);
     cmd->add_option("--temp", f->temp, "Temperature (0 = greedy)")->check(CLI::NonNegativeNumber);
     cmd->add_option("--top-k", f->top_k, "Keep the k most likely tokens (0 = all)")->check(CLI::NonNegativeNumber);

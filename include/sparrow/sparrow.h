@@ -61,6 +61,17 @@ struct BatchToken {
     bool logits = false;
 };
 
+// Which keys a query attended in one layer (for debugging and comparison with reference engines).
+struct QuerySelection {
+    int32_t pos = 0;            // the query's position
+    std::vector<int32_t> keys;  // positions of the keys it attended, ascending
+};
+struct LayerSelection {
+    int64_t layer = 0;
+    bool dense = true;  // no selection ran (every visible key attended)
+    std::vector<QuerySelection> queries;
+};
+
 class Context {
   public:
     Context(std::shared_ptr<const Model> model, const ContextParams &params);
@@ -81,6 +92,10 @@ class Context {
     void seq_rm(int32_t seq_id, int32_t p0, int32_t p1);
     void clear();                               // empties the cache
     int32_t seq_pos_max(int32_t seq_id) const;  // -1 when the sequence is empty
+
+    // Sparse-attention models: per layer, the keys attended by the last (up to 16) queries of the last
+    // forward pass. Empty for other models.
+    std::vector<LayerSelection> last_selections() const;
 
     const Model &model() const;
     const ContextParams &params() const;

@@ -52,6 +52,8 @@ class ArchModel {
     // and writes logits [ub.output_rows.size(), n_vocab] for the output rows.
     virtual void forward(ArchState &state, const KvCells &cells, const UBatch &ub, ThreadPool &pool,
                          float *logits) const = 0;
+    // See Context::last_selections().
+    virtual std::vector<LayerSelection> last_selections(const ArchState &) const { return {}; }
 };
 
 // Builds the architecture named by the file's general.architecture, taking its tensors from `weights`

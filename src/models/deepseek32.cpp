@@ -79,7 +79,10 @@ struct DsaState final : ArchState {
     std::vector<std::span<const int32_t>> selected_rows;  // spans over `selected`
     OpScratch op;
     MoeScratch moe;
+    std::vector<LayerSelection> debug_selections;  // the last queries' attended keys, per layer
 };
+
+constexpr int64_t kDebugQueries = 16;
 
 // Reads "{arch}.key" as a positive integer with a clear error.
 int64_t get_positive(const gguf::File &f, const std::string &key, std::optional<int64_t> fallback = std::nullopt) {
@@ -249,6 +252,7 @@ class DsaModel final : public ArchModel {
         const int64_t T = ub.size(), E = hp_.n_embd;
         float *x = s.x.data(), *h = s.h.data();
         s.visible.build(cells, ub.pos, ub.seq);
+        s.debug_selections.assign(static_cast<size_t>(hp_.n_layer), {});
         // Selection is needed only when some query sees more keys than top-k; otherwise every layer
         // attends densely, exactly as with the indexer off.
         const bool select = s.dsa && s.visible.max_rows() > s.top_k;
@@ -265,6 +269,7 @@ class DsaModel final : public ArchModel {
             }
             if (select) rows = s.selected_rows;
             mla_attention(s, L, il, ub, pool, rows);  // x += attention output
+            record_selection(s, cells, ub, il, select, rows);
 
             rms_norm(x, L.ffn_norm, h, T, E, hp_.rms_eps);
             if (il < hp_.n_dense_lead) {
@@ -283,7 +288,26 @@ class DsaModel final : public ArchModel {
         matmul(pool, s.op, output_, h, n_out, logits);  // [n_out, n_vocab]
     }
 
+    std::vector<LayerSelection> last_selections(const ArchState &state) const override {
+        return static_cast<const DsaState &>(state).debug_selections;
+    }
+
   private:
+    static void record_selection(DsaState &s, const KvCells &cells, const UBatch &ub, int64_t il, bool select,
+                                 std::span<const std::span<const int32_t>> rows) {
+        LayerSelection &out = s.debug_selections[static_cast<size_t>(il)];
+        out.layer = il;
+        out.dense = !select;
+        out.queries.clear();
+        for (int64_t t = std::max<int64_t>(0, ub.size() - kDebugQueries); t < ub.size(); ++t) {
+            QuerySelection q;
+            q.pos = ub.pos[t];
+            for (const int32_t cell : rows[t]) q.keys.push_back(cells.pos(cell));
+            std::sort(q.keys.begin(), q.keys.end());
+            out.queries.push_back(std::move(q));
+        }
+    }
+
     DsaLayer load_layer(const gguf::File &f, WeightLoader &w, int64_t il) const {
         const std::string p = "blk." + std::to_string(il) + ".";
         const int64_t qk = hp_.nope + hp_.n_rot;

@@ -159,6 +159,10 @@ int32_t Context::seq_pos_max(int32_t seq_id) const {
     return impl_->cells.seq_pos_max(seq_id);
 }
 
+std::vector<LayerSelection> Context::last_selections() const {
+    return impl_->model->arch().last_selections(*impl_->state);
+}
+
 const Model &Context::model() const { return *impl_->model; }
 const ContextParams &Context::params() const { return impl_->params; }
 int64_t Context::n_ctx() const { return impl_->params.n_ctx; }
