@@ -54,12 +54,6 @@ struct Utf8Char {
 };
 Utf8Char decode_utf8(std::string_view s, size_t pos);
 void append_utf8(std::string &out, uint32_t cp);
-// Sequence length announced by a lead byte, by its high nibble (0x0-0xB: 1, 0xC-0xD: 2, 0xE: 3, 0xF: 4), the
-// way SentencePiece-style tokenizers step through text (continuation and invalid bytes count as 1).
-inline size_t utf8_len_from_lead(uint8_t b) {
-    static constexpr uint8_t k_len[16] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 3, 4};
-    return k_len[b >> 4];
-}
 // Length of the longest prefix of `s` that does not end inside an incomplete (but so far valid) UTF-8
 // sequence: what a streaming printer can emit now, holding the rest back for the next piece.
 size_t utf8_complete_prefix(std::string_view s);
