@@ -22,9 +22,30 @@ struct RunFlags {
     int top_k = 40;
     float top_p = 0.95f;
     int64_t seed = -1;
-    std::string prompt_ids_path;   // ids used verbatim (no BOS added)
-    std::string dump_logits_path;  // logits of the last prompt position, as .npy
+    std::string prompt_ids_path;      // ids used verbatim (no BOS added)
+    std::string dump_logits_path;     // logits of the last prompt position, as .npy
+    std::string dump_selection_path;  // per layer, the keys the last prompt queries attended (JSON)
 };
+
+// {"layers": [{"layer": 0, "dense": false, "queries": [{"pos": 299, "keys": [0, 5, ...]}, ...]}, ...]}
+void write_selection_json(const std::string &path, const std::vector<LayerSelection> &layers) {
+    FILE *out = std::fopen(path.c_str(), "wb");
+    if (!out) throw_error("cannot create '%s'", path.c_str());
+    std::fprintf(out, "{\"layers\": [");
+    for (size_t l = 0; l < layers.size(); ++l) {
+        std::fprintf(out, "%s\n  {\"layer\": %lld, \"dense\": %s, \"queries\": [", l ? "," : "",
+                     (long long)layers[l].layer, layers[l].dense ? "true" : "false");
+        for (size_t q = 0; q < layers[l].queries.size(); ++q) {
+            const QuerySelection &sel = layers[l].queries[q];
+            std::fprintf(out, "%s{\"pos\": %d, \"keys\": [", q ? ", " : "", sel.pos);
+            for (size_t k = 0; k < sel.keys.size(); ++k) std::fprintf(out, "%s%d", k ? ", " : "", sel.keys[k]);
+            std::fprintf(out, "]}");
+        }
+        std::fprintf(out, "]}");
+    }
+    std::fprintf(out, "\n]}\n");
+    if (std::fclose(out) != 0) throw_error("cannot write '%s'", path.c_str());
+}
 
 // Token ids separated by whitespace and/or commas.
 std::vector<int32_t> read_prompt_ids(const std::string &path) {

@@ -13,5 +13,6 @@ Command register_inspect(CLI::App &app);
 Command register_run(CLI::App &app);
 Command register_perplexity(CLI::App &app);
 Command register_make_model(CLI::App &app);
+Command register_bench(CLI::App &app);
 
 }  // namespace sparrow::tools

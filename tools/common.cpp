@@ -6,7 +6,7 @@
 
 namespace sparrow::tools {
 
-void ModelFlags::add_to(CLI::App &cmd, int64_t default_ctx) {
+void ModelFlags::add_to(CLI::App &cmd, int64_t default_ctx, bool with_dsa_flag) {
     n_ctx = default_ctx;
     cmd.add_option("-m,--model", model_path, "Model file (GGUF)")->required();
     cmd.add_option("-c,--ctx-size", n_ctx, "Context size in tokens (0 = the model's, at most 4096)")
@@ -18,9 +18,12 @@ void ModelFlags::add_to(CLI::App &cmd, int64_t default_ctx) {
         ->check(CLI::IsMember({"f32", "f16", "bf16"}));
     cmd.add_option("--cache-type-v", cache_type_v, "V cache type: f32, f16, bf16")
         ->check(CLI::IsMember({"f32", "f16", "bf16"}));
-    cmd.add_option("--dsa", dsa, "Sparse attention for models with an indexer: on or off (dense)")
-        ->check(CLI::IsMember({"on", "off"}));
-    cmd.add_option("--dsa-top-k", dsa_top_k, "Keys each query attends (0 = the model's)")->check(CLI::NonNegativeNumber);
+    if (with_dsa_flag) {
+        cmd.add_option("--dsa", dsa, "Sparse attention for models with an indexer: on or off (dense)")
+            ->check(CLI::IsMember({"on", "off"}));
+    }
+    cmd.add_option("--dsa-top-k", dsa_top_k, "Keys each query attends (0 = the model's)")
+        ->check(CLI::NonNegativeNumber);
     cmd.add_option("--indexer-cache-type", indexer_cache_type, "Indexer key cache type: f32, f16")
         ->check(CLI::IsMember({"f32", "f16"}));
     cmd.add_option("--indexer-precision", indexer_precision, "Indexer products: exact (f32) or fast (int8/bf16)")

@@ -23,7 +23,8 @@ struct ModelFlags {
     std::string indexer_cache_type = "f16";
     std::string indexer_precision = "exact";
 
-    void add_to(CLI::App &cmd, int64_t default_ctx);
+    // Registers the flags; bench registers its own list-valued --dsa, so it passes with_dsa_flag = false.
+    void add_to(CLI::App &cmd, int64_t default_ctx, bool with_dsa_flag = true);
     ContextParams context_params() const;
 };
 

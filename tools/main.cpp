@@ -1,6 +1,6 @@
+#include <algorithm>
 #include <cstdio>
 #include <exception>
-#include <algorithm>
 #include <map>
 #include <string>
 #include <vector>
@@ -33,6 +33,7 @@ int main(int argc, char **argv) {
     commands["run"] = register_run(app);
     commands["perplexity"] = register_perplexity(app);
     commands["make-model"] = register_make_model(app);
+    commands["bench"] = register_bench(app);
     try {
         std::vector<std::string> args = translate_llama_flags(argc, argv);
         std::reverse(args.begin(), args.end());  // CLI11 takes the arguments in reverse order

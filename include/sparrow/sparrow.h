@@ -31,6 +31,9 @@ struct ModelInfo {
     int64_t n_params = 0;  // elements over all weight tensors
     int64_t n_weight_bytes = 0;
     std::string weight_types;  // e.g. "f32" or "q8_0 (f32 norms)"
+    bool has_indexer = false;  // a sparse-attention (DSA) model
+    int64_t indexer_top_k = 0;
+    std::string summary;  // architecture-specific description (e.g. which layers run an indexer)
 };
 
 // Loads a GGUF model (memory-mapped). Throws sparrow::Error naming the file and the problem.
@@ -47,9 +50,9 @@ struct ContextParams {
     CacheType cache_type_v = CacheType::f16;
     // Sparse attention (models with a lightning indexer): off runs dense attention over every visible key.
     bool dsa = true;
-    int64_t dsa_top_k = 0;                        // 0 = the model's attention.indexer.top_k
+    int64_t dsa_top_k = 0;                          // 0 = the model's attention.indexer.top_k
     CacheType indexer_cache_type = CacheType::f16;  // indexer key rows (f32 or f16)
-    bool indexer_fast = false;                    // reduced-precision indexer products (see IndexerPrecision)
+    bool indexer_fast = false;                      // reduced-precision indexer products (see IndexerPrecision)
 };
 
 // One token of a batch: its id, its position in its sequence, the sequence it belongs to, and whether
@@ -96,6 +99,12 @@ class Context {
     // Sparse-attention models: per layer, the keys attended by the last (up to 16) queries of the last
     // forward pass. Empty for other models.
     std::vector<LayerSelection> last_selections() const;
+
+    // Benchmarks: appends n_tokens positions to seq_id whose cache rows are random filler instead of the
+    // model's own (only timing is meaningful afterwards).
+    void fill_synthetic(int32_t seq_id, int64_t n_tokens, uint64_t seed);
+    // Estimated bytes read per generated token at a context of n_kv keys (weights touched + cache rows).
+    int64_t bytes_per_token(int64_t n_kv) const;
 
     const Model &model() const;
     const ContextParams &params() const;

@@ -16,4 +16,17 @@ void RowStore::write(int64_t cell, const float *src) {
     quantize_row(type_, src, data_.data() + cell * row_bytes_, width_);
 }
 
+void RowStore::fill_random(std::span<const int32_t> cells, uint64_t seed, float scale) {
+    std::vector<float> row(static_cast<size_t>(width_));
+    uint64_t state = seed * 0x9E3779B97F4A7C15ull + 1;
+    for (const int32_t cell : cells) {
+        for (auto &v : row) {  // xorshift64*: cheap and good enough for filler data
+            state ^= state >> 12, state ^= state << 25, state ^= state >> 27;
+            const uint64_t r = state * 0x2545F4914F6CDD1Dull;
+            v = scale * (static_cast<float>(r >> 40) * (2.0f / 16777216.0f) - 1.0f);
+        }
+        write(cell, row.data());
+    }
+}
+
 }  // namespace sparrow

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "core/dtype.h"
@@ -21,6 +22,8 @@ class RowStore {
     // Converts `src` (width floats) to the row type and stores it in `cell`.
     void write(int64_t cell, const float *src);
     const void *row(int64_t cell) const { return data_.data() + cell * row_bytes_; }
+    // Fills the rows of `cells` with pseudo-random values uniform in [-scale, scale] (benchmark filler).
+    void fill_random(std::span<const int32_t> cells, uint64_t seed, float scale);
 
   private:
     DType type_ = DType::F32;

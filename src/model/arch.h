@@ -52,6 +52,12 @@ class ArchModel {
     // and writes logits [ub.output_rows.size(), n_vocab] for the output rows.
     virtual void forward(ArchState &state, const KvCells &cells, const UBatch &ub, ThreadPool &pool,
                          float *logits) const = 0;
+    // Writes random, plausibly scaled rows into every per-layer store at `cells` (benchmarks of deep contexts
+    // where only timing matters; the context has assigned the cells).
+    virtual void fill_synthetic(ArchState &state, std::span<const int32_t> cells, uint64_t seed) const = 0;
+    // Bytes a forward pass reads per generated token at a context of n_kv keys: the weights it touches
+    // (only the routed share of the experts) and the cache rows it reads.
+    virtual int64_t bytes_per_token(const ArchState &state, int64_t n_kv) const = 0;
     // See Context::last_selections().
     virtual std::vector<LayerSelection> last_selections(const ArchState &) const { return {}; }
 };

@@ -208,6 +208,27 @@ class LlamaModel final : public ArchModel {
         matmul(pool, s.op, output_, s.out_x.data(), n_out, logits);  // [n_out, n_vocab]
     }
 
+    void fill_synthetic(ArchState &state, std::span<const int32_t> cells, uint64_t seed) const override {
+        auto &s = static_cast<LlamaState &>(state);
+        for (int64_t il = 0; il < hp_.n_layer; ++il) {
+            s.k_cache[il].fill_random(cells, seed + 2 * il, 1.7f);
+            s.v_cache[il].fill_random(cells, seed + 2 * il + 1, 1.7f);
+        }
+    }
+
+    int64_t bytes_per_token(const ArchState &state, int64_t n_kv) const override {
+        const auto &s = static_cast<const LlamaState &>(state);
+        int64_t bytes = tok_embd_.row_bytes + output_.n_rows * output_.row_bytes;
+        for (int64_t il = 0; il < hp_.n_layer; ++il) {
+            const LlamaLayer &L = layers_[il];
+            for (const WeightMatrix *m : {&L.wq, &L.wk, &L.wv, &L.wo, &L.ffn_gate, &L.ffn_up, &L.ffn_down}) {
+                bytes += m->n_rows * m->row_bytes;
+            }
+            bytes += n_kv * (s.k_cache[il].row_bytes() + s.v_cache[il].row_bytes());
+        }
+        return bytes;
+    }
+
   private:
     LlamaHParams hp_;
     WeightMatrix tok_embd_;  // [n_vocab, n_embd]

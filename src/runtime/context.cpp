@@ -163,6 +163,19 @@ std::vector<LayerSelection> Context::last_selections() const {
     return impl_->model->arch().last_selections(*impl_->state);
 }
 
+void Context::fill_synthetic(int32_t seq_id, int64_t n_tokens, uint64_t seed) {
+    Impl &s = *impl_;
+    if (seq_id < 0 || seq_id >= kMaxSequences) throw_error("fill_synthetic: sequence id %d is out of range", seq_id);
+    const std::vector<int32_t> cells = s.cells.find_free(n_tokens);
+    const int32_t pos0 = s.cells.seq_pos_max(seq_id) + 1;
+    for (int64_t i = 0; i < n_tokens; ++i) s.cells.assign(cells[i], pos0 + static_cast<int32_t>(i), seq_id);
+    s.model->arch().fill_synthetic(*s.state, cells, seed);
+}
+
+int64_t Context::bytes_per_token(int64_t n_kv) const {
+    return impl_->model->arch().bytes_per_token(*impl_->state, n_kv);
+}
+
 const Model &Context::model() const { return *impl_->model; }
 const ContextParams &Context::params() const { return impl_->params; }
 int64_t Context::n_ctx() const { return impl_->params.n_ctx; }
