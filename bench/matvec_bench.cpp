@@ -36,25 +36,16 @@ int64_t llc_bytes() {
     if (!(f >> s) || s.empty()) return int64_t(32) << 20;
     int64_t value = std::atoll(s.c_str());
     switch (s.back()) {
-        case 'K':
-            value <<= 10;
-            break;
-        case 'M':
-            value <<= 20;
-            break;
-        case 'G':
-            value <<= 30;
-            break;
-        default:
-            break;
+        case 'K': value <<= 10; break;
+        case 'M': value <<= 20; break;
+        case 'G': value <<= 30; break;
+        default: break;
     }
     return value > 0 ? value : int64_t(32) << 20;
 }
 
 // Bytes every benchmark buffer has at least: 4x the LLC.
-int64_t working_set_bytes() {
-    return 4 * llc_bytes();
-}
+int64_t working_set_bytes() { return 4 * llc_bytes(); }
 
 // A weight matrix of type t with 4096 inputs and enough rows to span the working set. Only a few rows are
 // really quantised and then repeated: the contents do not change the speed, and this keeps set-up short.
@@ -104,9 +95,7 @@ void bm_matvec(benchmark::State &state, MatvecData *data, int n_threads) {
 // Buffers for copy and read, shared by both benchmarks (filled, so every page is mapped before timing).
 struct Buffers {
     std::vector<uint8_t> src, dst;
-    Buffers()
-        : src(static_cast<size_t>(working_set_bytes()), 1),
-          dst(static_cast<size_t>(working_set_bytes()), 2) {}
+    Buffers() : src(static_cast<size_t>(working_set_bytes()), 1), dst(static_cast<size_t>(working_set_bytes()), 2) {}
 };
 
 // memcpy of the working set, each thread copying its own slice.
@@ -217,8 +206,7 @@ int main(int argc, char **argv) {
         if (std::strncmp(argv[i], "--threads=", 10) == 0) {
             n_threads = std::max(1, std::atoi(argv[i] + 10));
         } else {
-            std::fprintf(stderr, "unknown argument %s (expected --threads=N or --benchmark_* flags)\n",
-                         argv[i]);
+            std::fprintf(stderr, "unknown argument %s (expected --threads=N or --benchmark_* flags)\n", argv[i]);
             return 2;
         }
     }
@@ -233,12 +221,8 @@ int main(int argc, char **argv) {
         matrices.push_back(std::make_unique<MatvecData>(t));
     }
 
-    benchmark::RegisterBenchmark("copy", bm_copy, &buffers, n_threads)
-        ->UseRealTime()
-        ->Unit(benchmark::kMillisecond);
-    benchmark::RegisterBenchmark("read", bm_read, &buffers, n_threads)
-        ->UseRealTime()
-        ->Unit(benchmark::kMillisecond);
+    benchmark::RegisterBenchmark("copy", bm_copy, &buffers, n_threads)->UseRealTime()->Unit(benchmark::kMillisecond);
+    benchmark::RegisterBenchmark("read", bm_read, &buffers, n_threads)->UseRealTime()->Unit(benchmark::kMillisecond);
     for (const auto &m : matrices) {
         const std::string name = "matvec/" + std::string(dtype_name(m->w.type));
         benchmark::RegisterBenchmark(name.c_str(), bm_matvec, m.get(), n_threads)

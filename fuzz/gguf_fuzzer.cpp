@@ -62,7 +62,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         }
         const std::vector<uint8_t> again = Writer::from_file(f).to_bytes();
         const File g = File::parse(again, "<rewritten>");
-        if (g.metadata().size() != f.metadata().size() || g.tensors().size() != f.tensors().size()) fail("write-back differs");
+        if (g.metadata().size() != f.metadata().size() || g.tensors().size() != f.tensors().size())
+            fail("write-back differs");
         if (Writer::from_file(g).to_bytes() != again) fail("write-back is not a fixed point");
     } catch (const sparrow::Error &) {
         // A clean rejection.

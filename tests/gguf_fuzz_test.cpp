@@ -58,7 +58,7 @@ void add(Writer &w, const std::string &name, DType type, std::vector<int64_t> ne
 std::vector<std::vector<uint8_t>> make_seeds() {
     using VT = ValueType;
     std::vector<std::vector<uint8_t>> seeds;
-    {   // Every scalar type, strings, arrays, nested arrays; five tensors of every supported type.
+    {  // Every scalar type, strings, arrays, nested arrays; five tensors of every supported type.
         Writer w;
         w.set("general.architecture", Value::str("llama"));
         w.set("u8", Value::u8(200));
@@ -78,7 +78,8 @@ std::vector<std::vector<uint8_t>> make_seeds() {
         w.set("arr.str", Value::array(VT::STRING, {Value::str("a"), Value::str(""), Value::str("bcd")}));
         w.set("arr.bool", Value::array(VT::BOOL, {Value::boolean(false), Value::boolean(true)}));
         w.set("arr.f64", Value::array(VT::FLOAT64, {Value::f64(1.0)}));
-        w.set("arr.nested", Value::array(VT::ARRAY, {Value::array(VT::UINT16, {Value::u16(7)}), Value::array(VT::STRING, {})}));
+        w.set("arr.nested",
+              Value::array(VT::ARRAY, {Value::array(VT::UINT16, {Value::u16(7)}), Value::array(VT::STRING, {})}));
         w.set("arr.empty", Value::array(VT::UINT8, {}));
         add(w, "f32", DType::F32, {4, 2});
         add(w, "f16", DType::F16, {3});
@@ -87,7 +88,7 @@ std::vector<std::vector<uint8_t>> make_seeds() {
         add(w, "q4", DType::Q4_0, {32, 2, 1});
         seeds.push_back(w.to_bytes());
     }
-    {   // Small alignment: tensors packed tightly, where an off-by-one in an extent check shows.
+    {  // Small alignment: tensors packed tightly, where an off-by-one in an extent check shows.
         Writer w;
         w.set("general.alignment", Value::u32(4));
         w.set("arr.u8", Value::array(VT::UINT8, {Value::u8(1), Value::u8(2)}));
@@ -97,7 +98,7 @@ std::vector<std::vector<uint8_t>> make_seeds() {
         add(w, "c", DType::F32, {3, 1});
         seeds.push_back(w.to_bytes());
     }
-    {   // A vocabulary-like file: no tensors, string and number arrays.
+    {  // A vocabulary-like file: no tensors, string and number arrays.
         Writer w;
         w.set("tokenizer.ggml.model", Value::str("gpt2"));
         std::vector<Value> tokens, scores, types;
@@ -112,7 +113,7 @@ std::vector<std::vector<uint8_t>> make_seeds() {
         w.set("tokenizer.ggml.bos_token_id", Value::u32(1));
         seeds.push_back(w.to_bytes());
     }
-    {   // Version 2 (same layout as 3 for our purposes), alignment 64, one 4-d tensor.
+    {  // Version 2 (same layout as 3 for our purposes), alignment 64, one 4-d tensor.
         Writer w;
         w.set("general.alignment", Value::u32(64));
         w.set("general.name", Value::str("v2"));
@@ -146,10 +147,17 @@ std::vector<Field> integer_fields(const std::vector<uint8_t> &b) {
     auto skip_string = [&] { p += read(8); };
     auto walk = [&](auto &self, uint32_t type) -> void {
         switch (static_cast<ValueType>(type)) {
-            case ValueType::UINT8: case ValueType::INT8: case ValueType::BOOL: read(1); return;
-            case ValueType::UINT16: case ValueType::INT16: read(2); return;
-            case ValueType::UINT32: case ValueType::INT32: case ValueType::FLOAT32: read(4); return;
-            case ValueType::UINT64: case ValueType::INT64: case ValueType::FLOAT64: read(8); return;
+            case ValueType::UINT8:
+            case ValueType::INT8:
+            case ValueType::BOOL: read(1); return;
+            case ValueType::UINT16:
+            case ValueType::INT16: read(2); return;
+            case ValueType::UINT32:
+            case ValueType::INT32:
+            case ValueType::FLOAT32: read(4); return;
+            case ValueType::UINT64:
+            case ValueType::INT64:
+            case ValueType::FLOAT64: read(8); return;
             case ValueType::STRING: skip_string(); return;
             case ValueType::ARRAY: {
                 const auto elem = static_cast<uint32_t>(read(4));
@@ -202,9 +210,43 @@ class Mutator {
 
     uint64_t boundary_value(size_t file_size, size_t pos, uint64_t current) {
         static constexpr uint64_t kValues[] = {
-            0, 1, 2, 3, 4, 5, 7, 8, 9, 12, 13, 16, 24, 31, 32, 33, 63, 64, 127, 128, 255, 256, 4096, 0x7fff, 0x8000,
-            0xffff, 0x10000, 0x7fffffff, 0x80000000, 0xffffffff, uint64_t(1) << 32, (uint64_t(1) << 32) + 1,
-            uint64_t(1) << 60, uint64_t(1) << 62, 0x7fffffffffffffff, 0x8000000000000000, ~uint64_t(0),
+            0,
+            1,
+            2,
+            3,
+            4,
+            5,
+            7,
+            8,
+            9,
+            12,
+            13,
+            16,
+            24,
+            31,
+            32,
+            33,
+            63,
+            64,
+            127,
+            128,
+            255,
+            256,
+            4096,
+            0x7fff,
+            0x8000,
+            0xffff,
+            0x10000,
+            0x7fffffff,
+            0x80000000,
+            0xffffffff,
+            uint64_t(1) << 32,
+            (uint64_t(1) << 32) + 1,
+            uint64_t(1) << 60,
+            uint64_t(1) << 62,
+            0x7fffffffffffffff,
+            0x8000000000000000,
+            ~uint64_t(0),
         };
         switch (pick(4)) {
             case 0: return file_size;
@@ -242,12 +284,15 @@ class Mutator {
                 b[position(b, which)] = kBytes[pick(std::size(kBytes))];
                 return;
             }
-            case 2: case 3: case 4: {  // a boundary value over a known integer field (or a random spot)
+            case 2:
+            case 3:
+            case 4: {  // a boundary value over a known integer field (or a random spot)
                 const auto &fields = fields_[which];
                 Field f{position(b, which), pick(2) ? 4 : 8};
                 if (!fields.empty() && pick(5) != 0) f = fields[pick(fields.size())];
                 uint64_t current = 0;
-                for (int i = 0; i < f.width && f.pos + size_t(i) < b.size(); ++i) current |= uint64_t(b[f.pos + size_t(i)]) << (8 * i);
+                for (int i = 0; i < f.width && f.pos + size_t(i) < b.size(); ++i)
+                    current |= uint64_t(b[f.pos + size_t(i)]) << (8 * i);
                 overwrite(b, f.pos, f.width, boundary_value(b.size(), f.pos, current));
                 return;
             }
@@ -299,7 +344,10 @@ class Mutator {
 uint64_t walk_value(const Value &v, int depth) {
     EXPECT_LE(depth, 8);
     switch (v.type) {
-        case ValueType::UINT8: case ValueType::UINT16: case ValueType::UINT32: case ValueType::UINT64: {
+        case ValueType::UINT8:
+        case ValueType::UINT16:
+        case ValueType::UINT32:
+        case ValueType::UINT64: {
             const uint64_t u = std::get<uint64_t>(v.data);
             const uint64_t max = v.type == ValueType::UINT8    ? 0xffu
                                  : v.type == ValueType::UINT16 ? 0xffffu
@@ -308,9 +356,12 @@ uint64_t walk_value(const Value &v, int depth) {
             EXPECT_LE(u, max);
             return u;
         }
-        case ValueType::INT8: case ValueType::INT16: case ValueType::INT32: case ValueType::INT64:
-            return uint64_t(std::get<int64_t>(v.data));
-        case ValueType::FLOAT32: case ValueType::FLOAT64: {
+        case ValueType::INT8:
+        case ValueType::INT16:
+        case ValueType::INT32:
+        case ValueType::INT64: return uint64_t(std::get<int64_t>(v.data));
+        case ValueType::FLOAT32:
+        case ValueType::FLOAT64: {
             const double d = std::get<double>(v.data);
             uint64_t bits;
             std::memcpy(&bits, &d, sizeof(bits));
@@ -465,7 +516,8 @@ TEST(GgufFuzz, MutatedFilesParseOrFailCleanly) {
         } catch (const std::exception &e) {
             ADD_FAILURE() << "iteration " << it << ": not a sparrow::Error: " << e.what();
         }
-        worst_ms = std::max(worst_ms, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+        worst_ms = std::max(worst_ms,
+                            std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
         if (::testing::Test::HasFailure()) {
             ADD_FAILURE() << "stopping at iteration " << it << " (SPARROW_FUZZ_SEED=" << seed << ")";
             break;
@@ -473,8 +525,8 @@ TEST(GgufFuzz, MutatedFilesParseOrFailCleanly) {
     }
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     std::printf("gguf fuzz: %llu iterations in %.2f s (slowest %.2f ms): %llu parsed, %llu errors of %zu kinds\n",
-                (unsigned long long)iterations, seconds, worst_ms, (unsigned long long)n_ok, (unsigned long long)n_error,
-                kinds.size());
+                (unsigned long long)iterations, seconds, worst_ms, (unsigned long long)n_ok,
+                (unsigned long long)n_error, kinds.size());
     for (const auto &[kind, count] : kinds) std::printf("  %6llu  %s\n", (unsigned long long)count, kind.c_str());
     // The mutations must reach both outcomes and many different checks, or the fuzzer proves little.
     if (iterations >= 10000) {

@@ -98,7 +98,8 @@ void expect_parse_error(std::span<const uint8_t> bytes, std::initializer_list<co
     const std::string message = parse_error(bytes);
     if (message.empty()) return;  // already reported
     EXPECT_NE(message.find(kName), std::string::npos) << "message does not name the file: " << message;
-    for (const char *part : parts) EXPECT_NE(message.find(part), std::string::npos) << "missing '" << part << "' in: " << message;
+    for (const char *part : parts)
+        EXPECT_NE(message.find(part), std::string::npos) << "missing '" << part << "' in: " << message;
 }
 
 // Deep equality, floats compared by bits (so -0.0 and NaN payloads count).
@@ -190,11 +191,12 @@ std::vector<std::pair<std::string, Value>> all_kinds_of_metadata() {
         {"t.arr.f64", Value::array(VT::FLOAT64, {Value::f64(1e-300), Value::f64(-2.5)})},
         {"t.arr.bool", Value::array(VT::BOOL, {Value::boolean(true), Value::boolean(false), Value::boolean(true)})},
         {"t.arr.str", Value::array(VT::STRING, {Value::str("a"), Value::str(""), Value::str("\xe2\x96\x81the")})},
-        {"t.arr.nested", Value::array(VT::ARRAY, {Value::array(VT::INT32, {Value::i32(1), Value::i32(2)}),
-                                                  Value::array(VT::INT32, {}),
-                                                  Value::array(VT::INT32, {Value::i32(3)})})},
+        {"t.arr.nested",
+         Value::array(VT::ARRAY, {Value::array(VT::INT32, {Value::i32(1), Value::i32(2)}), Value::array(VT::INT32, {}),
+                                  Value::array(VT::INT32, {Value::i32(3)})})},
         {"t.arr.nested_str", Value::array(VT::ARRAY, {Value::array(VT::STRING, {Value::str("x"), Value::str("yz")})})},
-        {"t.arr.nested3", Value::array(VT::ARRAY, {Value::array(VT::ARRAY, {Value::array(VT::BOOL, {Value::boolean(true)})})})},
+        {"t.arr.nested3",
+         Value::array(VT::ARRAY, {Value::array(VT::ARRAY, {Value::array(VT::BOOL, {Value::boolean(true)})})})},
     };
     // An empty array of every element type, nested arrays included.
     for (uint32_t t = 0; t <= static_cast<uint32_t>(VT::FLOAT64); ++t) {
@@ -215,11 +217,11 @@ struct TestTensor {
 std::vector<TestTensor> test_tensors(uint32_t seed) {
     std::mt19937 rng(seed);
     const std::vector<std::tuple<std::string, DType, std::vector<int64_t>>> shapes = {
-        {"f32.1d", DType::F32, {7}},          {"f32.4d", DType::F32, {3, 2, 2, 2}},
-        {"f16.2d", DType::F16, {5, 3}},        {"f16.1d", DType::F16, {1}},
-        {"bf16.3d", DType::BF16, {4, 3, 2}},   {"bf16.4d", DType::BF16, {2, 1, 1, 3}},
-        {"q8_0.1d", DType::Q8_0, {32}},        {"q8_0.4d", DType::Q8_0, {64, 2, 1, 3}},
-        {"q4_0.2d", DType::Q4_0, {32, 3}},     {"q4_0.3d", DType::Q4_0, {96, 1, 2}},
+        {"f32.1d", DType::F32, {7}},         {"f32.4d", DType::F32, {3, 2, 2, 2}},
+        {"f16.2d", DType::F16, {5, 3}},      {"f16.1d", DType::F16, {1}},
+        {"bf16.3d", DType::BF16, {4, 3, 2}}, {"bf16.4d", DType::BF16, {2, 1, 1, 3}},
+        {"q8_0.1d", DType::Q8_0, {32}},      {"q8_0.4d", DType::Q8_0, {64, 2, 1, 3}},
+        {"q4_0.2d", DType::Q4_0, {32, 3}},   {"q4_0.3d", DType::Q4_0, {96, 1, 2}},
     };
     std::vector<TestTensor> out;
     for (const auto &[name, type, ne] : shapes) {
@@ -334,8 +336,8 @@ TEST_P(GgufTensorRoundTrip, ThroughAFileOnDiskWithAlignedPointers) {
     {
         const File f = File::open(path);
         EXPECT_EQ(f.name(), path);
-        const auto mapped = std::span<const uint8_t>(f.tensors().front().data - f.data_offset() - f.tensors().front().offset,
-                                                     f.size_bytes());
+        const auto mapped = std::span<const uint8_t>(
+            f.tensors().front().data - f.data_offset() - f.tensors().front().offset, f.size_bytes());
         expect_tensors_match(f, mapped, test_tensors(11));
         // The mapping starts on a page, so alignments up to a page hold for the pointers themselves.
         if (alignment <= 4096) {
@@ -482,7 +484,8 @@ TEST(GgufMalformed, TruncatedAtEveryByte) {
     const HeapBytes full(bytes);
     const File f = File::parse(full.span());
     uint64_t end_of_data = 0;
-    for (const auto &t : f.tensors()) end_of_data = std::max(end_of_data, f.data_offset() + t.offset + uint64_t(t.n_bytes));
+    for (const auto &t : f.tensors())
+        end_of_data = std::max(end_of_data, f.data_offset() + t.offset + uint64_t(t.n_bytes));
     ASSERT_LT(end_of_data, bytes.size()) << "the last tensor should be followed by padding";
     for (size_t n = 0; n < end_of_data; ++n) {
         SCOPED_TRACE("truncated to " + std::to_string(n) + " bytes");
@@ -547,7 +550,11 @@ TEST(GgufMalformed, AbsurdTensorNameLength) {
 
 TEST(GgufMalformed, AbsurdArrayLength) {
     Raw r;
-    r.header(0, 1).key("arr", ValueType::ARRAY).put<uint32_t>(uint32_t(ValueType::UINT64)).put<uint64_t>(uint64_t(1) << 60).zeros(64);
+    r.header(0, 1)
+        .key("arr", ValueType::ARRAY)
+        .put<uint32_t>(uint32_t(ValueType::UINT64))
+        .put<uint64_t>(uint64_t(1) << 60)
+        .zeros(64);
     expect_parse_error(r.bytes, {"'arr'", "array of 1152921504606846976 elements does not fit"});
     // Just over what the remaining bytes hold: 9 u64s in 64 bytes.
     Raw r2;
@@ -557,7 +564,8 @@ TEST(GgufMalformed, AbsurdArrayLength) {
 
 TEST(GgufMalformed, UnknownValueType) {
     expect_parse_error(Raw().header(0, 1).str("k").put<uint32_t>(13).zeros(16).bytes, {"'k'", "unknown value type 13"});
-    expect_parse_error(Raw().header(0, 1).str("k").put<uint32_t>(0xffffffffu).zeros(16).bytes, {"unknown value type 4294967295"});
+    expect_parse_error(Raw().header(0, 1).str("k").put<uint32_t>(0xffffffffu).zeros(16).bytes,
+                       {"unknown value type 4294967295"});
 }
 
 TEST(GgufMalformed, UnknownArrayElementType) {
@@ -576,11 +584,13 @@ TEST(GgufMalformed, ZeroDimensions) {
 }
 
 TEST(GgufMalformed, FiveDimensions) {
-    expect_parse_error(Raw().header(1, 0).tensor("w", {1, 1, 1, 1, 1}, 0, 0).pad(32).zeros(64).bytes, {"'w'", "5 dimensions"});
+    expect_parse_error(Raw().header(1, 0).tensor("w", {1, 1, 1, 1, 1}, 0, 0).pad(32).zeros(64).bytes,
+                       {"'w'", "5 dimensions"});
 }
 
 TEST(GgufMalformed, ZeroSizeDimension) {
-    expect_parse_error(Raw().header(1, 0).tensor("w", {4, 0}, 0, 0).pad(32).zeros(64).bytes, {"'w'", "dimension 1 is 0"});
+    expect_parse_error(Raw().header(1, 0).tensor("w", {4, 0}, 0, 0).pad(32).zeros(64).bytes,
+                       {"'w'", "dimension 1 is 0"});
 }
 
 TEST(GgufMalformed, DimensionProductOverflow) {
@@ -617,9 +627,16 @@ TEST(GgufMalformed, OverlappingTensors) {
     expect_parse_error(Raw().header(2, 0).tensor("a", {16}, 0, 0).tensor("b", {4}, 0, 32).pad(32).zeros(128).bytes,
                        {"'a' and 'b' overlap"});
     // Same offset, and one tensor inside a later-listed larger one.
-    expect_parse_error(Raw().header(2, 0).tensor("a", {4}, 0, 32).tensor("b", {4}, 0, 32).pad(32).zeros(128).bytes, {"overlap"});
-    expect_parse_error(Raw().header(3, 0).tensor("c", {4}, 0, 64).tensor("big", {32}, 0, 0).tensor("d", {4}, 0, 96)
-                           .pad(32).zeros(256).bytes,
+    expect_parse_error(Raw().header(2, 0).tensor("a", {4}, 0, 32).tensor("b", {4}, 0, 32).pad(32).zeros(128).bytes,
+                       {"overlap"});
+    expect_parse_error(Raw()
+                           .header(3, 0)
+                           .tensor("c", {4}, 0, 64)
+                           .tensor("big", {32}, 0, 0)
+                           .tensor("d", {4}, 0, 96)
+                           .pad(32)
+                           .zeros(256)
+                           .bytes,
                        {"'big' and 'c' overlap"});
 }
 
@@ -633,11 +650,13 @@ TEST(GgufMalformed, DuplicateTensorName) {
 }
 
 TEST(GgufMalformed, AlignmentZero) {
-    expect_parse_error(Raw().header(0, 1).kv_u32("general.alignment", 0).bytes, {"general.alignment 0 is not a power of two"});
+    expect_parse_error(Raw().header(0, 1).kv_u32("general.alignment", 0).bytes,
+                       {"general.alignment 0 is not a power of two"});
 }
 
 TEST(GgufMalformed, AlignmentThree) {
-    expect_parse_error(Raw().header(0, 1).kv_u32("general.alignment", 3).bytes, {"general.alignment 3 is not a power of two"});
+    expect_parse_error(Raw().header(0, 1).kv_u32("general.alignment", 3).bytes,
+                       {"general.alignment 3 is not a power of two"});
 }
 
 TEST(GgufMalformed, AlignmentOtherBadValues) {

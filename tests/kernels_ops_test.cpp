@@ -22,8 +22,7 @@ namespace {
 constexpr double kF32Eps = 1.1920929e-07;
 
 // Lengths that hit every tail: 1, odd, one short of and one past SIMD and block sizes, large.
-const std::vector<int64_t> kLengths = {1,  2,  3,  7,  8,   15,  16,   17,       31,
-                                       32, 33, 64, 96, 100, 257, 4097, 4096 + 32};
+const std::vector<int64_t> kLengths = {1, 2, 3, 7, 8, 15, 16, 17, 31, 32, 33, 64, 96, 100, 257, 4097, 4096 + 32};
 
 // --- norms
 // -------------------------------------------------------------------------------------------------------
@@ -77,8 +76,7 @@ TEST(Ops, LayerNormMatchesReference) {
                 for (int64_t i = 0; i < n; ++i) {
                     // x - mean rounds on the scale of |x| (~10), then gets multiplied by 1/std (~1.7).
                     const size_t k = static_cast<size_t>(r * n + i);
-                    const double scale_terms =
-                        11.0 * 2.0 * (affine ? std::fabs(w[i]) : 1.0) + std::fabs(y_ref[k]);
+                    const double scale_terms = 11.0 * 2.0 * (affine ? std::fabs(w[i]) : 1.0) + std::fabs(y_ref[k]);
                     ASSERT_NEAR(x[k], y_ref[k], 8 * kF32Eps * scale_terms) << "n=" << n << " i=" << i;
                 }
             }
@@ -126,14 +124,13 @@ TEST(Ops, RopeMatchesReference) {
             p.n_ctx_orig = 4096;
         }
         const int64_t n_tokens = static_cast<int64_t>(pos.size());
-        const auto x0 =
-            test::random_floats(rng, static_cast<size_t>(n_tokens * c.n_heads * c.head_dim), -2.0f, 2.0f);
+        const auto x0 = test::random_floats(rng, static_cast<size_t>(n_tokens * c.n_heads * c.head_dim), -2.0f, 2.0f);
         auto x = x0, x_ref = x0;
         ref::rope(x_ref.data(), n_tokens, c.n_heads, c.head_dim, pos.data(), p);
         rope(x.data(), n_tokens, c.n_heads, c.head_dim, pos.data(), p);
         const std::string what = std::string(c.layout == RopeLayout::adjacent ? "adjacent" : "half_split") +
-                                 " head_dim=" + std::to_string(c.head_dim) +
-                                 " n_rot=" + std::to_string(c.n_rot) + (c.yarn ? " yarn" : "");
+                                 " head_dim=" + std::to_string(c.head_dim) + " n_rot=" + std::to_string(c.n_rot) +
+                                 (c.yarn ? " yarn" : "");
         for (int64_t t = 0; t < n_tokens; ++t) {
             for (int64_t h = 0; h < c.n_heads; ++h) {
                 const size_t base = static_cast<size_t>((t * c.n_heads + h) * c.head_dim);
@@ -145,8 +142,7 @@ TEST(Ops, RopeMatchesReference) {
                     }
                     // Outputs mix two inputs of magnitude <= 2 scaled by mscale <= 1.3; angles are exact to
                     // ~1e-7 rad in both (double angle, reduced before f32 sin/cos).
-                    ASSERT_NEAR(x[i], x_ref[i], 3e-6)
-                        << what << " pos=" << pos[t] << " head " << h << " dim " << d;
+                    ASSERT_NEAR(x[i], x_ref[i], 3e-6) << what << " pos=" << pos[t] << " head " << h << " dim " << d;
                 }
             }
         }
@@ -160,8 +156,7 @@ struct PairRotation {
 std::vector<PairRotation> rotations_of_unit_pairs(const RopeParams &p, int32_t pos) {
     std::vector<float> x(static_cast<size_t>(p.n_rot), 0.0f);
     const int half = p.n_rot / 2;
-    for (int i = 0; i < half; ++i)
-        x[static_cast<size_t>(p.layout == RopeLayout::adjacent ? 2 * i : i)] = 1.0f;
+    for (int i = 0; i < half; ++i) x[static_cast<size_t>(p.layout == RopeLayout::adjacent ? 2 * i : i)] = 1.0f;
     rope(x.data(), 1, 1, p.n_rot, &pos, p);
     std::vector<PairRotation> out;
     for (int i = 0; i < half; ++i) {
@@ -276,8 +271,7 @@ TEST(Ops, SwigluMatchesReference) {
         std::vector<float> y_ref(static_cast<size_t>(n));
         ref::swiglu(gate.data(), up.data(), y_ref.data(), n);
         swiglu(gate.data(), up.data(), gate.data(), n);  // out aliases gate
-        for (int64_t i = 0; i < n; ++i)
-            ASSERT_NEAR(gate[i], y_ref[i], 8 * kF32Eps * std::fabs(y_ref[i]) + 1e-30);
+        for (int64_t i = 0; i < n; ++i) ASSERT_NEAR(gate[i], y_ref[i], 8 * kF32Eps * std::fabs(y_ref[i]) + 1e-30);
     }
 }
 
@@ -295,8 +289,7 @@ TEST(Ops, HadamardMatchesReferenceForEveryPowerOfTwo) {
         for (int64_t r = 0; r < n_rows; ++r) {
             // Each output sums n inputs of size <= 1 over log2(n) stages, then scales by 1/sqrt(n).
             const double tol = (std::log2(double(n)) + 2) * kF32Eps * std::sqrt(double(n));
-            for (int64_t i = 0; i < n; ++i)
-                ASSERT_NEAR(x[r * n + i], x_ref[r * n + i], tol) << "n=" << n << " i=" << i;
+            for (int64_t i = 0; i < n; ++i) ASSERT_NEAR(x[r * n + i], x_ref[r * n + i], tol) << "n=" << n << " i=" << i;
         }
     }
 }
@@ -309,8 +302,7 @@ TEST(Ops, HadamardTimesHadamardIsIdentity) {
         hadamard(h.data(), n, n);
         for (int64_t i = 0; i < n; ++i) {
             for (int64_t j = 0; j < n; ++j) {
-                ASSERT_NEAR(std::fabs(h[i * n + j]) * std::sqrt(double(n)), 1.0, 1e-6)
-                    << "entries are +-1/sqrt(n)";
+                ASSERT_NEAR(std::fabs(h[i * n + j]) * std::sqrt(double(n)), 1.0, 1e-6) << "entries are +-1/sqrt(n)";
                 ASSERT_EQ(h[i * n + j], h[j * n + i]) << "H is symmetric";
             }
         }

@@ -52,30 +52,16 @@ __attribute__((noinline)) void *operator new(size_t size, const std::nothrow_t &
 __attribute__((noinline)) void *operator new[](size_t size, const std::nothrow_t &) noexcept {
     return counted_malloc(size);
 }
-__attribute__((noinline)) void operator delete(void *p) noexcept {
-    std::free(p);
-}
-__attribute__((noinline)) void operator delete[](void *p) noexcept {
-    std::free(p);
-}
-__attribute__((noinline)) void operator delete(void *p, size_t) noexcept {
-    std::free(p);
-}
-__attribute__((noinline)) void operator delete[](void *p, size_t) noexcept {
-    std::free(p);
-}
-__attribute__((noinline)) void operator delete(void *p, const std::nothrow_t &) noexcept {
-    std::free(p);
-}
-__attribute__((noinline)) void operator delete[](void *p, const std::nothrow_t &) noexcept {
-    std::free(p);
-}
+__attribute__((noinline)) void operator delete(void *p) noexcept { std::free(p); }
+__attribute__((noinline)) void operator delete[](void *p) noexcept { std::free(p); }
+__attribute__((noinline)) void operator delete(void *p, size_t) noexcept { std::free(p); }
+__attribute__((noinline)) void operator delete[](void *p, size_t) noexcept { std::free(p); }
+__attribute__((noinline)) void operator delete(void *p, const std::nothrow_t &) noexcept { std::free(p); }
+__attribute__((noinline)) void operator delete[](void *p, const std::nothrow_t &) noexcept { std::free(p); }
 
 namespace sparrow::cpu {
 // Names the level in gtest's messages ("avx2" rather than a byte dump).
-void PrintTo(Isa isa, std::ostream *os) {
-    *os << isa_name(isa);
-}
+void PrintTo(Isa isa, std::ostream *os) { *os << isa_name(isa); }
 }  // namespace sparrow::cpu
 
 namespace sparrow {
@@ -86,13 +72,9 @@ using cpu::KernelTable;
 
 constexpr DType kWeightTypes[] = {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0};
 
-std::string skip_message(Isa isa) {
-    return std::string("skipped: CPU lacks ") + cpu::isa_name(isa);
-}
+std::string skip_message(Isa isa) { return std::string("skipped: CPU lacks ") + cpu::isa_name(isa); }
 
-std::string isa_param_name(const ::testing::TestParamInfo<Isa> &info) {
-    return cpu::isa_name(info.param);
-}
+std::string isa_param_name(const ::testing::TestParamInfo<Isa> &info) { return cpu::isa_name(info.param); }
 
 // A weight row of type t holding (the type's rounding of) x.
 std::vector<uint8_t> to_row(DType t, const std::vector<float> &x) {
@@ -108,9 +90,7 @@ std::vector<float> to_floats(DType t, const void *row, int64_t n) {
 }
 
 // The dot type of weights of type t: activations are quantised to Q8_0 for Q8_0/Q4_0 weights.
-DType dot_type(DType t) {
-    return dtype_is_quantized(t) ? DType::Q8_0 : DType::F32;
-}
+DType dot_type(DType t) { return dtype_is_quantized(t) ? DType::Q8_0 : DType::F32; }
 
 // sum |w_i x_i| of two rows (of types tw and tx): the scale an error of the dot product is measured on.
 double magnitude(DType tw, const void *w, DType tx, const void *x, int64_t n) {
@@ -130,8 +110,7 @@ std::vector<int64_t> dot_lengths(DType t) {
     std::vector<int64_t> n = {32,  64,   96,   128,  160,  224,  256,  288,  480,  512,   544,
                               800, 1024, 1056, 2080, 3072, 4096, 4128, 5120, 8224, 11008, 14336};
     if (!dtype_is_quantized(t)) {
-        for (int64_t odd : {1, 2, 3, 7, 8, 9, 15, 16, 17, 31, 33, 47, 63, 65, 100, 127, 129, 4097})
-            n.push_back(odd);
+        for (int64_t odd : {1, 2, 3, 7, 8, 9, 15, 16, 17, 31, 33, 47, 63, 65, 100, 127, 129, 4097}) n.push_back(odd);
     }
     return n;
 }
@@ -199,8 +178,7 @@ TEST_P(IsaTest, DotTileMatchesReferenceForEveryTypeLengthAndTile) {
                     const void *xj = x.data() + j * stride;
                     const double expected = ref::dot_weight_row(t, w.data(), xj, n);
                     const double tol = kDotRelTol * magnitude(t, w.data(), tx, xj, n) + 1e-30;
-                    ASSERT_NEAR(out[j], expected, tol)
-                        << dtype_name(t) << " n=" << n << " n_x=" << n_x << " row " << j;
+                    ASSERT_NEAR(out[j], expected, tol) << dtype_name(t) << " n=" << n << " n_x=" << n_x << " row " << j;
                     // The same bits as the row alone: the summation order does not depend on the tile.
                     float alone;
                     table->dot(t)(w.data(), xj, 0, 1, n, &alone);
@@ -260,8 +238,7 @@ TEST_P(IsaTest, QuantizeRowQ8_0IsBitExact) {
     table->quantize_row_q8_0(x.data(), got.data(), n);
     for (size_t b = 0; b < expected.size(); ++b) {
         ASSERT_EQ(got[b].d, expected[b].d) << "block " << b;
-        for (int j = 0; j < QK8_0; ++j)
-            ASSERT_EQ(got[b].qs[j], expected[b].qs[j]) << "block " << b << " element " << j;
+        for (int j = 0; j < QK8_0; ++j) ASSERT_EQ(got[b].qs[j], expected[b].qs[j]) << "block " << b << " element " << j;
     }
 }
 
@@ -287,8 +264,7 @@ TEST_P(IsaTest, AxpyMatchesReference) {
     }
 }
 
-INSTANTIATE_TEST_SUITE_P(Levels, IsaTest, ::testing::Values(Isa::scalar, Isa::avx2, Isa::avx512),
-                         isa_param_name);
+INSTANTIATE_TEST_SUITE_P(Levels, IsaTest, ::testing::Values(Isa::scalar, Isa::avx2, Isa::avx512), isa_param_name);
 
 // --- matmul
 // ---------------------------------------------------------------------------------------------------
@@ -330,8 +306,7 @@ void expect_matmul_matches_reference(const TestMatrix &m, const std::vector<floa
         xf = to_floats(tx, xd.data(), w.n_cols);
         for (int64_t r = 0; r < w.n_rows; ++r) {
             double mag = 0.0;
-            for (int64_t c = 0; c < w.n_cols; ++c)
-                mag += std::fabs(double(m.values[r * w.n_cols + c]) * xf[c]);
+            for (int64_t c = 0; c < w.n_cols; ++c) mag += std::fabs(double(m.values[r * w.n_cols + c]) * xf[c]);
             const size_t i = static_cast<size_t>(t * w.n_rows + r);
             ASSERT_NEAR(y[i], y_ref[i], kDotRelTol * mag + 1e-30) << what << " token " << t << " row " << r;
         }
@@ -354,15 +329,13 @@ TEST(Matmul, MatchesReferenceForEveryTypeAndShape) {
                 // Keep the run short: the biggest shapes once per type, on the two-thread pool.
                 if (s.n_rows * s.n_cols * s.n_tokens > 400000 && n_threads != 2) continue;
                 const TestMatrix m(rng, t, s.n_rows, s.n_cols);
-                const auto x =
-                    test::random_floats(rng, static_cast<size_t>(s.n_tokens * s.n_cols), -2.0f, 2.0f);
+                const auto x = test::random_floats(rng, static_cast<size_t>(s.n_tokens * s.n_cols), -2.0f, 2.0f);
                 std::vector<float> y(static_cast<size_t>(s.n_tokens * s.n_rows), NAN);
                 matmul(pool, scratch, m.w, x.data(), s.n_tokens, y.data());
                 expect_matmul_matches_reference(m, x, s.n_tokens, y,
-                                                std::string(dtype_name(t)) + " [" + std::to_string(s.n_rows) +
-                                                    ", " + std::to_string(s.n_cols) + "] x " +
-                                                    std::to_string(s.n_tokens) + " tokens, " +
-                                                    std::to_string(n_threads) + " threads");
+                                                std::string(dtype_name(t)) + " [" + std::to_string(s.n_rows) + ", " +
+                                                    std::to_string(s.n_cols) + "] x " + std::to_string(s.n_tokens) +
+                                                    " tokens, " + std::to_string(n_threads) + " threads");
                 if (HasFatalFailure()) return;
             }
         }

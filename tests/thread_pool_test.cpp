@@ -26,8 +26,7 @@ TEST(ThreadPool, RunCallsEveryThreadOnce) {
             calls[static_cast<size_t>(ith)].fetch_add(1);
         });
         EXPECT_EQ(bad_nth.load(), 0);
-        for (int i = 0; i < n_threads; ++i)
-            EXPECT_EQ(calls[static_cast<size_t>(i)].load(), 1) << "thread " << i;
+        for (int i = 0; i < n_threads; ++i) EXPECT_EQ(calls[static_cast<size_t>(i)].load(), 1) << "thread " << i;
     }
 }
 
@@ -56,8 +55,7 @@ TEST(ThreadPool, ParallelForCoversEachIndexExactlyOnce) {
                 pool.parallel_for(n, grain, [&](int64_t begin, int64_t end) {
                     // Chunks are at most `grain` long, except the whole range run inline on one thread.
                     const bool whole = begin == 0 && end == n && (n_threads == 1 || n <= grain);
-                    if (begin < 0 || end > n || begin >= end ||
-                        (end - begin > std::max<int64_t>(1, grain) && !whole)) {
+                    if (begin < 0 || end > n || begin >= end || (end - begin > std::max<int64_t>(1, grain) && !whole)) {
                         bad_chunks.fetch_add(1);
                     }
                     for (int64_t i = begin; i < end; ++i) hits[static_cast<size_t>(i)].fetch_add(1);

@@ -77,10 +77,14 @@ std::string ids_to_string(const std::vector<int32_t> &ids) {
 std::string escaped(const std::string &s) {
     std::string out;
     for (unsigned char c : s) {
-        if (c == '\n') out += "\\n";
-        else if (c == '\t') out += "\\t";
-        else if (c < 0x20) out += strprintf("\\x%02x", c);
-        else out.push_back(static_cast<char>(c));
+        if (c == '\n')
+            out += "\\n";
+        else if (c == '\t')
+            out += "\\t";
+        else if (c < 0x20)
+            out += strprintf("\\x%02x", c);
+        else
+            out.push_back(static_cast<char>(c));
     }
     return out;
 }
@@ -106,8 +110,8 @@ TEST_P(TokenizerVocab, MatchesReferenceIds) {
         if (ids == expected[i]) {
             ++n_ok;
         } else {
-            ADD_FAILURE() << GetParam() << " string " << i << " '" << escaped(strings[i]) << "'\n  expected:"
-                          << ids_to_string(expected[i]) << "\n       got:" << ids_to_string(ids);
+            ADD_FAILURE() << GetParam() << " string " << i << " '" << escaped(strings[i])
+                          << "'\n  expected:" << ids_to_string(expected[i]) << "\n       got:" << ids_to_string(ids);
         }
         // Lossless round trip (SentencePiece: decode drops the space prefix that encode added).
         EXPECT_EQ(tok.decode(ids), strings[i]) << GetParam() << " string " << i;
@@ -122,7 +126,8 @@ TEST_P(TokenizerVocab, MatchesReferenceIds) {
 
 // The instantiation prefix starts with "Tokenizer" so that --gtest_filter='Tokenizer*' selects these too.
 INSTANTIATE_TEST_SUITE_P(Tokenizer, TokenizerVocab,
-                         ::testing::Values("llama-spm", "llama-bpe", "deepseek-llm", "deepseek-coder", "qwen2", "gpt-2"),
+                         ::testing::Values("llama-spm", "llama-bpe", "deepseek-llm", "deepseek-coder", "qwen2",
+                                           "gpt-2"),
                          [](const ::testing::TestParamInfo<const char *> &p) {
                              std::string name = p.param;
                              for (char &c : name) c = c == '-' ? '_' : c;
@@ -215,10 +220,37 @@ TEST(TokenizerSpecial, LlamaBpeAddsBos) {
 // comes back from decode(encode()), with and without parse_special.
 TEST(TokenizerVocabRandom, RoundTrip) {
     SPARROW_REQUIRE_SHARED_DATA(data);
-    static const char *const k_parts[] = {
-        "a", "Z", "0", "9", " ", "  ", "\t", "\n", "\r\n", "'s", "'LL", ".", "!!", "\xc3\xa9", "\xe2\x82\xac",
-        "\xe4\xb8\xad", "\xf0\x9f\x98\x80", "\xe1\x9e\x80", "\xcc\x81", "\xff", "\xc3", "\x80", "<|im_start|>",
-        "<|endoftext|>", "<s>", "</s>", "\xe3\x80\x80", "\xc2\xa0", "word", " Hello", "12345"};
+    static const char *const k_parts[] = {"a",
+                                          "Z",
+                                          "0",
+                                          "9",
+                                          " ",
+                                          "  ",
+                                          "\t",
+                                          "\n",
+                                          "\r\n",
+                                          "'s",
+                                          "'LL",
+                                          ".",
+                                          "!!",
+                                          "\xc3\xa9",
+                                          "\xe2\x82\xac",
+                                          "\xe4\xb8\xad",
+                                          "\xf0\x9f\x98\x80",
+                                          "\xe1\x9e\x80",
+                                          "\xcc\x81",
+                                          "\xff",
+                                          "\xc3",
+                                          "\x80",
+                                          "<|im_start|>",
+                                          "<|endoftext|>",
+                                          "<s>",
+                                          "</s>",
+                                          "\xe3\x80\x80",
+                                          "\xc2\xa0",
+                                          "word",
+                                          " Hello",
+                                          "12345"};
     std::mt19937 rng(1234);
     for (const char *name : {"llama-spm", "qwen2", "gpt-2", "deepseek-llm", "deepseek-coder", "llama-bpe"}) {
         const Tokenizer &tok = shared_tokenizer(data + "/vocab/ggml-vocab-" + name + ".gguf");
@@ -242,7 +274,8 @@ TEST(TokenizerVocabRandom, RoundTrip) {
             ASSERT_EQ(tok.decode(ids), text) << name << ": '" << escaped(text) << "'";
             if (tok.type() == VocabType::BPE) {
                 // special tokens come back as their text when rendered
-                ASSERT_EQ(tok.decode(tok.encode(text, false, true), true), text) << name << ": '" << escaped(text) << "'";
+                ASSERT_EQ(tok.decode(tok.encode(text, false, true), true), text)
+                    << name << ": '" << escaped(text) << "'";
             }
         }
     }
@@ -272,7 +305,10 @@ gguf::Writer spm_writer() {
     gguf::Writer w;
     w.set("general.architecture", gguf::Value::str("llama"));
     w.set("tokenizer.ggml.model", gguf::Value::str("llama"));
-    w.set("tokenizer.ggml.tokens", str_array({"<unk>", "<s>", "</s>", "\xe2\x96\x81", "a", "b", "\xe2\x96\x81" "a", "ab"}));
+    w.set("tokenizer.ggml.tokens", str_array({"<unk>", "<s>", "</s>", "\xe2\x96\x81", "a", "b",
+                                              "\xe2\x96\x81"
+                                              "a",
+                                              "ab"}));
     w.set("tokenizer.ggml.scores", f32_array({0, 0, 0, -1, -2, -3, -0.5f, -0.25f}));
     w.set("tokenizer.ggml.token_type", i32_array({2, 3, 3, 1, 1, 1, 1, 1}));
     return w;
@@ -284,7 +320,10 @@ gguf::Writer bpe_writer() {
     w.set("general.architecture", gguf::Value::str("gpt2"));
     w.set("tokenizer.ggml.model", gguf::Value::str("gpt2"));
     w.set("tokenizer.ggml.pre", gguf::Value::str("gpt-2"));
-    w.set("tokenizer.ggml.tokens", str_array({"a", "b", "ab", "\xc4\xa0", "\xc4\xa0" "ab", "<|endoftext|>"}));
+    w.set("tokenizer.ggml.tokens", str_array({"a", "b", "ab", "\xc4\xa0",
+                                              "\xc4\xa0"
+                                              "ab",
+                                              "<|endoftext|>"}));
     w.set("tokenizer.ggml.token_type", i32_array({1, 1, 1, 1, 1, 3}));
     w.set("tokenizer.ggml.merges", str_array({"a b", "\xc4\xa0 ab"}));
     w.set("tokenizer.ggml.eos_token_id", gguf::Value::u32(5));
@@ -318,8 +357,10 @@ TEST(TokenizerMalformed, ValidTinyVocabsLoad) {
     {
         // A token that spans a word start ("a▁") forbids merging word by word: "▁a▁a" -> ▁ a▁ a.
         gguf::Writer w = spm_writer();
-        w.set("tokenizer.ggml.tokens",
-              str_array({"<unk>", "<s>", "</s>", "\xe2\x96\x81", "a", "b", "\xe2\x96\x81" "a", "ab", "a\xe2\x96\x81"}));
+        w.set("tokenizer.ggml.tokens", str_array({"<unk>", "<s>", "</s>", "\xe2\x96\x81", "a", "b",
+                                                  "\xe2\x96\x81"
+                                                  "a",
+                                                  "ab", "a\xe2\x96\x81"}));
         w.set("tokenizer.ggml.scores", f32_array({0, 0, 0, -1, -2, -3, -0.5f, -0.25f, 1.0f}));
         w.set("tokenizer.ggml.token_type", i32_array({2, 3, 3, 1, 1, 1, 1, 1, 1}));
         const std::vector<uint8_t> bytes = w.to_bytes();
@@ -369,7 +410,8 @@ TEST(TokenizerMalformed, WrongTypes) {
 TEST(TokenizerMalformed, ScoresAndTypesOfWrongLength) {
     gguf::Writer w = spm_writer();
     w.set("tokenizer.ggml.scores", f32_array({0, 0, 0}));
-    EXPECT_NE(load_error(w).find("tokenizer.ggml.scores has 3 entries but tokenizer.ggml.tokens has 8"), std::string::npos)
+    EXPECT_NE(load_error(w).find("tokenizer.ggml.scores has 3 entries but tokenizer.ggml.tokens has 8"),
+              std::string::npos)
         << load_error(w);
     w = spm_writer();
     w.set("tokenizer.ggml.token_type", i32_array({1, 1, 1, 1, 1, 1, 1, 1, 1}));
@@ -390,7 +432,8 @@ TEST(TokenizerMalformed, BadMerges) {
     EXPECT_NE(load_error(w).find("not two tokens separated by a space"), std::string::npos) << load_error(w);
     w = bpe_writer();
     w.set("tokenizer.ggml.merges", i32_array({1}));
-    EXPECT_NE(load_error(w).find("tokenizer.ggml.merges must be an array of strings"), std::string::npos) << load_error(w);
+    EXPECT_NE(load_error(w).find("tokenizer.ggml.merges must be an array of strings"), std::string::npos)
+        << load_error(w);
     gguf::Writer missing;
     missing.set("tokenizer.ggml.model", gguf::Value::str("gpt2"));
     missing.set("tokenizer.ggml.tokens", str_array({"a"}));
@@ -451,7 +494,9 @@ TEST(TokenizerRegex, Basics) {
     EXPECT_EQ(regex_split(R"([^\s\p{L}]+)", "h\xc3\xa9llo, w\xc3\xb6rld!!"),
               (Pieces{"h\xc3\xa9llo", ",", " w\xc3\xb6rld", "!!"}));
     EXPECT_EQ(regex_split(R"(\p{Lu}+)", "abCDe\xc3\x89"), (Pieces{"ab", "CD", "e", "\xc3\x89"}));
-    EXPECT_EQ(regex_split(R"([\x{4E00}-\x{9FA5}]+)", "a\xe4\xb8\xad\xe6\x96\x87" "b"),
+    EXPECT_EQ(regex_split(R"([\x{4E00}-\x{9FA5}]+)",
+                          "a\xe4\xb8\xad\xe6\x96\x87"
+                          "b"),
               (Pieces{"a", "\xe4\xb8\xad\xe6\x96\x87", "b"}));
     EXPECT_EQ(regex_split(R"(a(?=b)|c)", "abacb"), (Pieces{"a", "ba", "c", "b"}));
     // alternatives are tried in order, not longest-first
@@ -459,7 +504,7 @@ TEST(TokenizerRegex, Basics) {
 }
 
 TEST(TokenizerRegex, Errors) {
-    EXPECT_THROW(unicode::Regex("a*"), Error);       // matches empty
+    EXPECT_THROW(unicode::Regex("a*"), Error);  // matches empty
     EXPECT_THROW(unicode::Regex("(a"), Error);
     EXPECT_THROW(unicode::Regex("a)"), Error);
     EXPECT_THROW(unicode::Regex("[a"), Error);
@@ -516,10 +561,15 @@ TEST(TokenizerPre, AllKnownNamesCompile) {
     while (pos <= names.size()) {
         const size_t end = std::min(names.find(',', pos), names.size());
         const std::string name = names.substr(pos, end - pos);
-        const Pieces pieces = pre_split(name, "Hello, world! 12345 it's \xe4\xb8\xad\xe6\x96\x87" "abc  \n\n x");
+        const Pieces pieces = pre_split(name,
+                                        "Hello, world! 12345 it's \xe4\xb8\xad\xe6\x96\x87"
+                                        "abc  \n\n x");
         std::string joined;
         for (const auto &p : pieces) joined += p;
-        EXPECT_EQ(joined, "Hello, world! 12345 it's \xe4\xb8\xad\xe6\x96\x87" "abc  \n\n x") << name;
+        EXPECT_EQ(joined,
+                  "Hello, world! 12345 it's \xe4\xb8\xad\xe6\x96\x87"
+                  "abc  \n\n x")
+            << name;
         pos = end + 1;
         ++n;
     }
@@ -529,9 +579,11 @@ TEST(TokenizerPre, AllKnownNamesCompile) {
 
 TEST(TokenizerPre, DeepSeekV3) {
     // digits in threes; CJK apart; a word may take one leading ASCII punctuation mark ("'s")
-    EXPECT_EQ(pre_split("deepseek-v3", "Hello, world! 12345 \xe4\xb8\xad\xe6\x96\x87" "abc it's"),
-              (Pieces{"Hello", ",", " world", "!", " ", "123", "45", " ", "\xe4\xb8\xad\xe6\x96\x87", "abc", " it",
-                      "'s"}));
+    EXPECT_EQ(
+        pre_split("deepseek-v3",
+                  "Hello, world! 12345 \xe4\xb8\xad\xe6\x96\x87"
+                  "abc it's"),
+        (Pieces{"Hello", ",", " world", "!", " ", "123", "45", " ", "\xe4\xb8\xad\xe6\x96\x87", "abc", " it", "'s"}));
     EXPECT_EQ(pre_split("deepseek-v3", "a  \n\nb"), (Pieces{"a", "  \n\n", "b"}));
     EXPECT_EQ(pre_split("deepseek-v3", "x+=1;"), (Pieces{"x", "+=", "1", ";"}));
 }
@@ -559,8 +611,8 @@ double time_encode(const Tokenizer &tok, const std::string &text, size_t &n_toke
 constexpr double k_wiki_limit_s = 5.0;
 constexpr size_t k_wiki_bytes = SIZE_MAX;  // all of it
 #else
-constexpr double k_wiki_limit_s = 60.0;    // debug / sanitizer builds: only catch blow-ups,
-constexpr size_t k_wiki_bytes = 300000;    // on a part of the text to keep the suite short
+constexpr double k_wiki_limit_s = 60.0;  // debug / sanitizer builds: only catch blow-ups,
+constexpr size_t k_wiki_bytes = 300000;  // on a part of the text to keep the suite short
 #endif
 
 std::string wiki_text(const std::string &data) {

@@ -16,7 +16,7 @@ struct AttentionShape {
     int64_t n_head_kv = 0;   // query head h reads KV head h / (n_head / n_head_kv) (grouped-query attention)
     int64_t head_dim_k = 0;  // q and k width per head
     int64_t head_dim_v = 0;
-    float scale = 1.0f;  // softmax scale applied to q.k
+    float scale = 1.0f;    // softmax scale applied to q.k
     int64_t v_offset = 0;  // elements to skip at the start of each V row (MLA reads V as a prefix of K)
 };
 

@@ -26,8 +26,19 @@
 namespace sparrow::gguf {
 
 enum class ValueType : uint32_t {
-    UINT8 = 0, INT8 = 1, UINT16 = 2, INT16 = 3, UINT32 = 4, INT32 = 5, FLOAT32 = 6, BOOL = 7, STRING = 8,
-    ARRAY = 9, UINT64 = 10, INT64 = 11, FLOAT64 = 12,
+    UINT8 = 0,
+    INT8 = 1,
+    UINT16 = 2,
+    INT16 = 3,
+    UINT32 = 4,
+    INT32 = 5,
+    FLOAT32 = 6,
+    BOOL = 7,
+    STRING = 8,
+    ARRAY = 9,
+    UINT64 = 10,
+    INT64 = 11,
+    FLOAT64 = 12,
 };
 const char *value_type_name(ValueType t);
 
@@ -62,7 +73,9 @@ struct Value {
     static Value f64(double v) { return {ValueType::FLOAT64, v}; }
     static Value boolean(bool v) { return {ValueType::BOOL, v}; }
     static Value str(std::string v) { return {ValueType::STRING, std::move(v)}; }
-    static Value array(ValueType elem, std::vector<Value> items) { return {ValueType::ARRAY, Array{elem, std::move(items)}}; }
+    static Value array(ValueType elem, std::vector<Value> items) {
+        return {ValueType::ARRAY, Array{elem, std::move(items)}};
+    }
 
     bool is_integer() const;
     bool is_number() const;

@@ -66,11 +66,15 @@ std::string quoted(const std::string &name) {
     std::string out = "'";
     for (size_t i = 0; i < name.size() && i < kMaxShown; ++i) {
         const auto ch = static_cast<unsigned char>(name[i]);
-        if (ch < 0x20 || ch == 0x7f || ch == '\\' || ch == '\'') out += strprintf("\\x%02x", ch);
-        else out += static_cast<char>(ch);  // UTF-8 bytes (>= 0x80) pass through: names are UTF-8
+        if (ch < 0x20 || ch == 0x7f || ch == '\\' || ch == '\'')
+            out += strprintf("\\x%02x", ch);
+        else
+            out += static_cast<char>(ch);  // UTF-8 bytes (>= 0x80) pass through: names are UTF-8
     }
-    if (name.size() > kMaxShown) out += strprintf("'... (%zu bytes)", name.size());
-    else out += "'";
+    if (name.size() > kMaxShown)
+        out += strprintf("'... (%zu bytes)", name.size());
+    else
+        out += "'";
     return out;
 }
 
@@ -78,10 +82,18 @@ std::string quoted(const std::string &name) {
 // remaining bytes cannot hold before reserving memory for them.
 uint64_t min_encoded_size(ValueType t) {
     switch (t) {
-        case ValueType::UINT8: case ValueType::INT8: case ValueType::BOOL: return 1;
-        case ValueType::UINT16: case ValueType::INT16: return 2;
-        case ValueType::UINT32: case ValueType::INT32: case ValueType::FLOAT32: return 4;
-        case ValueType::UINT64: case ValueType::INT64: case ValueType::FLOAT64: case ValueType::STRING: return 8;
+        case ValueType::UINT8:
+        case ValueType::INT8:
+        case ValueType::BOOL: return 1;
+        case ValueType::UINT16:
+        case ValueType::INT16: return 2;
+        case ValueType::UINT32:
+        case ValueType::INT32:
+        case ValueType::FLOAT32: return 4;
+        case ValueType::UINT64:
+        case ValueType::INT64:
+        case ValueType::FLOAT64:
+        case ValueType::STRING: return 8;
         case ValueType::ARRAY: return 12;  // u32 type + u64 count
     }
     return 1;
@@ -116,8 +128,8 @@ Value read_value(Cursor &c, ValueType type, int depth, const std::string &key) {
             const uint64_t count = c.read<uint64_t>("array length");
             const auto elem_type = static_cast<ValueType>(elem);
             if (count > c.remaining() / min_encoded_size(elem_type)) {
-                c.fail("metadata " + quoted(key) + ": array of " + std::to_string(count) + " elements does not fit in the " +
-                       std::to_string(c.remaining()) + " bytes left");
+                c.fail("metadata " + quoted(key) + ": array of " + std::to_string(count) +
+                       " elements does not fit in the " + std::to_string(c.remaining()) + " bytes left");
             }
             Array arr;
             arr.type = elem_type;
@@ -162,7 +174,8 @@ bool Value::is_number() const { return is_integer() || std::holds_alternative<do
 
 int64_t Value::as_int(const std::string &what) const {
     if (const auto *u = std::get_if<uint64_t>(&data)) {
-        if (*u > uint64_t(std::numeric_limits<int64_t>::max())) throw_error("'%s': value %llu is too large", what.c_str(), (unsigned long long)*u);
+        if (*u > uint64_t(std::numeric_limits<int64_t>::max()))
+            throw_error("'%s': value %llu is too large", what.c_str(), (unsigned long long)*u);
         return int64_t(*u);
     }
     if (const auto *i = std::get_if<int64_t>(&data)) return *i;
@@ -200,10 +213,14 @@ std::string Value::to_display_string(size_t max_items) const {
     if (const auto *s = std::get_if<std::string>(&data)) {
         std::string out = "\"";
         for (char ch : s->size() > 120 ? s->substr(0, 120) : *s) {
-            if (ch == '\n') out += "\\n";
-            else if (ch == '"') out += "\\\"";
-            else if (static_cast<unsigned char>(ch) < 0x20) out += strprintf("\\x%02x", static_cast<unsigned char>(ch));
-            else out += ch;
+            if (ch == '\n')
+                out += "\\n";
+            else if (ch == '"')
+                out += "\\\"";
+            else if (static_cast<unsigned char>(ch) < 0x20)
+                out += strprintf("\\x%02x", static_cast<unsigned char>(ch));
+            else
+                out += ch;
         }
         out += s->size() > 120 ? "\"..." : "\"";
         return out;
@@ -260,8 +277,12 @@ void File::parse_all() {
     const uint64_t n_kv = c.read<uint64_t>("metadata count");
     // Each metadata entry takes at least 8 (key length) + 4 (type) + 1 bytes; each tensor info at least 8 + 4
     // + 4 + 8 bytes. Counts the file cannot hold are rejected before anything is reserved.
-    if (n_kv > c.remaining() / 13) throw_error("%s: metadata count %llu is larger than the file can hold", name_.c_str(), (unsigned long long)n_kv);
-    if (n_tensors > c.remaining() / 24) throw_error("%s: tensor count %llu is larger than the file can hold", name_.c_str(), (unsigned long long)n_tensors);
+    if (n_kv > c.remaining() / 13)
+        throw_error("%s: metadata count %llu is larger than the file can hold", name_.c_str(),
+                    (unsigned long long)n_kv);
+    if (n_tensors > c.remaining() / 24)
+        throw_error("%s: tensor count %llu is larger than the file can hold", name_.c_str(),
+                    (unsigned long long)n_tensors);
 
     // The counts only passed a loose bound (several in-memory bytes per file byte); reserve no more than a
     // modest number up front so that a lying header cannot make us allocate far more than it holds.
@@ -299,7 +320,8 @@ void File::parse_all() {
         TensorInfo t;
         t.name = c.read_string("tensor name");
         const uint32_t n_dims = c.read<uint32_t>("tensor dimension count");
-        if (n_dims == 0 || n_dims > kMaxDims) c.fail("tensor " + quoted(t.name) + ": " + std::to_string(n_dims) + " dimensions (1 to 4 allowed)");
+        if (n_dims == 0 || n_dims > kMaxDims)
+            c.fail("tensor " + quoted(t.name) + ": " + std::to_string(n_dims) + " dimensions (1 to 4 allowed)");
         t.n_elements = 1;
         for (uint32_t d = 0; d < n_dims; ++d) {
             const uint64_t ne = c.read<uint64_t>("tensor dimension");
@@ -316,8 +338,9 @@ void File::parse_all() {
         if (!info) c.fail("tensor " + quoted(t.name) + ": unknown type id " + std::to_string(type));
         t.type = static_cast<DType>(type);
         if (t.ne[0] % info->block_size != 0) {
-            c.fail("tensor " + quoted(t.name) + ": first dimension " + std::to_string(t.ne[0]) + " is not a multiple of the " +
-                   std::string(info->name) + " block size " + std::to_string(info->block_size));
+            c.fail("tensor " + quoted(t.name) + ": first dimension " + std::to_string(t.ne[0]) +
+                   " is not a multiple of the " + std::string(info->name) + " block size " +
+                   std::to_string(info->block_size));
         }
         if (mul_overflows(t.n_elements / info->block_size, info->type_size, &t.n_bytes)) {
             c.fail("tensor " + quoted(t.name) + ": byte size of " + std::to_string(t.n_elements) + " " +
@@ -325,8 +348,8 @@ void File::parse_all() {
         }
         t.offset = c.read<uint64_t>("tensor offset");
         if (t.offset % alignment_ != 0) {
-            c.fail("tensor " + quoted(t.name) + ": offset " + std::to_string(t.offset) + " is not a multiple of the alignment " +
-                   std::to_string(alignment_));
+            c.fail("tensor " + quoted(t.name) + ": offset " + std::to_string(t.offset) +
+                   " is not a multiple of the alignment " + std::to_string(alignment_));
         }
         if (tensor_index_.count(t.name)) c.fail("duplicate tensor name " + quoted(t.name));
         tensor_index_[t.name] = tensors_.size();
@@ -344,10 +367,11 @@ void File::parse_all() {
     std::vector<const TensorInfo *> by_offset;
     for (auto &t : tensors_) {
         if (t.offset > data_size || uint64_t(t.n_bytes) > data_size - t.offset) {
-            throw_error("%s: tensor %s (%s, %lld bytes at data offset %llu) extends past the end of the file "
-                        "(%llu data bytes): truncated file?", name_.c_str(), quoted(t.name).c_str(),
-                        std::string(dtype_name(t.type)).c_str(), (long long)t.n_bytes, (unsigned long long)t.offset,
-                        (unsigned long long)data_size);
+            throw_error(
+                "%s: tensor %s (%s, %lld bytes at data offset %llu) extends past the end of the file "
+                "(%llu data bytes): truncated file?",
+                name_.c_str(), quoted(t.name).c_str(), std::string(dtype_name(t.type)).c_str(), (long long)t.n_bytes,
+                (unsigned long long)t.offset, (unsigned long long)data_size);
         }
         t.data = bytes_.data() + data_offset_ + t.offset;
         by_offset.push_back(&t);

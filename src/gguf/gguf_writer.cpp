@@ -108,7 +108,8 @@ void Writer::add_tensor(const std::string &name, DType type, std::vector<int64_t
                         size_t n_bytes) {
     // The same shape rules as the reader, checked here so that a bad shape is an error now rather than an
     // unreadable file later (or, for a first dimension off the block size, an assertion in dtype_row_size).
-    if (ne.empty() || ne.size() > 4) throw_error("tensor '%s': %zu dimensions (1 to 4 allowed)", name.c_str(), ne.size());
+    if (ne.empty() || ne.size() > 4)
+        throw_error("tensor '%s': %zu dimensions (1 to 4 allowed)", name.c_str(), ne.size());
     const DTypeInfo &info = dtype_info(type);  // throws for an unknown id
     int64_t n_elements = 1;
     for (size_t i = 0; i < ne.size(); ++i) {

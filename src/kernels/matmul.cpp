@@ -71,8 +71,7 @@ void check_weights(const WeightMatrix &w) {
 
 }  // namespace
 
-void matmul(ThreadPool &pool, OpScratch &scratch, const WeightMatrix &w, const float *x, int64_t n_tokens,
-            float *y) {
+void matmul(ThreadPool &pool, OpScratch &scratch, const WeightMatrix &w, const float *x, int64_t n_tokens, float *y) {
     check_weights(w);
     if (n_tokens < 0) throw_error("matmul: n_tokens = %lld", (long long)n_tokens);
     if (n_tokens == 0 || w.n_rows == 0) return;
@@ -109,11 +108,9 @@ void matmul(ThreadPool &pool, OpScratch &scratch, const WeightMatrix &w, const f
 
     // Tiny products (small models, decode) cost less than waking the pool: run them on this thread.
     constexpr int64_t kMinParallelWork = int64_t(256) << 10;  // weight bytes x tokens
-    const int64_t grain = w.n_rows * w.row_bytes * n_tokens < kMinParallelWork
-                              ? w.n_rows
-                              : matmul_grain(w, n_tokens, pool.n_threads());
-    pool.parallel_for(w.n_rows, grain,
-                      [&job](int64_t r0, int64_t r1) { matmul_rows(job, r0, r1); });
+    const int64_t grain =
+        w.n_rows * w.row_bytes * n_tokens < kMinParallelWork ? w.n_rows : matmul_grain(w, n_tokens, pool.n_threads());
+    pool.parallel_for(w.n_rows, grain, [&job](int64_t r0, int64_t r1) { matmul_rows(job, r0, r1); });
 }
 
 }  // namespace sparrow

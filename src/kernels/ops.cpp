@@ -85,8 +85,7 @@ void rms_norm(const float *x, const float *w, float *y, int64_t n_rows, int64_t 
     }
 }
 
-void layer_norm(const float *x, const float *w, const float *b, float *y, int64_t n_rows, int64_t n,
-                float eps) {
+void layer_norm(const float *x, const float *w, const float *b, float *y, int64_t n_rows, int64_t n, float eps) {
     for (int64_t r = 0; r < n_rows; ++r) {
         const float *xr = x + r * n;
         float *yr = y + r * n;
@@ -101,8 +100,7 @@ void layer_norm(const float *x, const float *w, const float *b, float *y, int64_
     }
 }
 
-void rope(float *x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, const int32_t *pos,
-          const RopeParams &p) {
+void rope(float *x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, const int32_t *pos, const RopeParams &p) {
     const int n_rot = p.n_rot;
     if (n_rot <= 0 || n_rot % 2 != 0 || n_rot > head_dim) {
         throw_error("rope: n_rot = %d must be even and in (0, head_dim = %lld]", n_rot, (long long)head_dim);
@@ -131,8 +129,7 @@ void rope(float *x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, const i
             const int i = i0 + k;
             inv_freq[k] = std::pow(double(p.freq_base), -2.0 * i / n_rot);
             const double ramp =
-                1.0 -
-                std::clamp((i - double(corr_low)) / std::max(0.001, double(corr_high) - corr_low), 0.0, 1.0);
+                1.0 - std::clamp((i - double(corr_low)) / std::max(0.001, double(corr_high) - corr_low), 0.0, 1.0);
             mix[k] = yarn ? ramp * p.ext_factor : 0.0;
         }
         for (int64_t t = 0; t < n_tokens; ++t) {
@@ -237,8 +234,6 @@ float dot_row(DType t, const void *row, const float *x, int64_t n) {
     return out;
 }
 
-void axpy_row(DType t, const void *row, float a, float *y, int64_t n) {
-    cpu::kernels().axpy(t)(row, a, y, n);
-}
+void axpy_row(DType t, const void *row, float a, float *y, int64_t n) { cpu::kernels().axpy(t)(row, a, y, n); }
 
 }  // namespace sparrow

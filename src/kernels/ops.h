@@ -36,8 +36,7 @@ struct OpScratch {
 // integer within each 32-block. F32/F16/BF16 weights: x stays f32 and products accumulate in f32.
 // Rows are split across the pool's threads; tokens are processed in tiles so that each weight row is
 // read once per tile, not once per token.
-void matmul(ThreadPool &pool, OpScratch &scratch, const WeightMatrix &w, const float *x, int64_t n_tokens,
-            float *y);
+void matmul(ThreadPool &pool, OpScratch &scratch, const WeightMatrix &w, const float *x, int64_t n_tokens, float *y);
 
 // out[t, :] = dequantised row ids[t] of table (an embedding lookup, ggml get_rows).
 //   table: [n_rows, n_cols] any supported type; ids: [n] in [0, n_rows); out: [n, n_cols] f32

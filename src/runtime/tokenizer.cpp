@@ -22,9 +22,20 @@ constexpr const char *k_key_types = "tokenizer.ggml.token_type";
 // way, since converters do not always record them in the metadata. The order is the preference for EOT.
 const std::vector<std::string_view> &eog_texts() {
     static const std::vector<std::string_view> k_texts = {
-        "<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|end_of_text|>", "<EOT>",
-        "_<EOT>", "<\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>",  // <｜end▁of▁sentence｜>
-        "<end_of_utterance>", "<|eom_id|>", "<|return|>", "<|call|>",
+        "<|eot_id|>",
+        "<|im_end|>",
+        "<|end|>",
+        "<end_of_turn>",
+        "<|endoftext|>",
+        "<|end_of_text|>",
+        "<EOT>",
+        "_<EOT>",
+        "<\xef\xbd\x9c"
+        "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>",  // <｜end▁of▁sentence｜>
+        "<end_of_utterance>",
+        "<|eom_id|>",
+        "<|return|>",
+        "<|call|>",
     };
     return k_texts;
 }
@@ -33,7 +44,8 @@ const gguf::Array &require_array(const gguf::File &file, const char *key, gguf::
     const gguf::Value *v = file.find(key);
     if (!v) throw_error("%s is missing: the file has no usable vocabulary", key);
     const gguf::Array &arr = v->as_array(key);
-    if (arr.type != elem) throw_error("%s must be an array of %s, not of %s", key, elem_name, gguf::value_type_name(arr.type));
+    if (arr.type != elem)
+        throw_error("%s must be an array of %s, not of %s", key, elem_name, gguf::value_type_name(arr.type));
     return arr;
 }
 
@@ -45,7 +57,8 @@ int32_t read_token_id(const gguf::File &file, const char *key, int32_t fallback,
     const int64_t id = v->as_int(key);
     if (id < 0 || id == int64_t(UINT32_MAX)) return -1;
     if (id >= n_vocab) {
-        throw_error("%s = %lld is out of range: the vocabulary has %d tokens", key, static_cast<long long>(id), n_vocab);
+        throw_error("%s = %lld is out of range: the vocabulary has %d tokens", key, static_cast<long long>(id),
+                    n_vocab);
     }
     return static_cast<int32_t>(id);
 }
@@ -57,10 +70,14 @@ bool parse_byte_token(std::string_view text, uint8_t &byte) {
     for (size_t i = 3; i < 5; ++i) {
         const char c = text[i];
         int d;
-        if (c >= '0' && c <= '9') d = c - '0';
-        else if (c >= 'A' && c <= 'F') d = c - 'A' + 10;
-        else if (c >= 'a' && c <= 'f') d = c - 'a' + 10;
-        else return false;
+        if (c >= '0' && c <= '9')
+            d = c - '0';
+        else if (c >= 'A' && c <= 'F')
+            d = c - 'A' + 10;
+        else if (c >= 'a' && c <= 'f')
+            d = c - 'a' + 10;
+        else
+            return false;
         v = v * 16 + d;
     }
     byte = static_cast<uint8_t>(v);
@@ -86,12 +103,12 @@ void build_pieces(Tokenizer::Impl &im) {
                 im.piece_hidden[size_t(id)] = 1;
                 im.piece_arena += text;
                 break;
-            case TokenType::USER_DEFINED:
-                im.piece_arena += text;
-                break;
+            case TokenType::USER_DEFINED: im.piece_arena += text; break;
             case TokenType::BYTE:
-                if (parse_byte_token(text, byte)) im.piece_arena.push_back(static_cast<char>(byte));
-                else im.piece_arena += text;
+                if (parse_byte_token(text, byte))
+                    im.piece_arena.push_back(static_cast<char>(byte));
+                else
+                    im.piece_arena += text;
                 break;
             case TokenType::NORMAL:
                 if (im.type == VocabType::SPM) {
@@ -109,15 +126,16 @@ void build_pieces(Tokenizer::Impl &im) {
                     for (size_t i = 0; i < text.size();) {
                         const unicode::Utf8Char c = unicode::decode_utf8(text, i);
                         const int b = c.valid ? unicode::byte_from_codepoint(c.cp) : -1;
-                        if (b >= 0) im.piece_arena.push_back(static_cast<char>(b));
-                        else im.piece_arena.append(text.substr(i, c.len));  // not a mapped code point: keep it
+                        if (b >= 0)
+                            im.piece_arena.push_back(static_cast<char>(b));
+                        else
+                            im.piece_arena.append(text.substr(i, c.len));  // not a mapped code point: keep it
                         i += c.len;
                     }
                 }
                 break;
             case TokenType::UNUSED:
-            case TokenType::UNDEFINED:
-                break;  // these have no text to show (as in llama.cpp)
+            case TokenType::UNDEFINED: break;  // these have no text to show (as in llama.cpp)
         }
     }
     im.piece_offsets.push_back(static_cast<uint32_t>(im.piece_arena.size()));
@@ -162,7 +180,8 @@ Tokenizer::Tokenizer(const gguf::File &file) {
         if (scores.items.size() != size_t(n)) {
             throw_error("%s has %zu entries but %s has %d", k_key_scores, scores.items.size(), k_key_tokens, n);
         }
-        for (int32_t i = 0; i < n; ++i) im.scores[size_t(i)] = static_cast<float>(scores.items[size_t(i)].as_double(key_scores));
+        for (int32_t i = 0; i < n; ++i)
+            im.scores[size_t(i)] = static_cast<float>(scores.items[size_t(i)].as_double(key_scores));
     }
     im.types.assign(size_t(n), TokenType::NORMAL);
     if (file.has(k_key_types)) {
@@ -241,7 +260,8 @@ Tokenizer::Tokenizer(const gguf::File &file) {
     // Tokens matched verbatim in the text, longest first (ties by id, for determinism).
     for (int32_t id = 0; id < n; ++id) {
         const TokenType t = im.types[size_t(id)];
-        if ((t == TokenType::CONTROL || t == TokenType::USER_DEFINED || t == TokenType::UNKNOWN) && !im.text(id).empty()) {
+        if ((t == TokenType::CONTROL || t == TokenType::USER_DEFINED || t == TokenType::UNKNOWN) &&
+            !im.text(id).empty()) {
             im.special_tokens.push_back(id);
         }
     }

@@ -27,7 +27,13 @@ class File;
 }
 
 enum class TokenType : int32_t {
-    UNDEFINED = 0, NORMAL = 1, UNKNOWN = 2, CONTROL = 3, USER_DEFINED = 4, UNUSED = 5, BYTE = 6,
+    UNDEFINED = 0,
+    NORMAL = 1,
+    UNKNOWN = 2,
+    CONTROL = 3,
+    USER_DEFINED = 4,
+    UNUSED = 5,
+    BYTE = 6,
 };
 
 enum class VocabType { SPM, BPE };

@@ -32,9 +32,7 @@ struct Candidate {
 };
 
 // Heap order for std::push_heap / pop_heap (which pop the largest): the lowest rank, then the leftmost pair.
-bool later(const Candidate &a, const Candidate &b) {
-    return a.rank > b.rank || (a.rank == b.rank && a.left > b.left);
-}
+bool later(const Candidate &a, const Candidate &b) { return a.rank > b.rank || (a.rank == b.rank && a.left > b.left); }
 
 }  // namespace
 
@@ -92,8 +90,8 @@ void Tokenizer::Impl::bpe_tokenize(std::string_view text, std::vector<int32_t> &
         heap.clear();
         for (uint32_t i = 0; i < word.size(); ++i) {
             const int32_t index = static_cast<int32_t>(i);
-            symbols.push_back({bpe_byte_token[static_cast<uint8_t>(word[i])], index - 1,
-                               i + 1 < word.size() ? index + 1 : -1, i, 1});
+            symbols.push_back(
+                {bpe_byte_token[static_cast<uint8_t>(word[i])], index - 1, i + 1 < word.size() ? index + 1 : -1, i, 1});
         }
         const auto propose = [&](int32_t left, int32_t right) {
             if (left < 0 || right < 0) return;
@@ -132,8 +130,10 @@ void Tokenizer::Impl::bpe_tokenize(std::string_view text, std::vector<int32_t> &
             // A merge whose result is not a token, or a byte without a token: emit the byte tokens there are.
             for (uint32_t k = s.start; k < s.start + s.len; ++k) {
                 const int32_t b = bpe_byte_token[static_cast<uint8_t>(word[k])];
-                if (b >= 0) out.push_back(b);
-                else if (unk >= 0) out.push_back(unk);
+                if (b >= 0)
+                    out.push_back(b);
+                else if (unk >= 0)
+                    out.push_back(unk);
             }
         }
     }

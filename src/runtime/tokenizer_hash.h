@@ -34,7 +34,7 @@ class TokenTextIndex {
     template <typename TextOf>
     void insert(std::string_view text, int32_t id, const TextOf &text_of) {
         const uint64_t h = hash_bytes(text);
-        for (size_t i = h & mask(); ; i = (i + 1) & mask()) {
+        for (size_t i = h & mask();; i = (i + 1) & mask()) {
             Slot &s = slots_[i];
             if (s.id_plus_1 == 0) {
                 s = {uint32_t(id) + 1, uint32_t(h >> 32)};
@@ -48,7 +48,7 @@ class TokenTextIndex {
     int32_t find(std::string_view text, const TextOf &text_of) const {
         if (slots_.empty()) return -1;
         const uint64_t h = hash_bytes(text);
-        for (size_t i = h & mask(); ; i = (i + 1) & mask()) {
+        for (size_t i = h & mask();; i = (i + 1) & mask()) {
             const Slot &s = slots_[i];
             if (s.id_plus_1 == 0) return -1;
             if (s.hash_hi == uint32_t(h >> 32) && text_of(int32_t(s.id_plus_1 - 1)) == text) {
@@ -80,7 +80,7 @@ class MergeTable {
     // Adds a merge unless the pair is present (the first, lower rank wins). reserve() first.
     void insert(int32_t left, int32_t right, Merge m) {
         const uint64_t key = make_key(left, right);
-        for (size_t i = slot_of(key); ; i = (i + 1) & mask()) {
+        for (size_t i = slot_of(key);; i = (i + 1) & mask()) {
             Slot &s = slots_[i];
             if (s.key == k_empty) {
                 s = {key, m};
@@ -94,7 +94,7 @@ class MergeTable {
     const Merge *find(int32_t left, int32_t right) const {
         if (slots_.empty()) return nullptr;
         const uint64_t key = make_key(left, right);
-        for (size_t i = slot_of(key); ; i = (i + 1) & mask()) {
+        for (size_t i = slot_of(key);; i = (i + 1) & mask()) {
             const Slot &s = slots_[i];
             if (s.key == key) return &s.merge;
             if (s.key == k_empty) return nullptr;

@@ -38,8 +38,10 @@ void Tokenizer::Impl::spm_tokenize(std::string_view raw, bool space_prefix, std:
     text.reserve(raw.size() + raw.size() / 4 + 3);
     if (space_prefix) text += k_space;
     for (char c : raw) {
-        if (c == ' ') text += k_space;
-        else text.push_back(c);
+        if (c == ' ')
+            text += k_space;
+        else
+            text.push_back(c);
     }
 
     // Merges never cross a word start when no token contains one, so words can be merged one at a time:
@@ -112,8 +114,10 @@ void Tokenizer::Impl::spm_merge(std::string_view text, std::vector<SpmSymbol> &s
         for (char ch : piece) {
             const int32_t b = spm_byte_token[static_cast<uint8_t>(ch)];
             if (b < 0) {
-                throw_error("tokenize: byte 0x%02X cannot be encoded: the vocabulary has no byte token <0x%02X> "
-                            "and no unknown token", unsigned(uint8_t(ch)), unsigned(uint8_t(ch)));
+                throw_error(
+                    "tokenize: byte 0x%02X cannot be encoded: the vocabulary has no byte token <0x%02X> "
+                    "and no unknown token",
+                    unsigned(uint8_t(ch)), unsigned(uint8_t(ch)));
             }
             out.push_back(b);
         }

@@ -37,10 +37,15 @@ bool is_whitespace(uint32_t cp) {
     if (cp <= 0x20) return cp == 0x20 || (cp >= 0x09 && cp <= 0x0D);
     if (cp < 0x85) return false;
     switch (cp) {
-        case 0x85: case 0xA0: case 0x1680: case 0x2028: case 0x2029: case 0x202F: case 0x205F: case 0x3000:
-            return true;
-        default:
-            return cp >= 0x2000 && cp <= 0x200A;
+        case 0x85:
+        case 0xA0:
+        case 0x1680:
+        case 0x2028:
+        case 0x2029:
+        case 0x202F:
+        case 0x205F:
+        case 0x3000: return true;
+        default: return cp >= 0x2000 && cp <= 0x200A;
     }
 }
 
@@ -94,9 +99,12 @@ size_t utf8_complete_prefix(std::string_view s) {
         const uint8_t b = static_cast<uint8_t>(s[n - back]);
         if ((b & 0xC0) == 0x80) continue;  // continuation byte: keep looking for its lead
         size_t need = 0;
-        if ((b & 0xE0) == 0xC0) need = 2;
-        else if ((b & 0xF0) == 0xE0) need = 3;
-        else if ((b & 0xF8) == 0xF0) need = 4;
+        if ((b & 0xE0) == 0xC0)
+            need = 2;
+        else if ((b & 0xF0) == 0xE0)
+            need = 3;
+        else if ((b & 0xF8) == 0xF0)
+            need = 4;
         return need > back ? n - back : n;
     }
     return n;

@@ -13,13 +13,36 @@ namespace sparrow::unicode {
 
 // Unicode general categories, in the order of the generated table (do not reorder).
 enum class Category : uint8_t {
-    Lu, Ll, Lt, Lm, Lo,                      // letters
-    Mn, Mc, Me,                              // marks
-    Nd, Nl, No,                              // numbers
-    Pc, Pd, Ps, Pe, Pi, Pf, Po,              // punctuation
-    Sm, Sc, Sk, So,                          // symbols
-    Zs, Zl, Zp,                              // separators
-    Cc, Cf, Cs, Co, Cn,                      // other (Cn: unassigned)
+    Lu,
+    Ll,
+    Lt,
+    Lm,
+    Lo,  // letters
+    Mn,
+    Mc,
+    Me,  // marks
+    Nd,
+    Nl,
+    No,  // numbers
+    Pc,
+    Pd,
+    Ps,
+    Pe,
+    Pi,
+    Pf,
+    Po,  // punctuation
+    Sm,
+    Sc,
+    Sk,
+    So,  // symbols
+    Zs,
+    Zl,
+    Zp,  // separators
+    Cc,
+    Cf,
+    Cs,
+    Co,
+    Cn,  // other (Cn: unassigned)
 };
 constexpr int k_category_count = 30;
 
@@ -29,12 +52,13 @@ constexpr uint32_t k_mask_letter = category_bit(Category::Lu) | category_bit(Cat
                                    category_bit(Category::Lt) | category_bit(Category::Lm) | category_bit(Category::Lo);
 constexpr uint32_t k_mask_mark = category_bit(Category::Mn) | category_bit(Category::Mc) | category_bit(Category::Me);
 constexpr uint32_t k_mask_number = category_bit(Category::Nd) | category_bit(Category::Nl) | category_bit(Category::No);
-constexpr uint32_t k_mask_punctuation = category_bit(Category::Pc) | category_bit(Category::Pd) |
-                                        category_bit(Category::Ps) | category_bit(Category::Pe) |
-                                        category_bit(Category::Pi) | category_bit(Category::Pf) | category_bit(Category::Po);
-constexpr uint32_t k_mask_symbol = category_bit(Category::Sm) | category_bit(Category::Sc) |
-                                   category_bit(Category::Sk) | category_bit(Category::So);
-constexpr uint32_t k_mask_separator = category_bit(Category::Zs) | category_bit(Category::Zl) | category_bit(Category::Zp);
+constexpr uint32_t k_mask_punctuation =
+    category_bit(Category::Pc) | category_bit(Category::Pd) | category_bit(Category::Ps) | category_bit(Category::Pe) |
+    category_bit(Category::Pi) | category_bit(Category::Pf) | category_bit(Category::Po);
+constexpr uint32_t k_mask_symbol =
+    category_bit(Category::Sm) | category_bit(Category::Sc) | category_bit(Category::Sk) | category_bit(Category::So);
+constexpr uint32_t k_mask_separator =
+    category_bit(Category::Zs) | category_bit(Category::Zl) | category_bit(Category::Zp);
 constexpr uint32_t k_mask_other = category_bit(Category::Cc) | category_bit(Category::Cf) | category_bit(Category::Cs) |
                                   category_bit(Category::Co) | category_bit(Category::Cn);
 

@@ -171,9 +171,12 @@ class RegexCompiler {
         while (n < (braced ? 6 : max_digits)) {
             const uint32_t c = peek();
             int d = -1;
-            if (c >= '0' && c <= '9') d = static_cast<int>(c - '0');
-            else if (c >= 'a' && c <= 'f') d = static_cast<int>(c - 'a' + 10);
-            else if (c >= 'A' && c <= 'F') d = static_cast<int>(c - 'A' + 10);
+            if (c >= '0' && c <= '9')
+                d = static_cast<int>(c - '0');
+            else if (c >= 'a' && c <= 'f')
+                d = static_cast<int>(c - 'a' + 10);
+            else if (c >= 'A' && c <= 'F')
+                d = static_cast<int>(c - 'A' + 10);
             if (d < 0) break;
             v = v * 16 + static_cast<uint32_t>(d);
             ++i_, ++n;
@@ -289,20 +292,14 @@ class RegexCompiler {
                 n.kids = {inner};
                 return add(std::move(n));
             }
-            case '[':
-                return parse_class();
-            case '.':
-                n.kind = Node::Any;
-                return add(std::move(n));
-            case '^':
-                n.kind = Node::Begin;
-                return add(std::move(n));
-            case '$':
-                n.kind = Node::End;
-                return add(std::move(n));
-            case '*': case '+': case '?': case '{':
-                --i_;
-                fail("nothing to repeat");
+            case '[': return parse_class();
+            case '.': n.kind = Node::Any; return add(std::move(n));
+            case '^': n.kind = Node::Begin; return add(std::move(n));
+            case '$': n.kind = Node::End; return add(std::move(n));
+            case '*':
+            case '+':
+            case '?':
+            case '{': --i_; fail("nothing to repeat");
             case '\\': {
                 Regex::CharClass k;
                 uint32_t cp = 0;
@@ -321,14 +318,12 @@ class RegexCompiler {
     bool nullable(int id) const {
         const Node &n = nodes_[static_cast<size_t>(id)];
         switch (n.kind) {
-            case Node::Char: case Node::Class: case Node::Any:
-                return false;
-            case Node::Concat:
-                return std::all_of(n.kids.begin(), n.kids.end(), [&](int k) { return nullable(k); });
-            case Node::Alt:
-                return std::any_of(n.kids.begin(), n.kids.end(), [&](int k) { return nullable(k); });
-            case Node::Repeat:
-                return n.min == 0 || nullable(n.kids[0]);
+            case Node::Char:
+            case Node::Class:
+            case Node::Any: return false;
+            case Node::Concat: return std::all_of(n.kids.begin(), n.kids.end(), [&](int k) { return nullable(k); });
+            case Node::Alt: return std::any_of(n.kids.begin(), n.kids.end(), [&](int k) { return nullable(k); });
+            case Node::Repeat: return n.min == 0 || nullable(n.kids[0]);
             default:  // Empty, assertions
                 return true;
         }
@@ -350,8 +345,7 @@ class RegexCompiler {
     void emit(int id) {
         const Node n = nodes_[static_cast<size_t>(id)];  // copy: emit() may not add nodes, but keep it simple
         switch (n.kind) {
-            case Node::Empty:
-                break;
+            case Node::Empty: break;
             case Node::Char: {
                 Regex::Inst inst{Regex::Op::Char};
                 inst.x = static_cast<int32_t>(n.cp);
@@ -421,16 +415,14 @@ class RegexCompiler {
     }
 };
 
-Regex::Regex(std::string_view pattern) : pattern_(pattern) {
-    RegexCompiler(*this, pattern).compile();
-}
+Regex::Regex(std::string_view pattern) : pattern_(pattern) { RegexCompiler(*this, pattern).compile(); }
 
 struct Regex::Matcher {
     const Regex &re;
     const CodepointText &t;
     uint32_t begin, end;
-    size_t width;                    // positions begin..end inclusive
-    std::vector<uint64_t> visited;   // bit (split_index * width + pos - begin)
+    size_t width;                                     // positions begin..end inclusive
+    std::vector<uint64_t> visited;                    // bit (split_index * width + pos - begin)
     std::vector<std::pair<int32_t, uint32_t>> stack;  // pending alternatives (pc, pos)
 
     Matcher(const Regex &r, const CodepointText &text, uint32_t b, uint32_t e)
@@ -476,9 +468,7 @@ struct Regex::Matcher {
                         stack.emplace_back(in.y, pos);
                         pc = in.x;
                         break;
-                    case Op::Jmp:
-                        pc = in.x;
-                        break;
+                    case Op::Jmp: pc = in.x; break;
                     case Op::AssertBegin:
                         ok = pos == begin;
                         ++pc;
@@ -491,9 +481,7 @@ struct Regex::Matcher {
                         ok = (run(in.x, pos, false) >= 0) != in.negate;
                         ++pc;
                         break;
-                    case Op::Match:
-                        stack.resize(base);
-                        return pos;
+                    case Op::Match: stack.resize(base); return pos;
                 }
             }
         }

@@ -45,8 +45,8 @@ class Regex {
     };
     struct CharClass {
         bool negated = false;
-        bool space = false;     // contains White_Space (\s)
-        uint32_t categories = 0;  // bit per unicode::Category
+        bool space = false;                                 // contains White_Space (\s)
+        uint32_t categories = 0;                            // bit per unicode::Category
         std::vector<std::pair<uint32_t, uint32_t>> ranges;  // sorted, disjoint, inclusive
         bool contains(uint32_t cp, uint8_t cls) const;
     };

@@ -59,15 +59,12 @@ bool detect(Isa isa) {
     // libgcc's cpuid check also asks the OS (XGETBV) whether it saves the AVX / AVX-512 register state.
     __builtin_cpu_init();
     switch (isa) {
-        case Isa::scalar:
-            return true;
+        case Isa::scalar: return true;
         case Isa::avx2:
-            return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                   __builtin_cpu_supports("f16c");
+            return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
         case Isa::avx512:
-            return detect(Isa::avx2) && __builtin_cpu_supports("avx512f") &&
-                   __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
-                   __builtin_cpu_supports("avx512dq");
+            return detect(Isa::avx2) && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                   __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
     }
     return false;
 #else
@@ -85,31 +82,21 @@ Isa best_isa() {
 
 DotTileFn KernelTable::dot(DType t) const {
     switch (t) {
-        case DType::F32:
-            return dot_f32;
-        case DType::F16:
-            return dot_f16;
-        case DType::BF16:
-            return dot_bf16;
-        case DType::Q8_0:
-            return dot_q8_0;
-        case DType::Q4_0:
-            return dot_q4_0;
-        default:
-            throw_error("no dot product kernel for weight type %s", std::string(dtype_name(t)).c_str());
+        case DType::F32: return dot_f32;
+        case DType::F16: return dot_f16;
+        case DType::BF16: return dot_bf16;
+        case DType::Q8_0: return dot_q8_0;
+        case DType::Q4_0: return dot_q4_0;
+        default: throw_error("no dot product kernel for weight type %s", std::string(dtype_name(t)).c_str());
     }
 }
 
 AxpyFn KernelTable::axpy(DType t) const {
     switch (t) {
-        case DType::F32:
-            return axpy_f32;
-        case DType::F16:
-            return axpy_f16;
-        case DType::BF16:
-            return axpy_bf16;
-        default:
-            throw_error("no axpy kernel for row type %s", std::string(dtype_name(t)).c_str());
+        case DType::F32: return axpy_f32;
+        case DType::F16: return axpy_f16;
+        case DType::BF16: return axpy_bf16;
+        default: throw_error("no axpy kernel for row type %s", std::string(dtype_name(t)).c_str());
     }
 }
 
@@ -122,12 +109,9 @@ bool cpu_supports(Isa isa) {
 
 const char *isa_name(Isa isa) {
     switch (isa) {
-        case Isa::scalar:
-            return "scalar";
-        case Isa::avx2:
-            return "avx2";
-        case Isa::avx512:
-            return "avx512";
+        case Isa::scalar: return "scalar";
+        case Isa::avx2: return "avx2";
+        case Isa::avx512: return "avx512";
     }
     return "unknown";
 }
@@ -144,20 +128,17 @@ Isa resolve_isa(const char *requested) {
         }
         return isa;
     }
-    std::fprintf(stderr, "sparrow: unknown SPARROW_ISA=%s (expected scalar, avx2 or avx512); using %s\n",
-                 requested, isa_name(best));
+    std::fprintf(stderr, "sparrow: unknown SPARROW_ISA=%s (expected scalar, avx2 or avx512); using %s\n", requested,
+                 isa_name(best));
     return best;
 }
 
 const KernelTable *kernels_for(Isa isa) {
     if (!cpu_supports(isa)) return nullptr;
     switch (isa) {
-        case Isa::scalar:
-            return &kScalarTable;
-        case Isa::avx2:
-            return &kAvx2Table;
-        case Isa::avx512:
-            return &kAvx512Table;
+        case Isa::scalar: return &kScalarTable;
+        case Isa::avx2: return &kAvx2Table;
+        case Isa::avx512: return &kAvx512Table;
     }
     return nullptr;
 }
@@ -167,8 +148,6 @@ const KernelTable &kernels() {
     return *active;
 }
 
-const char *active_isa_name() {
-    return kernels().name;
-}
+const char *active_isa_name() { return kernels().name; }
 
 }  // namespace sparrow::cpu

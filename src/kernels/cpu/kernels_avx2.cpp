@@ -28,9 +28,7 @@ inline float hsum(__m256 v) {
     return _mm_cvtss_f32(s);
 }
 
-inline float fp16_to_f32(uint16_t h) {
-    return _cvtsh_ss(h);
-}
+inline float fp16_to_f32(uint16_t h) { return _cvtsh_ss(h); }
 
 inline float bf16_to_f32(uint16_t h) {
     const uint32_t u = uint32_t(h) << 16;
@@ -52,8 +50,7 @@ inline __m256 load8(const void *w, int64_t i) {
             _mm_loadu_si128(reinterpret_cast<const __m128i *>(static_cast<const uint16_t *>(w) + i)));
     } else {
         // bf16 is the top half of an f32: widen to 32 bits and shift into place.
-        const __m128i h =
-            _mm_loadu_si128(reinterpret_cast<const __m128i *>(static_cast<const uint16_t *>(w) + i));
+        const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i *>(static_cast<const uint16_t *>(w) + i));
         return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
     }
 }
@@ -86,8 +83,7 @@ void dot_tile_float(const void *w, const void *x, size_t x_stride, int64_t n, fl
     for (; i + 8 * U <= n; i += 8 * U) {
         for (int u = 0; u < U; ++u) {
             const __m256 wv = load8<K>(w, i + 8 * u);
-            for (int j = 0; j < NT; ++j)
-                acc[j][u] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(xs[j] + i + 8 * u), acc[j][u]);
+            for (int j = 0; j < NT; ++j) acc[j][u] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(xs[j] + i + 8 * u), acc[j][u]);
         }
     }
     for (; i + 8 <= n; i += 8) {
@@ -106,33 +102,22 @@ void dot_tile_float(const void *w, const void *x, size_t x_stride, int64_t n, fl
 template <FloatKind K>
 void dot_tile_float_any(const void *w, const void *x, size_t x_stride, int n_x, int64_t n, float *out) {
     switch (n_x) {
-        case 1:
-            dot_tile_float<K, 1>(w, x, x_stride, n, out);
-            return;
-        case 2:
-            dot_tile_float<K, 2>(w, x, x_stride, n, out);
-            return;
-        case 3:
-            dot_tile_float<K, 3>(w, x, x_stride, n, out);
-            return;
-        default:
-            dot_tile_float<K, kMaxTile>(w, x, x_stride, n, out);
-            return;
+        case 1: dot_tile_float<K, 1>(w, x, x_stride, n, out); return;
+        case 2: dot_tile_float<K, 2>(w, x, x_stride, n, out); return;
+        case 3: dot_tile_float<K, 3>(w, x, x_stride, n, out); return;
+        default: dot_tile_float<K, kMaxTile>(w, x, x_stride, n, out); return;
     }
 }
 
 // --- Q8_0 / Q4_0 weights against Q8_0 activations
 // ------------------------------------------------------------- The 32 weights of a block as signed bytes in
 // element order.
-inline __m256i unpack_block(const BlockQ8_0 &b) {
-    return _mm256_loadu_si256(reinterpret_cast<const __m256i *>(b.qs));
-}
+inline __m256i unpack_block(const BlockQ8_0 &b) { return _mm256_loadu_si256(reinterpret_cast<const __m256i *>(b.qs)); }
 
 inline __m256i unpack_block(const BlockQ4_0 &b) {
     // Low nibbles are elements 0..15, high nibbles 16..31; both stored with an offset of 8.
     const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i *>(b.qs));
-    const __m256i nibbles =
-        _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), _mm256_set1_epi8(0x0f));
+    const __m256i nibbles = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), _mm256_set1_epi8(0x0f));
     return _mm256_sub_epi8(nibbles, _mm256_set1_epi8(8));
 }
 
@@ -193,18 +178,10 @@ void dot_tile_quant(const void *wv, const void *x, size_t x_stride, int64_t n, f
 template <typename Block>
 void dot_tile_quant_any(const void *w, const void *x, size_t x_stride, int n_x, int64_t n, float *out) {
     switch (n_x) {
-        case 1:
-            dot_tile_quant<Block, 1>(w, x, x_stride, n, out);
-            return;
-        case 2:
-            dot_tile_quant<Block, 2>(w, x, x_stride, n, out);
-            return;
-        case 3:
-            dot_tile_quant<Block, 3>(w, x, x_stride, n, out);
-            return;
-        default:
-            dot_tile_quant<Block, kMaxTile>(w, x, x_stride, n, out);
-            return;
+        case 1: dot_tile_quant<Block, 1>(w, x, x_stride, n, out); return;
+        case 2: dot_tile_quant<Block, 2>(w, x, x_stride, n, out); return;
+        case 3: dot_tile_quant<Block, 3>(w, x, x_stride, n, out); return;
+        default: dot_tile_quant<Block, kMaxTile>(w, x, x_stride, n, out); return;
     }
 }
 
@@ -213,8 +190,7 @@ template <FloatKind K>
 void axpy(const void *row, float a, float *y, int64_t n) {
     const __m256 av = _mm256_set1_ps(a);
     int64_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        _mm256_storeu_ps(y + i, _mm256_fmadd_ps(av, load8<K>(row, i), _mm256_loadu_ps(y + i)));
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_fmadd_ps(av, load8<K>(row, i), _mm256_loadu_ps(y + i)));
     for (; i < n; ++i) y[i] += a * load1<K>(row, i);
 }
 
@@ -236,15 +212,9 @@ void dot_tile_q4_0(const void *w, const void *x, size_t x_stride, int n_x, int64
     dot_tile_quant_any<BlockQ4_0>(w, x, x_stride, n_x, n, out);
 }
 
-void axpy_f32(const void *row, float a, float *y, int64_t n) {
-    axpy<FloatKind::f32>(row, a, y, n);
-}
-void axpy_f16(const void *row, float a, float *y, int64_t n) {
-    axpy<FloatKind::f16>(row, a, y, n);
-}
-void axpy_bf16(const void *row, float a, float *y, int64_t n) {
-    axpy<FloatKind::bf16>(row, a, y, n);
-}
+void axpy_f32(const void *row, float a, float *y, int64_t n) { axpy<FloatKind::f32>(row, a, y, n); }
+void axpy_f16(const void *row, float a, float *y, int64_t n) { axpy<FloatKind::f16>(row, a, y, n); }
+void axpy_bf16(const void *row, float a, float *y, int64_t n) { axpy<FloatKind::bf16>(row, a, y, n); }
 
 // Bit-identical to ggml's reference quantiser: d = amax / 127 (f32 division), id = 1 / d, q = round(x * id)
 // with halves away from zero (std::round), which the SIMD rounding modes lack: truncate, then step one

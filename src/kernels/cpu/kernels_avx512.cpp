@@ -29,14 +29,10 @@ namespace {
 
 constexpr int kMaxTile = 4;  // = cpu::kMaxTile (dispatch.h is not included here: it pulls in inline code)
 
-inline float fp16_to_f32(uint16_t h) {
-    return _cvtsh_ss(h);
-}
+inline float fp16_to_f32(uint16_t h) { return _cvtsh_ss(h); }
 
 // Mask of the first `count` of 16 lanes (count in 0..16).
-inline __mmask16 first_lanes(int64_t count) {
-    return count >= 16 ? __mmask16(0xffff) : __mmask16((1u << count) - 1u);
-}
+inline __mmask16 first_lanes(int64_t count) { return count >= 16 ? __mmask16(0xffff) : __mmask16((1u << count) - 1u); }
 
 // --- f32 / f16 / bf16 weights against f32 activations ------------------------------------------------------
 enum class FloatKind { f32, f16, bf16 };
@@ -63,8 +59,7 @@ inline __m512 load16(const void *w, int64_t i) {
         return _mm512_cvtph_ps(
             _mm256_loadu_si256(reinterpret_cast<const __m256i *>(static_cast<const uint16_t *>(w) + i)));
     } else {
-        const __m256i h =
-            _mm256_loadu_si256(reinterpret_cast<const __m256i *>(static_cast<const uint16_t *>(w) + i));
+        const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(static_cast<const uint16_t *>(w) + i));
         return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
     }
 }
@@ -108,33 +103,22 @@ void dot_tile_float(const void *w, const void *x, size_t x_stride, int64_t n, fl
 template <FloatKind K>
 void dot_tile_float_any(const void *w, const void *x, size_t x_stride, int n_x, int64_t n, float *out) {
     switch (n_x) {
-        case 1:
-            dot_tile_float<K, 1>(w, x, x_stride, n, out);
-            return;
-        case 2:
-            dot_tile_float<K, 2>(w, x, x_stride, n, out);
-            return;
-        case 3:
-            dot_tile_float<K, 3>(w, x, x_stride, n, out);
-            return;
-        default:
-            dot_tile_float<K, kMaxTile>(w, x, x_stride, n, out);
-            return;
+        case 1: dot_tile_float<K, 1>(w, x, x_stride, n, out); return;
+        case 2: dot_tile_float<K, 2>(w, x, x_stride, n, out); return;
+        case 3: dot_tile_float<K, 3>(w, x, x_stride, n, out); return;
+        default: dot_tile_float<K, kMaxTile>(w, x, x_stride, n, out); return;
     }
 }
 
 // --- Q8_0 / Q4_0 weights against Q8_0 activations
 // ------------------------------------------------------------- The 32 weights of a block as signed bytes in
 // element order.
-inline __m256i unpack_block(const BlockQ8_0 &b) {
-    return _mm256_loadu_si256(reinterpret_cast<const __m256i *>(b.qs));
-}
+inline __m256i unpack_block(const BlockQ8_0 &b) { return _mm256_loadu_si256(reinterpret_cast<const __m256i *>(b.qs)); }
 
 inline __m256i unpack_block(const BlockQ4_0 &b) {
     // Low nibbles are elements 0..15, high nibbles 16..31; both stored with an offset of 8.
     const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i *>(b.qs));
-    const __m256i nibbles =
-        _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), _mm256_set1_epi8(0x0f));
+    const __m256i nibbles = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), _mm256_set1_epi8(0x0f));
     return _mm256_sub_epi8(nibbles, _mm256_set1_epi8(8));
 }
 
@@ -203,18 +187,10 @@ void dot_tile_quant(const void *wv, const void *x, size_t x_stride, int64_t n, f
 template <typename Block>
 void dot_tile_quant_any(const void *w, const void *x, size_t x_stride, int n_x, int64_t n, float *out) {
     switch (n_x) {
-        case 1:
-            dot_tile_quant<Block, 1>(w, x, x_stride, n, out);
-            return;
-        case 2:
-            dot_tile_quant<Block, 2>(w, x, x_stride, n, out);
-            return;
-        case 3:
-            dot_tile_quant<Block, 3>(w, x, x_stride, n, out);
-            return;
-        default:
-            dot_tile_quant<Block, kMaxTile>(w, x, x_stride, n, out);
-            return;
+        case 1: dot_tile_quant<Block, 1>(w, x, x_stride, n, out); return;
+        case 2: dot_tile_quant<Block, 2>(w, x, x_stride, n, out); return;
+        case 3: dot_tile_quant<Block, 3>(w, x, x_stride, n, out); return;
+        default: dot_tile_quant<Block, kMaxTile>(w, x, x_stride, n, out); return;
     }
 }
 
@@ -247,15 +223,9 @@ void dot_tile_q4_0(const void *w, const void *x, size_t x_stride, int n_x, int64
     dot_tile_quant_any<BlockQ4_0>(w, x, x_stride, n_x, n, out);
 }
 
-void axpy_f32(const void *row, float a, float *y, int64_t n) {
-    axpy<FloatKind::f32>(row, a, y, n);
-}
-void axpy_f16(const void *row, float a, float *y, int64_t n) {
-    axpy<FloatKind::f16>(row, a, y, n);
-}
-void axpy_bf16(const void *row, float a, float *y, int64_t n) {
-    axpy<FloatKind::bf16>(row, a, y, n);
-}
+void axpy_f32(const void *row, float a, float *y, int64_t n) { axpy<FloatKind::f32>(row, a, y, n); }
+void axpy_f16(const void *row, float a, float *y, int64_t n) { axpy<FloatKind::f16>(row, a, y, n); }
+void axpy_bf16(const void *row, float a, float *y, int64_t n) { axpy<FloatKind::bf16>(row, a, y, n); }
 
 // Bit-identical to ggml's reference quantiser: d = amax / 127 (f32 division), id = 1 / d, q = round(x * id)
 // with halves away from zero (std::round), which the SIMD rounding modes lack: truncate, then step one
@@ -274,8 +244,7 @@ void quantize_row_q8_0(const float *x, BlockQ8_0 *y, int64_t n) {
         for (int k = 0; k < 2; ++k) {
             const __m512 s = _mm512_mul_ps(v[k], idv);
             const __m512 t = _mm512_roundscale_ps(s, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
-            const __mmask16 round_up =
-                _mm512_cmp_ps_mask(_mm512_abs_ps(_mm512_sub_ps(s, t)), half, _CMP_GE_OQ);
+            const __mmask16 round_up = _mm512_cmp_ps_mask(_mm512_abs_ps(_mm512_sub_ps(s, t)), half, _CMP_GE_OQ);
             const __m512 step = _mm512_castsi512_ps(_mm512_or_si512(  // +-1 with the sign of s
                 _mm512_castps_si512(one), _mm512_and_si512(_mm512_castps_si512(s), sign_bit)));
             const __m512 r = _mm512_mask_add_ps(t, round_up, t, step);

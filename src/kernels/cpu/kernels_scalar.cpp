@@ -17,8 +17,7 @@ constexpr int kLanes = 8;
 
 // out[j] = w . x_j over n elements; the weight element is converted once and used for every token.
 template <typename W, typename Convert>
-void dot_tile_float(const W *w, const void *x, size_t x_stride, int n_x, int64_t n, float *out,
-                    Convert convert) {
+void dot_tile_float(const W *w, const void *x, size_t x_stride, int n_x, int64_t n, float *out, Convert convert) {
     const float *xs[kMaxTile];
     for (int j = 0; j < n_x; ++j)
         xs[j] = reinterpret_cast<const float *>(static_cast<const uint8_t *>(x) + j * x_stride);
@@ -49,8 +48,7 @@ inline int32_t block_dot(const int8_t *qw, const int8_t *qx) {
 // Shared body of the Q8_0 and Q4_0 kernels: `unpack` writes a weight block's 32 values as int8 and
 // returns its scale.
 template <typename Block, typename Unpack>
-void dot_tile_quant(const Block *w, const void *x, size_t x_stride, int n_x, int64_t n, float *out,
-                    Unpack unpack) {
+void dot_tile_quant(const Block *w, const void *x, size_t x_stride, int n_x, int64_t n, float *out, Unpack unpack) {
     const BlockQ8_0 *xs[kMaxTile];
     for (int j = 0; j < n_x; ++j) {
         xs[j] = reinterpret_cast<const BlockQ8_0 *>(static_cast<const uint8_t *>(x) + j * x_stride);
@@ -81,22 +79,20 @@ void dot_tile_bf16(const void *w, const void *x, size_t x_stride, int n_x, int64
 }
 
 void dot_tile_q8_0(const void *w, const void *x, size_t x_stride, int n_x, int64_t n, float *out) {
-    dot_tile_quant(static_cast<const BlockQ8_0 *>(w), x, x_stride, n_x, n, out,
-                   [](const BlockQ8_0 &b, int8_t *q) {
-                       std::memcpy(q, b.qs, QK8_0);
-                       return fp16_to_f32(b.d);
-                   });
+    dot_tile_quant(static_cast<const BlockQ8_0 *>(w), x, x_stride, n_x, n, out, [](const BlockQ8_0 &b, int8_t *q) {
+        std::memcpy(q, b.qs, QK8_0);
+        return fp16_to_f32(b.d);
+    });
 }
 
 void dot_tile_q4_0(const void *w, const void *x, size_t x_stride, int n_x, int64_t n, float *out) {
-    dot_tile_quant(static_cast<const BlockQ4_0 *>(w), x, x_stride, n_x, n, out,
-                   [](const BlockQ4_0 &b, int8_t *q) {
-                       for (int k = 0; k < QK4_0 / 2; ++k) {
-                           q[k] = static_cast<int8_t>((b.qs[k] & 15) - 8);
-                           q[k + QK4_0 / 2] = static_cast<int8_t>((b.qs[k] >> 4) - 8);
-                       }
-                       return fp16_to_f32(b.d);
-                   });
+    dot_tile_quant(static_cast<const BlockQ4_0 *>(w), x, x_stride, n_x, n, out, [](const BlockQ4_0 &b, int8_t *q) {
+        for (int k = 0; k < QK4_0 / 2; ++k) {
+            q[k] = static_cast<int8_t>((b.qs[k] & 15) - 8);
+            q[k + QK4_0 / 2] = static_cast<int8_t>((b.qs[k] >> 4) - 8);
+        }
+        return fp16_to_f32(b.d);
+    });
 }
 
 void axpy_f32(const void *row, float a, float *y, int64_t n) {
@@ -114,8 +110,6 @@ void axpy_bf16(const void *row, float a, float *y, int64_t n) {
     for (int64_t i = 0; i < n; ++i) y[i] += a * bf16_to_f32(r[i]);
 }
 
-void quantize_row_q8_0(const float *x, BlockQ8_0 *y, int64_t n) {
-    quantize_row(DType::Q8_0, x, y, n);
-}
+void quantize_row_q8_0(const float *x, BlockQ8_0 *y, int64_t n) { quantize_row(DType::Q8_0, x, y, n); }
 
 }  // namespace sparrow::cpu::scalar

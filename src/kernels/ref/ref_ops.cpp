@@ -60,24 +60,16 @@ float dot_q4_0_q8_0(const BlockQ4_0 *w, const BlockQ8_0 *x, int64_t n) {
 
 float dot_weight_row(DType t, const void *w, const void *x, int64_t n) {
     switch (t) {
-        case DType::F32:
-            return dot_f32_f32(static_cast<const float *>(w), static_cast<const float *>(x), n);
-        case DType::F16:
-            return dot_f16_f32(static_cast<const uint16_t *>(w), static_cast<const float *>(x), n);
-        case DType::BF16:
-            return dot_bf16_f32(static_cast<const uint16_t *>(w), static_cast<const float *>(x), n);
-        case DType::Q8_0:
-            return dot_q8_0_q8_0(static_cast<const BlockQ8_0 *>(w), static_cast<const BlockQ8_0 *>(x), n);
-        case DType::Q4_0:
-            return dot_q4_0_q8_0(static_cast<const BlockQ4_0 *>(w), static_cast<const BlockQ8_0 *>(x), n);
-        default:
-            throw_error("ref::dot_weight_row: unsupported type %s", std::string(dtype_name(t)).c_str());
+        case DType::F32: return dot_f32_f32(static_cast<const float *>(w), static_cast<const float *>(x), n);
+        case DType::F16: return dot_f16_f32(static_cast<const uint16_t *>(w), static_cast<const float *>(x), n);
+        case DType::BF16: return dot_bf16_f32(static_cast<const uint16_t *>(w), static_cast<const float *>(x), n);
+        case DType::Q8_0: return dot_q8_0_q8_0(static_cast<const BlockQ8_0 *>(w), static_cast<const BlockQ8_0 *>(x), n);
+        case DType::Q4_0: return dot_q4_0_q8_0(static_cast<const BlockQ4_0 *>(w), static_cast<const BlockQ8_0 *>(x), n);
+        default: throw_error("ref::dot_weight_row: unsupported type %s", std::string(dtype_name(t)).c_str());
     }
 }
 
-void quantize_row_q8_0(const float *x, BlockQ8_0 *y, int64_t n) {
-    quantize_row(DType::Q8_0, x, y, n);
-}
+void quantize_row_q8_0(const float *x, BlockQ8_0 *y, int64_t n) { quantize_row(DType::Q8_0, x, y, n); }
 
 // --- matmul and rows
 // -------------------------------------------------------------------------------------------
@@ -90,8 +82,7 @@ void matmul(const WeightMatrix &w, const float *x, int64_t n_tokens, float *y) {
         const float *xt = x + t * w.n_cols;
         if (quantized) quantize_row_q8_0(xt, reinterpret_cast<BlockQ8_0 *>(xq.data()), w.n_cols);
         const void *xd = quantized ? static_cast<const void *>(xq.data()) : static_cast<const void *>(xt);
-        for (int64_t r = 0; r < w.n_rows; ++r)
-            y[t * w.n_rows + r] = dot_weight_row(w.type, w.row(r), xd, w.n_cols);
+        for (int64_t r = 0; r < w.n_rows; ++r) y[t * w.n_rows + r] = dot_weight_row(w.type, w.row(r), xd, w.n_cols);
     }
 }
 
@@ -113,13 +104,11 @@ void rms_norm(const float *x, const float *w, float *y, int64_t n_rows, int64_t 
         double sum_sq = 0.0;
         for (int64_t i = 0; i < n; ++i) sum_sq += double(xr[i]) * double(xr[i]);
         const double scale = 1.0 / std::sqrt(sum_sq / double(n) + double(eps));
-        for (int64_t i = 0; i < n; ++i)
-            y[r * n + i] = float(double(xr[i]) * scale * (w ? double(w[i]) : 1.0));
+        for (int64_t i = 0; i < n; ++i) y[r * n + i] = float(double(xr[i]) * scale * (w ? double(w[i]) : 1.0));
     }
 }
 
-void layer_norm(const float *x, const float *w, const float *b, float *y, int64_t n_rows, int64_t n,
-                float eps) {
+void layer_norm(const float *x, const float *w, const float *b, float *y, int64_t n_rows, int64_t n, float eps) {
     for (int64_t r = 0; r < n_rows; ++r) {
         const float *xr = x + r * n;
         double mean = 0.0;
@@ -188,8 +177,7 @@ int64_t top_k(const float *scores, int64_t n, int64_t k, int32_t *idx) {
 }
 
 float dot_row(DType t, const void *row, const float *x, int64_t n) {
-    if (t != DType::F32 && t != DType::F16 && t != DType::BF16)
-        throw_error("ref::dot_row: unsupported row type");
+    if (t != DType::F32 && t != DType::F16 && t != DType::BF16) throw_error("ref::dot_row: unsupported row type");
     return dot_weight_row(t, row, x, n);
 }
 
@@ -202,8 +190,7 @@ void axpy_row(DType t, const void *row, float a, float *y, int64_t n) {
 // --- rope
 // ------------------------------------------------------------------------------------------------------
 
-void rope_yarn_corr_dims(int n_rot, int n_ctx_orig, float freq_base, float beta_fast, float beta_slow,
-                         float dims[2]) {
+void rope_yarn_corr_dims(int n_rot, int n_ctx_orig, float freq_base, float beta_fast, float beta_slow, float dims[2]) {
     // The pair index at which the rotation completes `beta` turns over n_ctx_orig positions.
     const auto corr_dim = [&](float beta) {
         return float(n_rot) * std::log(float(n_ctx_orig) / (beta * 2.0f * std::numbers::pi_v<float>)) /
@@ -213,8 +200,7 @@ void rope_yarn_corr_dims(int n_rot, int n_ctx_orig, float freq_base, float beta_
     dims[1] = std::min(float(n_rot - 1), std::ceil(corr_dim(beta_slow)));
 }
 
-void rope(float *x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, const int32_t *pos,
-          const RopeParams &p) {
+void rope(float *x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, const int32_t *pos, const RopeParams &p) {
     const int n_rot = p.n_rot;
     if (n_rot <= 0 || n_rot % 2 != 0 || n_rot > head_dim) {
         throw_error("rope: n_rot = %d must be even and in (0, head_dim = %lld]", n_rot, (long long)head_dim);

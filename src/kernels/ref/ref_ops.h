@@ -34,10 +34,8 @@ void quantize_row_q8_0(const float *x, BlockQ8_0 *y, int64_t n);
 void matmul(const WeightMatrix &w, const float *x, int64_t n_tokens, float *y);
 void get_rows(const WeightMatrix &table, const int32_t *ids, int64_t n, float *out);
 void rms_norm(const float *x, const float *w, float *y, int64_t n_rows, int64_t n, float eps);
-void layer_norm(const float *x, const float *w, const float *b, float *y, int64_t n_rows, int64_t n,
-                float eps);
-void rope(float *x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, const int32_t *pos,
-          const RopeParams &p);
+void layer_norm(const float *x, const float *w, const float *b, float *y, int64_t n_rows, int64_t n, float eps);
+void rope(float *x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, const int32_t *pos, const RopeParams &p);
 void softmax(float *x, int64_t n, float scale = 1.0f);
 void swiglu(const float *gate, const float *up, float *out, int64_t n);
 // By the definition: y = H x / sqrt(n) with H[i][j] = (-1)^popcount(i & j) (Sylvester order), O(n^2).
@@ -49,7 +47,6 @@ void axpy_row(DType t, const void *row, float a, float *y, int64_t n);
 
 // YaRN correction range [low, high] in pair indices, ggml's ggml_rope_yarn_corr_dims (computed in f32 as
 // ggml does, so that floor/ceil land on the same integers in every implementation).
-void rope_yarn_corr_dims(int n_rot, int n_ctx_orig, float freq_base, float beta_fast, float beta_slow,
-                         float dims[2]);
+void rope_yarn_corr_dims(int n_rot, int n_ctx_orig, float freq_base, float beta_fast, float beta_slow, float dims[2]);
 
 }  // namespace sparrow::ref
