@@ -7,12 +7,15 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <iterator>
 #include <limits>
 #include <numeric>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "core/blocks.h"
 #include "core/dtype.h"
 #include "core/error.h"
 #include "kernels/ops.h"
@@ -387,15 +390,27 @@ TEST(Moe, UnroutedExpertsAreNeverRead) {
             m.bias.assign(8, 0.0f);
             m.bias[2] = m.bias[5] = 100.0f;
             const int64_t D = c.p.n_embd, F = c.p.n_ff_exp;
-            const std::vector<float> nan_row(static_cast<size_t>(std::max(D, F)), std::nanf(""));
+            // NaN rows written directly (quantising NaN would convert NaN to int8): f32 NaNs, or Q8_0
+            // blocks whose scale is an f16 NaN.
+            const auto poison = [&](OwnedMatrix &om, int64_t r0, int64_t r1) {
+                uint8_t *p = om.bytes.data() + r0 * om.m.row_bytes;
+                const int64_t n_bytes = (r1 - r0) * om.m.row_bytes;
+                if (type == DType::F32) {
+                    const float nan = std::nanf("");
+                    for (int64_t i = 0; i < n_bytes; i += 4) std::memcpy(p + i, &nan, 4);
+                } else {
+                    auto *b = reinterpret_cast<BlockQ8_0 *>(p);
+                    for (int64_t i = 0; i < n_bytes / int64_t(sizeof(BlockQ8_0)); ++i) {
+                        b[i].d = 0x7e00;
+                        std::fill(std::begin(b[i].qs), std::end(b[i].qs), int8_t(1));
+                    }
+                }
+            };
             for (int64_t e = 0; e < c.p.n_expert; ++e) {
                 if (e == 2 || e == 5) continue;
-                for (auto *om : {&m.gate, &m.up}) {
-                    for (int64_t r = e * F; r < (e + 1) * F; ++r) quantize_row(type, nan_row.data(), om->bytes.data() + r * om->m.row_bytes, D);
-                }
-                for (int64_t r = e * D; r < (e + 1) * D; ++r) {
-                    quantize_row(type, nan_row.data(), m.down.bytes.data() + r * m.down.m.row_bytes, F);
-                }
+                poison(m.gate, e * F, (e + 1) * F);
+                poison(m.up, e * F, (e + 1) * F);
+                poison(m.down, e * D, (e + 1) * D);
             }
             for (int64_t T : {1, 7, 40}) {
                 const auto x = test::random_floats(rng, static_cast<size_t>(T * D));

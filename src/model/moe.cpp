@@ -158,7 +158,7 @@ void moe_ffn(ThreadPool &pool, OpScratch &op, MoeScratch &s, const MoeParams &p,
     // 2. Group the (token, weight) slots by expert: a counting sort, stable in token order.
     int64_t *begin = grow(s.expert_begin, static_cast<size_t>(E + 1));
     std::fill(begin, begin + E + 1, int64_t(0));
-    for (size_t i = 0; i < n_slots; ++i) ++begin[experts[i] + 1];
+    for (int64_t i = 0; i < T * K; ++i) ++begin[experts[i] + 1];
     for (int64_t e = 0; e < E; ++e) begin[e + 1] += begin[e];
     int32_t *slot_token = grow(s.slot_token, n_slots);
     float *slot_weight = grow(s.slot_weight, n_slots);
@@ -174,7 +174,7 @@ void moe_ffn(ThreadPool &pool, OpScratch &op, MoeScratch &s, const MoeParams &p,
 
     // 3. Gather the inputs of every slot, grouped by expert.
     float *xg = grow(s.xg, n_slots * static_cast<size_t>(D));
-    for (size_t i = 0; i < n_slots; ++i) {
+    for (int64_t i = 0; i < T * K; ++i) {
         std::memcpy(xg + i * D, x + static_cast<int64_t>(slot_token[i]) * D, static_cast<size_t>(D) * sizeof(float));
     }
     const int64_t width = std::max(F, n_sh);
