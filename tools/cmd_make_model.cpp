@@ -1,5 +1,7 @@
 // `sparrow make-model`: writes a tiny random-weight model of a supported architecture.
 #include <cstdio>
+#include <functional>
+#include <sstream>
 
 #include "commands.h"
 #include "core/error.h"
@@ -7,30 +9,114 @@
 
 namespace sparrow::tools {
 
+namespace {
+
+// "1,1,0,1" -> {1, 1, 0, 1}
+std::vector<int> parse_int_list(const std::string &s) {
+    std::vector<int> out;
+    std::stringstream ss(s);
+    std::string item;
+    while (std::getline(ss, item, ',')) {
+        if (item.empty()) continue;
+        size_t used = 0;
+        int v = 0;
+        try {
+            v = std::stoi(item, &used);
+        } catch (const std::exception &) {
+            used = 0;
+        }
+        if (used != item.size()) throw_error("--indexer-types: '%s' is not an integer", item.c_str());
+        out.push_back(v);
+    }
+    return out;
+}
+
+}  // namespace
+
 Command register_make_model(CLI::App &app) {
     auto *cmd = app.add_subcommand("make-model", "Write a tiny random-weight model (GGUF) for tests and benchmarks");
-    auto p = std::make_shared<SyntheticParams>();
+    // Options write into `given`; only those present on the command line override the architecture's
+    // (or preset's) defaults, which are known only once --arch and --preset are parsed.
+    auto given = std::make_shared<SyntheticParams>();
+    auto appliers = std::make_shared<std::vector<std::function<void(SyntheticParams &)>>>();
+    auto arch = std::make_shared<std::string>("llama");
+    auto preset = std::make_shared<std::string>();
     auto out = std::make_shared<std::string>();
-    auto type = std::make_shared<std::string>("f32");
-    cmd->add_option("--arch", p->arch, "Architecture")->check(CLI::IsMember({"llama"}));
+    auto type = std::make_shared<std::string>();
+    auto indexer_types = std::make_shared<std::string>();
+    cmd->add_option("--arch", *arch, "Architecture")->check(CLI::IsMember({"llama", "deepseek32", "glm-dsa"}));
+    cmd->add_option("--preset", *preset, "Size preset: bench (deepseek32 / glm-dsa: n_embd 2048, 8 layers, q8_0)")
+        ->check(CLI::IsMember({"bench"}));
     cmd->add_option("-o,--output", *out, "Output file")->required();
-    cmd->add_option("--type", *type, "Weight type: f32, f16, bf16, q8_0, q4_0")
+    cmd->add_option("--type", *type, "Weight type: f32, f16, bf16, q8_0, q4_0 (default f32; bench: q8_0)")
         ->check(CLI::IsMember({"f32", "f16", "bf16", "q8_0", "q4_0"}));
-    cmd->add_option("--n-vocab", p->n_vocab, "Vocabulary size (byte-level BPE)")->check(CLI::Range(258, 1 << 20));
-    cmd->add_option("--n-embd", p->n_embd, "Embedding width")->check(CLI::Range(2, 1 << 16));
-    cmd->add_option("--n-layer", p->n_layer, "Layers")->check(CLI::Range(1, 1024));
-    cmd->add_option("--n-head", p->n_head, "Attention heads")->check(CLI::Range(1, 1024));
-    cmd->add_option("--n-head-kv", p->n_head_kv, "KV heads")->check(CLI::Range(1, 1024));
-    cmd->add_option("--n-ff", p->n_ff, "Feed-forward width")->check(CLI::Range(1, 1 << 20));
-    cmd->add_option("--n-ctx-train", p->n_ctx_train, "Training context written to the metadata")
-        ->check(CLI::Range(1, 1 << 24));
-    cmd->add_option("--seed", p->seed, "Random seed");
-    cmd->add_flag("--tied-output", p->tied_output, "No output.weight: the output reuses token_embd");
-    return [p, out, type] {
-        p->type = *dtype_from_name(*type);
-        write_synthetic_model(*p, *out);
-        std::fprintf(stderr, "wrote %s (%s, %lld layers, n_embd %lld, vocab %lld, %s)\n", out->c_str(), p->arch.c_str(),
-                     (long long)p->n_layer, (long long)p->n_embd, (long long)p->n_vocab, type->c_str());
+
+    const auto num = [&](const std::string &name, int64_t SyntheticParams::*field, const std::string &help,
+                         int64_t lo, int64_t hi) {
+        CLI::Option *o = cmd->add_option(name, (*given).*field, help)->check(CLI::Range(lo, hi));
+        appliers->push_back([o, given, field](SyntheticParams &p) {
+            if (o->count()) p.*field = (*given).*field;
+        });
+    };
+    num("--n-vocab", &SyntheticParams::n_vocab, "Vocabulary size (byte-level BPE)", 258, 1 << 20);
+    num("--n-embd", &SyntheticParams::n_embd, "Embedding width", 2, 1 << 16);
+    num("--n-layer", &SyntheticParams::n_layer, "Layers (deepseek32 / glm-dsa: without the MTP layers)", 1, 1024);
+    num("--n-head", &SyntheticParams::n_head, "Attention heads", 1, 1024);
+    num("--n-head-kv", &SyntheticParams::n_head_kv, "KV heads (llama)", 1, 1024);
+    num("--n-ff", &SyntheticParams::n_ff, "Feed-forward width (deepseek32 / glm-dsa: the dense layers)", 1, 1 << 20);
+    num("--n-ctx-train", &SyntheticParams::n_ctx_train, "Training context written to the metadata", 1, 1 << 24);
+    // deepseek32 / glm-dsa
+    num("--top-k", &SyntheticParams::idx_top_k, "Indexer top-k (attention.indexer.top_k; default 64)", 1, 1 << 24);
+    num("--nextn", &SyntheticParams::n_nextn, "MTP (NextN) layers appended after the others", 0, 16);
+    num("--n-dense-lead", &SyntheticParams::n_dense_lead, "Leading dense-FFN layers (default 1)", 0, 1024);
+    num("--n-expert", &SyntheticParams::n_expert, "Routed experts (default 8)", 1, 4096);
+    num("--n-expert-used", &SyntheticParams::n_expert_used, "Experts per token (default 2)", 1, 4096);
+    num("--n-expert-shared", &SyntheticParams::n_expert_shared, "Shared experts (default 1)", 1, 64);
+    num("--n-ff-exp", &SyntheticParams::n_ff_exp, "Expert width (default 32)", 1, 1 << 20);
+    num("--expert-groups", &SyntheticParams::n_expert_groups, "Expert groups (deepseek32 4, glm-dsa 1)", 1, 4096);
+    num("--expert-groups-used", &SyntheticParams::n_group_used, "Expert groups kept (deepseek32 2)", 1, 4096);
+    num("--q-lora-rank", &SyntheticParams::q_lora_rank, "MLA q latent (default 32)", 1, 1 << 16);
+    num("--kv-lora-rank", &SyntheticParams::kv_lora_rank, "MLA kv latent (default 32)", 1, 1 << 16);
+    num("--head-nope", &SyntheticParams::head_nope, "MLA no-rope head dims (default 32)", 1, 1 << 12);
+    num("--n-rot", &SyntheticParams::n_rot, "RoPE head dims, MLA and indexer (default 16)", 2, 1 << 12);
+    num("--head-v", &SyntheticParams::head_v, "MLA value head dims (default 32)", 1, 1 << 12);
+    num("--indexer-heads", &SyntheticParams::idx_n_head, "Indexer heads (default 8)", 1, 1024);
+    num("--indexer-head-dim", &SyntheticParams::idx_head_dim, "Indexer head dims (default 32)", 2, 1 << 12);
+    CLI::Option *gating = cmd->add_option("--gating", given->gating, "expert_gating_func: 1 softmax, 2 sigmoid, "
+                                                                     "3 softmax over the chosen, 4 sqrt(softplus)")
+                              ->check(CLI::Range(1, 4));
+    cmd->add_option("--indexer-types", *indexer_types,
+                    "glm-dsa: 1 (full) / 0 (shared) per layer, e.g. 1,1,1,0; 'absent' omits the key "
+                    "(default: the GLM-5.2 pattern 1,1,1,0,0,0,1,...)");
+    CLI::Option *seed = cmd->add_option("--seed", given->seed, "Random seed");
+    CLI::Option *tied = cmd->add_flag("--tied-output", given->tied_output, "No output.weight: the output reuses token_embd");
+    CLI::Option *yarn = cmd->add_flag("--yarn", given->yarn,
+                                      "deepseek32: YaRN rope scaling keys (factor 4 of n_ctx_train / 4, log "
+                                      "multiplier 0.1), as V3.2 files carry them (factor 40 of 4096 there)");
+    auto no_bias_flag = std::make_shared<bool>(false);
+    CLI::Option *no_bias = cmd->add_flag("--no-probs-bias", *no_bias_flag, "deepseek32 / glm-dsa: no exp_probs_b.bias");
+
+    return [=] {
+        SyntheticParams p = synthetic_defaults(*arch, *preset);
+        for (const auto &apply : *appliers) apply(p);
+        if (gating->count()) p.gating = given->gating;
+        if (seed->count()) p.seed = given->seed;
+        if (tied->count()) p.tied_output = true;
+        if (yarn->count()) p.yarn = true;
+        if (no_bias->count()) p.probs_bias = false;
+        if (!type->empty()) p.type = *dtype_from_name(*type);
+        if (!indexer_types->empty()) {
+            if (*indexer_types == "absent") {
+                p.indexer_types_absent = true;
+            } else {
+                p.indexer_types = parse_int_list(*indexer_types);
+                if (p.indexer_types.empty()) throw_error("--indexer-types: empty list");
+            }
+        }
+        write_synthetic_model(p, *out);
+        std::fprintf(stderr, "wrote %s (%s, %lld layers, n_embd %lld, vocab %lld, %s)\n", out->c_str(),
+                     p.arch.c_str(), (long long)p.n_layer, (long long)p.n_embd, (long long)p.n_vocab,
+                     std::string(dtype_name(p.type)).c_str());
         return 0;
     };
 }

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -158,6 +159,11 @@ class Writer {
     void set(const std::string &key, Value value);  // replaces an existing key, keeps its position
     // `data` must hold exactly dtype_row_size(type, ne[0]) * ne[1] * ... bytes; it is copied.
     void add_tensor(const std::string &name, DType type, std::vector<int64_t> ne, const void *data, size_t n_bytes);
+    // A tensor whose bytes are produced only when the file is written: fill(dst, n_bytes) must write all
+    // n_bytes (= dtype_row_size(type, ne[0]) * ne[1] * ...). write() streams such tensors one at a time,
+    // so a large file never has all its data in memory. fill is called once per write() / to_bytes().
+    using FillFn = std::function<void(uint8_t *dst, size_t n_bytes)>;
+    void add_tensor(const std::string &name, DType type, std::vector<int64_t> ne, FillFn fill);
     void write(const std::string &path) const;  // throws sparrow::Error on I/O failure or an invalid value
     std::vector<uint8_t> to_bytes() const;
 
@@ -166,8 +172,13 @@ class Writer {
         std::string name;
         DType type;
         std::vector<int64_t> ne;
-        std::vector<uint8_t> data;
+        std::vector<uint8_t> data;  // empty when `fill` makes the bytes
+        FillFn fill;
+        size_t n_bytes = 0;
     };
+    // Checks a new tensor's name and shape; returns its size in bytes.
+    size_t check_new_tensor(const std::string &name, DType type, const std::vector<int64_t> &ne) const;
+    std::vector<uint8_t> header_bytes() const;  // everything before the first tensor's data, padded
     std::vector<std::pair<std::string, Value>> kv_;
     std::vector<PendingTensor> tensors_;
     std::set<std::string> tensor_names_;  // duplicate names would make the file unreadable

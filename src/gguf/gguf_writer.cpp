@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -104,8 +105,7 @@ Writer Writer::from_file(const File &f) {
     return w;
 }
 
-void Writer::add_tensor(const std::string &name, DType type, std::vector<int64_t> ne, const void *data,
-                        size_t n_bytes) {
+size_t Writer::check_new_tensor(const std::string &name, DType type, const std::vector<int64_t> &ne) const {
     // The same shape rules as the reader, checked here so that a bad shape is an error now rather than an
     // unreadable file later (or, for a first dimension off the block size, an assertion in dtype_row_size).
     if (ne.empty() || ne.size() > 4)
@@ -126,26 +126,50 @@ void Writer::add_tensor(const std::string &name, DType type, std::vector<int64_t
         throw_error("tensor '%s': size overflows", name.c_str());
     }
     if (tensor_names_.count(name)) throw_error("duplicate tensor name '%s'", name.c_str());
-    if (expected != static_cast<int64_t>(n_bytes)) {
-        throw_error("tensor '%s': %zu bytes given, %lld expected for %s", name.c_str(), n_bytes, (long long)expected,
+    return static_cast<size_t>(expected);
+}
+
+void Writer::add_tensor(const std::string &name, DType type, std::vector<int64_t> ne, const void *data,
+                        size_t n_bytes) {
+    const size_t expected = check_new_tensor(name, type, ne);
+    if (expected != n_bytes) {
+        throw_error("tensor '%s': %zu bytes given, %zu expected for %s", name.c_str(), n_bytes, expected,
                     std::string(dtype_name(type)).c_str());
     }
     const auto *p = static_cast<const uint8_t *>(data);
-    tensors_.push_back({name, type, std::move(ne), std::vector<uint8_t>(p, p + n_bytes)});
+    tensors_.push_back({name, type, std::move(ne), std::vector<uint8_t>(p, p + n_bytes), nullptr, n_bytes});
     tensor_names_.insert(name);
 }
 
-std::vector<uint8_t> Writer::to_bytes() const {
+void Writer::add_tensor(const std::string &name, DType type, std::vector<int64_t> ne, FillFn fill) {
+    const size_t n_bytes = check_new_tensor(name, type, ne);
+    if (!fill) throw_error("tensor '%s': no data and no fill function", name.c_str());
+    tensors_.push_back({name, type, std::move(ne), {}, std::move(fill), n_bytes});
+    tensor_names_.insert(name);
+}
+
+namespace {
+
+uint64_t alignment_of(const std::vector<std::pair<std::string, Value>> &kv) {
     uint64_t alignment = 32;
-    for (const auto &kv : kv_) {
-        if (kv.first != "general.alignment") continue;
+    for (const auto &[key, value] : kv) {
+        if (key != "general.alignment") continue;
         // Unchecked, 0 divided by zero in pad_to and 3 wrote a file the reader rejects.
-        const int64_t a = kv.second.as_int(kv.first);
+        const int64_t a = value.as_int(key);
         if (a <= 0 || !is_valid_alignment(uint64_t(a))) {
             throw_error("general.alignment %lld is not a power of two in [1, 2^20]", (long long)a);
         }
         alignment = uint64_t(a);
     }
+    return alignment;
+}
+
+uint64_t padded(uint64_t n, uint64_t alignment) { return (n + alignment - 1) / alignment * alignment; }
+
+}  // namespace
+
+std::vector<uint8_t> Writer::header_bytes() const {
+    const uint64_t alignment = alignment_of(kv_);
     ByteSink out;
     out.put<uint32_t>(0x46554747);
     out.put<uint32_t>(3);
@@ -163,25 +187,60 @@ std::vector<uint8_t> Writer::to_bytes() const {
         for (int64_t ne : t.ne) out.put<uint64_t>(static_cast<uint64_t>(ne));
         out.put<uint32_t>(static_cast<uint32_t>(t.type));
         out.put<uint64_t>(offset);
-        offset += (t.data.size() + alignment - 1) / alignment * alignment;
+        offset += padded(t.n_bytes, alignment);
     }
     // No padding when no data follows: ggml writes tensor-less files (vocabularies) that way, and so a parsed
     // one is written back byte for byte.
     if (!tensors_.empty()) out.pad_to(alignment);
-    for (const auto &t : tensors_) {
-        out.put_raw(t.data.data(), t.data.size());
-        out.pad_to(alignment);
-    }
     return std::move(out.bytes);
 }
 
+std::vector<uint8_t> Writer::to_bytes() const {
+    const uint64_t alignment = alignment_of(kv_);
+    std::vector<uint8_t> bytes = header_bytes();
+    for (const auto &t : tensors_) {
+        const size_t at = bytes.size();
+        bytes.resize(at + padded(t.n_bytes, alignment), 0);
+        if (t.fill) {
+            t.fill(bytes.data() + at, t.n_bytes);
+        } else if (t.n_bytes) {
+            std::memcpy(bytes.data() + at, t.data.data(), t.n_bytes);
+        }
+    }
+    return bytes;
+}
+
 void Writer::write(const std::string &path) const {
-    const std::vector<uint8_t> bytes = to_bytes();
+    const std::vector<uint8_t> header = header_bytes();  // validates everything before the file is created
+    const uint64_t alignment = alignment_of(kv_);
     FILE *f = std::fopen(path.c_str(), "wb");
     if (!f) throw_error("cannot create '%s': %s", path.c_str(), std::strerror(errno));
-    const size_t written = std::fwrite(bytes.data(), 1, bytes.size(), f);
+    bool ok = std::fwrite(header.data(), 1, header.size(), f) == header.size();
+    std::vector<uint8_t> buffer;  // one generated tensor at a time
+    static const uint8_t zeros[64] = {};
+    try {
+        for (const auto &t : tensors_) {
+            if (!ok) break;
+            const uint8_t *data = t.data.data();
+            if (t.fill) {
+                buffer.assign(t.n_bytes, 0);
+                t.fill(buffer.data(), t.n_bytes);
+                data = buffer.data();
+            }
+            ok = std::fwrite(data, 1, t.n_bytes, f) == t.n_bytes;
+            for (uint64_t pad = padded(t.n_bytes, alignment) - t.n_bytes; ok && pad > 0;) {
+                const size_t n = static_cast<size_t>(std::min<uint64_t>(pad, sizeof(zeros)));
+                ok = std::fwrite(zeros, 1, n, f) == n;
+                pad -= n;
+            }
+        }
+    } catch (...) {
+        std::fclose(f);
+        throw;
+    }
+    const int saved_errno = errno;
     const bool closed = std::fclose(f) == 0;
-    if (written != bytes.size() || !closed) throw_error("cannot write '%s': %s", path.c_str(), std::strerror(errno));
+    if (!ok || !closed) throw_error("cannot write '%s': %s", path.c_str(), std::strerror(ok ? errno : saved_errno));
 }
 
 }  // namespace sparrow::gguf

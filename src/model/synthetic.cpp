@@ -1,9 +1,12 @@
 #include "model/synthetic.h"
 
+#include <algorithm>
 #include <cmath>
 #include <random>
+#include <thread>
 
 #include "core/error.h"
+#include "core/thread_pool.h"
 #include "gguf/gguf.h"
 
 namespace sparrow {
@@ -117,7 +120,289 @@ void write_llama(const SyntheticParams &p, gguf::Writer &w) {
     }
 }
 
+
+// Gains of the DSA weights (see write_dsa).
+constexpr float kGainQ = 2.0f, kGainKv = 1.5f, kGainKb = 1.5f, kGainAttnOut = 0.7f, kGainIdx = 1.5f,
+                kGainDown = 0.5f, kGainRouter = 2.0f, kGainOutput = 6.0f;
+
+// --- deepseek32 / glm-dsa -------------------------------------------------------------------------------------
+// Weights come from a counter-based generator (splitmix64 of the tensor's seed and a chunk index), so they
+// are cheap, independent of the thread count, and produced tensor by tensor while the file is written.
+
+uint64_t splitmix64(uint64_t x) {
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
+uint64_t name_seed(uint64_t seed, const std::string &name) {
+    uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a
+    for (unsigned char c : name) h = (h ^ c) * 0x100000001b3ull;
+    return splitmix64(seed ^ h);
+}
+
+// Approximately N(0, 1): the sum of four 16-bit uniforms of one 64-bit draw, standardised (Irwin-Hall).
+inline float approx_normal(uint64_t r) {
+    const uint32_t sum = uint32_t(r & 0xffff) + uint32_t((r >> 16) & 0xffff) + uint32_t((r >> 32) & 0xffff) +
+                         uint32_t(r >> 48);
+    return (static_cast<float>(sum) - 131070.0f) * (1.0f / 37837.23f);
+}
+
+class StreamSink {
+  public:
+    StreamSink(gguf::Writer &w, DType type, uint64_t seed, ThreadPool &pool)
+        : w_(w), type_(type), seed_(seed), pool_(pool) {}
+
+    // A weight of GGUF dims ne (ne[0] = row length) with entries N(0, (gain / sqrt(n_in))^2): unit-variance
+    // inputs give outputs of variance gain^2; n_in = ne[0] (a 3-D stack is a stack of such matrices).
+    // keep_f32: stored f32 whatever the model's type (ffn_gate_inp, indexer.proj, as llama.cpp's converter
+    // keeps them).
+    void weight(const std::string &name, std::vector<int64_t> ne, float gain, bool keep_f32 = false) {
+        const int64_t n_cols = ne[0];
+        int64_t n_rows = 1;
+        for (size_t i = 1; i < ne.size(); ++i) n_rows *= ne[i];
+        const DType t = keep_f32 || n_cols % dtype_info(type_).block_size != 0 ? DType::F32 : type_;
+        const float stddev = gain / std::sqrt(static_cast<float>(n_cols));
+        add(name, t, std::move(ne), n_cols, n_rows, 0.0f, stddev);
+    }
+    // An f32 vector with entries N(mean, spread^2) (norm weights around 1, biases around 0).
+    void vector(const std::string &name, int64_t n, float mean, float spread) {
+        add(name, DType::F32, {n}, n, 1, mean, spread);
+    }
+
+  private:
+    void add(const std::string &name, DType t, std::vector<int64_t> ne, int64_t n_cols, int64_t n_rows, float mean,
+             float stddev) {
+        const uint64_t seed = name_seed(seed_, name);
+        ThreadPool *pool = &pool_;
+        w_.add_tensor(name, t, std::move(ne), [=](uint8_t *dst, size_t) {
+            const int64_t row_bytes = dtype_row_size(t, n_cols);
+            const int64_t rows_per_chunk = std::max<int64_t>(1, (int64_t(1) << 16) / n_cols);
+            const int64_t n_chunks = (n_rows + rows_per_chunk - 1) / rows_per_chunk;
+            pool->parallel_for(n_chunks, 1, [&](int64_t c0, int64_t c1) {
+                std::vector<float> x(static_cast<size_t>(rows_per_chunk * n_cols));
+                for (int64_t c = c0; c < c1; ++c) {
+                    const int64_t r0 = c * rows_per_chunk, r1 = std::min(n_rows, r0 + rows_per_chunk);
+                    uint64_t state = splitmix64(seed + static_cast<uint64_t>(c));
+                    const int64_t n = (r1 - r0) * n_cols;
+                    for (int64_t i = 0; i < n; ++i) {
+                        state += 0x9e3779b97f4a7c15ull;
+                        x[static_cast<size_t>(i)] = mean + stddev * approx_normal(splitmix64(state));
+                    }
+                    for (int64_t r = r0; r < r1; ++r) {
+                        quantize_row(t, x.data() + (r - r0) * n_cols, dst + r * row_bytes, n_cols);
+                    }
+                }
+            });
+        });
+    }
+
+    gguf::Writer &w_;
+    DType type_;
+    uint64_t seed_;
+    ThreadPool &pool_;
+};
+
+std::vector<int> glm52_indexer_types(int64_t n_layer) {
+    std::vector<int> t(static_cast<size_t>(n_layer));
+    for (int64_t il = 0; il < n_layer; ++il) t[static_cast<size_t>(il)] = il < 2 || (il - 2) % 4 == 0;
+    return t;
+}
+
+void check_dsa(const SyntheticParams &p) {
+    const auto fail = [&](const char *what) { throw_error("make-model --arch %s: %s", p.arch.c_str(), what); };
+    for (int64_t v : {p.q_lora_rank, p.kv_lora_rank, p.head_nope, p.n_rot, p.head_v, p.idx_n_head, p.idx_head_dim,
+                      p.idx_top_k, p.n_expert, p.n_expert_used, p.n_expert_shared, p.n_expert_groups, p.n_group_used,
+                      p.n_ff_exp}) {
+        if (v <= 0) fail("every size must be positive");
+    }
+    if (p.n_rot % 2 || p.n_rot > p.idx_head_dim) fail("the rope dims must be even and fit an indexer head");
+    if (p.n_dense_lead < 0 || p.n_dense_lead > p.n_layer) fail("leading dense layers must be in [0, n_layer]");
+    if (p.n_nextn < 0) fail("negative MTP layer count");
+    if (p.n_expert_used > p.n_expert) fail("more experts used than there are");
+    if (p.n_expert_groups > 1) {
+        const int64_t per = p.n_expert / p.n_expert_groups;
+        if (p.n_expert % p.n_expert_groups || per < 2) fail("experts must form equal groups of at least 2");
+        if (p.n_group_used > p.n_expert_groups || p.n_group_used * per < p.n_expert_used) {
+            fail("the kept expert groups cannot supply the experts used");
+        }
+    }
+    if (p.gating < 1 || p.gating > 4) fail("expert_gating_func must be 1 to 4");
+    if (p.arch == "glm-dsa") {
+        if (p.yarn) fail("GLM-5.x has no YaRN (glm-dsa does not read the YaRN log multiplier)");
+        const std::vector<int> types = synthetic_indexer_types(p);
+        if (!p.indexer_types_absent) {
+            if (static_cast<int64_t>(types.size()) != p.n_layer) fail("--indexer-types needs one entry per layer");
+            if (types[0] != 1) fail("layer 0 must be a full indexer layer");
+            for (int t : types) {
+                if (t != 0 && t != 1) fail("indexer types are 1 (full) or 0 (shared)");
+            }
+        }
+    } else if (!p.indexer_types.empty() || p.indexer_types_absent) {
+        fail("indexer types are a glm-dsa key");
+    }
+    if (p.yarn && (p.yarn_factor <= 1.0f || p.n_ctx_train / p.yarn_factor < 1.0f)) fail("bad YaRN factor");
+}
+
+void write_dsa(const SyntheticParams &p, gguf::Writer &w, ThreadPool &pool) {
+    check_dsa(p);
+    const std::string a = p.arch;
+    const auto u32 = [](int64_t v) { return Value::u32(static_cast<uint32_t>(v)); };
+    const int64_t head_k = p.head_nope + p.n_rot, n_block = p.n_layer + p.n_nextn;
+    w.set("general.architecture", Value::str(a));
+    w.set("general.name", Value::str("sparrow synthetic " + a));
+    w.set("general.file_type", Value::u32(file_type_of(p.type)));
+    w.set("general.quantization_version", Value::u32(2));
+    w.set(a + ".vocab_size", u32(p.n_vocab));
+    w.set(a + ".context_length", u32(p.n_ctx_train));
+    w.set(a + ".embedding_length", u32(p.n_embd));
+    w.set(a + ".block_count", u32(n_block));
+    w.set(a + ".feed_forward_length", u32(p.n_ff));
+    w.set(a + ".attention.head_count", u32(p.n_head));
+    w.set(a + ".attention.head_count_kv", u32(1));  // MLA runs as MQA over the latent
+    w.set(a + ".attention.layer_norm_rms_epsilon", Value::f32(p.rms_eps));
+    w.set(a + ".rope.freq_base", Value::f32(p.freq_base));
+    w.set(a + ".rope.dimension_count", u32(p.n_rot));
+    w.set(a + ".leading_dense_block_count", u32(p.n_dense_lead));
+    w.set(a + ".attention.q_lora_rank", u32(p.q_lora_rank));
+    w.set(a + ".attention.kv_lora_rank", u32(p.kv_lora_rank));
+    w.set(a + ".attention.key_length", u32(p.kv_lora_rank + p.n_rot));
+    w.set(a + ".attention.value_length", u32(p.kv_lora_rank));
+    w.set(a + ".attention.key_length_mla", u32(head_k));
+    w.set(a + ".attention.value_length_mla", u32(p.head_v));
+    w.set(a + ".expert_feed_forward_length", u32(p.n_ff_exp));
+    w.set(a + ".expert_count", u32(p.n_expert));
+    w.set(a + ".expert_used_count", u32(p.n_expert_used));
+    w.set(a + ".expert_shared_count", u32(p.n_expert_shared));
+    w.set(a + ".expert_group_count", u32(p.n_expert_groups));
+    w.set(a + ".expert_group_used_count", u32(p.n_group_used));
+    w.set(a + ".expert_weights_scale", Value::f32(p.weights_scale));
+    w.set(a + ".expert_weights_norm", Value::boolean(p.weights_norm));
+    w.set(a + ".expert_gating_func", Value::u32(p.gating));
+    w.set(a + ".attention.indexer.head_count", u32(p.idx_n_head));
+    w.set(a + ".attention.indexer.key_length", u32(p.idx_head_dim));
+    w.set(a + ".attention.indexer.top_k", u32(p.idx_top_k));
+    if (p.n_nextn > 0) w.set(a + ".nextn_predict_layers", u32(p.n_nextn));
+    if (p.yarn) {  // as the converter writes V3.2's rope_scaling (factor 40 of 4096 there)
+        w.set(a + ".rope.scaling.type", Value::str("yarn"));
+        w.set(a + ".rope.scaling.factor", Value::f32(p.yarn_factor));
+        w.set(a + ".rope.scaling.original_context_length",
+              u32(static_cast<int64_t>(static_cast<float>(p.n_ctx_train) / p.yarn_factor)));
+        w.set(a + ".rope.scaling.yarn_log_multiplier", Value::f32(0.1f));  // 0.1 * mscale_all_dim (1)
+    }
+    const std::vector<int> types = synthetic_indexer_types(p);
+    if (a == "glm-dsa" && !p.indexer_types_absent) {
+        std::vector<Value> v;
+        for (int t : types) v.push_back(Value::boolean(t != 0));
+        w.set(a + ".attention.indexer.types", Value::array(ValueType::BOOL, std::move(v)));
+    }
+    write_vocab(w, p.n_vocab);
+
+    // Gains (output std for unit inputs) chosen so that the model is far from uniform: peaked next-token
+    // distributions and attention / indexer scores of a few units (checked by tests/e2e/test_make_model_dsa.py).
+    StreamSink s(w, p.type, p.seed, pool);
+    const int64_t E = p.n_embd, H = p.n_head, L = p.kv_lora_rank, D = p.idx_head_dim, HI = p.idx_n_head;
+    s.weight("token_embd.weight", {E, p.n_vocab}, std::sqrt(static_cast<float>(E)));
+    for (int64_t il = 0; il < n_block; ++il) {
+        const std::string b = "blk." + std::to_string(il) + ".";
+        const bool mtp = il >= p.n_layer;
+        s.vector(b + "attn_norm.weight", E, 1.0f, 0.1f);
+        s.vector(b + "attn_q_a_norm.weight", p.q_lora_rank, 1.0f, 0.1f);
+        s.vector(b + "attn_kv_a_norm.weight", L, 1.0f, 0.1f);
+        s.weight(b + "attn_q_a.weight", {E, p.q_lora_rank}, 1.0f);
+        s.weight(b + "attn_q_b.weight", {p.q_lora_rank, H * head_k}, kGainQ);
+        s.weight(b + "attn_kv_a_mqa.weight", {E, L + p.n_rot}, kGainKv);
+        s.weight(b + "attn_k_b.weight", {p.head_nope, L, H}, kGainKb);  // per head W_UK [kv_lora, nope]
+        s.weight(b + "attn_v_b.weight", {L, p.head_v, H}, 1.0f);        // per head W_UV [v_head, kv_lora]
+        s.weight(b + "attn_output.weight", {H * p.head_v, E}, kGainAttnOut);
+        s.vector(b + "ffn_norm.weight", E, 1.0f, 0.1f);
+        if (mtp || types.empty() || types[static_cast<size_t>(il)]) {
+            s.vector(b + "indexer.k_norm.weight", D, 1.0f, 0.1f);
+            s.vector(b + "indexer.k_norm.bias", D, 0.0f, 0.1f);
+            s.weight(b + "indexer.proj.weight", {E, HI}, 1.0f, /*keep_f32=*/true);
+            s.weight(b + "indexer.attn_k.weight", {E, D}, kGainIdx);
+            s.weight(b + "indexer.attn_q_b.weight", {p.q_lora_rank, HI * D}, kGainIdx);
+        }
+        if (il < p.n_dense_lead) {
+            s.weight(b + "ffn_gate.weight", {E, p.n_ff}, 1.0f);
+            s.weight(b + "ffn_up.weight", {E, p.n_ff}, 1.0f);
+            s.weight(b + "ffn_down.weight", {p.n_ff, E}, kGainDown);
+        } else {
+            s.weight(b + "ffn_gate_inp.weight", {E, p.n_expert}, kGainRouter, /*keep_f32=*/true);
+            if (p.probs_bias) s.vector(b + "exp_probs_b.bias", p.n_expert, 0.0f, 0.2f);
+            s.weight(b + "ffn_gate_exps.weight", {E, p.n_ff_exp, p.n_expert}, 1.0f);
+            s.weight(b + "ffn_up_exps.weight", {E, p.n_ff_exp, p.n_expert}, 1.0f);
+            s.weight(b + "ffn_down_exps.weight", {p.n_ff_exp, E, p.n_expert}, kGainDown);
+            const int64_t ns = p.n_ff_exp * p.n_expert_shared;
+            s.weight(b + "ffn_gate_shexp.weight", {E, ns}, 1.0f);
+            s.weight(b + "ffn_up_shexp.weight", {E, ns}, 1.0f);
+            s.weight(b + "ffn_down_shexp.weight", {ns, E}, kGainDown);
+        }
+        if (mtp) {  // the MTP / NextN block's own tensors (the main forward pass skips the block)
+            s.weight(b + "nextn.eh_proj.weight", {2 * E, E}, 1.0f);
+            s.vector(b + "nextn.enorm.weight", E, 1.0f, 0.1f);
+            s.vector(b + "nextn.hnorm.weight", E, 1.0f, 0.1f);
+            s.vector(b + "nextn.shared_head_norm.weight", E, 1.0f, 0.1f);
+        }
+    }
+    s.vector("output_norm.weight", E, 1.0f, 0.1f);
+    if (!p.tied_output) s.weight("output.weight", {E, p.n_vocab}, kGainOutput);
+}
+
 }  // namespace
+
+SyntheticParams synthetic_defaults(const std::string &arch, const std::string &preset) {
+    SyntheticParams p;
+    p.arch = arch;
+    const bool dsa = arch == "deepseek32" || arch == "glm-dsa";
+    if (arch != "llama" && !dsa) {
+        throw_error("make-model: unknown architecture '%s' (available: llama, deepseek32, glm-dsa)", arch.c_str());
+    }
+    if (!preset.empty() && (preset != "bench" || !dsa)) {
+        throw_error("make-model: unknown preset '%s' for %s (available: bench, for deepseek32 and glm-dsa)",
+                    preset.c_str(), arch.c_str());
+    }
+    if (!dsa) return p;
+    p.n_head_kv = 1;
+    p.n_layer = 4;
+    p.n_ff = 96;
+    p.n_ctx_train = 4096;
+    if (arch == "glm-dsa") {  // GLM-5.x: one expert group, RMS eps 1e-5
+        p.n_expert_groups = 1;
+        p.n_group_used = 1;
+        p.rms_eps = 1e-5f;
+    }
+    if (preset == "bench") {
+        p.n_vocab = 32000;
+        p.n_embd = 2048;
+        p.n_layer = 8;
+        p.n_dense_lead = 1;
+        p.n_head = 16;
+        p.q_lora_rank = 768;
+        p.kv_lora_rank = 512;
+        p.head_nope = 128;
+        p.n_rot = 64;
+        p.head_v = 128;
+        p.idx_n_head = 32;
+        p.idx_head_dim = 128;
+        p.idx_top_k = 2048;
+        p.n_expert = 16;
+        p.n_ff_exp = 768;
+        p.n_expert_used = 2;
+        p.n_expert_shared = 1;
+        p.n_ff = 4096;
+        p.n_ctx_train = 16384;
+        if (arch == "deepseek32") p.n_expert_groups = 4, p.n_group_used = 2;
+        p.type = DType::Q8_0;
+    }
+    return p;
+}
+
+std::vector<int> synthetic_indexer_types(const SyntheticParams &p) {
+    if (p.arch != "glm-dsa" || p.indexer_types_absent) return {};
+    return p.indexer_types.empty() ? glm52_indexer_types(p.n_layer) : p.indexer_types;
+}
 
 void write_synthetic_model(const SyntheticParams &p, const std::string &path) {
     if (p.n_vocab <= 0 || p.n_embd <= 0 || p.n_layer <= 0 || p.n_head <= 0 || p.n_head_kv <= 0 || p.n_ff <= 0) {
@@ -126,10 +411,14 @@ void write_synthetic_model(const SyntheticParams &p, const std::string &path) {
     gguf::Writer w;
     if (p.arch == "llama") {
         write_llama(p, w);
+        w.write(path);
+    } else if (p.arch == "deepseek32" || p.arch == "glm-dsa") {
+        ThreadPool pool(static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1u, 16u)));
+        write_dsa(p, w, pool);
+        w.write(path);  // generates the weights tensor by tensor, with `pool`
     } else {
-        throw_error("make-model: unknown architecture '%s' (available: llama)", p.arch.c_str());
+        throw_error("make-model: unknown architecture '%s' (available: llama, deepseek32, glm-dsa)", p.arch.c_str());
     }
-    w.write(path);
 }
 
 }  // namespace sparrow

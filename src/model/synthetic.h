@@ -19,21 +19,62 @@ struct SyntheticVocab {
 };
 SyntheticVocab make_synthetic_vocab(int64_t n_vocab);
 
+// Sizes and options of a synthetic model. The defaults are those of the tiny llama; synthetic_defaults()
+// gives each architecture's own (and the "bench" preset's). Fields a given architecture does not use are
+// ignored.
 struct SyntheticParams {
     std::string arch = "llama";
     int64_t n_vocab = 512;
     int64_t n_embd = 64;
-    int64_t n_layer = 2;
+    int64_t n_layer = 2;  // deepseek32 / glm-dsa: layers the forward pass runs (MTP blocks come on top)
     int64_t n_head = 4;
     int64_t n_head_kv = 2;
-    int64_t n_ff = 128;
+    int64_t n_ff = 128;  // dense feed-forward width (deepseek32 / glm-dsa: the leading dense layers)
     int64_t n_ctx_train = 2048;
-    DType type = DType::F32;  // type of the 2-D weights (rows not a multiple of its block size stay f32)
+    DType type = DType::F32;  // type of the 2-D/3-D weights (rows not a multiple of its block size stay f32)
     uint64_t seed = 42;
     bool tied_output = false;
+
+    // deepseek32 / glm-dsa (MLA + lightning indexer + MoE); GGUF keys as llama.cpp's converter writes them
+    int64_t n_dense_lead = 1;  // leading_dense_block_count
+    int64_t q_lora_rank = 32;
+    int64_t kv_lora_rank = 32;
+    int64_t head_nope = 32;  // key_length_mla = head_nope + n_rot
+    int64_t n_rot = 16;      // rope.dimension_count = qk_rope_head_dim (MLA and indexer)
+    int64_t head_v = 32;     // value_length_mla
+    int64_t idx_n_head = 8;
+    int64_t idx_head_dim = 32;
+    int64_t idx_top_k = 64;
+    int64_t n_expert = 8;
+    int64_t n_expert_used = 2;
+    int64_t n_expert_shared = 1;
+    int64_t n_expert_groups = 4;  // expert_group_count (1: no group-limited routing)
+    int64_t n_group_used = 2;
+    int64_t n_ff_exp = 32;
+    uint32_t gating = 2;        // expert_gating_func: 1 softmax, 2 sigmoid, 3 softmax_weight, 4 sqrt(softplus)
+    bool probs_bias = true;     // write exp_probs_b.bias
+    bool weights_norm = true;   // expert_weights_norm
+    float weights_scale = 2.5f; // expert_weights_scale
+    float rms_eps = 1e-6f;
+    float freq_base = 10000.0f;
+    int64_t n_nextn = 0;  // MTP/NextN blocks appended (block_count = n_layer + n_nextn)
+    // glm-dsa `attention.indexer.types` (1 full, 0 shared), one per non-MTP layer. Empty: the GLM-5.2
+    // pattern (full at 0, 1, 2, 6, 10, ...) written explicitly, unless indexer_types_absent.
+    std::vector<int> indexer_types;
+    bool indexer_types_absent = false;  // glm-dsa: no types key (llama.cpp then runs every layer full)
+    bool yarn = false;  // deepseek32: rope.scaling.* YaRN keys as real V3.2 files have them, scaled down
+    float yarn_factor = 4.0f;  // original_context_length = n_ctx_train / factor
 };
 
+// The defaults of an architecture: "llama", "deepseek32" or "glm-dsa"; preset "" (tiny) or "bench" (a
+// model of a few hundred MB for benchmarks, deepseek32 / glm-dsa only).
+SyntheticParams synthetic_defaults(const std::string &arch, const std::string &preset = "");
+
+// glm-dsa's indexer types as written: the explicit list, or the GLM-5.2 pattern (empty when absent).
+std::vector<int> synthetic_indexer_types(const SyntheticParams &params);
+
 // Writes the model; throws sparrow::Error for inconsistent parameters or an unsupported architecture.
+// Weights are generated while the file is written (one tensor in memory at a time).
 void write_synthetic_model(const SyntheticParams &params, const std::string &path);
 
 }  // namespace sparrow
