@@ -51,8 +51,8 @@ Command register_make_model(CLI::App &app) {
     cmd->add_option("--type", *type, "Weight type: f32, f16, bf16, q8_0, q4_0 (default f32; bench: q8_0)")
         ->check(CLI::IsMember({"f32", "f16", "bf16", "q8_0", "q4_0"}));
 
-    const auto num = [&](const std::string &name, int64_t SyntheticParams::*field, const std::string &help,
-                         int64_t lo, int64_t hi) {
+    const auto num = [&](const std::string &name, int64_t SyntheticParams::*field, const std::string &help, int64_t lo,
+                         int64_t hi) {
         CLI::Option *o = cmd->add_option(name, (*given).*field, help)->check(CLI::Range(lo, hi));
         appliers->push_back([o, given, field](SyntheticParams &p) {
             if (o->count()) p.*field = (*given).*field;
@@ -82,14 +82,16 @@ Command register_make_model(CLI::App &app) {
     num("--head-v", &SyntheticParams::head_v, "MLA value head dims (default 32)", 1, 1 << 12);
     num("--indexer-heads", &SyntheticParams::idx_n_head, "Indexer heads (default 8)", 1, 1024);
     num("--indexer-head-dim", &SyntheticParams::idx_head_dim, "Indexer head dims (default 32)", 2, 1 << 12);
-    CLI::Option *gating = cmd->add_option("--gating", given->gating, "expert_gating_func: 1 softmax, 2 sigmoid, "
-                                                                     "3 softmax over the chosen, 4 sqrt(softplus)")
+    CLI::Option *gating = cmd->add_option("--gating", given->gating,
+                                          "expert_gating_func: 1 softmax, 2 sigmoid, "
+                                          "3 softmax over the chosen, 4 sqrt(softplus)")
                               ->check(CLI::Range(1, 4));
     cmd->add_option("--indexer-types", *indexer_types,
                     "glm-dsa: 1 (full) / 0 (shared) per layer, e.g. 1,1,1,0; 'absent' omits the key "
                     "(default: the GLM-5.2 pattern 1,1,1,0,0,0,1,...)");
     CLI::Option *seed = cmd->add_option("--seed", given->seed, "Random seed");
-    CLI::Option *tied = cmd->add_flag("--tied-output", given->tied_output, "No output.weight: the output reuses token_embd");
+    CLI::Option *tied =
+        cmd->add_flag("--tied-output", given->tied_output, "No output.weight: the output reuses token_embd");
     CLI::Option *yarn = cmd->add_flag("--yarn", given->yarn,
                                       "deepseek32: YaRN rope scaling keys (factor 4 of n_ctx_train / 4, log "
                                       "multiplier 0.1), as V3.2 files carry them (factor 40 of 4096 there)");
@@ -114,8 +116,8 @@ Command register_make_model(CLI::App &app) {
             }
         }
         write_synthetic_model(p, *out);
-        std::fprintf(stderr, "wrote %s (%s, %lld layers, n_embd %lld, vocab %lld, %s)\n", out->c_str(),
-                     p.arch.c_str(), (long long)p.n_layer, (long long)p.n_embd, (long long)p.n_vocab,
+        std::fprintf(stderr, "wrote %s (%s, %lld layers, n_embd %lld, vocab %lld, %s)\n", out->c_str(), p.arch.c_str(),
+                     (long long)p.n_layer, (long long)p.n_embd, (long long)p.n_vocab,
                      std::string(dtype_name(p.type)).c_str());
         return 0;
     };

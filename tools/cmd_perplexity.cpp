@@ -99,6 +99,7 @@ int perplexity(const PerplexityFlags &f) {
             std::fprintf(stderr, "(%.2f s per chunk, about %.1f s in all)\n", per_chunk, per_chunk * n_chunks);
         }
     }
+    print_sparse_stats(ctx, f.model.dsa_stats);
     const double mean = nll / count;
     const double var = nll2 / count - mean * mean;
     const double err = var > 0 && count > 1 ? std::sqrt(var / (count - 1)) : 0.0;

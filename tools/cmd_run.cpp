@@ -76,7 +76,9 @@ std::vector<int32_t> read_prompt_ids(const std::string &path) {
 int run(const RunFlags &f) {
     auto model = load_model_verbose(f.model.model_path);
     const Tokenizer &tok = model_tokenizer(*model);
-    Context ctx(model, f.model.context_params());
+    ContextParams cp = f.model.context_params();
+    cp.record_selections = !f.dump_selection_path.empty();
+    Context ctx(model, cp);
     print_attention_mode(*model, ctx.params());
 
     const std::vector<int32_t> prompt = f.prompt_ids_path.empty()
@@ -135,6 +137,7 @@ int run(const RunFlags &f) {
         logits = ctx.logits(0);
     }
     const double gen_s = gen_clock.seconds();
+    print_sparse_stats(ctx, f.model.dsa_stats);
     std::fputs("\n", stdout);
     std::fprintf(stderr,
                  "\nprompt: %zu tokens in %.2f ms (%.1f tokens/s) | generation: %lld tokens in %.2f ms "

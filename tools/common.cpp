@@ -26,6 +26,7 @@ void ModelFlags::add_to(CLI::App &cmd, int64_t default_ctx, bool with_dsa_flag) 
         ->check(CLI::NonNegativeNumber);
     cmd.add_option("--indexer-cache-type", indexer_cache_type, "Indexer key cache type: f32, f16")
         ->check(CLI::IsMember({"f32", "f16"}));
+    cmd.add_flag("--dsa-stats", dsa_stats, "Print per-layer sparse-attention statistics at the end");
     cmd.add_option("--indexer-precision", indexer_precision, "Indexer products: exact (f32) or fast (int8/bf16)")
         ->check(CLI::IsMember({"exact", "fast"}));
 }
@@ -54,6 +55,24 @@ std::shared_ptr<const Model> load_model_verbose(const std::string &path) {
                  info.weight_types.c_str());
     if (!info.summary.empty()) std::fprintf(stderr, "model: %s\n", info.summary.c_str());
     return model;
+}
+
+void print_sparse_stats(const Context &ctx, bool enabled) {
+    if (!enabled) return;
+    const SparseStats st = ctx.sparse_stats();
+    if (st.layers.empty()) {
+        std::fprintf(stderr, "dsa-stats: this model has no sparse attention\n");
+        return;
+    }
+    std::fprintf(stderr, "dsa-stats: time in indexer %.3f s, in attention %.3f s\n", st.indexer_seconds,
+                 st.attention_seconds);
+    std::fprintf(stderr, "  layer  indexer  queries  keys/query  visible/query  fraction\n");
+    for (const SparseLayerStats &l : st.layers) {
+        const double n = l.n_queries > 0 ? double(l.n_queries) : 1.0;
+        std::fprintf(stderr, "  %5lld  %-7s  %7lld  %10.1f  %13.1f  %7.1f%%\n", (long long)l.layer,
+                     l.shared ? "shared" : "full", (long long)l.n_queries, l.keys_attended / n, l.keys_visible / n,
+                     l.keys_visible > 0 ? 100.0 * l.keys_attended / l.keys_visible : 100.0);
+    }
 }
 
 void print_attention_mode(const Model &model, const ContextParams &params) {

@@ -22,6 +22,7 @@ struct ModelFlags {
     int64_t dsa_top_k = 0;
     std::string indexer_cache_type = "f16";
     std::string indexer_precision = "exact";
+    bool dsa_stats = false;
 
     // Registers the flags; bench registers its own list-valued --dsa, so it passes with_dsa_flag = false.
     void add_to(CLI::App &cmd, int64_t default_ctx, bool with_dsa_flag = true);
@@ -32,6 +33,8 @@ struct ModelFlags {
 std::shared_ptr<const Model> load_model_verbose(const std::string &path);
 // One line on stderr saying what attention runs (for models with an indexer).
 void print_attention_mode(const Model &model, const ContextParams &params);
+// Per-layer selection statistics and indexer/attention time, when --dsa-stats was given.
+void print_sparse_stats(const Context &ctx, bool enabled);
 
 class Stopwatch {
   public:

@@ -52,6 +52,7 @@ struct ContextParams {
     bool dsa = true;
     int64_t dsa_top_k = 0;                          // 0 = the model's attention.indexer.top_k
     CacheType indexer_cache_type = CacheType::f16;  // indexer key rows (f32 or f16)
+    bool record_selections = false;                 // keep the last queries' selections for last_selections()
     bool indexer_fast = false;                      // reduced-precision indexer products (see IndexerPrecision)
 };
 
@@ -73,6 +74,20 @@ struct LayerSelection {
     int64_t layer = 0;
     bool dense = true;  // no selection ran (every visible key attended)
     std::vector<QuerySelection> queries;
+};
+
+// Sparse-attention statistics accumulated over a context's forward passes (--dsa-stats).
+struct SparseLayerStats {
+    int64_t layer = 0;
+    bool shared = false;  // reuses an earlier layer's selection (GLM IndexShare)
+    int64_t n_queries = 0;
+    double keys_attended = 0;  // summed over queries
+    double keys_visible = 0;   // summed over queries
+};
+struct SparseStats {
+    std::vector<SparseLayerStats> layers;
+    double indexer_seconds = 0;    // indexer keys, scores and selection
+    double attention_seconds = 0;  // MLA projections and attention over the selected rows
 };
 
 class Context {
@@ -98,7 +113,8 @@ class Context {
 
     // Sparse-attention models: per layer, the keys attended by the last (up to 16) queries of the last
     // forward pass. Empty for other models.
-    std::vector<LayerSelection> last_selections() const;
+    std::vector<LayerSelection> last_selections() const;  // needs ContextParams::record_selections
+    SparseStats sparse_stats() const;
 
     // Benchmarks: appends n_tokens positions to seq_id whose cache rows are random filler instead of the
     // model's own (only timing is meaningful afterwards).

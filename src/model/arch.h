@@ -42,6 +42,7 @@ struct StateParams {
     int64_t dsa_top_k = 0;
     DType indexer_cache_type = DType::F16;
     bool indexer_fast = false;
+    bool record_selections = false;
 };
 
 class ArchModel {
@@ -60,6 +61,7 @@ class ArchModel {
     virtual int64_t bytes_per_token(const ArchState &state, int64_t n_kv) const = 0;
     // See Context::last_selections().
     virtual std::vector<LayerSelection> last_selections(const ArchState &) const { return {}; }
+    virtual SparseStats sparse_stats(const ArchState &) const { return {}; }
 };
 
 // Builds the architecture named by the file's general.architecture, taking its tensors from `weights`

@@ -10,8 +10,10 @@ struct ArchEntry {
     const char *name;
     std::unique_ptr<ArchModel> (*create)(const gguf::File &, WeightLoader &, ModelInfo &);
 };
-constexpr std::array<ArchEntry, 1> kArchitectures = {{
+constexpr std::array<ArchEntry, 3> kArchitectures = {{
     {"llama", create_llama},
+    {"deepseek32", create_dsa},
+    {"glm-dsa", create_dsa},
 }};
 }  // namespace
 

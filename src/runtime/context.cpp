@@ -75,6 +75,7 @@ Context::Context(std::shared_ptr<const Model> model, const ContextParams &params
         .dsa_top_k = p.dsa_top_k,
         .indexer_cache_type = cache_dtype(p.indexer_cache_type),
         .indexer_fast = p.indexer_fast,
+        .record_selections = p.record_selections,
     });
 }
 
@@ -175,6 +176,8 @@ void Context::fill_synthetic(int32_t seq_id, int64_t n_tokens, uint64_t seed) {
 int64_t Context::bytes_per_token(int64_t n_kv) const {
     return impl_->model->arch().bytes_per_token(*impl_->state, n_kv);
 }
+
+SparseStats Context::sparse_stats() const { return impl_->model->arch().sparse_stats(*impl_->state); }
 
 const Model &Context::model() const { return *impl_->model; }
 const ContextParams &Context::params() const { return impl_->params; }

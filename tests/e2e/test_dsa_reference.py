@@ -39,11 +39,34 @@ def jaccard(a, b):
     return len(a & b) / max(1, len(a | b))
 
 
+def min_cut_gap(trace, top_k):
+    """Smallest gap, over layers and queries, between the top_k-th and the next best reference score,
+    relative to the query's largest |score|. Exact ties of zeros (every head's ReLU at 0) are not near-ties:
+    both engines compute them as exactly 0 and break them by position."""
+    gap = np.inf
+    for scores in trace.get("indexer_scores", {}).values():
+        for p in range(top_k, scores.shape[0]):
+            row = np.sort(scores[p, : p + 1])[::-1]
+            if row[top_k - 1] == 0.0 and row[top_k] == 0.0:
+                continue
+            gap = min(gap, (row[top_k - 1] - row[top_k]) / max(np.abs(row).max(), 1e-30))
+    return gap
+
+
 def compare_with_reference(model_path, n_tokens, what):
-    ids = rng.integers(0, 512, size=n_tokens)
-    got, sel = sparrow_eval(model_path, ids, tag=what.replace(" ", "_"))
+    # float32 and float64 can order two keys differently only when their scores are nearly equal; such a
+    # flip early in the prompt changes later hidden states, so prompts with a near-tie at a cut (relative
+    # gap below 1e-6, in any layer) are redrawn: the comparison is about the math, not about rounding.
     model = dsa_ref.DsaModel(model_path)
-    want, ref_sel = dsa_ref.forward(model, np.asarray(ids))
+    for attempt in range(8):
+        ids = rng.integers(0, 512, size=n_tokens)
+        trace = {}
+        want, ref_sel = dsa_ref.forward(model, np.asarray(ids), trace=trace)
+        gap = min_cut_gap(trace, 64)
+        if gap > 1e-6:
+            break
+        print(f"note: {what}: prompt {attempt} has a near-tie at a top-k cut (relative gap {gap:.1e}); redrawn")
+    got, sel = sparrow_eval(model_path, ids, tag=what.replace(" ", "_"))
     err = harness.rel_error(got, want[-1])
     checks.check(err < 1e-4, f"{what}: logits relative error {err:.2e} < 1e-4")
     scores = []

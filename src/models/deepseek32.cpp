@@ -1,0 +1,526 @@
+// DeepSeek-V3.2 (GGUF arch "deepseek32") and GLM-5.x (arch "glm-dsa"): multi-head latent attention (MLA),
+// mixture of experts, and the DSA lightning indexer that picks which cached keys each query attends.
+// GLM-DSA is a delta on the same blocks: its indexer RoPE uses adjacent pairs (DeepSeek: half-split), and
+// with IndexShare some layers have no indexer and reuse the previous full layer's selection.
+//
+// Per layer, for a ubatch of T tokens (shapes per token; MODELS.md §2):
+//   h    = rms_norm(x) * attn_norm                                      [n_embd]
+//   qr   = rms_norm(attn_q_a h) * attn_q_a_norm                          [q_lora]      the q latent
+//   q    = attn_q_b qr -> per head [q_nope (nope) | q_pe (rope)]         [n_head, nope + rope]
+//   kv   = attn_kv_a_mqa h = [c_kv (kv_lora) | k_pe (rope)];  c_kv = rms_norm(c_kv) * attn_kv_a_norm
+//   q_pe, k_pe: RoPE, adjacent pairs, YaRN from the metadata;  [c_kv | k_pe] -> latent cache
+//   q'   = [W_UK_h q_nope_h | q_pe_h] per head                          [n_head, kv_lora + rope]
+//   indexer (full layers): qI = rope(indexer.attn_q_b qr), kI = rope(layer_norm(indexer.attn_k h)) -> cache,
+//          w = indexer.proj h / sqrt(D*H); each query keeps its top-k keys by sum_h w * relu(qI_h . kI)
+//   o_h  = W_UV_h sum_j softmax_j(kq_scale * q'_h . latent_j) c_kv_j  over the selected (or all) keys
+//   x   += attn_output o;   x += ffn(rms_norm(x) * ffn_norm)   (dense SwiGLU or MoE)
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <optional>
+#include <vector>
+
+#include "attention/attention.h"
+#include "attention/lightning_indexer.h"
+#include "cache/visible_rows.h"
+#include "core/error.h"
+#include "kernels/ops.h"
+#include "model/arch.h"
+#include "model/moe.h"
+
+namespace sparrow {
+
+namespace {
+
+struct DsaHParams {
+    bool glm = false;  // glm-dsa: indexer RoPE in adjacent pairs, IndexShare
+    int64_t n_vocab = 0, n_embd = 0, n_ctx_train = 0;
+    int64_t n_layer = 0;  // layers run (block_count minus the trailing MTP/NextN layers)
+    int64_t n_head = 0, q_lora = 0, kv_lora = 0, nope = 0, n_rot = 0, v_head = 0;
+    int64_t n_ff = 0, n_dense_lead = 0;
+    MoeParams moe;
+    int64_t n_expert_shared = 0;
+    int64_t idx_n_head = 0, idx_head_dim = 0, idx_top_k = 0;
+    std::vector<bool> indexer_full;  // per layer: has its own indexer (else reuses the last full layer's)
+    float rms_eps = 1e-6f;
+    RopeParams rope;          // MLA q_pe/k_pe
+    RopeParams rope_indexer;  // same frequencies, the arch's layout
+    float kq_scale = 1.0f;
+};
+
+struct DsaLayer {
+    const float *attn_norm, *q_a_norm, *kv_a_norm, *ffn_norm;
+    WeightMatrix q_a;       // [q_lora, n_embd]
+    WeightMatrix q_b;       // [n_head * (nope + rope), q_lora]
+    WeightMatrix kv_a_mqa;  // [kv_lora + rope, n_embd]
+    WeightMatrix k_b;       // n_head stacked [kv_lora, nope]: W_UK
+    WeightMatrix v_b;       // n_head stacked [v_head, kv_lora]: W_UV
+    WeightMatrix wo;        // [n_embd, n_head * v_head]
+    // Dense FFN (leading layers) or MoE.
+    WeightMatrix ffn_gate, ffn_up, ffn_down;
+    MoeWeights moe;
+    // Lightning indexer (full layers only).
+    WeightMatrix idx_q_b;  // [H * D, q_lora]
+    WeightMatrix idx_k;    // [D, n_embd]
+    const float *idx_k_norm_w = nullptr, *idx_k_norm_b = nullptr;
+    WeightMatrix idx_proj;  // [H, n_embd]
+};
+
+struct DsaState final : ArchState {
+    std::vector<RowStore> latent;       // per layer: [n_ctx, kv_lora + rope] = [c_kv | k_pe]
+    std::vector<RowStore> indexer_key;  // per layer (empty store on shared layers): [n_ctx, D]
+    bool dsa = true;
+    int64_t top_k = 0;
+    IndexerPrecision precision = IndexerPrecision::exact;
+    // Scratch for one ubatch.
+    std::vector<float> x, h, qa, q, kv, q_abs, pe, nope_in, lat_out, head_out, o, ffn_out, gate, up;
+    std::vector<float> iq, ik, iw;
+    VisibleRows visible;
+    std::vector<std::vector<int32_t>> selected;           // the last full layer's selection, per token
+    std::vector<std::span<const int32_t>> selected_rows;  // spans over `selected`
+    OpScratch op;
+    MoeScratch moe;
+    bool record_selections = false;
+    std::vector<LayerSelection> debug_selections;  // the last queries' attended keys, per layer
+    SparseStats stats;
+};
+
+constexpr int64_t kDebugQueries = 16;
+
+// Reads "{arch}.key" as a positive integer with a clear error.
+int64_t get_positive(const gguf::File &f, const std::string &key, std::optional<int64_t> fallback = std::nullopt) {
+    const int64_t v = f.get_int(key, fallback);
+    if (v <= 0 || v > (int64_t(1) << 31))
+        throw_error("%s: '%s' = %lld is out of range", f.name().c_str(), key.c_str(), (long long)v);
+    return v;
+}
+
+// RoPE and softmax scale with llama.cpp's YaRN conventions for DeepSeek-family files
+// ([TAG_DEEPSEEK2_YARN_LOG_MUL_FIX]; MODELS.md §2.1c-d): the RoPE keeps unit magnitude and the whole
+// mscale^2 goes into the attention scale. glm-dsa does not read the log multiplier.
+void read_rope(const gguf::File &f, const std::string &a, DsaHParams &hp, int64_t key_length_mla) {
+    RopeParams &r = hp.rope;
+    r.layout = RopeLayout::adjacent;
+    r.n_rot = static_cast<int>(hp.n_rot);
+    r.freq_base = static_cast<float>(f.get_float(a + ".rope.freq_base", 10000.0));
+    const std::string type = f.get_string(a + ".rope.scaling.type", "none");
+    const double factor = f.get_float(a + ".rope.scaling.factor", 0.0);
+    const double attn_factor_key = f.get_float(a + ".rope.scaling.attn_factor", 1.0);
+    double yarn_attn_factor = attn_factor_key;
+    double mscale = attn_factor_key;
+    if (type == "yarn" && factor > 1.0) {
+        const double log_mul = hp.glm ? 0.0 : f.get_float(a + ".rope.scaling.yarn_log_multiplier", 0.0) / double(0.1f);
+        const auto get_mscale = [](double s, double m) { return 1.0 + 0.1 * m * std::log(s); };
+        yarn_attn_factor =
+            (log_mul != 0.0 ? get_mscale(factor, 1.0) / get_mscale(factor, log_mul) : get_mscale(factor, 1.0)) /
+            (1.0 + 0.1 * std::log(factor)) * attn_factor_key;
+        mscale = yarn_attn_factor * (1.0 + 0.1 * std::log(factor)) * (1.0 + 0.1 * log_mul * std::log(factor));
+        r.freq_scale = static_cast<float>(1.0 / factor);
+        r.ext_factor = 1.0f;
+        r.n_ctx_orig = static_cast<int>(f.get_int(a + ".rope.scaling.original_context_length", hp.n_ctx_train));
+    } else if (type == "none" || type == "yarn" || type == "linear") {
+        if (type == "linear" && factor > 0.0) r.freq_scale = static_cast<float>(1.0 / factor);
+        r.n_ctx_orig = static_cast<int>(hp.n_ctx_train);
+    } else {
+        throw_error("%s: rope scaling type '%s' is not supported", f.name().c_str(), type.c_str());
+    }
+    r.attn_factor = static_cast<float>(yarn_attn_factor);
+    hp.kq_scale = static_cast<float>(mscale * mscale / std::sqrt(double(key_length_mla)));
+    hp.rope_indexer = r;
+    hp.rope_indexer.layout = hp.glm ? RopeLayout::adjacent : RopeLayout::half_split;
+}
+
+// glm-dsa IndexShare: which layers run their own indexer (MODELS.md §3.3, §3.5).
+std::vector<bool> read_indexer_types(const gguf::File &f, const std::string &a, const DsaHParams &hp, int64_t n_block) {
+    std::vector<bool> full(static_cast<size_t>(hp.n_layer), true);
+    if (!hp.glm) return full;
+    if (const gguf::Array *types = f.get_array(a + ".attention.indexer.types")) {
+        const auto n = static_cast<int64_t>(types->items.size());
+        if (n != n_block && n != hp.n_layer) {
+            throw_error("%s: '%s.attention.indexer.types' has %lld entries, expected %lld (block_count)",
+                        f.name().c_str(), a.c_str(), (long long)n, (long long)n_block);
+        }
+        for (int64_t il = 0; il < hp.n_layer; ++il) full[il] = types->items[il].as_bool(a + ".attention.indexer.types");
+    } else if (hp.n_ctx_train >= 1048576) {
+        for (int64_t il = 0; il < hp.n_layer; ++il) full[il] = il <= 2 || il % 4 == 2;  // GLM-5.2's pattern
+    }
+    if (!full[0])
+        throw_error("%s: layer 0 is marked as sharing its indexer, but no earlier layer has one", f.name().c_str());
+    return full;
+}
+
+class DsaModel final : public ArchModel {
+  public:
+    DsaModel(const gguf::File &f, WeightLoader &w, ModelInfo &info) {
+        const std::string a = f.get_string("general.architecture");
+        hp_.glm = a == "glm-dsa";
+        hp_.n_embd = get_positive(f, a + ".embedding_length");
+        const int64_t n_block = get_positive(f, a + ".block_count");
+        const int64_t n_nextn = f.get_int(a + ".nextn_predict_layers", 0);
+        if (n_nextn < 0 || n_nextn >= n_block)
+            throw_error("%s: nextn_predict_layers %lld is out of range", f.name().c_str(), (long long)n_nextn);
+        hp_.n_layer = n_block - n_nextn;
+        hp_.n_ctx_train = f.get_int(a + ".context_length", 4096);
+        hp_.n_head = get_positive(f, a + ".attention.head_count");
+        if (f.get_int(a + ".attention.head_count_kv", 1) != 1) {
+            // llama.cpp writes head_count_kv = 1 for MLA's shared latent; anything else is not MLA.
+            throw_error("%s: MLA needs attention.head_count_kv = 1", f.name().c_str());
+        }
+        hp_.q_lora = get_positive(f, a + ".attention.q_lora_rank");
+        hp_.kv_lora = get_positive(f, a + ".attention.kv_lora_rank");
+        hp_.n_rot = get_positive(f, a + ".rope.dimension_count");
+        const int64_t key_length_mla = get_positive(f, a + ".attention.key_length_mla");
+        hp_.v_head = get_positive(f, a + ".attention.value_length_mla");
+        hp_.nope = key_length_mla - hp_.n_rot;
+        if (hp_.nope <= 0 || hp_.n_rot % 2)
+            throw_error("%s: key_length_mla %lld and rope dims %lld are inconsistent", f.name().c_str(),
+                        (long long)key_length_mla, (long long)hp_.n_rot);
+        hp_.rms_eps = static_cast<float>(f.get_float(a + ".attention.layer_norm_rms_epsilon", 1e-6));
+        hp_.n_ff = get_positive(f, a + ".feed_forward_length");
+        hp_.n_dense_lead = f.get_int(a + ".leading_dense_block_count", 0);
+        hp_.moe.n_embd = hp_.n_embd;
+        hp_.moe.n_expert = f.get_int(a + ".expert_count", 0);
+        hp_.moe.n_expert_used = f.get_int(a + ".expert_used_count", 0);
+        hp_.moe.n_ff_exp = f.get_int(a + ".expert_feed_forward_length", 0);
+        hp_.moe.n_group = std::max<int64_t>(1, f.get_int(a + ".expert_group_count", 1));
+        hp_.moe.n_group_used = std::max<int64_t>(1, f.get_int(a + ".expert_group_used_count", hp_.moe.n_group));
+        hp_.moe.norm_weights = f.get_bool(a + ".expert_weights_norm", false);
+        hp_.moe.weights_scale = static_cast<float>(f.get_float(a + ".expert_weights_scale", 1.0));
+        const int64_t gating = f.get_int(a + ".expert_gating_func", hp_.glm ? 2 : 0);
+        if (gating < 1 || gating > 4)
+            throw_error("%s: expert_gating_func %lld is not one of 1..4", f.name().c_str(), (long long)gating);
+        hp_.moe.gating = static_cast<GatingFunc>(gating);
+        hp_.n_expert_shared = f.get_int(a + ".expert_shared_count", 0);
+        if (hp_.n_dense_lead < hp_.n_layer &&
+            (hp_.moe.n_expert <= 0 || hp_.moe.n_expert_used <= 0 || hp_.moe.n_expert_used > hp_.moe.n_expert ||
+             hp_.moe.n_ff_exp <= 0 || hp_.moe.n_expert % hp_.moe.n_group || hp_.moe.n_group_used > hp_.moe.n_group)) {
+            throw_error("%s: inconsistent expert parameters (count %lld, used %lld, width %lld, groups %lld/%lld)",
+                        f.name().c_str(), (long long)hp_.moe.n_expert, (long long)hp_.moe.n_expert_used,
+                        (long long)hp_.moe.n_ff_exp, (long long)hp_.moe.n_group_used, (long long)hp_.moe.n_group);
+        }
+        hp_.idx_n_head = get_positive(f, a + ".attention.indexer.head_count");
+        hp_.idx_head_dim = get_positive(f, a + ".attention.indexer.key_length");
+        hp_.idx_top_k = get_positive(f, a + ".attention.indexer.top_k");
+        if (hp_.idx_head_dim < hp_.n_rot)
+            throw_error("%s: indexer key_length is smaller than the rope dims", f.name().c_str());
+        read_rope(f, a, hp_, key_length_mla);
+        hp_.indexer_full = read_indexer_types(f, a, hp_, n_block);
+
+        const gguf::TensorInfo *embd = f.find_tensor("token_embd.weight");
+        if (!embd || embd->ne.size() != 2)
+            throw_error("%s: tensor 'token_embd.weight' is missing or not 2-D", f.name().c_str());
+        hp_.n_vocab = embd->ne[1];
+        tok_embd_ = w.matrix("token_embd.weight", hp_.n_embd, hp_.n_vocab);
+        output_norm_ = w.vector("output_norm.weight", hp_.n_embd);
+        output_ = w.has("output.weight") ? w.matrix("output.weight", hp_.n_embd, hp_.n_vocab) : tok_embd_;
+        for (int64_t il = 0; il < hp_.n_layer; ++il) layers_.push_back(load_layer(f, w, il));
+
+        info.n_vocab = hp_.n_vocab;
+        info.n_embd = hp_.n_embd;
+        info.n_layer = hp_.n_layer;
+        info.n_ctx_train = hp_.n_ctx_train;
+        const auto n_full = std::count(hp_.indexer_full.begin(), hp_.indexer_full.end(), true);
+        info.has_indexer = true;
+        info.indexer_top_k = hp_.idx_top_k;
+        info.summary = strprintf("indexer on %lld of %lld layers (%lld share), %lld heads x %lld, model top-k %lld",
+                                 (long long)n_full, (long long)hp_.n_layer, (long long)(hp_.n_layer - n_full),
+                                 (long long)hp_.idx_n_head, (long long)hp_.idx_head_dim, (long long)hp_.idx_top_k);
+    }
+
+    std::unique_ptr<ArchState> create_state(const StateParams &sp) const override {
+        auto s = std::make_unique<DsaState>();
+        s->dsa = sp.dsa;
+        s->top_k = sp.dsa_top_k > 0 ? sp.dsa_top_k : hp_.idx_top_k;
+        s->precision = sp.indexer_fast ? IndexerPrecision::fast : IndexerPrecision::exact;
+        s->record_selections = sp.record_selections;
+        for (int64_t il = 0; il < hp_.n_layer; ++il) {
+            s->stats.layers.push_back(SparseLayerStats{.layer = il, .shared = !hp_.indexer_full[il]});
+        }
+        for (int64_t il = 0; il < hp_.n_layer; ++il) {
+            s->latent.emplace_back(sp.cache_type_k, sp.n_ctx, hp_.kv_lora + hp_.n_rot);
+            // Shared layers read the full layer's selection: they need no indexer keys.
+            s->indexer_key.emplace_back(sp.indexer_cache_type, hp_.indexer_full[il] ? sp.n_ctx : 0, hp_.idx_head_dim);
+        }
+        const auto n = static_cast<size_t>(sp.n_ubatch);
+        const int64_t qk = hp_.nope + hp_.n_rot, lat = hp_.kv_lora + hp_.n_rot;
+        s->x.resize(n * hp_.n_embd);
+        s->h.resize(n * hp_.n_embd);
+        s->qa.resize(n * hp_.q_lora);
+        s->q.resize(n * hp_.n_head * qk);
+        s->kv.resize(n * lat);
+        s->q_abs.resize(n * hp_.n_head * lat);
+        s->pe.resize(n * hp_.n_head * hp_.n_rot);
+        s->nope_in.resize(n * std::max(hp_.nope, hp_.kv_lora));
+        s->lat_out.resize(n * hp_.n_head * hp_.kv_lora);
+        s->head_out.resize(n * std::max(hp_.kv_lora, hp_.v_head));
+        s->o.resize(n * hp_.n_head * hp_.v_head);
+        s->ffn_out.resize(n * hp_.n_embd);
+        s->gate.resize(n * hp_.n_ff);
+        s->up.resize(n * hp_.n_ff);
+        s->iq.resize(n * hp_.idx_n_head * hp_.idx_head_dim);
+        s->ik.resize(n * hp_.idx_head_dim);
+        s->iw.resize(n * hp_.idx_n_head);
+        return s;
+    }
+
+    void forward(ArchState &state, const KvCells &cells, const UBatch &ub, ThreadPool &pool,
+                 float *logits) const override {
+        auto &s = static_cast<DsaState &>(state);
+        const int64_t T = ub.size(), E = hp_.n_embd;
+        float *x = s.x.data(), *h = s.h.data();
+        s.visible.build(cells, ub.pos, ub.seq);
+        if (s.record_selections) s.debug_selections.assign(static_cast<size_t>(hp_.n_layer), {});
+        // Selection is needed only when some query sees more keys than top-k; otherwise every layer
+        // attends densely, exactly as with the indexer off.
+        const bool select = s.dsa && s.visible.max_rows() > s.top_k;
+
+        get_rows(tok_embd_, ub.tokens.data(), T, x);  // [T, n_embd]
+        for (int64_t il = 0; il < hp_.n_layer; ++il) {
+            const DsaLayer &L = layers_[il];
+            rms_norm(x, L.attn_norm, h, T, E, hp_.rms_eps);
+            matmul(pool, s.op, L.q_a, h, T, s.qa.data());  // [T, q_lora]
+            rms_norm(s.qa.data(), L.q_a_norm, s.qa.data(), T, hp_.q_lora, hp_.rms_eps);
+            std::span<const std::span<const int32_t>> rows = s.visible.rows();
+            const auto t0 = std::chrono::steady_clock::now();
+            if (hp_.indexer_full[il]) {
+                indexer_keys_and_select(s, L, il, ub, pool, select);
+            }
+            if (select) rows = s.selected_rows;
+            const auto t1 = std::chrono::steady_clock::now();
+            mla_attention(s, L, il, ub, pool, rows);  // x += attention output
+            const auto t2 = std::chrono::steady_clock::now();
+            s.stats.indexer_seconds += std::chrono::duration<double>(t1 - t0).count();
+            s.stats.attention_seconds += std::chrono::duration<double>(t2 - t1).count();
+            SparseLayerStats &ls = s.stats.layers[static_cast<size_t>(il)];
+            ls.n_queries += T;
+            for (int64_t t = 0; t < T; ++t) {
+                ls.keys_attended += double(rows[t].size());
+                ls.keys_visible += double(s.visible.rows()[t].size());
+            }
+            if (s.record_selections) record_selection(s, cells, ub, il, select, rows);
+
+            rms_norm(x, L.ffn_norm, h, T, E, hp_.rms_eps);
+            if (il < hp_.n_dense_lead) {
+                matmul(pool, s.op, L.ffn_gate, h, T, s.gate.data());
+                matmul(pool, s.op, L.ffn_up, h, T, s.up.data());
+                swiglu(s.gate.data(), s.up.data(), s.gate.data(), T * hp_.n_ff);
+                matmul(pool, s.op, L.ffn_down, s.gate.data(), T, s.ffn_out.data());
+            } else {
+                moe_ffn(pool, s.op, s.moe, hp_.moe, L.moe, h, T, s.ffn_out.data());
+            }
+            for (int64_t i = 0; i < T * E; ++i) x[i] += s.ffn_out[i];
+        }
+        const auto n_out = static_cast<int64_t>(ub.output_rows.size());
+        for (int64_t i = 0; i < n_out; ++i) std::copy_n(x + ub.output_rows[i] * E, E, h + i * E);
+        rms_norm(h, output_norm_, h, n_out, E, hp_.rms_eps);
+        matmul(pool, s.op, output_, h, n_out, logits);  // [n_out, n_vocab]
+    }
+
+    void fill_synthetic(ArchState &state, std::span<const int32_t> cells, uint64_t seed) const override {
+        auto &s = static_cast<DsaState &>(state);
+        for (int64_t il = 0; il < hp_.n_layer; ++il) {
+            s.latent[il].fill_random(cells, seed + 2 * il, 1.7f);  // ~unit RMS, like the normed latent
+            if (hp_.indexer_full[il]) s.indexer_key[il].fill_random(cells, seed + 2 * il + 1, 1.7f);
+        }
+    }
+
+    int64_t bytes_per_token(const ArchState &state, int64_t n_kv) const override {
+        const auto &s = static_cast<const DsaState &>(state);
+        const auto mat = [](const WeightMatrix &m) { return m.n_rows * m.row_bytes; };
+        int64_t bytes = tok_embd_.row_bytes + mat(output_);
+        const bool sparse = s.dsa && n_kv > s.top_k;
+        for (int64_t il = 0; il < hp_.n_layer; ++il) {
+            const DsaLayer &L = layers_[il];
+            bytes += mat(L.q_a) + mat(L.q_b) + mat(L.kv_a_mqa) + mat(L.k_b) + mat(L.v_b) + mat(L.wo);
+            if (il < hp_.n_dense_lead) {
+                bytes += mat(L.ffn_gate) + mat(L.ffn_up) + mat(L.ffn_down);
+            } else {  // the router, the routed share of the experts, the shared expert
+                const double routed = double(hp_.moe.n_expert_used) / double(hp_.moe.n_expert);
+                bytes += mat(L.moe.router) + mat(L.moe.gate_shexp) + mat(L.moe.up_shexp) + mat(L.moe.down_shexp);
+                bytes += static_cast<int64_t>(routed *
+                                              double(mat(L.moe.gate_exps) + mat(L.moe.up_exps) + mat(L.moe.down_exps)));
+            }
+            if (sparse && hp_.indexer_full[il]) {
+                bytes += mat(L.idx_q_b) + mat(L.idx_k) + mat(L.idx_proj) + n_kv * s.indexer_key[il].row_bytes();
+            } else if (hp_.indexer_full[il]) {
+                bytes += mat(L.idx_k);  // keys are still written for later queries
+            }
+            bytes += (sparse ? s.top_k : n_kv) * s.latent[il].row_bytes();
+        }
+        return bytes;
+    }
+
+    SparseStats sparse_stats(const ArchState &state) const override {
+        return static_cast<const DsaState &>(state).stats;
+    }
+
+    std::vector<LayerSelection> last_selections(const ArchState &state) const override {
+        return static_cast<const DsaState &>(state).debug_selections;
+    }
+
+  private:
+    static void record_selection(DsaState &s, const KvCells &cells, const UBatch &ub, int64_t il, bool select,
+                                 std::span<const std::span<const int32_t>> rows) {
+        LayerSelection &out = s.debug_selections[static_cast<size_t>(il)];
+        out.layer = il;
+        out.dense = !select;
+        out.queries.clear();
+        for (int64_t t = std::max<int64_t>(0, ub.size() - kDebugQueries); t < ub.size(); ++t) {
+            QuerySelection q;
+            q.pos = ub.pos[t];
+            for (const int32_t cell : rows[t]) q.keys.push_back(cells.pos(cell));
+            std::sort(q.keys.begin(), q.keys.end());
+            out.queries.push_back(std::move(q));
+        }
+    }
+
+    DsaLayer load_layer(const gguf::File &f, WeightLoader &w, int64_t il) const {
+        const std::string p = "blk." + std::to_string(il) + ".";
+        const int64_t qk = hp_.nope + hp_.n_rot;
+        if (w.has(p + "attn_kv_b.weight") && !w.has(p + "attn_k_b.weight")) {
+            throw_error(
+                "%s: layer %lld has the old combined attn_kv_b tensor; sparrow needs attn_k_b/attn_v_b "
+                "(convert the model with a recent llama.cpp)",
+                f.name().c_str(), (long long)il);
+        }
+        DsaLayer L{};
+        L.attn_norm = w.vector(p + "attn_norm.weight", hp_.n_embd);
+        L.q_a = w.matrix(p + "attn_q_a.weight", hp_.n_embd, hp_.q_lora);
+        L.q_a_norm = w.vector(p + "attn_q_a_norm.weight", hp_.q_lora);
+        L.q_b = w.matrix(p + "attn_q_b.weight", hp_.q_lora, hp_.n_head * qk);
+        L.kv_a_mqa = w.matrix(p + "attn_kv_a_mqa.weight", hp_.n_embd, hp_.kv_lora + hp_.n_rot);
+        L.kv_a_norm = w.vector(p + "attn_kv_a_norm.weight", hp_.kv_lora);
+        L.k_b = w.matrix_stack(p + "attn_k_b.weight", hp_.nope, hp_.kv_lora, hp_.n_head);
+        L.v_b = w.matrix_stack(p + "attn_v_b.weight", hp_.kv_lora, hp_.v_head, hp_.n_head);
+        L.wo = w.matrix(p + "attn_output.weight", hp_.n_head * hp_.v_head, hp_.n_embd);
+        L.ffn_norm = w.vector(p + "ffn_norm.weight", hp_.n_embd);
+        if (il < hp_.n_dense_lead) {
+            L.ffn_gate = w.matrix(p + "ffn_gate.weight", hp_.n_embd, hp_.n_ff);
+            L.ffn_up = w.matrix(p + "ffn_up.weight", hp_.n_embd, hp_.n_ff);
+            L.ffn_down = w.matrix(p + "ffn_down.weight", hp_.n_ff, hp_.n_embd);
+        } else {
+            const MoeParams &m = hp_.moe;
+            L.moe.router = w.matrix(p + "ffn_gate_inp.weight", hp_.n_embd, m.n_expert);
+            L.moe.probs_bias = w.has(p + "exp_probs_b.bias") ? w.vector(p + "exp_probs_b.bias", m.n_expert) : nullptr;
+            L.moe.gate_exps = w.matrix_stack(p + "ffn_gate_exps.weight", hp_.n_embd, m.n_ff_exp, m.n_expert);
+            L.moe.up_exps = w.matrix_stack(p + "ffn_up_exps.weight", hp_.n_embd, m.n_ff_exp, m.n_expert);
+            L.moe.down_exps = w.matrix_stack(p + "ffn_down_exps.weight", m.n_ff_exp, hp_.n_embd, m.n_expert);
+            if (hp_.n_expert_shared > 0) {
+                const int64_t n_sh = m.n_ff_exp * hp_.n_expert_shared;
+                L.moe.gate_shexp = w.matrix(p + "ffn_gate_shexp.weight", hp_.n_embd, n_sh);
+                L.moe.up_shexp = w.matrix(p + "ffn_up_shexp.weight", hp_.n_embd, n_sh);
+                L.moe.down_shexp = w.matrix(p + "ffn_down_shexp.weight", n_sh, hp_.n_embd);
+            }
+        }
+        const bool has_indexer = w.has(p + "indexer.attn_q_b.weight");
+        if (hp_.indexer_full[il]) {
+            if (!has_indexer) {
+                throw_error(
+                    "%s: layer %lld runs its own indexer but its indexer tensors (blk.%lld.indexer.*) are "
+                    "missing",
+                    f.name().c_str(), (long long)il, (long long)il);
+            }
+            const int64_t H = hp_.idx_n_head, D = hp_.idx_head_dim;
+            L.idx_q_b = w.matrix(p + "indexer.attn_q_b.weight", hp_.q_lora, H * D);
+            L.idx_k = w.matrix(p + "indexer.attn_k.weight", hp_.n_embd, D);
+            L.idx_k_norm_w = w.vector(p + "indexer.k_norm.weight", D);
+            L.idx_k_norm_b = w.vector(p + "indexer.k_norm.bias", D);
+            L.idx_proj = w.matrix(p + "indexer.proj.weight", hp_.n_embd, H);
+        }
+        return L;
+    }
+
+    // Indexer keys of the ubatch into this layer's cache; then, when selection is on, each token's top-k
+    // cells among its visible ones into s.selected / s.selected_rows (reused by the following shared layers).
+    void indexer_keys_and_select(DsaState &s, const DsaLayer &L, int64_t il, const UBatch &ub, ThreadPool &pool,
+                                 bool select) const {
+        const int64_t T = ub.size(), H = hp_.idx_n_head, D = hp_.idx_head_dim;
+        matmul(pool, s.op, L.idx_k, s.h.data(), T, s.ik.data());  // [T, D]
+        layer_norm(s.ik.data(), L.idx_k_norm_w, L.idx_k_norm_b, s.ik.data(), T, D, 1e-6f);
+        rope(s.ik.data(), T, 1, D, ub.pos.data(), hp_.rope_indexer);  // rope part first: [rope | nope]
+        for (int64_t t = 0; t < T; ++t) s.indexer_key[il].write(ub.cells[t], s.ik.data() + t * D);
+        if (!select) return;
+
+        matmul(pool, s.op, L.idx_q_b, s.qa.data(), T, s.iq.data());  // [T, H * D]
+        rope(s.iq.data(), T, H, D, ub.pos.data(), hp_.rope_indexer);
+        matmul(pool, s.op, L.idx_proj, s.h.data(), T, s.iw.data());  // [T, H]
+        const float w_scale = 1.0f / std::sqrt(static_cast<float>(D * H));
+        for (int64_t i = 0; i < T * H; ++i) s.iw[i] *= w_scale;
+        lightning_indexer_select(pool, IndexerShape{H, D}, s.precision, s.iq.data(), s.iw.data(), T, s.indexer_key[il],
+                                 s.visible.rows(), s.top_k, s.selected);
+        s.selected_rows.assign(s.selected.begin(), s.selected.end());
+    }
+
+    // Absorbed MLA over `rows` (each token's selected or visible cells); adds the output to s.x.
+    void mla_attention(DsaState &s, const DsaLayer &L, int64_t il, const UBatch &ub, ThreadPool &pool,
+                       std::span<const std::span<const int32_t>> rows) const {
+        const int64_t T = ub.size(), NH = hp_.n_head, R = hp_.n_rot, C = hp_.kv_lora, N = hp_.nope, V = hp_.v_head;
+        const int64_t qk = N + R, lat = C + R;
+
+        // Latent row [c_kv | k_pe] of each token into the cache.
+        matmul(pool, s.op, L.kv_a_mqa, s.h.data(), T, s.kv.data());  // [T, C + R]
+        for (int64_t t = 0; t < T; ++t) {
+            float *row = s.kv.data() + t * lat;
+            rms_norm(row, L.kv_a_norm, row, 1, C, hp_.rms_eps);
+            std::copy_n(row + C, R, s.pe.data() + t * R);
+        }
+        rope(s.pe.data(), T, 1, R, ub.pos.data(), hp_.rope);
+        for (int64_t t = 0; t < T; ++t) {
+            std::copy_n(s.pe.data() + t * R, R, s.kv.data() + t * lat + C);
+            s.latent[il].write(ub.cells[t], s.kv.data() + t * lat);
+        }
+
+        // Query: per head [W_UK q_nope | rope(q_pe)]  -> q_abs [T, NH, C + R]
+        matmul(pool, s.op, L.q_b, s.qa.data(), T, s.q.data());  // [T, NH * (N + R)]
+        for (int64_t t = 0; t < T; ++t) {
+            for (int64_t hd = 0; hd < NH; ++hd)
+                std::copy_n(s.q.data() + (t * NH + hd) * qk + N, R, s.pe.data() + (t * NH + hd) * R);
+        }
+        rope(s.pe.data(), T, NH, R, ub.pos.data(), hp_.rope);
+        for (int64_t hd = 0; hd < NH; ++hd) {
+            for (int64_t t = 0; t < T; ++t) std::copy_n(s.q.data() + (t * NH + hd) * qk, N, s.nope_in.data() + t * N);
+            matmul(pool, s.op, head_block(L.k_b, hd, C), s.nope_in.data(), T, s.head_out.data());  // [T, C]
+            for (int64_t t = 0; t < T; ++t) {
+                float *dst = s.q_abs.data() + (t * NH + hd) * lat;
+                std::copy_n(s.head_out.data() + t * C, C, dst);
+                std::copy_n(s.pe.data() + (t * NH + hd) * R, R, dst + C);
+            }
+        }
+
+        // Attention over the latent rows: MQA with K = [c_kv | k_pe] and V = c_kv.
+        const AttentionShape shape{
+            .n_head = NH, .n_head_kv = 1, .head_dim_k = lat, .head_dim_v = C, .scale = hp_.kq_scale, .v_offset = 0};
+        attention(pool, shape, s.q_abs.data(), T, s.latent[il], s.latent[il], rows, s.lat_out.data());  // [T, NH, C]
+
+        // Per head W_UV back to v_head, then the output projection.
+        for (int64_t hd = 0; hd < NH; ++hd) {
+            for (int64_t t = 0; t < T; ++t)
+                std::copy_n(s.lat_out.data() + (t * NH + hd) * C, C, s.nope_in.data() + t * C);
+            matmul(pool, s.op, head_block(L.v_b, hd, V), s.nope_in.data(), T, s.head_out.data());  // [T, V]
+            for (int64_t t = 0; t < T; ++t) std::copy_n(s.head_out.data() + t * V, V, s.o.data() + (t * NH + hd) * V);
+        }
+        matmul(pool, s.op, L.wo, s.o.data(), T, s.ffn_out.data());  // [T, n_embd]
+        for (int64_t i = 0; i < T * hp_.n_embd; ++i) s.x[i] += s.ffn_out[i];
+    }
+
+    // Matrix `index` of a stack whose matrices have n_rows rows each.
+    static WeightMatrix head_block(const WeightMatrix &stack, int64_t index, int64_t n_rows) {
+        WeightMatrix m = stack;
+        m.data = stack.row(index * n_rows);
+        m.n_rows = n_rows;
+        return m;
+    }
+
+    DsaHParams hp_;
+    WeightMatrix tok_embd_, output_;
+    const float *output_norm_ = nullptr;
+    std::vector<DsaLayer> layers_;
+};
+
+}  // namespace
+
+std::unique_ptr<ArchModel> create_dsa(const gguf::File &file, WeightLoader &weights, ModelInfo &info) {
+    return std::make_unique<DsaModel>(file, weights, info);
+}
+
+}  // namespace sparrow
