@@ -95,8 +95,8 @@ Command register_make_model(CLI::App &app) {
     CLI::Option *yarn = cmd->add_flag("--yarn", given->yarn,
                                       "deepseek32: YaRN rope scaling keys (factor 4 of n_ctx_train / 4, log "
                                       "multiplier 0.1), as V3.2 files carry them (factor 40 of 4096 there)");
-    auto no_bias_flag = std::make_shared<bool>(false);
-    CLI::Option *no_bias = cmd->add_flag("--no-probs-bias", *no_bias_flag, "deepseek32 / glm-dsa: no exp_probs_b.bias");
+    auto no_bias = std::make_shared<bool>(false);  // owned by the returned command, which CLI11 writes into
+    cmd->add_flag("--no-probs-bias", *no_bias, "deepseek32 / glm-dsa: no exp_probs_b.bias");
 
     return [=] {
         SyntheticParams p = synthetic_defaults(*arch, *preset);
@@ -105,7 +105,7 @@ Command register_make_model(CLI::App &app) {
         if (seed->count()) p.seed = given->seed;
         if (tied->count()) p.tied_output = true;
         if (yarn->count()) p.yarn = true;
-        if (no_bias->count()) p.probs_bias = false;
+        if (*no_bias) p.probs_bias = false;
         if (!type->empty()) p.type = *dtype_from_name(*type);
         if (!indexer_types->empty()) {
             if (*indexer_types == "absent") {
