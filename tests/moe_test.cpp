@@ -249,8 +249,8 @@ TEST(Moe, MatchesScalarReferenceForEveryRoutingVariant) {
         // Q8_0: the weights are exact in the reference (dequantised) but the activations are quantised to
         // Q8_0 per token as ggml does, so the error is that of 8-bit activations.
         const double tol = type == DType::F32 ? 2e-5 : 2.5e-2;
-        for (GatingFunc g : {GatingFunc::softmax, GatingFunc::sigmoid, GatingFunc::softmax_weight,
-                             GatingFunc::sqrt_softplus}) {
+        for (GatingFunc g :
+             {GatingFunc::softmax, GatingFunc::sigmoid, GatingFunc::softmax_weight, GatingFunc::sqrt_softplus}) {
             for (bool bias : {false, true}) {
                 for (int groups : {1, 4}) {
                     for (int variant = 0; variant < 3; ++variant) {
@@ -271,10 +271,10 @@ TEST(Moe, MatchesScalarReferenceForEveryRoutingVariant) {
                             moe_ffn(pool, op, scratch, m.p, m.w, x.data(), T, out.data());
                             const auto want = ref_moe(m, x, T);
                             const double err = max_token_rel_error(out, want, T, c.p.n_embd);
-                            EXPECT_LT(err, tol) << dtype_name(type) << " " << gating_name(g) << " bias=" << bias
-                                                << " groups=" << groups << " norm=" << c.p.norm_weights
-                                                << " scale=" << c.p.weights_scale << " shared=" << c.n_ff_sh
-                                                << " T=" << T;
+                            EXPECT_LT(err, tol)
+                                << dtype_name(type) << " " << gating_name(g) << " bias=" << bias << " groups=" << groups
+                                << " norm=" << c.p.norm_weights << " scale=" << c.p.weights_scale
+                                << " shared=" << c.n_ff_sh << " T=" << T;
                             ++n_cases;
                         }
                     }
@@ -289,8 +289,8 @@ TEST(Moe, RoutingMatchesReferenceExactlyOnChoice) {
     // moe_route alone: the same experts in the same order as the double reference, weights to f32 rounding.
     std::mt19937 rng(11);
     MoeScratch s;
-    for (GatingFunc g : {GatingFunc::softmax, GatingFunc::sigmoid, GatingFunc::softmax_weight,
-                         GatingFunc::sqrt_softplus}) {
+    for (GatingFunc g :
+         {GatingFunc::softmax, GatingFunc::sigmoid, GatingFunc::softmax_weight, GatingFunc::sqrt_softplus}) {
         for (int groups : {1, 2, 4, 8}) {
             MoeParams p = base_params();
             p.n_expert = 16;

@@ -108,8 +108,8 @@ void check_file(const SyntheticParams &p, const std::string &file) {
         EXPECT_FLOAT_EQ(float(v->as_double(key)), float(want)) << key;
     };
     EXPECT_EQ(f.get_string("general.architecture"), a);
-    const std::map<DType, int64_t> ftype = {{DType::F32, 0}, {DType::F16, 1}, {DType::Q4_0, 2}, {DType::Q8_0, 7},
-                                            {DType::BF16, 32}};
+    const std::map<DType, int64_t> ftype = {
+        {DType::F32, 0}, {DType::F16, 1}, {DType::Q4_0, 2}, {DType::Q8_0, 7}, {DType::BF16, 32}};
     u32("general.file_type", ftype.at(p.type));
     u32(a + ".vocab_size", p.n_vocab);
     u32(a + ".context_length", p.n_ctx_train);
@@ -265,9 +265,9 @@ TEST_F(SyntheticDsa, OptionsNextnYarnIndexerTypesTiedNoBias) {
 TEST_F(SyntheticDsa, RowsOffTheBlockSizeFallBackToF32) {
     SyntheticParams p = synthetic_defaults("deepseek32");
     p.type = DType::Q4_0;
-    p.n_ff = 48;      // ffn_down rows of 48
-    p.n_ff_exp = 40;  // ffn_down_exps rows of 40
-    p.head_nope = 24; // attn_k_b rows of 24
+    p.n_ff = 48;       // ffn_down rows of 48
+    p.n_ff_exp = 40;   // ffn_down_exps rows of 40
+    p.head_nope = 24;  // attn_k_b rows of 24
     write_synthetic_model(p, path("fb.gguf"));
     check_file(p, path("fb.gguf"));
     const gguf::File f = gguf::File::open(path("fb.gguf"));

@@ -36,8 +36,8 @@ struct IndexerShape {
 //     candidate order (so in increasing position). Ties at the cut go to the earlier candidate (the
 //     lower position). When |candidates[t]| <= top_k, every candidate is selected without scoring.
 // `selected` is resized to n_tokens; its inner vectors keep their capacity between calls.
-void lightning_indexer_select(ThreadPool &pool, const IndexerShape &shape, IndexerPrecision precision,
-                              const float *q, const float *w, int64_t n_tokens, const RowStore &keys,
+void lightning_indexer_select(ThreadPool &pool, const IndexerShape &shape, IndexerPrecision precision, const float *q,
+                              const float *w, int64_t n_tokens, const RowStore &keys,
                               std::span<const std::span<const int32_t>> candidates, int64_t top_k,
                               std::vector<std::vector<int32_t>> &selected);
 

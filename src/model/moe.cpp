@@ -90,8 +90,8 @@ void moe_check(const MoeParams &p, const MoeWeights &w) {
     }
 }
 
-void moe_route(const MoeParams &p, const float *logits, const float *probs_bias, int64_t n_tokens,
-               int32_t *experts, float *weights, MoeScratch &s) {
+void moe_route(const MoeParams &p, const float *logits, const float *probs_bias, int64_t n_tokens, int32_t *experts,
+               float *weights, MoeScratch &s) {
     const int64_t E = p.n_expert, K = p.n_expert_used, G = effective_groups(p), per_group = E / G;
     float *pr = grow(s.probs, static_cast<size_t>(E));
     float *sel = grow(s.select, static_cast<size_t>(E));

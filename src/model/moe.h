@@ -51,19 +51,19 @@ struct MoeWeights {
 
 // Working memory of moe_ffn: grows to the largest batch seen, then is reused without allocating.
 struct MoeScratch {
-    std::vector<float> logits;         // [T, n_expert] router output, then the scores
-    std::vector<float> probs;          // [n_expert] unbiased scores of one token
-    std::vector<float> select;         // [n_expert] scores + bias of one token (choice only)
-    std::vector<float> group_score;    // [n_group]
-    std::vector<int32_t> group_idx;    // [n_group]
-    std::vector<int32_t> experts;      // [T, n_expert_used] chosen experts, in choice order
-    std::vector<float> weights;        // [T, n_expert_used] their weights
-    std::vector<int64_t> expert_begin; // [n_expert + 1] offsets into the grouped slots
-    std::vector<int64_t> cursor;       // [n_expert] fill positions while grouping
-    std::vector<int32_t> slot_token;   // [T * n_expert_used] token of each grouped slot
-    std::vector<float> slot_weight;    // [T * n_expert_used]
-    std::vector<float> xg;             // [T * n_expert_used, n_embd] gathered inputs, then expert outputs
-    std::vector<float> gate, up;       // [max(T * n_expert_used, T), max(n_ff_exp, n_ff_sh)]
+    std::vector<float> logits;          // [T, n_expert] router output, then the scores
+    std::vector<float> probs;           // [n_expert] unbiased scores of one token
+    std::vector<float> select;          // [n_expert] scores + bias of one token (choice only)
+    std::vector<float> group_score;     // [n_group]
+    std::vector<int32_t> group_idx;     // [n_group]
+    std::vector<int32_t> experts;       // [T, n_expert_used] chosen experts, in choice order
+    std::vector<float> weights;         // [T, n_expert_used] their weights
+    std::vector<int64_t> expert_begin;  // [n_expert + 1] offsets into the grouped slots
+    std::vector<int64_t> cursor;        // [n_expert] fill positions while grouping
+    std::vector<int32_t> slot_token;    // [T * n_expert_used] token of each grouped slot
+    std::vector<float> slot_weight;     // [T * n_expert_used]
+    std::vector<float> xg;              // [T * n_expert_used, n_embd] gathered inputs, then expert outputs
+    std::vector<float> gate, up;        // [max(T * n_expert_used, T), max(n_ff_exp, n_ff_sh)]
 };
 
 // Throws sparrow::Error when the parameters are inconsistent with each other or with the weights' shapes.
@@ -72,8 +72,8 @@ void moe_check(const MoeParams &p, const MoeWeights &w);
 // Routing only: from router logits [T, n_expert] (not modified), writes the chosen experts [T, n_expert_used]
 // (in choice order: best biased score first) and their final weights [T, n_expert_used].
 // Uses the probs/select/group_score/group_idx members of `scratch`.
-void moe_route(const MoeParams &p, const float *logits, const float *probs_bias, int64_t n_tokens,
-               int32_t *experts, float *weights, MoeScratch &scratch);
+void moe_route(const MoeParams &p, const float *logits, const float *probs_bias, int64_t n_tokens, int32_t *experts,
+               float *weights, MoeScratch &scratch);
 
 // out[t, :] = the block above for x[t, :]. x, out: [n_tokens, n_embd] f32 (must not alias).
 void moe_ffn(ThreadPool &pool, OpScratch &op, MoeScratch &scratch, const MoeParams &p, const MoeWeights &w,

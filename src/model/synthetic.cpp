@@ -120,10 +120,9 @@ void write_llama(const SyntheticParams &p, gguf::Writer &w) {
     }
 }
 
-
 // Gains of the DSA weights (see write_dsa).
-constexpr float kGainQ = 2.0f, kGainKv = 1.5f, kGainKb = 1.5f, kGainAttnOut = 0.7f, kGainIdx = 1.5f,
-                kGainDown = 0.5f, kGainRouter = 2.0f, kGainOutput = 6.0f;
+constexpr float kGainQ = 2.0f, kGainKv = 1.5f, kGainKb = 1.5f, kGainAttnOut = 0.7f, kGainIdx = 1.5f, kGainDown = 0.5f,
+                kGainRouter = 2.0f, kGainOutput = 6.0f;
 
 // --- deepseek32 / glm-dsa -------------------------------------------------------------------------------------
 // Weights come from a counter-based generator (splitmix64 of the tensor's seed and a chunk index), so they
@@ -144,8 +143,8 @@ uint64_t name_seed(uint64_t seed, const std::string &name) {
 
 // Approximately N(0, 1): the sum of four 16-bit uniforms of one 64-bit draw, standardised (Irwin-Hall).
 inline float approx_normal(uint64_t r) {
-    const uint32_t sum = uint32_t(r & 0xffff) + uint32_t((r >> 16) & 0xffff) + uint32_t((r >> 32) & 0xffff) +
-                         uint32_t(r >> 48);
+    const uint32_t sum =
+        uint32_t(r & 0xffff) + uint32_t((r >> 16) & 0xffff) + uint32_t((r >> 32) & 0xffff) + uint32_t(r >> 48);
     return (static_cast<float>(sum) - 131070.0f) * (1.0f / 37837.23f);
 }
 
@@ -212,9 +211,9 @@ std::vector<int> glm52_indexer_types(int64_t n_layer) {
 
 void check_dsa(const SyntheticParams &p) {
     const auto fail = [&](const char *what) { throw_error("make-model --arch %s: %s", p.arch.c_str(), what); };
-    for (int64_t v : {p.q_lora_rank, p.kv_lora_rank, p.head_nope, p.n_rot, p.head_v, p.idx_n_head, p.idx_head_dim,
-                      p.idx_top_k, p.n_expert, p.n_expert_used, p.n_expert_shared, p.n_expert_groups, p.n_group_used,
-                      p.n_ff_exp}) {
+    for (int64_t v :
+         {p.q_lora_rank, p.kv_lora_rank, p.head_nope, p.n_rot, p.head_v, p.idx_n_head, p.idx_head_dim, p.idx_top_k,
+          p.n_expert, p.n_expert_used, p.n_expert_shared, p.n_expert_groups, p.n_group_used, p.n_ff_exp}) {
         if (v <= 0) fail("every size must be positive");
     }
     if (p.n_rot % 2 || p.n_rot > p.idx_head_dim) fail("the rope dims must be even and fit an indexer head");

@@ -51,10 +51,10 @@ struct SyntheticParams {
     int64_t n_expert_groups = 4;  // expert_group_count (1: no group-limited routing)
     int64_t n_group_used = 2;
     int64_t n_ff_exp = 32;
-    uint32_t gating = 2;        // expert_gating_func: 1 softmax, 2 sigmoid, 3 softmax_weight, 4 sqrt(softplus)
-    bool probs_bias = true;     // write exp_probs_b.bias
-    bool weights_norm = true;   // expert_weights_norm
-    float weights_scale = 2.5f; // expert_weights_scale
+    uint32_t gating = 2;         // expert_gating_func: 1 softmax, 2 sigmoid, 3 softmax_weight, 4 sqrt(softplus)
+    bool probs_bias = true;      // write exp_probs_b.bias
+    bool weights_norm = true;    // expert_weights_norm
+    float weights_scale = 2.5f;  // expert_weights_scale
     float rms_eps = 1e-6f;
     float freq_base = 10000.0f;
     int64_t n_nextn = 0;  // MTP/NextN blocks appended (block_count = n_layer + n_nextn)
@@ -62,7 +62,7 @@ struct SyntheticParams {
     // pattern (full at 0, 1, 2, 6, 10, ...) written explicitly, unless indexer_types_absent.
     std::vector<int> indexer_types;
     bool indexer_types_absent = false;  // glm-dsa: no types key (llama.cpp then runs every layer full)
-    bool yarn = false;  // deepseek32: rope.scaling.* YaRN keys as real V3.2 files have them, scaled down
+    bool yarn = false;         // deepseek32: rope.scaling.* YaRN keys as real V3.2 files have them, scaled down
     float yarn_factor = 4.0f;  // original_context_length = n_ctx_train / factor
 };
 
