@@ -62,7 +62,7 @@ int perplexity(const PerplexityFlags &f) {
     cp.n_ctx = n_ctx * n_seq;
     cp.n_batch = n_ctx * n_seq;
     Context ctx(model, cp);
-    print_attention_mode(*model, ctx.params());
+    print_context_summary(ctx);
     const int64_t first = n_ctx / 2;  // positions [first, n_ctx - 1) are scored
     const int32_t bos = tok.add_bos() ? tok.bos_id() : -1;
 

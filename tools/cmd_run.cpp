@@ -79,7 +79,7 @@ int run(const RunFlags &f) {
     ContextParams cp = f.model.context_params();
     cp.record_selections = !f.dump_selection_path.empty();
     Context ctx(model, cp);
-    print_attention_mode(*model, ctx.params());
+    print_context_summary(ctx);
 
     const std::vector<int32_t> prompt = f.prompt_ids_path.empty()
                                             ? tok.encode(f.prompt, /*add_special=*/true, /*parse_special=*/true)

@@ -75,16 +75,21 @@ void print_sparse_stats(const Context &ctx, bool enabled) {
     }
 }
 
-void print_attention_mode(const Model &model, const ContextParams &params) {
-    const ModelInfo &info = model_info(model);
+void print_context_summary(const Context &ctx) {
+    const ContextParams &params = ctx.params();
+    const ModelInfo &info = model_info(ctx.model());
+    std::fprintf(stderr, "KV cache %lld cells: %.1f MiB (%s/%s%s%s)\n", (long long)ctx.n_ctx(),
+                 ctx.cache_bytes() / 1048576.0, cache_type_name(params.cache_type_k),
+                 cache_type_name(params.cache_type_v), info.has_indexer ? ", indexer keys " : "",
+                 info.has_indexer ? cache_type_name(params.indexer_cache_type) : "");
     if (!info.has_indexer) return;
     if (!params.dsa) {
         std::fprintf(stderr, "sparse attention: off (dense attention over every key; --dsa on to enable)\n");
         return;
     }
-    std::fprintf(stderr, "sparse attention: on, top-k %lld, indexer cache %s, %s precision\n",
+    std::fprintf(stderr, "sparse attention: on, top-k %lld, %s indexer products\n",
                  (long long)(params.dsa_top_k > 0 ? params.dsa_top_k : info.indexer_top_k),
-                 cache_type_name(params.indexer_cache_type), params.indexer_fast ? "fast" : "exact");
+                 params.indexer_fast ? "fast" : "exact");
 }
 
 }  // namespace sparrow::tools

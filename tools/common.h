@@ -31,8 +31,8 @@ struct ModelFlags {
 
 // Loads the model and prints one line about it to stderr.
 std::shared_ptr<const Model> load_model_verbose(const std::string &path);
-// One line on stderr saying what attention runs (for models with an indexer).
-void print_attention_mode(const Model &model, const ContextParams &params);
+// The cache size and, for models with an indexer, what attention runs (stderr).
+void print_context_summary(const Context &ctx);
 // Per-layer selection statistics and indexer/attention time, when --dsa-stats was given.
 void print_sparse_stats(const Context &ctx, bool enabled);
 

@@ -121,6 +121,7 @@ class Context {
     void fill_synthetic(int32_t seq_id, int64_t n_tokens, uint64_t seed);
     // Estimated bytes read per generated token at a context of n_kv keys (weights touched + cache rows).
     int64_t bytes_per_token(int64_t n_kv) const;
+    int64_t cache_bytes() const;  // memory held by the KV cache stores
 
     const Model &model() const;
     const ContextParams &params() const;

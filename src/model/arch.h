@@ -59,6 +59,8 @@ class ArchModel {
     // Bytes a forward pass reads per generated token at a context of n_kv keys: the weights it touches
     // (only the routed share of the experts) and the cache rows it reads.
     virtual int64_t bytes_per_token(const ArchState &state, int64_t n_kv) const = 0;
+    // Bytes held by the per-layer cache stores.
+    virtual int64_t cache_bytes(const ArchState &state) const = 0;
     // See Context::last_selections().
     virtual std::vector<LayerSelection> last_selections(const ArchState &) const { return {}; }
     virtual SparseStats sparse_stats(const ArchState &) const { return {}; }

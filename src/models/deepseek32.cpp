@@ -324,6 +324,13 @@ class DsaModel final : public ArchModel {
         }
     }
 
+    int64_t cache_bytes(const ArchState &state) const override {
+        const auto &s = static_cast<const DsaState &>(state);
+        int64_t bytes = 0;
+        for (int64_t il = 0; il < hp_.n_layer; ++il) bytes += s.latent[il].n_bytes() + s.indexer_key[il].n_bytes();
+        return bytes;
+    }
+
     int64_t bytes_per_token(const ArchState &state, int64_t n_kv) const override {
         const auto &s = static_cast<const DsaState &>(state);
         const auto mat = [](const WeightMatrix &m) { return m.n_rows * m.row_bytes; };

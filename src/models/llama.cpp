@@ -216,6 +216,13 @@ class LlamaModel final : public ArchModel {
         }
     }
 
+    int64_t cache_bytes(const ArchState &state) const override {
+        const auto &s = static_cast<const LlamaState &>(state);
+        int64_t bytes = 0;
+        for (int64_t il = 0; il < hp_.n_layer; ++il) bytes += s.k_cache[il].n_bytes() + s.v_cache[il].n_bytes();
+        return bytes;
+    }
+
     int64_t bytes_per_token(const ArchState &state, int64_t n_kv) const override {
         const auto &s = static_cast<const LlamaState &>(state);
         int64_t bytes = tok_embd_.row_bytes + output_.n_rows * output_.row_bytes;

@@ -179,6 +179,8 @@ int64_t Context::bytes_per_token(int64_t n_kv) const {
 
 SparseStats Context::sparse_stats() const { return impl_->model->arch().sparse_stats(*impl_->state); }
 
+int64_t Context::cache_bytes() const { return impl_->model->arch().cache_bytes(*impl_->state); }
+
 const Model &Context::model() const { return *impl_->model; }
 const ContextParams &Context::params() const { return impl_->params; }
 int64_t Context::n_ctx() const { return impl_->params.n_ctx; }
