@@ -1,47 +1,422 @@
-// Placeholder scalar implementation (replaced by the tiled kernel on the indexer branch).
-#include "attention/lightning_indexer.h"
-
+// The lightning indexer's selection (contract in lightning_indexer.h).
+//
+// Plan of one call:
+//  1. Queries with at most top_k candidates take them all. The others ("scored") are sorted by (precision,
+//     first candidate cell, candidate count descending) and cut into chunks of up to kTileQueries. The
+//     first query of a chunk is its leader (the longest list); every member records the length of the
+//     prefix its list shares with the leader's. Queries of one sequence in a ubatch see prefixes of the same
+//     cell list, so in a causal prefill the whole chunk shares the leader's keys.
+//  2. Work items are (chunk, split of the leader's list). An item walks its split in tiles of kTileKeys
+//     keys; each tile is converted once (f16/bf16 -> f32 for exact, f32/f16/bf16 -> int8 for fast) and
+//     scored against every member whose prefix covers it, and the scores go straight into that member's
+//     bounded top-k for this split. The last split also scores each member's own tail (the candidates
+//     past its shared prefix), one query at a time. Splits exist only to give threads work when there are
+//     few chunks (decode); with many chunks there is one split per chunk.
+//  3. Per scored query, the splits' top-k sets are merged (nth_element), the winners sorted into candidate
+//     order and mapped to cells.
+// Memory: per thread, one chunk's prepared queries and one key tile; per scored query, n_split top-k
+// buffers of 2 * top_k entries.
+//
+// Ranking: entry a beats b when a.score > b.score, or the scores are equal and a has the lower candidate
+// index (the earlier position). A NaN score ranks as -inf, so it never beats a finite score. Fast mode
+// scores a query with the exact kernels when its q or w holds a non-finite value (int8 scales would be
+// meaningless).
 #include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <cstring>
+#include <limits>
 
-#include "kernels/ops.h"
+#include "attention/indexer_internal.h"
+#include "attention/indexer_kernels.h"
+#include "attention/lightning_indexer.h"
+#include "core/error.h"
 
 namespace sparrow {
 
-void lightning_indexer_select(ThreadPool &pool, const IndexerShape &shape, IndexerPrecision, const float *q,
+namespace {
+
+constexpr int64_t kTileKeys = 64;     // keys converted per tile: 64 x 128 f32 = 32 KiB, 8 KiB as int8
+constexpr int64_t kTileQueries = 16;  // queries sharing each converted key tile
+// Below this many multiply-adds a call runs on the calling thread: waking the pool costs more.
+constexpr int64_t kMinParallelWork = int64_t(1) << 21;
+
+struct Kernels {
+    decltype(&indexer::scalar::score_f32) score_f32;
+    decltype(&indexer::scalar::score_i16) score_i16;
+    decltype(&indexer::scalar::convert_rows) convert_rows;
+    decltype(&indexer::scalar::quantize_keys) quantize_keys;
+};
+constexpr Kernels kScalarKernels = {indexer::scalar::score_f32, indexer::scalar::score_i16,
+                                    indexer::scalar::convert_rows, indexer::scalar::quantize_keys};
+constexpr Kernels kAvx2Kernels = {indexer::avx2::score_f32, indexer::avx2::score_i16, indexer::avx2::convert_rows,
+                                  indexer::avx2::quantize_keys};
+
+struct Entry {
+    float score;  // NaN already replaced by -inf
+    int32_t idx;  // index into the query's candidate list
+};
+
+inline bool better(const Entry &a, const Entry &b) {
+    return a.score > b.score || (a.score == b.score && a.idx < b.idx);
+}
+
+// A bounded top-k over 2 * k entries of caller-owned storage: keys that beat the threshold are appended;
+// when the buffer fills, nth_element keeps the best k and the k-th best becomes the new threshold. Most
+// keys are rejected by one comparison with the threshold, and an accepted one costs O(1) amortised (a heap
+// would pay log k, with unpredictable branches, per accepted key).
+struct TopK {
+    Entry *data = nullptr;
+    int64_t k = 0;
+    int64_t size = 0;
+    Entry threshold{-std::numeric_limits<float>::infinity(), -1};  // idx -1: none yet, accept everything
+
+    void push(float score, int32_t idx) {
+        const Entry e{score == score ? score : -std::numeric_limits<float>::infinity(), idx};
+        if (threshold.idx >= 0 && !better(e, threshold)) return;
+        data[size++] = e;
+        if (size == 2 * k) {
+            std::nth_element(data, data + k - 1, data + size, better);
+            size = k;
+            threshold = data[k - 1];
+        }
+    }
+};
+
+struct ScoredQuery {
+    int64_t t = 0;       // token index
+    int64_t prefix = 0;  // candidates shared with the chunk leader's list (the first `prefix` of both)
+    bool fast = false;   // int8 kernels (fast mode and finite q, w)
+};
+
+struct Chunk {
+    int64_t begin = 0, end = 0;  // range of the sorted scored queries; begin is the leader
+};
+
+bool all_finite(const float *x, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) {
+        if (!std::isfinite(x[i])) return false;
+    }
+    return true;
+}
+
+int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+
+// Per-thread buffers, sized once per call.
+struct Scratch {
+    // exact: [kTileQueries, d, hp] transposed q and [kTileQueries, hp] w
+    std::vector<float> qT, w;
+    // fast: [kTileQueries, dp / 2, hp, 2] int16 q and [kTileQueries, hp] w * q scale
+    std::vector<int16_t> qT2;
+    std::vector<float> wq;
+    // one key tile: row pointers, f32 rows [kTileKeys, d], int16 rows [kTileKeys, dp] with scales, scores
+    std::vector<const void *> rows;
+    std::vector<const float *> rows_f32;
+    std::vector<float> tile_f32;
+    std::vector<int16_t> tile_i16;
+    std::vector<float> kscale;
+    std::vector<float> scores;
+};
+
+class Selector {
+  public:
+    Selector(const Kernels &kernels, const IndexerShape &shape, const float *q, const float *w, const RowStore &keys,
+             std::span<const std::span<const int32_t>> candidates, int64_t top_k)
+        : k_(kernels),
+          n_head_(shape.n_head),
+          d_(shape.head_dim),
+          hp_(round_up(shape.n_head, 8)),
+          dp_(round_up(shape.head_dim, 2)),
+          q_(q),
+          w_(w),
+          keys_(keys),
+          cand_(candidates),
+          top_k_(top_k) {}
+
+    void run(ThreadPool &pool, IndexerPrecision precision, int64_t n_tokens,
+             std::vector<std::vector<int32_t>> &selected);
+
+  private:
+    void plan(IndexerPrecision precision, int64_t n_tokens, int n_threads);
+    void prepare_query(Scratch &s, int64_t slot, const ScoredQuery &sq) const;
+    void run_item(Scratch &s, int64_t item);
+    // Scores candidates [k0, k1) of `cells` (k1 - k0 <= kTileKeys) for chunk members [m0, m1) up to their
+    // own limits limit[m] (keys past a member's limit are not its candidates), into the members' heaps.
+    void score_tile(Scratch &s, const Chunk &c, int64_t split, std::span<const int32_t> cells, int64_t k0, int64_t k1,
+                    int64_t m0, int64_t m1, bool tail);
+    void finish(int64_t pos, std::vector<int32_t> &out);
+
+    TopK &heap(int64_t pos, int64_t split) { return heaps_[static_cast<size_t>(pos * n_split_ + split)]; }
+
+    const Kernels &k_;
+    const int64_t n_head_, d_, hp_, dp_;
+    const float *q_, *w_;
+    const RowStore &keys_;
+    std::span<const std::span<const int32_t>> cand_;
+    const int64_t top_k_;
+
+    std::vector<ScoredQuery> scored_;  // sorted into chunks
+    std::vector<Chunk> chunks_;
+    int64_t n_split_ = 1;
+    std::vector<Entry> entries_;  // [n_scored, n_split, 2 * top_k]: storage of the top-k buffers
+    std::vector<TopK> heaps_;     // [n_scored, n_split]
+};
+
+void Selector::plan(IndexerPrecision precision, int64_t n_tokens, int n_threads) {
+    for (int64_t t = 0; t < n_tokens; ++t) {
+        if (static_cast<int64_t>(cand_[static_cast<size_t>(t)].size()) <= top_k_) continue;
+        const bool fast = precision == IndexerPrecision::fast && all_finite(q_ + t * n_head_ * d_, n_head_ * d_) &&
+                          all_finite(w_ + t * n_head_, n_head_);
+        scored_.push_back({t, 0, fast});
+    }
+    auto list = [&](const ScoredQuery &sq) { return cand_[static_cast<size_t>(sq.t)]; };
+    std::sort(scored_.begin(), scored_.end(), [&](const ScoredQuery &a, const ScoredQuery &b) {
+        if (a.fast != b.fast) return a.fast < b.fast;
+        const int32_t fa = list(a).front(), fb = list(b).front();
+        if (fa != fb) return fa < fb;
+        if (list(a).size() != list(b).size()) return list(a).size() > list(b).size();
+        return a.t < b.t;
+    });
+    int64_t max_len = 0;
+    for (int64_t i = 0; i < static_cast<int64_t>(scored_.size());) {
+        const ScoredQuery &lead = scored_[static_cast<size_t>(i)];
+        const auto lead_list = list(lead);
+        Chunk c{i, i};
+        while (c.end < static_cast<int64_t>(scored_.size()) && c.end - c.begin < kTileQueries) {
+            ScoredQuery &m = scored_[static_cast<size_t>(c.end)];
+            const auto m_list = list(m);
+            if (m.fast != lead.fast || m_list.front() != lead_list.front()) break;
+            // Lists of one sequence are usually views of one array: then the prefix needs no comparison.
+            if (m_list.data() == lead_list.data()) {
+                m.prefix = static_cast<int64_t>(m_list.size());
+            } else {
+                m.prefix = std::mismatch(m_list.begin(), m_list.end(), lead_list.begin()).first - m_list.begin();
+            }
+            ++c.end;
+        }
+        max_len = std::max(max_len, static_cast<int64_t>(lead_list.size()));
+        chunks_.push_back(c);
+        i = c.end;
+    }
+    // Splits give idle threads work when there are fewer chunks than threads (decode); each split must be
+    // long enough that its top-k rejects most keys, else the merge costs more than it saves.
+    const int64_t n_chunks = static_cast<int64_t>(chunks_.size());
+    if (n_threads > 1 && n_chunks > 0 && n_chunks < 2 * n_threads) {
+        const int64_t want = (2 * n_threads + n_chunks - 1) / n_chunks;
+        const int64_t min_split = std::max(top_k_, 8 * kTileKeys);
+        n_split_ = std::clamp<int64_t>(max_len / min_split, 1, want);
+    }
+    entries_.resize(scored_.size() * static_cast<size_t>(n_split_ * 2 * top_k_));
+    heaps_.resize(scored_.size() * static_cast<size_t>(n_split_));
+    for (size_t i = 0; i < heaps_.size(); ++i)
+        heaps_[i] = TopK{entries_.data() + i * static_cast<size_t>(2 * top_k_), top_k_};
+}
+
+// Query `sq` into slot `slot` of the chunk's prepared queries.
+void Selector::prepare_query(Scratch &s, int64_t slot, const ScoredQuery &sq) const {
+    const float *q = q_ + sq.t * n_head_ * d_;  // [n_head, d]
+    const float *w = w_ + sq.t * n_head_;       // [n_head]
+    if (!sq.fast) {
+        float *qT = s.qT.data() + slot * d_ * hp_;  // [d, hp]
+        float *wp = s.w.data() + slot * hp_;
+        std::fill(qT, qT + d_ * hp_, 0.0f);
+        std::fill(wp, wp + hp_, 0.0f);
+        for (int64_t h = 0; h < n_head_; ++h) {
+            for (int64_t i = 0; i < d_; ++i) qT[i * hp_ + h] = q[h * d_ + i];
+            wp[h] = w[h];
+        }
+        return;
+    }
+    // Per head: q_int = round(q * qmax / max|q|) in [-qmax, qmax]; the head's scale max|q| / qmax goes into w.
+    const int qmax = indexer::query_quant_max(dp_);
+    int16_t *qT2 = s.qT2.data() + slot * dp_ * hp_;  // [dp / 2, hp, 2]
+    float *wq = s.wq.data() + slot * hp_;
+    std::fill(qT2, qT2 + dp_ * hp_, int16_t(0));
+    std::fill(wq, wq + hp_, 0.0f);
+    for (int64_t h = 0; h < n_head_; ++h) {
+        const float *qh = q + h * d_;
+        float amax = 0.0f;
+        for (int64_t i = 0; i < d_; ++i) amax = std::max(amax, std::fabs(qh[i]));
+        if (amax == 0.0f) continue;
+        const float inv = float(qmax) / amax;
+        for (int64_t i = 0; i < d_; ++i) {
+            const float r = std::clamp(std::nearbyint(qh[i] * inv), -float(qmax), float(qmax));
+            qT2[((i / 2) * hp_ + h) * 2 + i % 2] = static_cast<int16_t>(r);
+        }
+        wq[h] = w[h] * (amax / float(qmax));
+    }
+}
+
+void Selector::score_tile(Scratch &s, const Chunk &c, int64_t split, std::span<const int32_t> cells, int64_t k0,
+                          int64_t k1, int64_t m0, int64_t m1, bool tail) {
+    const int64_t n = k1 - k0;
+    for (int64_t j = 0; j < n; ++j) s.rows[static_cast<size_t>(j)] = keys_.row(cells[static_cast<size_t>(k0 + j)]);
+    const bool fast = scored_[static_cast<size_t>(c.begin)].fast;
+    const auto row_type = static_cast<uint32_t>(keys_.type());
+    if (fast) {
+        k_.quantize_keys(row_type, s.rows.data(), n, d_, dp_, s.tile_i16.data(), s.kscale.data());
+    } else if (keys_.type() == DType::F32) {
+        for (int64_t j = 0; j < n; ++j)
+            s.rows_f32[static_cast<size_t>(j)] = static_cast<const float *>(s.rows[static_cast<size_t>(j)]);
+    } else {
+        k_.convert_rows(row_type, s.rows.data(), n, d_, s.tile_f32.data());
+        for (int64_t j = 0; j < n; ++j) s.rows_f32[static_cast<size_t>(j)] = s.tile_f32.data() + j * d_;
+    }
+    for (int64_t m = m0; m < m1; ++m) {
+        const ScoredQuery &sq = scored_[static_cast<size_t>(m)];
+        const int64_t limit = tail ? k1 : std::min(k1, sq.prefix);
+        const int64_t nm = limit - k0;
+        if (nm <= 0) continue;
+        const int64_t slot = m - c.begin;
+        if (fast) {
+            k_.score_i16(s.qT2.data() + slot * dp_ * hp_, s.wq.data() + slot * hp_, hp_, dp_, s.tile_i16.data(),
+                         s.kscale.data(), nm, s.scores.data());
+        } else {
+            k_.score_f32(s.qT.data() + slot * d_ * hp_, s.w.data() + slot * hp_, hp_, d_, s.rows_f32.data(), nm,
+                         s.scores.data());
+        }
+        TopK &h = heap(m, split);
+        for (int64_t j = 0; j < nm; ++j) h.push(s.scores[static_cast<size_t>(j)], static_cast<int32_t>(k0 + j));
+    }
+}
+
+void Selector::run_item(Scratch &s, int64_t item) {
+    const Chunk &c = chunks_[static_cast<size_t>(item / n_split_)];
+    const int64_t split = item % n_split_;
+    for (int64_t m = c.begin; m < c.end; ++m) prepare_query(s, m - c.begin, scored_[static_cast<size_t>(m)]);
+    const auto lead = cand_[static_cast<size_t>(scored_[static_cast<size_t>(c.begin)].t)];
+    const int64_t len = static_cast<int64_t>(lead.size());
+    const int64_t lo = split == 0 ? 0 : len * split / n_split_ / kTileKeys * kTileKeys;
+    const int64_t hi = split == n_split_ - 1 ? len : len * (split + 1) / n_split_ / kTileKeys * kTileKeys;
+    for (int64_t k0 = lo; k0 < hi; k0 += kTileKeys)
+        score_tile(s, c, split, lead, k0, std::min(hi, k0 + kTileKeys), c.begin, c.end, false);
+    if (split != n_split_ - 1) return;
+    for (int64_t m = c.begin; m < c.end; ++m) {
+        const ScoredQuery &sq = scored_[static_cast<size_t>(m)];
+        const auto own = cand_[static_cast<size_t>(sq.t)];
+        const int64_t n = static_cast<int64_t>(own.size());
+        for (int64_t k0 = sq.prefix; k0 < n; k0 += kTileKeys) {
+            score_tile(s, c, split, own, k0, std::min(n, k0 + kTileKeys), m, m + 1, true);
+        }
+    }
+}
+
+// Merges the query's split heaps into its top_k and writes the chosen cells in candidate order.
+void Selector::finish(int64_t pos, std::vector<int32_t> &out) {
+    Entry *base = heap(pos, 0).data;
+    int64_t total = heap(pos, 0).size;
+    for (int64_t s = 1; s < n_split_; ++s) {
+        const TopK &h = heap(pos, s);
+        std::memmove(base + total, h.data, static_cast<size_t>(h.size) * sizeof(Entry));
+        total += h.size;
+    }
+    SPARROW_ASSERT(total >= top_k_);
+    if (total > top_k_) std::nth_element(base, base + top_k_ - 1, base + total, better);
+    std::sort(base, base + top_k_, [](const Entry &a, const Entry &b) { return a.idx < b.idx; });
+    const auto list = cand_[static_cast<size_t>(scored_[static_cast<size_t>(pos)].t)];
+    out.resize(static_cast<size_t>(top_k_));
+    for (int64_t i = 0; i < top_k_; ++i) out[static_cast<size_t>(i)] = list[static_cast<size_t>(base[i].idx)];
+}
+
+void Selector::run(ThreadPool &pool, IndexerPrecision precision, int64_t n_tokens,
+                   std::vector<std::vector<int32_t>> &selected) {
+    int64_t work = 0;  // multiply-adds of the scored queries
+    for (int64_t t = 0; t < n_tokens; ++t) {
+        const auto list = cand_[static_cast<size_t>(t)];
+        if (static_cast<int64_t>(list.size()) > top_k_) work += static_cast<int64_t>(list.size()) * n_head_ * d_;
+    }
+    const bool parallel = pool.n_threads() > 1 && work >= kMinParallelWork;
+    plan(precision, n_tokens, parallel ? pool.n_threads() : 1);
+    if (scored_.empty()) return;
+
+    const int64_t n_items = static_cast<int64_t>(chunks_.size()) * n_split_;
+    std::atomic<int64_t> next{0};
+    auto worker = [&](int, int) {
+        Scratch s;
+        s.qT.resize(static_cast<size_t>(kTileQueries * d_ * hp_));
+        s.w.resize(static_cast<size_t>(kTileQueries * hp_));
+        s.qT2.resize(static_cast<size_t>(kTileQueries * dp_ * hp_));
+        s.wq.resize(static_cast<size_t>(kTileQueries * hp_));
+        s.rows.resize(kTileKeys);
+        s.rows_f32.resize(kTileKeys);
+        s.tile_f32.resize(static_cast<size_t>(kTileKeys * d_));
+        s.tile_i16.resize(static_cast<size_t>(kTileKeys * dp_));
+        s.kscale.resize(kTileKeys);
+        s.scores.resize(kTileKeys);
+        for (int64_t item; (item = next.fetch_add(1, std::memory_order_relaxed)) < n_items;) run_item(s, item);
+    };
+    if (parallel) {
+        pool.run(worker);
+    } else {
+        worker(0, 1);
+    }
+
+    const int64_t n_scored = static_cast<int64_t>(scored_.size());
+    auto finish_range = [&](int64_t begin, int64_t end) {
+        for (int64_t pos = begin; pos < end; ++pos) {
+            finish(pos, selected[static_cast<size_t>(scored_[static_cast<size_t>(pos)].t)]);
+        }
+    };
+    if (parallel) {
+        pool.parallel_for(n_scored, 8, finish_range);
+    } else {
+        finish_range(0, n_scored);
+    }
+}
+
+}  // namespace
+
+namespace indexer {
+
+void select_with_isa(cpu::Isa isa, ThreadPool &pool, const IndexerShape &shape, IndexerPrecision precision,
+                     const float *q, const float *w, int64_t n_tokens, const RowStore &keys,
+                     std::span<const std::span<const int32_t>> candidates, int64_t top_k,
+                     std::vector<std::vector<int32_t>> &selected) {
+    if (n_tokens < 0 || static_cast<int64_t>(candidates.size()) != n_tokens) {
+        throw_error("lightning indexer: %lld candidate lists for %lld tokens",
+                    static_cast<long long>(candidates.size()), static_cast<long long>(n_tokens));
+    }
+    if (shape.n_head <= 0 || shape.head_dim <= 0 || keys.width() != shape.head_dim) {
+        throw_error("lightning indexer: %lld heads of width %lld against key rows of width %lld",
+                    static_cast<long long>(shape.n_head), static_cast<long long>(shape.head_dim),
+                    static_cast<long long>(keys.width()));
+    }
+    if (top_k < 0 || top_k > std::numeric_limits<int32_t>::max()) {
+        throw_error("lightning indexer: top_k %lld out of range", static_cast<long long>(top_k));
+    }
+    const int64_t n_cells = keys.row_bytes() > 0 ? keys.n_bytes() / keys.row_bytes() : 0;
+    selected.resize(static_cast<size_t>(n_tokens));
+    bool any_scored = false;
+    for (int64_t t = 0; t < n_tokens; ++t) {
+        const auto list = candidates[static_cast<size_t>(t)];
+        for (const int32_t cell : list) {
+            if (cell < 0 || cell >= n_cells) {
+                throw_error("lightning indexer: token %lld has candidate cell %d outside the %lld-cell store",
+                            static_cast<long long>(t), cell, static_cast<long long>(n_cells));
+            }
+        }
+        auto &out = selected[static_cast<size_t>(t)];
+        if (static_cast<int64_t>(list.size()) <= top_k) {
+            out.assign(list.begin(), list.end());
+        } else {
+            out.clear();
+            any_scored = true;
+        }
+    }
+    if (!any_scored || top_k == 0) return;
+    if (!q || !w) throw_error("lightning indexer: q and w are required when a query has more than top_k candidates");
+    const Kernels &kernels = isa == cpu::Isa::scalar ? kScalarKernels : kAvx2Kernels;
+    Selector(kernels, shape, q, w, keys, candidates, top_k).run(pool, precision, n_tokens, selected);
+}
+
+}  // namespace indexer
+
+void lightning_indexer_select(ThreadPool &pool, const IndexerShape &shape, IndexerPrecision precision, const float *q,
                               const float *w, int64_t n_tokens, const RowStore &keys,
                               std::span<const std::span<const int32_t>> candidates, int64_t top_k,
                               std::vector<std::vector<int32_t>> &selected) {
-    selected.resize(static_cast<size_t>(n_tokens));
-    pool.parallel_for(n_tokens, 1, [&](int64_t b, int64_t e) {
-        std::vector<std::pair<float, int32_t>> scored;
-        for (int64_t t = b; t < e; ++t) {
-            const auto cand = candidates[t];
-            auto &out = selected[t];
-            out.clear();
-            if (static_cast<int64_t>(cand.size()) <= top_k) {
-                out.assign(cand.begin(), cand.end());
-                continue;
-            }
-            scored.clear();
-            for (size_t j = 0; j < cand.size(); ++j) {
-                float s = 0;
-                for (int64_t h = 0; h < shape.n_head; ++h) {
-                    const float d = dot_row(keys.type(), keys.row(cand[j]), q + (t * shape.n_head + h) * shape.head_dim,
-                                            shape.head_dim);
-                    s += w[t * shape.n_head + h] * std::max(d, 0.0f);
-                }
-                scored.emplace_back(std::isnan(s) ? -INFINITY : s, static_cast<int32_t>(j));
-            }
-            std::partial_sort(scored.begin(), scored.begin() + top_k, scored.end(), [](auto &a, auto &c) {
-                return a.first > c.first || (a.first == c.first && a.second < c.second);
-            });
-            std::vector<int32_t> idx;
-            for (int64_t i = 0; i < top_k; ++i) idx.push_back(scored[i].second);
-            std::sort(idx.begin(), idx.end());
-            for (int32_t j : idx) out.push_back(cand[j]);
-        }
-    });
+    indexer::select_with_isa(cpu::kernels().isa, pool, shape, precision, q, w, n_tokens, keys, candidates, top_k,
+                             selected);
 }
 
 }  // namespace sparrow

@@ -35,6 +35,7 @@ struct IndexerShape {
 //   selected[t] (output): the min(top_k, |candidates[t]|) candidates with the largest I[t, s], written in
 //     candidate order (so in increasing position). Ties at the cut go to the earlier candidate (the
 //     lower position). When |candidates[t]| <= top_k, every candidate is selected without scoring.
+//     A NaN score ranks below every other score (as -inf): it is never selected over a finite one.
 // `selected` is resized to n_tokens; its inner vectors keep their capacity between calls.
 void lightning_indexer_select(ThreadPool &pool, const IndexerShape &shape, IndexerPrecision precision, const float *q,
                               const float *w, int64_t n_tokens, const RowStore &keys,

@@ -1,0 +1,113 @@
+// Lightning-indexer selection speed: decode (1 query) and prefill (512 queries, the last 512 positions of
+// the context, causal) against 4K and 16K f16 keys; H 32, D 128, top_k 2048; exact and fast mode.
+//
+//   ./build/bench/sparrow_indexer_bench [--threads=N] [google benchmark flags]
+//
+// Reported: keys/s = (query, key) pairs scored per second; GFLOP/s counts 2 * H * D flops per pair (the
+// dot products; relu, weights and the top-k are not counted).
+#include <benchmark/benchmark.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "attention/lightning_indexer.h"
+#include "core/thread_pool.h"
+
+namespace {
+
+using namespace sparrow;
+
+constexpr int64_t kHeads = 32, kDim = 128, kTopK = 2048;
+
+int g_threads = 1;  // set once from --threads before the benchmarks run
+
+struct Data {
+    RowStore keys;
+    std::vector<int32_t> cells;  // the sequence's cells in position order
+    std::vector<std::span<const int32_t>> cand;
+    std::vector<float> q, w;
+    int64_t n_tokens = 0, pairs = 0;
+
+    Data(int64_t context, int64_t n_tokens_) : keys(DType::F16, context, kDim), n_tokens(n_tokens_) {
+        std::mt19937 rng(7);
+        std::normal_distribution<float> gauss(0.0f, 1.0f);
+        std::vector<float> row(kDim);
+        for (int64_t c = 0; c < context; ++c) {
+            for (auto &x : row) x = gauss(rng);
+            keys.write(c, row.data());
+        }
+        cells.resize(static_cast<size_t>(context));
+        for (int64_t c = 0; c < context; ++c) cells[static_cast<size_t>(c)] = static_cast<int32_t>(c);
+        for (int64_t t = 0; t < n_tokens; ++t) {
+            const int64_t len = context - (n_tokens - 1 - t);  // causal: query t sees positions <= its own
+            cand.emplace_back(cells.data(), static_cast<size_t>(len));
+            pairs += len;
+        }
+        q.resize(static_cast<size_t>(n_tokens * kHeads * kDim));
+        w.resize(static_cast<size_t>(n_tokens * kHeads));
+        for (auto &x : q) x = gauss(rng);
+        for (auto &x : w) x = std::fabs(gauss(rng)) / std::sqrt(float(kHeads));
+    }
+};
+
+void BM_indexer(benchmark::State &state, IndexerPrecision precision, int64_t context, int64_t n_tokens) {
+    static std::unique_ptr<Data> cached;  // the largest set-up is reused between benchmarks of the same shape
+    if (!cached || cached->keys.width() != kDim || static_cast<int64_t>(cached->cells.size()) != context ||
+        cached->n_tokens != n_tokens) {
+        cached = std::make_unique<Data>(context, n_tokens);
+    }
+    Data &d = *cached;
+    ThreadPool pool(g_threads);
+    std::vector<std::vector<int32_t>> selected;
+    for (auto _ : state) {
+        lightning_indexer_select(pool, {kHeads, kDim}, precision, d.q.data(), d.w.data(), d.n_tokens, d.keys, d.cand,
+                                 kTopK, selected);
+        benchmark::DoNotOptimize(selected.data());
+    }
+    const double pairs = double(d.pairs) * double(state.iterations());
+    state.counters["keys/s"] = benchmark::Counter(pairs, benchmark::Counter::kIsRate);
+    state.counters["GFLOP/s"] = benchmark::Counter(pairs * 2.0 * kHeads * kDim * 1e-9, benchmark::Counter::kIsRate);
+    state.counters["threads"] = g_threads;
+}
+
+void register_all() {
+    for (int64_t n_tokens : {int64_t(1), int64_t(512)}) {
+        for (int64_t context : {int64_t(4096), int64_t(16384)}) {
+            for (auto [precision, name] :
+                 {std::pair{IndexerPrecision::exact, "exact"}, std::pair{IndexerPrecision::fast, "fast"}}) {
+                const std::string label = std::string(n_tokens == 1 ? "decode" : "prefill512") + "/ctx" +
+                                          std::to_string(context) + "/" + name + "/f16";
+                benchmark::RegisterBenchmark(label.c_str(), BM_indexer, precision, context, n_tokens)
+                    ->Unit(benchmark::kMillisecond)
+                    ->UseRealTime()
+                    ->MinTime(n_tokens == 1 ? 0.5 : 0.1);
+            }
+        }
+    }
+}
+
+}  // namespace
+
+int main(int argc, char **argv) {
+    // --threads=N is ours; everything else goes to Google Benchmark.
+    std::vector<char *> args;
+    for (int i = 0; i < argc; ++i) {
+        if (std::strncmp(argv[i], "--threads=", 10) == 0) {
+            g_threads = std::max(1, std::atoi(argv[i] + 10));
+        } else {
+            args.push_back(argv[i]);
+        }
+    }
+    int n_args = static_cast<int>(args.size());
+    benchmark::Initialize(&n_args, args.data());
+    register_all();
+    benchmark::RunSpecifiedBenchmarks();
+    benchmark::Shutdown();
+    return 0;
+}

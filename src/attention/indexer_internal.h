@@ -1,0 +1,17 @@
+// lightning_indexer_select with an explicit kernel level, so tests can run every level the CPU has (the
+// public function uses the active level of kernels/cpu/dispatch.h, which SPARROW_ISA can lower).
+#pragma once
+
+#include "attention/lightning_indexer.h"
+#include "kernels/cpu/dispatch.h"
+
+namespace sparrow::indexer {
+
+// As lightning_indexer_select; `isa` must be a level the CPU has (cpu::cpu_supports). avx512 runs the
+// AVX2 kernels (there are no AVX-512 ones yet).
+void select_with_isa(cpu::Isa isa, ThreadPool &pool, const IndexerShape &shape, IndexerPrecision precision,
+                     const float *q, const float *w, int64_t n_tokens, const RowStore &keys,
+                     std::span<const std::span<const int32_t>> candidates, int64_t top_k,
+                     std::vector<std::vector<int32_t>> &selected);
+
+}  // namespace sparrow::indexer

@@ -1,0 +1,278 @@
+// AVX2 + FMA + F16C versions of the lightning-indexer inner loops (contracts in indexer_kernels.h).
+// Compiled with -mavx2 -mfma -mf16c and called only when cpuid says the CPU has them.
+//
+// ODR rule (as src/kernels/cpu/kernels_avx2.cpp): this file includes only <immintrin.h>, <cstddef>,
+// <cstdint>, <cstring> and indexer_kernels.h (declarations and constants), and everything but the
+// exported kernels sits in an anonymous namespace.
+//
+// Both scoring loops vectorise over heads, not over the key's elements: for each element i of a key, one
+// broadcast of k[i] (f32, or 2 int16 elements as a dword) meets 8 heads of q per vector, so a key is read
+// once for all heads, no horizontal sum is needed until the key's score, and relu and the head weights
+// apply to whole vectors. Two keys share each q load (register block: 2 keys x up to 4 head vectors = 8
+// accumulators, what the FMA latency x throughput of Zen 3 and Skylake needs).
+#include <immintrin.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#include "attention/indexer_kernels.h"
+
+namespace sparrow::indexer::avx2 {
+
+namespace {
+
+constexpr int kMaxVec = 4;  // head vectors per pass (32 heads): 2 keys x 4 vectors = 8 accumulators
+
+inline float hsum(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+// Keeps a loaded vector in a register: without this GCC folds the load into each of the two FMAs that use
+// it, loading q twice per element pair, and the loop becomes load-bound (10 loads per 8 FMAs).
+template <typename V>
+inline void pin(V &v) {
+    asm("" : "+x"(v));
+}
+
+// relu keeping NaN: max_ps returns its second operand when either is NaN.
+inline __m256 relu(__m256 v) { return _mm256_max_ps(_mm256_setzero_ps(), v); }
+
+// 8 elements of a key row from element i, widened to f32. R is the row type (kRowF32, kRowF16, kRowBF16).
+template <uint32_t R>
+inline __m256 load8(const void *row, int64_t i) {
+    const auto *h = static_cast<const uint16_t *>(row) + i;
+    if constexpr (R == kRowF16) {
+        return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(h)));
+    } else if constexpr (R == kRowBF16) {
+        return _mm256_castsi256_ps(
+            _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i *>(h))), 16));
+    } else {
+        return _mm256_loadu_ps(static_cast<const float *>(row) + i);
+    }
+}
+
+template <uint32_t R>
+inline float load1(const void *row, int64_t i) {
+    if constexpr (R == kRowF16) {
+        return _cvtsh_ss(static_cast<const uint16_t *>(row)[i]);
+    } else if constexpr (R == kRowBF16) {
+        const uint32_t u = uint32_t(static_cast<const uint16_t *>(row)[i]) << 16;
+        float f;
+        std::memcpy(&f, &u, 4);
+        return f;
+    } else {
+        return static_cast<const float *>(row)[i];
+    }
+}
+
+// --- exact: f32 ------------------------------------------------------------------------------------------
+// NV head vectors (8 * NV heads starting at qT's column 0, row stride hp) against every key; the scores
+// are written (first pass) or added (later passes over more heads).
+template <int NV>
+void score_pass_f32(const float *qT, const float *w, int64_t hp, int64_t d, const float *const *keys, int64_t n,
+                    float *scores, bool add) {
+    __m256 wv[NV];
+    for (int v = 0; v < NV; ++v) wv[v] = _mm256_loadu_ps(w + 8 * v);
+    int64_t j = 0;
+    for (; j + 2 <= n; j += 2) {
+        const float *k0 = keys[j], *k1 = keys[j + 1];
+        __m256 a0[NV], a1[NV];
+        for (int v = 0; v < NV; ++v) a0[v] = a1[v] = _mm256_setzero_ps();
+        const float *qp = qT;
+        for (int64_t i = 0; i < d; ++i, qp += hp) {
+            const __m256 b0 = _mm256_broadcast_ss(k0 + i), b1 = _mm256_broadcast_ss(k1 + i);
+            for (int v = 0; v < NV; ++v) {
+                __m256 qv = _mm256_loadu_ps(qp + 8 * v);
+                pin(qv);
+                a0[v] = _mm256_fmadd_ps(b0, qv, a0[v]);
+                a1[v] = _mm256_fmadd_ps(b1, qv, a1[v]);
+            }
+        }
+        __m256 s0 = _mm256_mul_ps(wv[0], relu(a0[0])), s1 = _mm256_mul_ps(wv[0], relu(a1[0]));
+        for (int v = 1; v < NV; ++v) {
+            s0 = _mm256_fmadd_ps(wv[v], relu(a0[v]), s0);
+            s1 = _mm256_fmadd_ps(wv[v], relu(a1[v]), s1);
+        }
+        scores[j] = add ? scores[j] + hsum(s0) : hsum(s0);
+        scores[j + 1] = add ? scores[j + 1] + hsum(s1) : hsum(s1);
+    }
+    if (j < n) {
+        const float *k0 = keys[j];
+        __m256 a0[NV];
+        for (int v = 0; v < NV; ++v) a0[v] = _mm256_setzero_ps();
+        const float *qp = qT;
+        for (int64_t i = 0; i < d; ++i, qp += hp) {
+            const __m256 b0 = _mm256_broadcast_ss(k0 + i);
+            for (int v = 0; v < NV; ++v) a0[v] = _mm256_fmadd_ps(b0, _mm256_loadu_ps(qp + 8 * v), a0[v]);
+        }
+        __m256 s0 = _mm256_mul_ps(wv[0], relu(a0[0]));
+        for (int v = 1; v < NV; ++v) s0 = _mm256_fmadd_ps(wv[v], relu(a0[v]), s0);
+        scores[j] = add ? scores[j] + hsum(s0) : hsum(s0);
+    }
+}
+
+// --- fast: int16 x int16 ----------------------------------------------------------------------------------
+// As score_pass_f32 with integer products: madd multiplies a broadcast pair of key elements by the pairs of
+// 8 heads and adds each head's two products into an int32: 16 multiply-adds per instruction, twice an FMA's
+// 8, with exact integer sums.
+template <int NV>
+void score_pass_i16(const int16_t *qT2, const float *wq, int64_t hp, int64_t dp, const int16_t *keys,
+                    const float *kscale, int64_t n, float *scores, bool add) {
+    __m256 wv[NV];
+    for (int v = 0; v < NV; ++v) wv[v] = _mm256_loadu_ps(wq + 8 * v);
+    const int64_t n_pairs = dp / 2;
+    const int64_t q_stride = hp * 2;  // int16 from one pair of elements to the next
+    auto finish = [&](const __m256i *acc, int64_t j) {
+        __m256 s = _mm256_mul_ps(wv[0], relu(_mm256_cvtepi32_ps(acc[0])));
+        for (int v = 1; v < NV; ++v) s = _mm256_fmadd_ps(wv[v], relu(_mm256_cvtepi32_ps(acc[v])), s);
+        const float r = kscale[j] * hsum(s);
+        scores[j] = add ? scores[j] + r : r;
+    };
+    int64_t j = 0;
+    for (; j + 2 <= n; j += 2) {
+        const int16_t *k0 = keys + j * dp, *k1 = k0 + dp;
+        __m256i a0[NV], a1[NV];
+        for (int v = 0; v < NV; ++v) a0[v] = a1[v] = _mm256_setzero_si256();
+        const int16_t *qp = qT2;
+        for (int64_t g = 0; g < n_pairs; ++g, qp += q_stride) {
+            int32_t x0, x1;
+            std::memcpy(&x0, k0 + 2 * g, 4);
+            std::memcpy(&x1, k1 + 2 * g, 4);
+            const __m256i b0 = _mm256_set1_epi32(x0), b1 = _mm256_set1_epi32(x1);
+            for (int v = 0; v < NV; ++v) {
+                const __m256i qv = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(qp + 16 * v));
+                a0[v] = _mm256_add_epi32(a0[v], _mm256_madd_epi16(b0, qv));
+                a1[v] = _mm256_add_epi32(a1[v], _mm256_madd_epi16(b1, qv));
+            }
+        }
+        finish(a0, j);
+        finish(a1, j + 1);
+    }
+    if (j < n) {
+        const int16_t *k0 = keys + j * dp;
+        __m256i a0[NV];
+        for (int v = 0; v < NV; ++v) a0[v] = _mm256_setzero_si256();
+        const int16_t *qp = qT2;
+        for (int64_t g = 0; g < n_pairs; ++g, qp += q_stride) {
+            int32_t x0;
+            std::memcpy(&x0, k0 + 2 * g, 4);
+            const __m256i b0 = _mm256_set1_epi32(x0);
+            for (int v = 0; v < NV; ++v) {
+                a0[v] = _mm256_add_epi32(
+                    a0[v], _mm256_madd_epi16(b0, _mm256_loadu_si256(reinterpret_cast<const __m256i *>(qp + 16 * v))));
+            }
+        }
+        finish(a0, j);
+    }
+}
+
+template <uint32_t R>
+void convert_rows_t(const void *const *rows, int64_t n_rows, int64_t d, float *out) {
+    for (int64_t j = 0; j < n_rows; ++j, out += d) {
+        int64_t i = 0;
+        for (; i + 8 <= d; i += 8) _mm256_storeu_ps(out + i, load8<R>(rows[j], i));
+        for (; i < d; ++i) out[i] = load1<R>(rows[j], i);
+    }
+}
+
+template <uint32_t R>
+void quantize_keys_t(const void *const *rows, int64_t n_rows, int64_t d, int64_t dp, int16_t *out, float *kscale) {
+    const __m256 sign_bit = _mm256_set1_ps(-0.0f);
+    const __m256 inf = _mm256_set1_ps(__builtin_inff());
+    for (int64_t j = 0; j < n_rows; ++j, out += dp) {
+        const void *row = rows[j];
+        // Pass 1: max |x|, and whether any element is inf or NaN (|x| not less than inf, unordered true).
+        __m256 amax8 = _mm256_setzero_ps(), bad8 = _mm256_setzero_ps();
+        int64_t i = 0;
+        for (; i + 8 <= d; i += 8) {
+            const __m256 a = _mm256_andnot_ps(sign_bit, load8<R>(row, i));
+            amax8 = _mm256_max_ps(amax8, a);
+            bad8 = _mm256_or_ps(bad8, _mm256_cmp_ps(a, inf, _CMP_NLT_UQ));
+        }
+        __m128 m = _mm_max_ps(_mm256_castps256_ps128(amax8), _mm256_extractf128_ps(amax8, 1));
+        m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+        m = _mm_max_ss(m, _mm_movehdup_ps(m));
+        float amax = _mm_cvtss_f32(m);
+        bool finite = _mm256_movemask_ps(bad8) == 0;
+        for (int64_t t = i; t < d; ++t) {
+            const float v = load1<R>(row, t);
+            const float a = v < 0.0f ? -v : v;
+            finite = finite && a < __builtin_inff();  // false for inf and NaN
+            amax = a > amax ? a : amax;
+        }
+        if (!finite || amax == 0.0f) {
+            std::memset(out, 0, static_cast<size_t>(dp) * sizeof(int16_t));
+            kscale[j] = finite ? 0.0f : __builtin_nanf("");
+            continue;
+        }
+        kscale[j] = amax / kKeyQuantMax;
+        const float inv = kKeyQuantMax / amax;
+        // Pass 2: round to nearest even (the default MXCSR mode) and narrow to int16.
+        const __m256 invv = _mm256_set1_ps(inv);
+        for (i = 0; i + 8 <= d; i += 8) {
+            const __m256i q = _mm256_cvtps_epi32(_mm256_mul_ps(load8<R>(row, i), invv));
+            _mm_storeu_si128(reinterpret_cast<__m128i *>(out + i),
+                             _mm_packs_epi32(_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1)));
+        }
+        for (; i < d; ++i) {
+            int32_t r = _mm_cvtss_si32(_mm_set_ss(load1<R>(row, i) * inv));
+            r = r > kKeyQuantMax ? kKeyQuantMax : (r < -kKeyQuantMax ? -kKeyQuantMax : r);
+            out[i] = static_cast<int16_t>(r);
+        }
+        for (; i < dp; ++i) out[i] = 0;
+    }
+}
+
+}  // namespace
+
+void score_f32(const float *qT, const float *w, int64_t hp, int64_t d, const float *const *keys, int64_t n_keys,
+               float *scores) {
+    for (int64_t h0 = 0; h0 < hp; h0 += 8 * kMaxVec) {
+        const int64_t nv = (hp - h0) / 8 < kMaxVec ? (hp - h0) / 8 : kMaxVec;
+        const bool add = h0 > 0;
+        switch (nv) {
+            case 1: score_pass_f32<1>(qT + h0, w + h0, hp, d, keys, n_keys, scores, add); break;
+            case 2: score_pass_f32<2>(qT + h0, w + h0, hp, d, keys, n_keys, scores, add); break;
+            case 3: score_pass_f32<3>(qT + h0, w + h0, hp, d, keys, n_keys, scores, add); break;
+            default: score_pass_f32<4>(qT + h0, w + h0, hp, d, keys, n_keys, scores, add); break;
+        }
+    }
+}
+
+void score_i16(const int16_t *qT2, const float *wq, int64_t hp, int64_t dp, const int16_t *keys, const float *kscale,
+               int64_t n_keys, float *scores) {
+    for (int64_t h0 = 0; h0 < hp; h0 += 8 * kMaxVec) {
+        const int64_t nv = (hp - h0) / 8 < kMaxVec ? (hp - h0) / 8 : kMaxVec;
+        const bool add = h0 > 0;
+        const int16_t *q = qT2 + 2 * h0;
+        switch (nv) {
+            case 1: score_pass_i16<1>(q, wq + h0, hp, dp, keys, kscale, n_keys, scores, add); break;
+            case 2: score_pass_i16<2>(q, wq + h0, hp, dp, keys, kscale, n_keys, scores, add); break;
+            case 3: score_pass_i16<3>(q, wq + h0, hp, dp, keys, kscale, n_keys, scores, add); break;
+            default: score_pass_i16<4>(q, wq + h0, hp, dp, keys, kscale, n_keys, scores, add); break;
+        }
+    }
+}
+
+void convert_rows(uint32_t row_type, const void *const *rows, int64_t n_rows, int64_t d, float *out) {
+    switch (row_type) {
+        case kRowF16: convert_rows_t<kRowF16>(rows, n_rows, d, out); return;
+        case kRowBF16: convert_rows_t<kRowBF16>(rows, n_rows, d, out); return;
+        default: convert_rows_t<kRowF32>(rows, n_rows, d, out); return;
+    }
+}
+
+void quantize_keys(uint32_t row_type, const void *const *rows, int64_t n_rows, int64_t d, int64_t dp, int16_t *out,
+                   float *kscale) {
+    switch (row_type) {
+        case kRowF16: quantize_keys_t<kRowF16>(rows, n_rows, d, dp, out, kscale); return;
+        case kRowBF16: quantize_keys_t<kRowBF16>(rows, n_rows, d, dp, out, kscale); return;
+        default: quantize_keys_t<kRowF32>(rows, n_rows, d, dp, out, kscale); return;
+    }
+}
+
+}  // namespace sparrow::indexer::avx2

@@ -1,0 +1,427 @@
+// lightning_indexer_select against a plain reference: every score in double, selection by a full stable sort
+// (so ties go to the earlier candidate), NaN ranked as -inf. Exact mode must match it exactly where f32
+// arithmetic is exact (small-integer data: every product and sum is an integer below 2^24) and up to
+// near-ties otherwise; fast mode must keep a mean Jaccard >= 0.98 with exact mode on structured data.
+// Every kernel level the CPU has is run.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "attention/indexer_internal.h"
+#include "attention/lightning_indexer.h"
+#include "core/error.h"
+#include "test_util.h"
+
+namespace sparrow {
+namespace {
+
+// The levels to test: every one this CPU runs (avx512 would run the AVX2 kernels again, so it is skipped).
+std::vector<cpu::Isa> levels() {
+    std::vector<cpu::Isa> out = {cpu::Isa::scalar};
+    if (cpu::cpu_supports(cpu::Isa::avx2)) out.push_back(cpu::Isa::avx2);
+    return out;
+}
+
+// A ubatch of queries over sequences whose cells interleave in the store.
+struct Problem {
+    IndexerShape shape;
+    int64_t n_tokens = 0;
+    std::vector<float> q, w;                      // [n_tokens, H, D], [n_tokens, H]
+    RowStore keys;                                // one row per cell
+    std::vector<std::vector<int32_t>> owned;      // candidate lists that are not views of a sequence's cells
+    std::vector<std::vector<int32_t>> seq_cells;  // per sequence: its cells in position order
+    std::vector<std::span<const int32_t>> cand;   // per token
+};
+
+// n_seq sequences of seq_len cells each; the cells of all sequences are shuffled together so that each
+// sequence's cells are interleaved with the others' and not contiguous. Token t belongs to sequence
+// t % n_seq and, causally, sees a prefix of its sequence: the last token of a sequence sees `last_cand`
+// cells, each earlier one a cell less (at least 0). Every third token gets its own copy of its list (not a
+// view of the sequence array), and with `fork` a token's tail is replaced by other cells (a forked sequence
+// that shares only a prefix).
+Problem make_problem(std::mt19937 &rng, int64_t n_tokens, int64_t n_seq, int64_t last_cand, int64_t n_head,
+                     int64_t head_dim, DType key_type, bool fork = false) {
+    Problem p;
+    p.shape = {n_head, head_dim};
+    p.n_tokens = n_tokens;
+    const int64_t seq_len = last_cand + 64;  // spare cells for forks
+    std::vector<int32_t> cells(static_cast<size_t>(n_seq * seq_len));
+    std::iota(cells.begin(), cells.end(), 0);
+    std::shuffle(cells.begin(), cells.end(), rng);
+    p.seq_cells.resize(static_cast<size_t>(n_seq));
+    for (int64_t s = 0; s < n_seq; ++s) {
+        p.seq_cells[static_cast<size_t>(s)].assign(cells.begin() + s * seq_len, cells.begin() + (s + 1) * seq_len);
+    }
+    p.keys = RowStore(key_type, n_seq * seq_len, head_dim);
+    p.owned.resize(static_cast<size_t>(n_tokens));
+    const int64_t per_seq = (n_tokens + n_seq - 1) / n_seq;
+    for (int64_t t = 0; t < n_tokens; ++t) {
+        const auto &sc = p.seq_cells[static_cast<size_t>(t % n_seq)];
+        const int64_t i = t / n_seq;  // index of the token within its sequence
+        const int64_t len = std::max<int64_t>(0, last_cand - (per_seq - 1 - i));
+        auto &own = p.owned[static_cast<size_t>(t)];
+        if (fork && len > 8 && t % 2 == 1) {
+            own.assign(sc.begin(), sc.begin() + len / 2);  // shared prefix, then the spare cells
+            for (int64_t k = len / 2; k < len; ++k)
+                own.push_back(sc[static_cast<size_t>(seq_len - 1 - (k - len / 2) % 64)]);
+            p.cand.emplace_back(own);
+        } else if (t % 3 == 2) {
+            own.assign(sc.begin(), sc.begin() + len);
+            p.cand.emplace_back(own);
+        } else {
+            p.cand.emplace_back(sc.data(), static_cast<size_t>(len));
+        }
+    }
+    p.q.resize(static_cast<size_t>(n_tokens * n_head * head_dim));
+    p.w.resize(static_cast<size_t>(n_tokens * n_head));
+    return p;
+}
+
+// Small integers: q, k in [-3, 3], w in {-1, 1, 2, 3} / 4 (exact binary fractions). Dots are integers up to
+// 9 * 128, scores multiples of 1/4 below 2^20: f32 computes them exactly in any order, ties are common.
+void fill_integer(std::mt19937 &rng, Problem &p) {
+    std::uniform_int_distribution<int> small(-3, 3), wsel(0, 3);
+    const float wv[4] = {-0.25f, 0.25f, 0.5f, 0.75f};
+    for (auto &x : p.q) x = float(small(rng));
+    for (auto &x : p.w) x = wv[wsel(rng)];
+    const int64_t n_cells = p.keys.n_bytes() / p.keys.row_bytes();
+    std::vector<float> row(static_cast<size_t>(p.shape.head_dim));
+    for (int64_t c = 0; c < n_cells; ++c) {
+        for (auto &x : row) x = float(small(rng));
+        p.keys.write(c, row.data());
+    }
+}
+
+// Keys from 16 clusters plus noise and a slow drift along the cell index; each query head leans towards
+// one cluster; head weights mostly positive. Close to what a trained indexer produces: a few keys stand
+// out, most are near the bulk.
+void fill_structured(std::mt19937 &rng, Problem &p) {
+    const int64_t d = p.shape.head_dim, n_cells = p.keys.n_bytes() / p.keys.row_bytes();
+    std::normal_distribution<float> gauss(0.0f, 1.0f);
+    std::uniform_int_distribution<int> cluster(0, 15);
+    std::vector<float> centroids(static_cast<size_t>(16 * d)), drift(static_cast<size_t>(2 * d));
+    for (auto &x : centroids) x = gauss(rng);
+    for (auto &x : drift) x = gauss(rng);
+    std::vector<float> row(static_cast<size_t>(d));
+    for (int64_t c = 0; c < n_cells; ++c) {
+        const float *cen = centroids.data() + cluster(rng) * d;
+        const float phase = float(c) / 997.0f;
+        for (int64_t i = 0; i < d; ++i) {
+            row[static_cast<size_t>(i)] = 0.6f * cen[i] + 0.8f * gauss(rng) +
+                                          0.3f * (std::cos(phase) * drift[static_cast<size_t>(i)] +
+                                                  std::sin(phase) * drift[static_cast<size_t>(d + i)]);
+        }
+        p.keys.write(c, row.data());
+    }
+    std::uniform_real_distribution<float> uni(0.0f, 1.0f);
+    for (int64_t t = 0; t < p.n_tokens; ++t) {
+        for (int64_t h = 0; h < p.shape.n_head; ++h) {
+            const float *cen = centroids.data() + cluster(rng) * d;
+            float *qh = p.q.data() + (t * p.shape.n_head + h) * d;
+            for (int64_t i = 0; i < d; ++i) qh[i] = 0.5f * cen[i] + gauss(rng);
+            const float sign = uni(rng) < 0.85f ? 1.0f : -1.0f;
+            p.w[static_cast<size_t>(t * p.shape.n_head + h)] =
+                sign * (0.2f + uni(rng)) / std::sqrt(float(p.shape.n_head));
+        }
+    }
+}
+
+// Reference scores of token t for every candidate, in double; NaN becomes -inf.
+std::vector<double> reference_scores(const Problem &p, int64_t t) {
+    const int64_t H = p.shape.n_head, D = p.shape.head_dim;
+    const auto list = p.cand[static_cast<size_t>(t)];
+    std::vector<double> out(list.size());
+    std::vector<float> k(static_cast<size_t>(D));
+    for (size_t j = 0; j < list.size(); ++j) {
+        dequantize_row(p.keys.type(), p.keys.row(list[j]), k.data(), D);
+        double score = 0.0;
+        for (int64_t h = 0; h < H; ++h) {
+            const float *qh = p.q.data() + (t * H + h) * D;
+            double dot = 0.0;
+            for (int64_t i = 0; i < D; ++i) dot += double(qh[i]) * double(k[static_cast<size_t>(i)]);
+            const double relu = dot < 0.0 ? 0.0 : dot;  // keeps NaN
+            score += double(p.w[static_cast<size_t>(t * H + h)]) * relu;
+        }
+        out[j] = std::isnan(score) ? -std::numeric_limits<double>::infinity() : score;
+    }
+    return out;
+}
+
+// The reference selection: candidate indices of the top_k by a stable sort (earlier candidate first on
+// ties), returned in candidate order.
+std::vector<int64_t> reference_pick(const std::vector<double> &scores, int64_t top_k) {
+    std::vector<int64_t> order(scores.size());
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
+        return scores[static_cast<size_t>(a)] > scores[static_cast<size_t>(b)];
+    });
+    order.resize(static_cast<size_t>(std::min<int64_t>(top_k, static_cast<int64_t>(order.size()))));
+    std::sort(order.begin(), order.end());
+    return order;
+}
+
+std::vector<int32_t> to_cells(std::span<const int32_t> list, const std::vector<int64_t> &idx) {
+    std::vector<int32_t> out;
+    for (int64_t i : idx) out.push_back(list[static_cast<size_t>(i)]);
+    return out;
+}
+
+std::vector<std::vector<int32_t>> run(cpu::Isa isa, ThreadPool &pool, const Problem &p, IndexerPrecision precision,
+                                      int64_t top_k) {
+    std::vector<std::vector<int32_t>> selected;
+    indexer::select_with_isa(isa, pool, p.shape, precision, p.q.data(), p.w.data(), p.n_tokens, p.keys, p.cand, top_k,
+                             selected);
+    return selected;
+}
+
+double jaccard(std::vector<int32_t> a, std::vector<int32_t> b) {
+    std::sort(a.begin(), a.end());
+    std::sort(b.begin(), b.end());
+    std::vector<int32_t> both;
+    std::set_intersection(a.begin(), a.end(), b.begin(), b.end(), std::back_inserter(both));
+    const size_t uni = a.size() + b.size() - both.size();
+    return uni == 0 ? 1.0 : double(both.size()) / double(uni);
+}
+
+struct SweepCase {
+    int64_t n_tokens, n_seq, last_cand, n_head, head_dim, top_k;
+    DType key_type;
+    bool fork;
+};
+
+std::string describe(const SweepCase &c) {
+    return "tokens " + std::to_string(c.n_tokens) + " seqs " + std::to_string(c.n_seq) + " cand " +
+           std::to_string(c.last_cand) + " H " + std::to_string(c.n_head) + " D " + std::to_string(c.head_dim) +
+           " top_k " + std::to_string(c.top_k) + " keys " + std::string(dtype_name(c.key_type)) +
+           (c.fork ? " forked" : "");
+}
+
+// Exact mode on small-integer data equals the reference exactly, ties included.
+TEST(Indexer, ExactMatchesReferenceOnAwkwardSizes) {
+    std::vector<SweepCase> cases;
+    // Candidate counts around top_k for each top_k, with small shapes.
+    for (int64_t top_k : {1, 7, 64}) {
+        for (int64_t cand : {int64_t(0), int64_t(1), top_k - 1, top_k, top_k + 1, int64_t(1000)}) {
+            cases.push_back({17, 2, cand, 3, 32, top_k, DType::F32, false});
+        }
+    }
+    cases.push_back({3, 1, 4097, 32, 128, 64, DType::F16, false});
+    cases.push_back({3, 3, 4097, 1, 64, 7, DType::F32, false});
+    cases.push_back({64, 4, 1000, 3, 32, 7, DType::F16, true});
+    cases.push_back({64, 1, 4097, 1, 32, 64, DType::F32, false});
+    cases.push_back({1, 1, 4097, 32, 128, 2048, DType::F16, false});
+    cases.push_back({17, 3, 1000, 32, 64, 2048, DType::F32, false});  // top_k > every candidate list
+    cases.push_back({17, 3, 2049, 3, 128, 2048, DType::BF16, true});
+    cases.push_back({1, 1, 1, 32, 128, 64, DType::F16, false});
+    cases.push_back({64, 2, 300, 32, 32, 64, DType::F32, true});
+    std::mt19937 rng(1234);
+    for (const SweepCase &c : cases) {
+        Problem p = make_problem(rng, c.n_tokens, c.n_seq, c.last_cand, c.n_head, c.head_dim, c.key_type, c.fork);
+        fill_integer(rng, p);
+        for (cpu::Isa isa : levels()) {
+            for (int n_threads : {1, 2}) {
+                ThreadPool pool(n_threads);
+                const auto got = run(isa, pool, p, IndexerPrecision::exact, c.top_k);
+                ASSERT_EQ(got.size(), static_cast<size_t>(c.n_tokens));
+                for (int64_t t = 0; t < c.n_tokens; ++t) {
+                    const auto want =
+                        to_cells(p.cand[static_cast<size_t>(t)], reference_pick(reference_scores(p, t), c.top_k));
+                    ASSERT_EQ(got[static_cast<size_t>(t)], want)
+                        << describe(c) << " token " << t << " isa " << cpu::isa_name(isa) << " threads " << n_threads;
+                }
+            }
+        }
+    }
+}
+
+// Continuous data: exact mode may differ from the double reference only where two scores are closer than
+// f32 rounding, i.e. every key it picks scores at least the reference cut minus a tolerance, and every key
+// it leaves scores at most the cut plus the tolerance.
+TEST(Indexer, ExactMatchesReferenceUpToNearTies) {
+    std::mt19937 rng(99);
+    for (int64_t top_k : {64, 2048}) {
+        Problem p = make_problem(rng, 17, 2, 4097, 32, 128, DType::F16);
+        fill_structured(rng, p);
+        for (cpu::Isa isa : levels()) {
+            ThreadPool pool(2);
+            const auto got = run(isa, pool, p, IndexerPrecision::exact, top_k);
+            for (int64_t t = 0; t < p.n_tokens; ++t) {
+                const auto list = p.cand[static_cast<size_t>(t)];
+                const auto scores = reference_scores(p, t);
+                ASSERT_EQ(got[static_cast<size_t>(t)].size(), std::min<size_t>(size_t(top_k), list.size()));
+                if (static_cast<int64_t>(list.size()) <= top_k) continue;
+                std::vector<double> sorted = scores;
+                std::sort(sorted.begin(), sorted.end(), std::greater<>());
+                const double cut = sorted[static_cast<size_t>(top_k - 1)];
+                const double tol = 1e-5 * std::max(1.0, std::fabs(cut));
+                std::set<int32_t> picked(got[static_cast<size_t>(t)].begin(), got[static_cast<size_t>(t)].end());
+                for (size_t j = 0; j < list.size(); ++j) {
+                    if (picked.count(list[j])) {
+                        EXPECT_GE(scores[j], cut - tol) << "token " << t << " picked a low key";
+                    } else {
+                        EXPECT_LE(scores[j], cut + tol) << "token " << t << " left a high key";
+                    }
+                }
+                // Candidate order: positions of the picked cells in the list increase.
+                std::vector<int64_t> where(p.keys.n_bytes() / p.keys.row_bytes(), -1);
+                for (size_t j = 0; j < list.size(); ++j) where[static_cast<size_t>(list[j])] = static_cast<int64_t>(j);
+                const auto &g = got[static_cast<size_t>(t)];
+                for (size_t i = 1; i < g.size(); ++i) {
+                    EXPECT_LT(where[static_cast<size_t>(g[i - 1])], where[static_cast<size_t>(g[i])]);
+                }
+            }
+        }
+    }
+}
+
+// All scores equal (every dot product negative, so relu gives 0): the first top_k candidates win.
+TEST(Indexer, TiesGoToTheEarlierCandidate) {
+    std::mt19937 rng(5);
+    Problem p = make_problem(rng, 5, 1, 3000, 32, 64, DType::F16);
+    std::vector<float> row(64, 1.0f);
+    for (int64_t c = 0; c < p.keys.n_bytes() / p.keys.row_bytes(); ++c) p.keys.write(c, row.data());
+    std::fill(p.q.begin(), p.q.end(), -0.5f);
+    std::fill(p.w.begin(), p.w.end(), 1.0f);
+    for (auto precision : {IndexerPrecision::exact, IndexerPrecision::fast}) {
+        for (cpu::Isa isa : levels()) {
+            ThreadPool pool(2);
+            const auto got = run(isa, pool, p, precision, 700);
+            for (int64_t t = 0; t < p.n_tokens; ++t) {
+                const auto list = p.cand[static_cast<size_t>(t)];
+                EXPECT_EQ(got[static_cast<size_t>(t)], std::vector<int32_t>(list.begin(), list.begin() + 700));
+            }
+        }
+    }
+    // Identical positive scores for a block of keys in the middle: the earliest of them fill the cut.
+    std::fill(p.q.begin(), p.q.end(), 0.25f);
+    std::vector<float> zero(64, 0.0f), low(64, 0.5f);
+    const auto &seq = p.seq_cells[0];
+    for (size_t j = 0; j < seq.size(); ++j) p.keys.write(seq[j], j >= 1000 && j < 1500 ? row.data() : low.data());
+    for (cpu::Isa isa : levels()) {
+        ThreadPool pool(2);
+        const auto got = run(isa, pool, p, IndexerPrecision::exact, 300);
+        EXPECT_EQ(got.back(), std::vector<int32_t>(seq.begin() + 1000, seq.begin() + 1300));
+    }
+}
+
+// NaN in a query head makes all its scores NaN (= -inf, ties by position); NaN in keys never beats a finite
+// key; nothing crashes. Fast mode falls back to exact for such a query and must agree.
+TEST(Indexer, NaNNeverBeatsAFiniteScore) {
+    std::mt19937 rng(77);
+    Problem p = make_problem(rng, 4, 1, 2000, 32, 128, DType::F16);
+    fill_structured(rng, p);
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    p.q[5] = nan;                            // token 0, head 0
+    p.w[static_cast<size_t>(32 + 3)] = nan;  // token 1, head 3
+    // Keys holding NaN: the first 100 cells of the sequence.
+    std::vector<float> bad(128, 1.0f);
+    bad[7] = nan;
+    for (int j = 0; j < 100; ++j) p.keys.write(p.seq_cells[0][static_cast<size_t>(j)], bad.data());
+    for (auto precision : {IndexerPrecision::exact, IndexerPrecision::fast}) {
+        for (cpu::Isa isa : levels()) {
+            ThreadPool pool(2);
+            const auto got = run(isa, pool, p, precision, 64);
+            const auto list0 = p.cand[0];
+            EXPECT_EQ(got[0], std::vector<int32_t>(list0.begin(), list0.begin() + 64));
+            EXPECT_EQ(got[1], std::vector<int32_t>(p.cand[1].begin(), p.cand[1].begin() + 64));
+            for (int64_t t = 2; t < 4; ++t) {
+                for (int32_t cell : got[static_cast<size_t>(t)]) {
+                    const auto &sc = p.seq_cells[0];
+                    EXPECT_GE(std::find(sc.begin(), sc.end(), cell) - sc.begin(), 100) << "a NaN key was selected";
+                }
+            }
+        }
+    }
+}
+
+// Short candidate lists are returned whole, with no q or w needed; top_k 0 selects nothing.
+TEST(Indexer, ShortListsNeedNoScoring) {
+    RowStore keys(DType::F16, 10, 32);
+    std::vector<int32_t> a = {3, 1, 7}, b = {};
+    std::vector<std::span<const int32_t>> cand = {a, b};
+    std::vector<std::vector<int32_t>> selected(5, std::vector<int32_t>{42});
+    ThreadPool pool(2);
+    lightning_indexer_select(pool, {4, 32}, IndexerPrecision::exact, nullptr, nullptr, 2, keys, cand, 3, selected);
+    ASSERT_EQ(selected.size(), 2u);
+    EXPECT_EQ(selected[0], a);
+    EXPECT_TRUE(selected[1].empty());
+    std::vector<float> q(2 * 4 * 32, 1.0f), w(2 * 4, 1.0f);
+    lightning_indexer_select(pool, {4, 32}, IndexerPrecision::fast, q.data(), w.data(), 2, keys, cand, 0, selected);
+    EXPECT_TRUE(selected[0].empty() && selected[1].empty());
+}
+
+TEST(Indexer, BadInputsThrow) {
+    RowStore keys(DType::F32, 10, 32);
+    std::vector<int32_t> a = {1, 2, 10};
+    std::vector<std::span<const int32_t>> cand = {a};
+    std::vector<float> q(4 * 32, 1.0f), w(4, 1.0f);
+    std::vector<std::vector<int32_t>> selected;
+    ThreadPool pool(1);
+    EXPECT_THROW(lightning_indexer_select(pool, {4, 32}, IndexerPrecision::exact, q.data(), w.data(), 1, keys, cand, 1,
+                                          selected),
+                 Error);  // cell 10 of a 10-cell store
+    a[2] = 3;
+    EXPECT_THROW(lightning_indexer_select(pool, {4, 64}, IndexerPrecision::exact, q.data(), w.data(), 1, keys, cand, 1,
+                                          selected),
+                 Error);  // width mismatch
+    EXPECT_THROW(lightning_indexer_select(pool, {4, 32}, IndexerPrecision::exact, q.data(), w.data(), 2, keys, cand, 1,
+                                          selected),
+                 Error);  // 1 list for 2 tokens
+}
+
+// The selection does not depend on the thread count (splits and chunks change, scores do not), and the
+// kernel levels agree up to summation order.
+TEST(Indexer, ThreadCountsAgree) {
+    std::mt19937 rng(31);
+    Problem p = make_problem(rng, 9, 2, 5000, 32, 128, DType::F16, true);
+    fill_structured(rng, p);
+    for (auto precision : {IndexerPrecision::exact, IndexerPrecision::fast}) {
+        ThreadPool one(1);
+        const auto scalar = run(cpu::Isa::scalar, one, p, precision, 256);
+        for (cpu::Isa isa : levels()) {
+            const auto want = run(isa, one, p, precision, 256);
+            for (size_t t = 0; t < want.size(); ++t) EXPECT_GE(jaccard(want[t], scalar[t]), 0.97);
+            for (int n : {2, 3, 4}) {
+                ThreadPool pool(n);
+                EXPECT_EQ(run(isa, pool, p, precision, 256), want) << cpu::isa_name(isa) << " threads " << n;
+            }
+        }
+    }
+}
+
+// Fast mode keeps the selection: mean Jaccard with exact mode >= 0.98 at H 32, D 128, contexts to 16K.
+TEST(Indexer, FastModeJaccardAgainstExact) {
+    struct Case {
+        int64_t n_tokens, context, top_k;
+    };
+    std::mt19937 rng(2024);
+    ThreadPool pool(2);
+    for (const Case &c : {Case{8, 4096, 64}, Case{8, 4096, 2048}, Case{4, 16384, 64}, Case{4, 16384, 2048}}) {
+        Problem p = make_problem(rng, c.n_tokens, 1, c.context, 32, 128, DType::F16);
+        fill_structured(rng, p);
+        for (cpu::Isa isa : levels()) {
+            if (isa == cpu::Isa::scalar && c.context > 4096) continue;  // the scalar loops are slow under ASan
+            const auto exact = run(isa, pool, p, IndexerPrecision::exact, c.top_k);
+            const auto fast = run(isa, pool, p, IndexerPrecision::fast, c.top_k);
+            double sum = 0.0;
+            for (int64_t t = 0; t < c.n_tokens; ++t)
+                sum += jaccard(exact[static_cast<size_t>(t)], fast[static_cast<size_t>(t)]);
+            const double mean = sum / double(c.n_tokens);
+            RecordProperty("jaccard_" + std::to_string(c.context) + "_" + std::to_string(c.top_k),
+                           std::to_string(mean));
+            std::printf("fast vs exact (%s): context %lld top_k %lld: mean Jaccard %.4f\n", cpu::isa_name(isa),
+                        static_cast<long long>(c.context), static_cast<long long>(c.top_k), mean);
+            EXPECT_GE(mean, 0.98) << "context " << c.context << " top_k " << c.top_k;
+        }
+    }
+}
+
+}  // namespace
+}  // namespace sparrow
