@@ -9,8 +9,11 @@ std::string source_dir() { return SPARROW_SOURCE_DIR; }
 std::string sparrow_binary() { return SPARROW_BINARY; }
 
 std::optional<std::string> shared_data_dir() {
-    if (const char *env = std::getenv("SPARROW_SHARED_DATA")) return std::string(env);
-    const std::filesystem::path p = std::filesystem::path(source_dir()) / ".." / "shared" / "data";
+    // SPARROW_SHARED_DATA overrides the location (pointing it at a missing folder shows how the suite
+    // behaves for someone without ../shared).
+    const char *env = std::getenv("SPARROW_SHARED_DATA");
+    const std::filesystem::path p =
+        env ? std::filesystem::path(env) : std::filesystem::path(source_dir()) / ".." / "shared" / "data";
     if (std::filesystem::is_directory(p)) return std::filesystem::canonical(p).string();
     return std::nullopt;
 }

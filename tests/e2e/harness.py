@@ -9,7 +9,7 @@ import numpy as np
 
 REPO = os.environ.get("SPARROW_SOURCE_DIR", os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 BIN = os.environ.get("SPARROW_BIN", os.path.join(REPO, "build", "sparrow"))
-SHARED_DATA = os.path.normpath(os.path.join(REPO, "..", "shared", "data"))
+SHARED_DATA = os.environ.get("SPARROW_SHARED_DATA", os.path.normpath(os.path.join(REPO, "..", "shared", "data")))
 sys.path.insert(0, os.path.join(REPO, "tests", "reference"))
 
 SKIP = 77

@@ -26,7 +26,7 @@ from gguf import GGMLType, GGUFReader, GGUFValueType as VT, dequantize, f32_to_b
 from spm_tokenizer import SPMTokenizer  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(HERE))
-DATA = os.path.join(REPO, "..", "shared", "data")
+DATA = os.environ.get("SPARROW_SHARED_DATA", os.path.join(REPO, "..", "shared", "data"))
 STORIES = os.path.join(DATA, "models", "stories260K.gguf")
 
 PROMPT = [1, 403, 407, 261, 378]  # "Once upon a time" with BOS
