@@ -1,0 +1,110 @@
+// attention() against a plain double-precision softmax attention on random caches: grouped heads, every
+// cache row type, V as a slice of K (MLA), row lists of awkward lengths (0, 1, tile +- 1, long) in any
+// order, and several thread counts.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "attention/attention.h"
+#include "test_util.h"
+
+namespace sparrow {
+namespace {
+
+struct Case {
+    int64_t n_head, n_head_kv, dk, dv, v_offset;
+    bool v_in_k;  // V read from the K store (MLA)
+    DType type;
+};
+
+std::vector<float> reference(const Case &c, const std::vector<float> &q, int64_t n_tokens,
+                             const std::vector<std::vector<float>> &k_rows,
+                             const std::vector<std::vector<float>> &v_rows,
+                             const std::vector<std::vector<int32_t>> &lists, float scale) {
+    const int64_t group = c.n_head / c.n_head_kv;
+    std::vector<float> out(static_cast<size_t>(n_tokens * c.n_head * c.dv), 0.0f);
+    for (int64_t t = 0; t < n_tokens; ++t) {
+        for (int64_t h = 0; h < c.n_head; ++h) {
+            const int64_t kvh = h / group;
+            const auto &list = lists[t];
+            if (list.empty()) continue;
+            std::vector<double> s(list.size());
+            double m = -INFINITY;
+            for (size_t j = 0; j < list.size(); ++j) {
+                double d = 0;
+                for (int64_t i = 0; i < c.dk; ++i)
+                    d += double(q[(t * c.n_head + h) * c.dk + i]) * k_rows[list[j]][kvh * c.dk + i];
+                s[j] = d * scale;
+                m = std::max(m, s[j]);
+            }
+            double z = 0;
+            for (auto &v : s) z += (v = std::exp(v - m));
+            for (int64_t i = 0; i < c.dv; ++i) {
+                double o = 0;
+                for (size_t j = 0; j < list.size(); ++j) {
+                    const auto &vr = c.v_in_k ? k_rows[list[j]] : v_rows[list[j]];
+                    o += s[j] / z * vr[c.v_offset + kvh * c.dv + i];
+                }
+                out[(t * c.n_head + h) * c.dv + i] = static_cast<float>(o);
+            }
+        }
+    }
+    return out;
+}
+
+TEST(Attention, MatchesDoubleReference) {
+    const std::vector<Case> cases = {
+        {4, 4, 8, 8, 0, false, DType::F32},     {8, 2, 16, 16, 0, false, DType::F16},
+        {6, 3, 24, 40, 0, false, DType::BF16},  {16, 1, 72, 64, 0, true, DType::F16},
+        {5, 1, 36, 32, 0, true, DType::F32},    {2, 1, 64, 48, 16, false, DType::F32},
+        {128, 1, 40, 32, 0, true, DType::BF16},
+    };
+    std::mt19937 rng(3);
+    int n_checked = 0;
+    for (const Case &c : cases) {
+        for (int n_threads : {1, 2, 3}) {
+            const int64_t n_cells = 300, n_tokens = 6;
+            RowStore k(c.type, n_cells, c.n_head_kv * c.dk);
+            RowStore v(c.type, n_cells, c.v_offset + c.n_head_kv * c.dv);
+            std::vector<std::vector<float>> k_rows(n_cells), v_rows(n_cells);
+            std::vector<float> buf;
+            for (int64_t cell = 0; cell < n_cells; ++cell) {
+                buf = test::random_floats(rng, static_cast<size_t>(k.width()), -2, 2);
+                k.write(cell, buf.data());
+                k_rows[cell].resize(buf.size());
+                dequantize_row(c.type, k.row(cell), k_rows[cell].data(), k.width());  // what the store holds
+                buf = test::random_floats(rng, static_cast<size_t>(v.width()), -2, 2);
+                v.write(cell, buf.data());
+                v_rows[cell].resize(buf.size());
+                dequantize_row(c.type, v.row(cell), v_rows[cell].data(), v.width());
+            }
+            const auto q = test::random_floats(rng, static_cast<size_t>(n_tokens * c.n_head * c.dk), -1, 1);
+            // Lists of 0, 1, 15, 16, 17 and 250 rows, shuffled cells.
+            std::vector<std::vector<int32_t>> lists;
+            for (int64_t len : {0, 1, 15, 16, 17, 250}) {
+                std::vector<int32_t> all(n_cells);
+                for (int32_t i = 0; i < n_cells; ++i) all[i] = i;
+                std::shuffle(all.begin(), all.end(), rng);
+                lists.emplace_back(all.begin(), all.begin() + len);
+            }
+            std::vector<std::span<const int32_t>> spans(lists.begin(), lists.end());
+            const float scale = 0.3f;
+            AttentionShape shape{c.n_head, c.n_head_kv, c.dk, c.dv, scale, c.v_offset};
+            std::vector<float> got(static_cast<size_t>(n_tokens * c.n_head * c.dv), -1.0f);
+            ThreadPool pool(n_threads);
+            attention(pool, shape, q.data(), n_tokens, k, c.v_in_k ? k : v, spans, got.data());
+            const auto want = reference(c, q, n_tokens, k_rows, v_rows, lists, scale);
+            for (size_t i = 0; i < got.size(); ++i) {
+                ASSERT_NEAR(got[i], want[i], 2e-5 * (1 + std::fabs(want[i])))
+                    << "case heads " << c.n_head << "/" << c.n_head_kv << " dk " << c.dk << " type "
+                    << dtype_name(c.type) << " threads " << n_threads << " index " << i;
+            }
+            ++n_checked;
+        }
+    }
+    EXPECT_EQ(n_checked, 21);
+}
+
+}  // namespace
+}  // namespace sparrow
