@@ -27,6 +27,7 @@ struct BenchFlags {
     std::vector<int64_t> n_gen = {128};
     std::vector<int64_t> depths = {0};
     std::vector<std::string> dsa = {"on"};
+    std::vector<std::string> precisions = {"exact"};
     int reps = 3;
     std::string output = "md";
 };
@@ -35,6 +36,7 @@ struct BenchResult {
     std::string test;  // "pp512" or "tg128"
     int64_t n_prompt = 0, n_gen = 0, depth = 0;
     bool dsa = true;
+    std::string precision = "exact";
     double mean = 0, stddev = 0;  // tokens/s
     int64_t bytes_per_token = 0;  // generation tests only
 };
@@ -63,10 +65,11 @@ std::vector<BatchToken> random_tokens(std::mt19937 &rng, int64_t n_vocab, int64_
     return batch;
 }
 
-BenchResult run_test(const std::shared_ptr<const Model> &model, const BenchFlags &f, bool dsa, int64_t depth,
-                     int64_t n_prompt, int64_t n_gen) {
+BenchResult run_test(const std::shared_ptr<const Model> &model, const BenchFlags &f, bool dsa,
+                     const std::string &precision, int64_t depth, int64_t n_prompt, int64_t n_gen) {
     ContextParams cp = f.model.context_params();
     cp.dsa = dsa;
+    cp.indexer_fast = precision == "fast";
     cp.n_ctx = depth + std::max(n_prompt, n_gen) + 8;
     cp.n_batch = std::max<int64_t>(n_prompt, 1);
     Context ctx(model, cp);
@@ -92,6 +95,7 @@ BenchResult run_test(const std::shared_ptr<const Model> &model, const BenchFlags
     r.n_gen = n_gen;
     r.depth = depth;
     r.dsa = dsa;
+    r.precision = precision;
     for (double s : speeds) r.mean += s / speeds.size();
     for (double s : speeds) r.stddev += (s - r.mean) * (s - r.mean) / std::max<size_t>(1, speeds.size() - 1);
     r.stddev = std::sqrt(r.stddev);
@@ -115,15 +119,22 @@ int bench(const BenchFlags &f) {
         for (const std::string &mode : f.dsa) {
             const bool dsa = mode == "on";
             if (!info.has_indexer && !dsa) continue;  // dense is the only mode of a model without an indexer
-            for (const int64_t p : f.n_prompt) {
-                if (p > 0) results.push_back(run_test(model, f, dsa, depth, p, 0));
+            // Indexer precision only matters where an indexer runs.
+            const std::vector<std::string> precisions =
+                info.has_indexer && dsa ? f.precisions : std::vector<std::string>{"exact"};
+            for (const std::string &precision : precisions) {
+                for (const int64_t p : f.n_prompt) {
+                    if (p > 0) results.push_back(run_test(model, f, dsa, precision, depth, p, 0));
+                }
+                for (const int64_t n : f.n_gen) {
+                    if (n > 0) results.push_back(run_test(model, f, dsa, precision, depth, 0, n));
+                }
+                std::fprintf(stderr, "done: depth %lld, dsa %s, indexer %s\n", (long long)depth, mode.c_str(),
+                             precision.c_str());
             }
-            for (const int64_t n : f.n_gen) {
-                if (n > 0) results.push_back(run_test(model, f, dsa, depth, 0, n));
-            }
-            std::fprintf(stderr, "done: depth %lld, dsa %s\n", (long long)depth, mode.c_str());
         }
     }
+    std::fprintf(stderr, "peak resident memory %.1f MiB\n", peak_rss_bytes() / 1048576.0);
     if (f.output == "json") {
         std::printf("[\n");
         for (size_t i = 0; i < results.size(); ++i) {
@@ -131,17 +142,19 @@ int bench(const BenchFlags &f) {
             const double gbs = r.mean * double(r.bytes_per_token) / 1e9;
             std::printf(
                 "  {\"model\": \"%s\", \"test\": \"%s\", \"n_prompt\": %lld, \"n_gen\": %lld, \"depth\": %lld, "
-                "\"dsa\": %s, \"threads\": %d, \"tokens_per_s\": %.3f, \"tokens_per_s_stddev\": %.3f, "
+                "\"dsa\": %s, \"indexer_precision\": \"%s\", \"threads\": %d, \"tokens_per_s\": %.3f, "
+                "\"tokens_per_s_stddev\": %.3f, "
                 "\"bytes_per_token\": %lld, \"gb_per_s\": %.3f, \"copy_gb_per_s\": %.3f, \"synthetic_fill\": %s}%s\n",
                 f.model.model_path.c_str(), r.test.c_str(), (long long)r.n_prompt, (long long)r.n_gen,
-                (long long)r.depth, r.dsa ? "true" : "false", n_threads, r.mean, r.stddev, (long long)r.bytes_per_token,
-                gbs, copy_bw / 1e9, r.depth > 0 ? "true" : "false", i + 1 < results.size() ? "," : "");
+                (long long)r.depth, r.dsa ? "true" : "false", r.precision.c_str(), n_threads, r.mean, r.stddev,
+                (long long)r.bytes_per_token, gbs, copy_bw / 1e9, r.depth > 0 ? "true" : "false",
+                i + 1 < results.size() ? "," : "");
         }
         std::printf("]\n");
         return 0;
     }
-    std::printf("| model | test | depth | dsa | t/s | bytes/token | GB/s | %% of copy |\n");
-    std::printf("|---|---|---:|---|---:|---:|---:|---:|\n");
+    std::printf("| model | test | depth | dsa | indexer | t/s | bytes/token | GB/s | %% of copy |\n");
+    std::printf("|---|---|---:|---|---|---:|---:|---:|---:|\n");
     for (const BenchResult &r : results) {
         std::string bytes = "-", gbs = "-", frac = "-";
         if (r.bytes_per_token > 0) {
@@ -150,9 +163,10 @@ int bench(const BenchFlags &f) {
             gbs = strprintf("%.2f", bw / 1e9);
             frac = strprintf("%.0f%%", 100.0 * bw / copy_bw);
         }
-        std::printf("| %s | %s | %lld | %s | %.2f ± %.2f | %s | %s | %s |\n",
+        std::printf("| %s | %s | %lld | %s | %s | %.2f ± %.2f | %s | %s | %s |\n",
                     info.name.empty() ? info.arch.c_str() : info.name.c_str(), r.test.c_str(), (long long)r.depth,
-                    info.has_indexer ? (r.dsa ? "on" : "off") : "-", r.mean, r.stddev, bytes.c_str(), gbs.c_str(),
+                    info.has_indexer ? (r.dsa ? "on" : "off") : "-",
+                    info.has_indexer && r.dsa ? r.precision.c_str() : "-", r.mean, r.stddev, bytes.c_str(), gbs.c_str(),
                     frac.c_str());
     }
     return 0;
@@ -170,6 +184,9 @@ Command register_bench(CLI::App &app) {
     cmd->add_option("--dsa", f->dsa, "Sparse attention modes to run: on, off or on,off")
         ->delimiter(',')
         ->check(CLI::IsMember({"on", "off"}));
+    cmd->add_option("--indexer-precision", f->precisions, "Indexer precisions to run: exact, fast or exact,fast")
+        ->delimiter(',')
+        ->check(CLI::IsMember({"exact", "fast"}));
     cmd->add_option("-r,--repetitions", f->reps, "Repetitions per test")->check(CLI::Range(1, 1000));
     cmd->add_option("-o,--output", f->output, "Output format: md or json")->check(CLI::IsMember({"md", "json"}));
     return [f] {

@@ -1,5 +1,7 @@
 #include "common.h"
 
+#include <sys/resource.h>
+
 #include <cstdio>
 
 #include "model/model.h"
@@ -27,8 +29,10 @@ void ModelFlags::add_to(CLI::App &cmd, int64_t default_ctx, bool with_dsa_flag) 
     cmd.add_option("--indexer-cache-type", indexer_cache_type, "Indexer key cache type: f32, f16")
         ->check(CLI::IsMember({"f32", "f16"}));
     cmd.add_flag("--dsa-stats", dsa_stats, "Print per-layer sparse-attention statistics at the end");
-    cmd.add_option("--indexer-precision", indexer_precision, "Indexer products: exact (f32) or fast (int8/bf16)")
-        ->check(CLI::IsMember({"exact", "fast"}));
+    if (with_dsa_flag) {
+        cmd.add_option("--indexer-precision", indexer_precision, "Indexer products: exact (f32) or fast (reduced)")
+            ->check(CLI::IsMember({"exact", "fast"}));
+    }
 }
 
 ContextParams ModelFlags::context_params() const {
@@ -55,6 +59,12 @@ std::shared_ptr<const Model> load_model_verbose(const std::string &path) {
                  info.weight_types.c_str());
     if (!info.summary.empty()) std::fprintf(stderr, "model: %s\n", info.summary.c_str());
     return model;
+}
+
+int64_t peak_rss_bytes() {
+    struct rusage usage {};
+    getrusage(RUSAGE_SELF, &usage);
+    return static_cast<int64_t>(usage.ru_maxrss) * 1024;  // Linux reports KiB
 }
 
 void print_sparse_stats(const Context &ctx, bool enabled) {

@@ -24,7 +24,8 @@ struct ModelFlags {
     std::string indexer_precision = "exact";
     bool dsa_stats = false;
 
-    // Registers the flags; bench registers its own list-valued --dsa, so it passes with_dsa_flag = false.
+    // Registers the flags; bench registers its own list-valued --dsa and --indexer-precision, so it passes
+    // with_dsa_flag = false.
     void add_to(CLI::App &cmd, int64_t default_ctx, bool with_dsa_flag = true);
     ContextParams context_params() const;
 };
@@ -35,6 +36,9 @@ std::shared_ptr<const Model> load_model_verbose(const std::string &path);
 void print_context_summary(const Context &ctx);
 // Per-layer selection statistics and indexer/attention time, when --dsa-stats was given.
 void print_sparse_stats(const Context &ctx, bool enabled);
+
+// Peak resident memory of this process so far.
+int64_t peak_rss_bytes();
 
 class Stopwatch {
   public:
