@@ -26,6 +26,7 @@
 #include "core/error.h"
 #include "kernels/ops.h"
 #include "model/arch.h"
+#include "model/blocks.h"
 #include "model/moe.h"
 
 namespace sparrow {
@@ -301,19 +302,14 @@ class DsaModel final : public ArchModel {
 
             rms_norm(x, L.ffn_norm, h, T, E, hp_.rms_eps);
             if (il < hp_.n_dense_lead) {
-                matmul(pool, s.op, L.ffn_gate, h, T, s.gate.data());
-                matmul(pool, s.op, L.ffn_up, h, T, s.up.data());
-                swiglu(s.gate.data(), s.up.data(), s.gate.data(), T * hp_.n_ff);
-                matmul(pool, s.op, L.ffn_down, s.gate.data(), T, s.ffn_out.data());
+                swiglu_ffn(pool, s.op, L.ffn_gate, L.ffn_up, L.ffn_down, h, T, s.gate.data(), s.up.data(),
+                           s.ffn_out.data());
             } else {
                 moe_ffn(pool, s.op, s.moe, hp_.moe, L.moe, h, T, s.ffn_out.data());
             }
             for (int64_t i = 0; i < T * E; ++i) x[i] += s.ffn_out[i];
         }
-        const auto n_out = static_cast<int64_t>(ub.output_rows.size());
-        for (int64_t i = 0; i < n_out; ++i) std::copy_n(x + ub.output_rows[i] * E, E, h + i * E);
-        rms_norm(h, output_norm_, h, n_out, E, hp_.rms_eps);
-        matmul(pool, s.op, output_, h, n_out, logits);  // [n_out, n_vocab]
+        output_head(pool, s.op, output_, output_norm_, hp_.rms_eps, x, E, ub.output_rows, h, logits);
     }
 
     void fill_synthetic(ArchState &state, std::span<const int32_t> cells, uint64_t seed) const override {

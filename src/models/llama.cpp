@@ -19,6 +19,7 @@
 #include "core/error.h"
 #include "kernels/ops.h"
 #include "model/arch.h"
+#include "model/blocks.h"
 
 namespace sparrow {
 
@@ -192,20 +193,11 @@ class LlamaModel final : public ArchModel {
             for (int64_t i = 0; i < T * n_embd; ++i) x[i] += cur[i];
 
             rms_norm(x, L.ffn_norm, cur, T, n_embd, hp_.rms_eps);
-            matmul(pool, s.op, L.ffn_gate, cur, T, s.gate.data());  // [T, n_ff]
-            matmul(pool, s.op, L.ffn_up, cur, T, s.up.data());      // [T, n_ff]
-            swiglu(s.gate.data(), s.up.data(), s.gate.data(), T * hp_.n_ff);
-            matmul(pool, s.op, L.ffn_down, s.gate.data(), T, cur);  // [T, n_embd]
+            swiglu_ffn(pool, s.op, L.ffn_gate, L.ffn_up, L.ffn_down, cur, T, s.gate.data(), s.up.data(), cur);
             for (int64_t i = 0; i < T * n_embd; ++i) x[i] += cur[i];
         }
 
-        // Only the rows that asked for logits go through the output head.
-        const auto n_out = static_cast<int64_t>(ub.output_rows.size());
-        for (int64_t i = 0; i < n_out; ++i) {
-            std::copy_n(x + ub.output_rows[i] * n_embd, n_embd, s.out_x.data() + i * n_embd);
-        }
-        rms_norm(s.out_x.data(), output_norm_, s.out_x.data(), n_out, n_embd, hp_.rms_eps);
-        matmul(pool, s.op, output_, s.out_x.data(), n_out, logits);  // [n_out, n_vocab]
+        output_head(pool, s.op, output_, output_norm_, hp_.rms_eps, x, n_embd, ub.output_rows, s.out_x.data(), logits);
     }
 
     void fill_synthetic(ArchState &state, std::span<const int32_t> cells, uint64_t seed) const override {

@@ -45,6 +45,29 @@ def write_ids(path, ids):
         f.write(" ".join(str(int(i)) for i in ids))
 
 
+def expect_error(checks, args, needle, what):
+    """sparrow must fail cleanly (non-zero exit, no crash) with `needle` in its error message."""
+    proc = run(args, check=False)
+    crashed = proc.returncode < 0 or proc.returncode >= 128
+    ok = proc.returncode != 0 and not crashed and needle.lower() in proc.stderr.lower()
+    checks.check(ok, f"{what}: exit {proc.returncode}, stderr mentions {needle!r}"
+                 + ("" if ok else f" (stderr: {proc.stderr.strip()[:300]!r})"))
+
+
+def rewrite_gguf(src, dst, metadata_edit=None, tensor_edit=None):
+    """Copies a GGUF through the reference reader/writer, letting the caller edit metadata and tensors
+    (dicts of name -> (type, value)) on the way."""
+    from gguf import GGUFReader, write_gguf
+    r = GGUFReader(src)
+    md = {k: (r.metadata_types[k], v) for k, v in r.metadata.items()}
+    tensors = {name: (t.ggml_type, r.tensor(name)) for name, t in r.tensors.items()}
+    if metadata_edit:
+        metadata_edit(md)
+    if tensor_edit:
+        tensor_edit(tensors)
+    write_gguf(dst, md, tensors)
+
+
 class Checks:
     """Collects failures so that one run reports all of them."""
 

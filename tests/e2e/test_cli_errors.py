@@ -5,7 +5,6 @@ import os
 import numpy as np
 
 import harness
-from gguf import GGUFReader, write_gguf
 
 checks = harness.Checks()
 tmp = harness.temp_dir()
@@ -14,22 +13,10 @@ harness.run(["make-model", "--arch", "llama", "-o", model])
 
 
 def expect_error(args, needle, what):
-    proc = harness.run(args, check=False)
-    crashed = proc.returncode < 0 or proc.returncode >= 128
-    ok = proc.returncode != 0 and not crashed and needle.lower() in proc.stderr.lower()
-    checks.check(ok, f"{what}: exit {proc.returncode}, stderr mentions {needle!r}"
-                 + ("" if ok else f" (stderr: {proc.stderr.strip()[:300]!r})"))
+    harness.expect_error(checks, args, needle, what)
 
 
-def rewrite(src, dst, metadata_edit=None, tensor_edit=None):
-    r = GGUFReader(src)
-    md = {k: (r.metadata_types[k], v) for k, v in r.metadata.items()}
-    tensors = {name: (t.ggml_type, r.tensor(name)) for name, t in r.tensors.items()}
-    if metadata_edit:
-        metadata_edit(md)
-    if tensor_edit:
-        tensor_edit(tensors)
-    write_gguf(dst, md, tensors)
+rewrite = harness.rewrite_gguf
 
 
 expect_error(["run", "-m", model, "-p", "x", "--bogus-flag"], "bogus-flag", "unknown flag")

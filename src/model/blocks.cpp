@@ -1,0 +1,24 @@
+#include "model/blocks.h"
+
+#include <algorithm>
+
+namespace sparrow {
+
+void swiglu_ffn(ThreadPool &pool, OpScratch &op, const WeightMatrix &gate, const WeightMatrix &up,
+                const WeightMatrix &down, const float *x, int64_t n_tokens, float *gate_buf, float *up_buf,
+                float *out) {
+    matmul(pool, op, gate, x, n_tokens, gate_buf);  // [T, n_ff]
+    matmul(pool, op, up, x, n_tokens, up_buf);      // [T, n_ff]
+    swiglu(gate_buf, up_buf, gate_buf, n_tokens * gate.n_rows);
+    matmul(pool, op, down, gate_buf, n_tokens, out);  // [T, n_out]
+}
+
+void output_head(ThreadPool &pool, OpScratch &op, const WeightMatrix &output, const float *norm, float eps,
+                 const float *x, int64_t n_embd, std::span<const int32_t> rows, float *scratch, float *logits) {
+    const auto n_out = static_cast<int64_t>(rows.size());
+    for (int64_t i = 0; i < n_out; ++i) std::copy_n(x + rows[i] * n_embd, n_embd, scratch + i * n_embd);
+    rms_norm(scratch, norm, scratch, n_out, n_embd, eps);
+    matmul(pool, op, output, scratch, n_out, logits);  // [n_out, n_vocab]
+}
+
+}  // namespace sparrow
