@@ -7,6 +7,7 @@
 #include <random>
 
 #include "attention/attention.h"
+#include "kernels/cpu/dispatch.h"
 #include "test_util.h"
 
 namespace sparrow {
@@ -104,6 +105,25 @@ TEST(Attention, MatchesDoubleReference) {
         }
     }
     EXPECT_EQ(n_checked, 21);
+}
+
+TEST(ConvertRow, EveryIsaMatchesDequantize) {
+    std::mt19937 rng(9);
+    for (const cpu::Isa isa : {cpu::Isa::scalar, cpu::Isa::avx2, cpu::Isa::avx512}) {
+        const cpu::KernelTable *k = cpu::kernels_for(isa);
+        if (!k) continue;  // this CPU lacks the level
+        for (int64_t n : {1, 7, 8, 9, 31, 576, 4097}) {
+            const auto x = test::random_floats(rng, static_cast<size_t>(n), -100, 100);
+            for (const DType t : {DType::F16, DType::BF16}) {
+                std::vector<uint16_t> row(static_cast<size_t>(n));
+                quantize_row(t, x.data(), row.data(), n);
+                std::vector<float> want(static_cast<size_t>(n)), got(static_cast<size_t>(n), -1.0f);
+                dequantize_row(t, row.data(), want.data(), n);
+                (t == DType::F16 ? k->to_f32_f16 : k->to_f32_bf16)(row.data(), got.data(), n);
+                ASSERT_EQ(got, want) << cpu::isa_name(isa) << " " << dtype_name(t) << " n " << n;
+            }
+        }
+    }
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 // the ISA dispatch table like matmul does.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <numbers>
 
 #include "core/error.h"
@@ -235,5 +236,15 @@ float dot_row(DType t, const void *row, const float *x, int64_t n) {
 }
 
 void axpy_row(DType t, const void *row, float a, float *y, int64_t n) { cpu::kernels().axpy(t)(row, a, y, n); }
+
+void convert_row_to_f32(DType t, const void *row, float *y, int64_t n) {
+    switch (t) {
+        case DType::F32: std::memcpy(y, row, static_cast<size_t>(n) * sizeof(float)); return;
+        case DType::F16: cpu::kernels().to_f32_f16(row, y, n); return;
+        case DType::BF16: cpu::kernels().to_f32_bf16(row, y, n); return;
+        default:
+            throw_error("convert_row_to_f32: row type %s is not f32, f16 or bf16", std::string(dtype_name(t)).c_str());
+    }
+}
 
 }  // namespace sparrow

@@ -26,6 +26,8 @@ constexpr KernelTable kScalarTable = {
     .axpy_f16 = scalar::axpy_f16,
     .axpy_bf16 = scalar::axpy_bf16,
     .quantize_row_q8_0 = scalar::quantize_row_q8_0,
+    .to_f32_f16 = scalar::to_f32_f16,
+    .to_f32_bf16 = scalar::to_f32_bf16,
 };
 constexpr KernelTable kAvx2Table = {
     .isa = Isa::avx2,
@@ -39,6 +41,8 @@ constexpr KernelTable kAvx2Table = {
     .axpy_f16 = avx2::axpy_f16,
     .axpy_bf16 = avx2::axpy_bf16,
     .quantize_row_q8_0 = avx2::quantize_row_q8_0,
+    .to_f32_f16 = avx2::to_f32_f16,
+    .to_f32_bf16 = avx2::to_f32_bf16,
 };
 constexpr KernelTable kAvx512Table = {
     .isa = Isa::avx512,
@@ -52,6 +56,8 @@ constexpr KernelTable kAvx512Table = {
     .axpy_f16 = avx512::axpy_f16,
     .axpy_bf16 = avx512::axpy_bf16,
     .quantize_row_q8_0 = avx512::quantize_row_q8_0,
+    .to_f32_f16 = avx2::to_f32_f16,  // AVX-512 machines run the AVX2 conversion: it is bound by memory
+    .to_f32_bf16 = avx2::to_f32_bf16,
 };
 
 bool detect(Isa isa) {

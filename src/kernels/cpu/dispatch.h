@@ -33,6 +33,7 @@ using AxpyFn = void (*)(const void *row, float a, float *y, int64_t n);
 // n floats (n % 32 == 0) to n/32 Q8_0 blocks, bit-identical to ggml's reference quantiser
 // (quantize_row(DType::Q8_0, ...) in core/dtype.h).
 using QuantizeQ8Fn = void (*)(const float *x, BlockQ8_0 *y, int64_t n);
+using ToF32Fn = void (*)(const void *row, float *y, int64_t n);
 
 struct KernelTable {
     Isa isa = Isa::scalar;
@@ -46,6 +47,8 @@ struct KernelTable {
     AxpyFn axpy_f16 = nullptr;
     AxpyFn axpy_bf16 = nullptr;
     QuantizeQ8Fn quantize_row_q8_0 = nullptr;
+    ToF32Fn to_f32_f16 = nullptr;
+    ToF32Fn to_f32_bf16 = nullptr;
 
     // The dot for weights of type t (a supported type), or throws sparrow::Error.
     DotTileFn dot(DType t) const;

@@ -9,6 +9,7 @@
 //                  bytes, rows of the weight type's dot type (f32 for f32/f16/bf16, Q8_0 for q8_0/q4_0)
 //   axpy_<t>:      y[0..n) += a * row[0..n)
 //   quantize_row_q8_0: n floats (n % 32 == 0) to n/32 Q8_0 blocks, bit-exactly as ggml's reference
+//   to_f32_<t>:    y[0..n) = row[0..n) converted exactly (the AVX-512 table uses the AVX2 versions)
 #pragma once
 
 #include <cstddef>
@@ -26,6 +27,8 @@ void axpy_f32(const void *row, float a, float *y, int64_t n);
 void axpy_f16(const void *row, float a, float *y, int64_t n);
 void axpy_bf16(const void *row, float a, float *y, int64_t n);
 void quantize_row_q8_0(const float *x, BlockQ8_0 *y, int64_t n);
+void to_f32_f16(const void *row, float *y, int64_t n);
+void to_f32_bf16(const void *row, float *y, int64_t n);
 }  // namespace sparrow::cpu::scalar
 
 namespace sparrow::cpu::avx2 {
@@ -38,6 +41,8 @@ void axpy_f32(const void *row, float a, float *y, int64_t n);
 void axpy_f16(const void *row, float a, float *y, int64_t n);
 void axpy_bf16(const void *row, float a, float *y, int64_t n);
 void quantize_row_q8_0(const float *x, BlockQ8_0 *y, int64_t n);
+void to_f32_f16(const void *row, float *y, int64_t n);
+void to_f32_bf16(const void *row, float *y, int64_t n);
 }  // namespace sparrow::cpu::avx2
 
 namespace sparrow::cpu::avx512 {

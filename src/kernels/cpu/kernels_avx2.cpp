@@ -255,4 +255,16 @@ void quantize_row_q8_0(const float *x, BlockQ8_0 *y, int64_t n) {
     }
 }
 
+void to_f32_f16(const void *row, float *y, int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, load8<FloatKind::f16>(row, i));
+    for (; i < n; ++i) y[i] = load1<FloatKind::f16>(row, i);
+}
+
+void to_f32_bf16(const void *row, float *y, int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, load8<FloatKind::bf16>(row, i));
+    for (; i < n; ++i) y[i] = load1<FloatKind::bf16>(row, i);
+}
+
 }  // namespace sparrow::cpu::avx2

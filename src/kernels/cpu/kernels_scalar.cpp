@@ -112,4 +112,14 @@ void axpy_bf16(const void *row, float a, float *y, int64_t n) {
 
 void quantize_row_q8_0(const float *x, BlockQ8_0 *y, int64_t n) { quantize_row(DType::Q8_0, x, y, n); }
 
+void to_f32_f16(const void *row, float *y, int64_t n) {
+    const auto *h = static_cast<const uint16_t *>(row);
+    for (int64_t i = 0; i < n; ++i) y[i] = fp16_to_f32(h[i]);
+}
+
+void to_f32_bf16(const void *row, float *y, int64_t n) {
+    const auto *h = static_cast<const uint16_t *>(row);
+    for (int64_t i = 0; i < n; ++i) y[i] = bf16_to_f32(h[i]);
+}
+
 }  // namespace sparrow::cpu::scalar
