@@ -137,11 +137,12 @@ int run(const RunFlags &f) {
         logits = ctx.logits(0);
     }
     const double gen_s = gen_clock.seconds();
+    std::fputs("\n", stdout);
+    std::fflush(stdout);
     print_sparse_stats(ctx, f.model.dsa_stats);
     std::fprintf(stderr, "peak resident memory %.1f MiB (weights %.1f MiB mapped, KV cache %.1f MiB)\n",
                  peak_rss_bytes() / 1048576.0, model_info(*model).n_weight_bytes / 1048576.0,
                  ctx.cache_bytes() / 1048576.0);
-    std::fputs("\n", stdout);
     std::fprintf(stderr,
                  "\nprompt: %zu tokens in %.2f ms (%.1f tokens/s) | generation: %lld tokens in %.2f ms "
                  "(%.1f tokens/s)\n",
