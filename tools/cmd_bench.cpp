@@ -8,8 +8,6 @@
 #include <cstdio>
 #include <cstring>
 #include <random>
-#include <sstream>
-#include <thread>
 #include <vector>
 
 #include "commands.h"
@@ -106,8 +104,7 @@ BenchResult run_test(const std::shared_ptr<const Model> &model, const BenchFlags
 int bench(const BenchFlags &f) {
     auto model = load_model_verbose(f.model.model_path);
     const ModelInfo &info = model_info(*model);
-    const int n_threads =
-        f.model.n_threads > 0 ? f.model.n_threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    const int n_threads = f.model.n_threads > 0 ? f.model.n_threads : ThreadPool::hardware_threads();
     if (std::any_of(f.depths.begin(), f.depths.end(), [](int64_t d) { return d > 0; })) {
         std::fprintf(stderr, "note: contexts at depth > 0 are filled with synthetic cache rows (timing only)\n");
     }

@@ -4,8 +4,6 @@
 // predicts the next token). Several chunks run side by side as separate sequences of one batch.
 #include <cmath>
 #include <cstdio>
-#include <fstream>
-#include <sstream>
 #include <vector>
 
 #include "commands.h"
@@ -21,14 +19,6 @@ struct PerplexityFlags {
     std::string text_path;
     int64_t n_chunks = -1;
 };
-
-std::string read_file(const std::string &path) {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) throw_error("cannot open '%s'", path.c_str());
-    std::ostringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
-}
 
 // log(softmax(logits)[target]) in double, stable.
 double log_prob(std::span<const float> logits, int32_t target) {

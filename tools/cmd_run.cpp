@@ -49,12 +49,7 @@ void write_selection_json(const std::string &path, const std::vector<LayerSelect
 
 // Token ids separated by whitespace and/or commas.
 std::vector<int32_t> read_prompt_ids(const std::string &path) {
-    FILE *file = std::fopen(path.c_str(), "rb");
-    if (!file) throw_error("cannot open '%s'", path.c_str());
-    std::string text;
-    char buf[4096];
-    for (size_t n; (n = std::fread(buf, 1, sizeof buf, file)) > 0;) text.append(buf, n);
-    std::fclose(file);
+    const std::string text = read_file(path);
     std::vector<int32_t> ids;
     size_t i = 0;
     while (i < text.size()) {

@@ -3,7 +3,10 @@
 #include <sys/resource.h>
 
 #include <cstdio>
+#include <fstream>
+#include <sstream>
 
+#include "core/error.h"
 #include "model/model.h"
 
 namespace sparrow::tools {
@@ -59,6 +62,14 @@ std::shared_ptr<const Model> load_model_verbose(const std::string &path) {
                  info.weight_types.c_str());
     if (!info.summary.empty()) std::fprintf(stderr, "model: %s\n", info.summary.c_str());
     return model;
+}
+
+std::string read_file(const std::string &path) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) throw_error("cannot open '%s'", path.c_str());
+    std::ostringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
 }
 
 int64_t peak_rss_bytes() {

@@ -37,6 +37,9 @@ void print_context_summary(const Context &ctx);
 // Per-layer selection statistics and indexer/attention time, when --dsa-stats was given.
 void print_sparse_stats(const Context &ctx, bool enabled);
 
+// The whole content of a file; throws sparrow::Error naming it when it cannot be read.
+std::string read_file(const std::string &path);
+
 // Peak resident memory of this process so far.
 int64_t peak_rss_bytes();
 

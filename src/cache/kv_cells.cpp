@@ -75,7 +75,9 @@ std::vector<int32_t> KvCells::seq_cells_by_pos(int32_t seq) const {
     for (int64_t c = 0; c < extent_; ++c) {
         if (pos_[c] >= 0 && seqs_[c].test(static_cast<size_t>(seq))) cells.push_back(static_cast<int32_t>(c));
     }
-    std::stable_sort(cells.begin(), cells.end(), [&](int32_t a, int32_t b) { return pos_[a] < pos_[b]; });
+    // Cells are usually taken in position order, so the list is already sorted; this runs every ubatch.
+    const auto by_pos = [&](int32_t a, int32_t b) { return pos_[a] < pos_[b]; };
+    if (!std::is_sorted(cells.begin(), cells.end(), by_pos)) std::stable_sort(cells.begin(), cells.end(), by_pos);
     return cells;
 }
 

@@ -21,6 +21,8 @@ class ThreadPool {
     ThreadPool &operator=(const ThreadPool &) = delete;
 
     int n_threads() const { return n_threads_; }
+    // The hardware threads of this machine (at least 1): the default pool size.
+    static int hardware_threads();
 
     // Runs fn(ith, nth) once on each of the nth threads and returns when all are done.
     void run(const std::function<void(int ith, int nth)> &fn);

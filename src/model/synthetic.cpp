@@ -412,7 +412,7 @@ void write_synthetic_model(const SyntheticParams &p, const std::string &path) {
         write_llama(p, w);
         w.write(path);
     } else if (p.arch == "deepseek32" || p.arch == "glm-dsa") {
-        ThreadPool pool(static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1u, 16u)));
+        ThreadPool pool(std::min(ThreadPool::hardware_threads(), 16));
         write_dsa(p, w, pool);
         w.write(path);  // generates the weights tensor by tensor, with `pool`
     } else {

@@ -1,7 +1,6 @@
 // A context: the KV cache cells, the architecture's per-context state, the thread pool and the logits of
 // the last batch. decode() validates the whole batch before touching the cache, then runs it as ubatches.
 #include <algorithm>
-#include <thread>
 
 #include "cache/kv_cells.h"
 #include "core/error.h"
@@ -35,10 +34,6 @@ DType cache_dtype(CacheType t) {
     return DType::F32;
 }
 
-int default_threads() {
-    const unsigned n = std::thread::hardware_concurrency();
-    return n == 0 ? 1 : static_cast<int>(n);
-}
 }  // namespace
 
 struct Context::Impl {
@@ -51,7 +46,10 @@ struct Context::Impl {
     std::vector<int32_t> logits_row;  // per token of the last batch: its row in `logits`, or -1
 
     Impl(std::shared_ptr<const Model> m, const ContextParams &p)
-        : model(std::move(m)), params(p), pool(p.n_threads > 0 ? p.n_threads : default_threads()), cells(p.n_ctx) {}
+        : model(std::move(m)),
+          params(p),
+          pool(p.n_threads > 0 ? p.n_threads : ThreadPool::hardware_threads()),
+          cells(p.n_ctx) {}
 };
 
 Context::Context(std::shared_ptr<const Model> model, const ContextParams &params_in) {
