@@ -1,5 +1,7 @@
 #include "cache/row_store.h"
 
+#include <cstring>
+
 #include "core/error.h"
 
 namespace sparrow {
@@ -14,6 +16,12 @@ RowStore::RowStore(DType type, int64_t n_cells, int64_t width)
 
 void RowStore::write(int64_t cell, const float *src) {
     quantize_row(type_, src, data_.data() + cell * row_bytes_, width_);
+}
+
+void RowStore::read(int64_t cell, float *dst) const { dequantize_row(type_, row(cell), dst, width_); }
+
+void RowStore::copy_row(int64_t src, int64_t dst) {
+    if (src != dst) std::memcpy(row(dst), row(src), static_cast<size_t>(row_bytes_));
 }
 
 void RowStore::fill_random(std::span<const int32_t> cells, uint64_t seed, float scale) {

@@ -21,7 +21,14 @@ class RowStore {
 
     // Converts `src` (width floats) to the row type and stores it in `cell`.
     void write(int64_t cell, const float *src);
+    // The inverse of write(): the row of `cell` as `width` floats (the values write() was given, up to the
+    // row type's rounding). Cache operations that edit rows (position shifts) go through read/write so that
+    // any encoding of the stored row (rounding, quantisation, rotation) is undone and redone in one place.
+    void read(int64_t cell, float *dst) const;
+    // Copies the stored bytes of row `src` to row `dst` (defragmentation, sequence copies): exact.
+    void copy_row(int64_t src, int64_t dst);
     const void *row(int64_t cell) const { return data_.data() + cell * row_bytes_; }
+    void *row(int64_t cell) { return data_.data() + cell * row_bytes_; }
     // Fills the rows of `cells` with pseudo-random values uniform in [-scale, scale] (benchmark filler).
     void fill_random(std::span<const int32_t> cells, uint64_t seed, float scale);
 
