@@ -1,9 +1,10 @@
 // `sparrow batched`: one prompt, np continuations generated side by side (llama.cpp's batched example).
 // The prompt is decoded once with every sequence id on its tokens (its cache cells are shared); then each
 // step decodes one token per unfinished sequence in one batch, and each sequence samples from its own logits
-// with its own sampler (seed + sequence index, so that the continuations differ). --compare-single then
-// generates the same number of tokens for one sequence alone, in the same run, and prints the speed ratio.
+// with its own sampler (seed + sequence index, so that the continuations differ). --compare-single also
+// generates for one sequence alone, stepped in turn with the batch, and prints the speed ratio.
 #include <cstdio>
+#include <memory>
 #include <random>
 #include <vector>
 
@@ -47,45 +48,62 @@ double decode_prompt(Context &ctx, const std::vector<int32_t> &prompt, int64_t n
     return clock.seconds();
 }
 
-struct Generation {
-    std::vector<std::vector<int32_t>> tokens;  // per sequence: the generated ids (EOG excluded)
-    int64_t n_tokens = 0;                      // every sampled token, EOG included (as `run` counts)
-    double seconds = 0;
-};
+// Sequences [0, n_seq) of one context generated together: each step samples one token per unfinished
+// sequence from its own logits and decodes them as one batch.
+class Generation {
+  public:
+    Generation(Context &ctx, const Tokenizer &tok, const BatchedFlags &f, int64_t n_seq, int32_t n_prompt, size_t last,
+               uint64_t seed)
+        : ctx_(ctx),
+          tok_(tok),
+          f_(f),
+          n_prompt_(n_prompt),
+          tokens_(static_cast<size_t>(n_seq)),
+          logits_index_(static_cast<size_t>(n_seq), last),
+          done_(static_cast<size_t>(n_seq), false) {
+        for (int64_t s = 0; s < n_seq; ++s) samplers_.emplace_back(SamplerParams{f.temp, f.top_k, f.top_p, seed + s});
+    }
 
-// Generates up to n_predict tokens for each of sequences [0, n_seq), whose prompt is in the cache and whose
-// first logits are those of the last prompt batch's last token (index `last`).
-Generation generate(Context &ctx, const Tokenizer &tok, const BatchedFlags &f, int64_t n_seq, int32_t n_prompt,
-                    size_t last, uint64_t seed) {
-    Generation g;
-    g.tokens.resize(static_cast<size_t>(n_seq));
-    std::vector<Sampler> samplers;
-    for (int64_t s = 0; s < n_seq; ++s) samplers.emplace_back(SamplerParams{f.temp, f.top_k, f.top_p, seed + s});
-    std::vector<size_t> logits_index(static_cast<size_t>(n_seq), last);  // where each sequence's logits are
-    std::vector<bool> done(static_cast<size_t>(n_seq), false);
-    std::vector<BatchToken> batch;
-    const Stopwatch clock;
-    for (int64_t step = 0; step < f.n_predict; ++step) {
-        batch.clear();
-        for (int64_t s = 0; s < n_seq; ++s) {
-            if (done[s]) continue;
-            const int32_t next = samplers[s].sample(ctx.logits(logits_index[s]));
-            ++g.n_tokens;
-            if (tok.is_eog(next) || step + 1 == f.n_predict) {
-                done[s] = true;
-                if (!tok.is_eog(next)) g.tokens[s].push_back(next);
+    // Step `step` (0-based) of n_predict; returns false once every sequence has finished.
+    bool step(int64_t step) {
+        const Stopwatch clock;
+        batch_.clear();
+        for (size_t s = 0; s < tokens_.size(); ++s) {
+            if (done_[s]) continue;
+            const int32_t next = samplers_[s].sample(ctx_.logits(logits_index_[s]));
+            ++n_tokens_;
+            const bool eog = tok_.is_eog(next);
+            if (!eog) tokens_[s].push_back(next);
+            if (eog || step + 1 == f_.n_predict) {
+                done_[s] = true;
                 continue;
             }
-            g.tokens[s].push_back(next);
-            logits_index[s] = batch.size();
-            batch.push_back({next, n_prompt + static_cast<int32_t>(step), static_cast<int32_t>(s), true});
+            logits_index_[s] = batch_.size();
+            batch_.push_back({next, n_prompt_ + static_cast<int32_t>(step), static_cast<int32_t>(s), true});
         }
-        if (batch.empty()) break;
-        ctx.decode(batch);
+        if (!batch_.empty()) ctx_.decode(batch_);
+        seconds_ += clock.seconds();
+        return !batch_.empty();
     }
-    g.seconds = clock.seconds();
-    return g;
-}
+
+    const std::vector<int32_t> &tokens(size_t seq) const { return tokens_[seq]; }
+    int64_t n_tokens() const { return n_tokens_; }  // every sampled token, EOG included (as `run` counts)
+    double seconds() const { return seconds_; }
+    double rate() const { return n_tokens_ > 0 ? double(n_tokens_) / seconds_ : 0.0; }
+
+  private:
+    Context &ctx_;
+    const Tokenizer &tok_;
+    const BatchedFlags &f_;
+    int32_t n_prompt_;
+    std::vector<Sampler> samplers_;
+    std::vector<std::vector<int32_t>> tokens_;  // per sequence: the generated ids (EOG excluded)
+    std::vector<size_t> logits_index_;          // per sequence: its logits' index in the last batch
+    std::vector<bool> done_;
+    std::vector<BatchToken> batch_;
+    int64_t n_tokens_ = 0;
+    double seconds_ = 0;
+};
 
 int run_batched(const BatchedFlags &f) {
     auto model = load_model_verbose(f.model.model_path);
@@ -113,33 +131,43 @@ int run_batched(const BatchedFlags &f) {
     const auto n_prompt = static_cast<int32_t>(prompt.size());
     const size_t last = (prompt.size() - 1) % static_cast<size_t>(ctx.params().n_batch);
     const double prompt_s = decode_prompt(ctx, prompt, n_seq);
-    const Generation g = generate(ctx, tok, f, n_seq, n_prompt, last, seed);
+    Generation gen(ctx, tok, f, n_seq, n_prompt, last, seed);
+    // --compare-single: one sequence in a context of its own, stepped in turn with the batched sequences so
+    // that both see the same machine load (other processes, clock changes) over the run.
+    std::unique_ptr<Context> single_ctx;
+    std::unique_ptr<Generation> single;
+    if (f.compare_single) {
+        cp.n_ctx = n_prompt + f.n_predict;
+        single_ctx = std::make_unique<Context>(model, cp);
+        decode_prompt(*single_ctx, prompt, 1);
+        const size_t single_last = (prompt.size() - 1) % static_cast<size_t>(single_ctx->params().n_batch);
+        single = std::make_unique<Generation>(*single_ctx, tok, f, 1, n_prompt, single_last, seed);
+    }
+    bool more = true, more_single = single != nullptr;
+    for (int64_t step = 0; more || more_single; ++step) {
+        if (more) more = gen.step(step);
+        if (more_single) more_single = single->step(step);
+    }
     if (!f.quiet) {
         for (int64_t s = 0; s < n_seq; ++s) {
             std::string text = f.prompt;
-            for (const int32_t id : g.tokens[s]) text += tok.token_to_piece(id);
+            for (const int32_t id : gen.tokens(static_cast<size_t>(s))) text += tok.token_to_piece(id);
             std::printf("--- sequence %lld ---\n%s\n", (long long)s, text.c_str());
         }
         std::fflush(stdout);
     }
     print_sparse_stats(ctx, f.model.dsa_stats);
-    const double gen_rate = g.n_tokens > 0 ? double(g.n_tokens) / g.seconds : 0.0;
     std::fprintf(stderr,
                  "\nprompt: %zu tokens in %.2f ms (%.1f tokens/s), decoded once for %lld sequences | generation: "
                  "%lld tokens in %.2f ms (%.1f tokens/s aggregate, %.1f per sequence)\n",
                  prompt.size(), prompt_s * 1e3, double(prompt.size()) / prompt_s, (long long)n_seq,
-                 (long long)g.n_tokens, g.seconds * 1e3, gen_rate, gen_rate / double(n_seq));
-
-    if (f.compare_single) {
-        ctx.clear();
-        decode_prompt(ctx, prompt, 1);
-        const Generation one = generate(ctx, tok, f, 1, n_prompt, last, seed);
-        const double one_rate = one.n_tokens > 0 ? double(one.n_tokens) / one.seconds : 0.0;
+                 (long long)gen.n_tokens(), gen.seconds() * 1e3, gen.rate(), gen.rate() / double(n_seq));
+    if (single) {
         std::fprintf(stderr,
-                     "single sequence: %lld tokens in %.2f ms (%.1f tokens/s); %lld sequences reach %.2fx its "
-                     "aggregate speed\n",
-                     (long long)one.n_tokens, one.seconds * 1e3, one_rate, (long long)n_seq,
-                     one_rate > 0 ? gen_rate / one_rate : 0.0);
+                     "single sequence (stepped in turn): %lld tokens in %.2f ms (%.1f tokens/s); %lld sequences "
+                     "reach %.2fx its aggregate speed\n",
+                     (long long)single->n_tokens(), single->seconds() * 1e3, single->rate(), (long long)n_seq,
+                     single->rate() > 0 ? gen.rate() / single->rate() : 0.0);
     }
     return 0;
 }
