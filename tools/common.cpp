@@ -29,6 +29,9 @@ void ModelFlags::add_to(CLI::App &cmd, int64_t default_ctx, bool with_dsa_flag) 
     }
     cmd.add_option("--dsa-top-k", dsa_top_k, "Keys each query attends (0 = the model's)")
         ->check(CLI::NonNegativeNumber);
+    cmd.add_option("--dsa-sink", dsa_sink,
+                   "Attention sinks: the first N positions of each sequence are always selected (within top-k)")
+        ->check(CLI::NonNegativeNumber);
     cmd.add_option("--indexer-cache-type", indexer_cache_type, "Indexer key cache type: f32, f16")
         ->check(CLI::IsMember({"f32", "f16"}));
     cmd.add_flag("--dsa-stats", dsa_stats, "Print per-layer sparse-attention statistics at the end");
@@ -48,6 +51,7 @@ ContextParams ModelFlags::context_params() const {
     p.cache_type_v = cache_type_from_name(cache_type_v);
     p.dsa = dsa == "on";
     p.dsa_top_k = dsa_top_k;
+    p.dsa_sink = dsa_sink;
     p.indexer_cache_type = cache_type_from_name(indexer_cache_type);
     p.indexer_fast = indexer_precision == "fast";
     return p;

@@ -20,6 +20,7 @@ struct ModelFlags {
     std::string cache_type_v = "f16";
     std::string dsa = "on";
     int64_t dsa_top_k = 0;
+    int64_t dsa_sink = 0;
     std::string indexer_cache_type = "f16";
     std::string indexer_precision = "exact";
     bool dsa_stats = false;

@@ -54,15 +54,24 @@ struct ContextParams {
     CacheType indexer_cache_type = CacheType::f16;  // indexer key rows (f32 or f16)
     bool record_selections = false;                 // keep the last queries' selections for last_selections()
     bool indexer_fast = false;                      // reduced-precision indexer products (see IndexerPrecision)
+    // Attention sinks for sparse attention (--dsa-sink; 0 = off, the reference behaviour): the first
+    // dsa_sink present positions of each query's own sequence are always selected, counted within top-k
+    // (the indexer picks the other top_k - dsa_sink keys).
+    int64_t dsa_sink = 0;
 };
 
-// One token of a batch: its id, its position in its sequence, the sequence it belongs to, and whether
-// logits are wanted for it.
+// One token of a batch: its id, its position in its sequence(s), the sequence it belongs to, and whether
+// logits are wanted for it. A token may belong to several sequences (a prompt shared by several
+// conversations is decoded once): list the others in extra_seq_ids; the token's cache cell is then shared
+// by all of them. A token sees the cells that belong to ALL of its sequences, up to its own position
+// (which is each sequence's own history when they hold the same prefix, as after a shared prompt).
+// Aggregate initialisation with the first four fields keeps working: {id, pos, seq_id, logits}.
 struct BatchToken {
     int32_t id = 0;
     int32_t pos = 0;
     int32_t seq_id = 0;
     bool logits = false;
+    std::vector<int32_t> extra_seq_ids{};  // further sequences the token belongs to (usually none)
 };
 
 // Which keys a query attended in one layer (for debugging and comparison with reference engines).
@@ -97,9 +106,12 @@ class Context {
     Context(const Context &) = delete;
     Context &operator=(const Context &) = delete;
 
-    // Runs the model over the batch, appending its tokens to the cache. Throws sparrow::Error when the
-    // batch is invalid (bad token id, batch larger than n_batch, no free cache cells); the cache is then
-    // left as it was before the call.
+    // Runs the model over the batch, appending its tokens to the cache. Refuses an invalid batch by throwing
+    // sparrow::Error, whose code() (core/error.h ErrorCode) says why: invalid_batch (empty, larger than
+    // n_batch, negative position), bad_token (id outside the vocabulary), bad_sequence (id outside
+    // [0, 256)), position_order (a token's position is not after every position its sequence already holds,
+    // in the cache or earlier in the batch: positions increase strictly per sequence, gaps are allowed),
+    // context_full (fewer free cells than tokens). A refused batch leaves every cache byte-identical.
     void decode(std::span<const BatchToken> batch);
 
     // Logits of the i-th token of the last batch (that token must have asked for logits): n_vocab floats.
@@ -110,6 +122,38 @@ class Context {
     void seq_rm(int32_t seq_id, int32_t p0, int32_t p1);
     void clear();                               // empties the cache
     int32_t seq_pos_max(int32_t seq_id) const;  // -1 when the sequence is empty
+    int32_t seq_pos_min(int32_t seq_id) const;  // -1 when the sequence is empty
+
+    // Cache operations (as llama.cpp's); positions ranges are [p0, p1), p1 < 0 meaning "to the end".
+    // Every per-layer store stays in step with the cells. Bad sequence ids throw (bad_sequence).
+    // dst shares src's cells in [p0, p1) (no rows are copied; dst's own cells in that range are removed).
+    void seq_cp(int32_t src, int32_t dst, int32_t p0, int32_t p1);
+    void seq_keep(int32_t seq_id);  // removes every other sequence
+    // Adds delta to the positions of seq_id's cells in [p0, p1); cells whose position would become negative
+    // are removed from the sequence. Stored RoPE'd keys are re-rotated by delta. A cell the sequence shares
+    // with others is first copied to a free cell (the others keep the original); refused (context_full)
+    // when there are not enough free cells, and refused (position_order) when a shifted position would
+    // collide with one the sequence keeps. Nothing changes when it is refused.
+    void seq_add(int32_t seq_id, int32_t p0, int32_t p1, int32_t delta);
+    // Divides the positions of seq_id's cells in [p0, p1) by d > 1 (rounding down; several cells may then
+    // share a position, as in llama.cpp's self-extend). Keys are re-rotated; shared cells as for seq_add.
+    void seq_div(int32_t seq_id, int32_t p0, int32_t p1, int32_t d);
+    // Compacts the occupied cells to the front of the cache (rows move in every store); logits unchanged.
+    void defrag();
+    int64_t n_cells_used() const;
+
+    // Writes seq_id's cells (positions and every store's raw row bytes) to a file, with a header naming the
+    // model shape and store types. Throws (state_file) when the file cannot be written.
+    void state_seq_save(int32_t seq_id, const std::string &path) const;
+    // Replaces seq_id's contents with a saved sequence (from any sequence id) placed in free cells. The file
+    // is checked completely first (magic, version, model shape, store names/types/widths, positions,
+    // checksum); any mismatch or corruption throws (state_file) and leaves the cache as it was, as does a
+    // lack of free cells (context_full).
+    void state_seq_load(int32_t seq_id, const std::string &path);
+
+    // A 64-bit digest of every cache store's bytes (all cells, used or not) and the cell table: tests use
+    // it to check that refused operations leave the caches byte-identical.
+    uint64_t cache_digest() const;
 
     // Sparse-attention models: per layer, the keys attended by the last (up to 16) queries of the last
     // forward pass. Empty for other models.

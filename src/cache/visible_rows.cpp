@@ -4,20 +4,23 @@
 
 namespace sparrow {
 
-void VisibleRows::build(const KvCells &cells, std::span<const int32_t> pos, std::span<const int32_t> seq) {
+void VisibleRows::build(const KvCells &cells, std::span<const int32_t> pos, std::span<const SeqSet> seqs) {
     const size_t n = pos.size();
-    std::vector<int32_t> seq_index(kMaxSequences, -1);
-    size_t n_seqs = 0;
+    sets_.clear();
+    std::vector<size_t> set_of(n);
     for (size_t t = 0; t < n; ++t) {
-        if (seq_index[static_cast<size_t>(seq[t])] >= 0) continue;
-        seq_index[static_cast<size_t>(seq[t])] = static_cast<int32_t>(n_seqs);
-        if (seq_cells_.size() <= n_seqs) seq_cells_.emplace_back();
-        seq_cells_[n_seqs++] = cells.seq_cells_by_pos(seq[t]);
+        // A ubatch holds few distinct sets (one per sequence, plus shared prompts): a linear search will do.
+        const auto it = std::find(sets_.begin(), sets_.end(), seqs[t]);
+        set_of[t] = static_cast<size_t>(it - sets_.begin());
+        if (it != sets_.end()) continue;
+        sets_.push_back(seqs[t]);
+        if (set_cells_.size() < sets_.size()) set_cells_.emplace_back();
+        set_cells_[sets_.size() - 1] = cells.cells_by_pos(seqs[t]);
     }
     rows_.assign(n, {});
     max_rows_ = 0;
     for (size_t t = 0; t < n; ++t) {
-        const auto &list = seq_cells_[static_cast<size_t>(seq_index[static_cast<size_t>(seq[t])])];
+        const auto &list = set_cells_[set_of[t]];
         // The list is sorted by position: the visible cells are the prefix with pos <= pos[t].
         const auto end = std::upper_bound(list.begin(), list.end(), pos[t],
                                           [&](int32_t p, int32_t cell) { return p < cells.pos(cell); });

@@ -7,8 +7,10 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "cache/kv_cells.h"
+#include "cache/row_store.h"
 #include "core/thread_pool.h"
 #include "gguf/gguf.h"
 #include "model/weights.h"
@@ -21,10 +23,16 @@ namespace sparrow {
 struct UBatch {
     std::span<const int32_t> tokens;       // [n_tokens] token ids
     std::span<const int32_t> pos;          // [n_tokens] positions
-    std::span<const int32_t> seq;          // [n_tokens] sequence ids
+    std::span<const SeqSet> seq;           // [n_tokens] each token's sequences (one or more)
     std::span<const int32_t> cells;        // [n_tokens] cache cells
     std::span<const int32_t> output_rows;  // indices into the ubatch of the tokens whose logits are wanted
     int64_t size() const { return static_cast<int64_t>(tokens.size()); }
+};
+
+// A per-layer cache store of an architecture's state, with the name state files and messages use.
+struct NamedStore {
+    std::string name;  // e.g. "blk.3.latent"
+    RowStore *store = nullptr;
 };
 
 // Per-context state of an architecture: its cache stores and scratch buffers.
@@ -43,6 +51,7 @@ struct StateParams {
     DType indexer_cache_type = DType::F16;
     bool indexer_fast = false;
     bool record_selections = false;
+    int64_t dsa_sink = 0;  // ContextParams::dsa_sink
 };
 
 class ArchModel {
@@ -61,6 +70,16 @@ class ArchModel {
     virtual int64_t bytes_per_token(const ArchState &state, int64_t n_kv) const = 0;
     // Bytes held by the per-layer cache stores.
     virtual int64_t cache_bytes(const ArchState &state) const = 0;
+
+    // Cache operations. Every per-layer store, in a fixed order (the order of state files), with a name
+    // for messages; stores without rows (GLM IndexShare layers' indexer keys) are listed too, with zero
+    // cells. The context moves and copies cells through these (RowStore::copy_row) and saves their bytes.
+    virtual std::vector<NamedStore> stores(ArchState &state) const = 0;
+    // Re-rotates the RoPE'd part of every stored key row (llama K; DSA latent k_pe and indexer key rope part)
+    // of cells[i] by deltas[i] positions, through RowStore::read/write (so any row encoding is undone and
+    // redone). The context has already changed the cells' positions.
+    virtual void shift_rows(ArchState &state, std::span<const int32_t> cells,
+                            std::span<const int32_t> deltas) const = 0;
     // See Context::last_selections().
     virtual std::vector<LayerSelection> last_selections(const ArchState &) const { return {}; }
     virtual SparseStats sparse_stats(const ArchState &) const { return {}; }

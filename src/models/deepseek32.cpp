@@ -28,6 +28,7 @@
 #include "model/arch.h"
 #include "model/blocks.h"
 #include "model/moe.h"
+#include "model/rope_shift.h"
 
 namespace sparrow {
 
@@ -72,6 +73,7 @@ struct DsaState final : ArchState {
     std::vector<RowStore> indexer_key;  // per layer (empty store on shared layers): [n_ctx, D]
     bool dsa = true;
     int64_t top_k = 0;
+    int64_t sink = 0;  // attention sinks: the first `sink` visible cells of each query are always selected
     IndexerPrecision precision = IndexerPrecision::exact;
     // Scratch for one ubatch.
     std::vector<float> x, h, qa, q, kv, q_abs, pe, nope_in, lat_out, head_out, o, ffn_out, gate, up;
@@ -234,6 +236,7 @@ class DsaModel final : public ArchModel {
         s->top_k = sp.dsa_top_k > 0 ? sp.dsa_top_k : hp_.idx_top_k;
         s->precision = sp.indexer_fast ? IndexerPrecision::fast : IndexerPrecision::exact;
         s->record_selections = sp.record_selections;
+        s->sink = std::min(std::max<int64_t>(sp.dsa_sink, 0), s->top_k);
         for (int64_t il = 0; il < hp_.n_layer; ++il) {
             s->stats.layers.push_back(SparseLayerStats{.layer = il, .shared = !hp_.indexer_full[il]});
         }
@@ -353,6 +356,28 @@ class DsaModel final : public ArchModel {
         return bytes;
     }
 
+    // Cache-operation hooks: per layer the latent [c_kv | k_pe] (k_pe RoPE'd in adjacent pairs) and the
+    // indexer keys [rope | nope] (the arch's indexer layout; no rows on IndexShare layers).
+    std::vector<NamedStore> stores(ArchState &state) const override {
+        auto &s = static_cast<DsaState &>(state);
+        std::vector<NamedStore> out;
+        for (int64_t il = 0; il < hp_.n_layer; ++il) {
+            out.push_back({"blk." + std::to_string(il) + ".latent", &s.latent[il]});
+            out.push_back({"blk." + std::to_string(il) + ".indexer_key", &s.indexer_key[il]});
+        }
+        return out;
+    }
+
+    void shift_rows(ArchState &state, std::span<const int32_t> cells, std::span<const int32_t> deltas) const override {
+        auto &s = static_cast<DsaState &>(state);
+        for (int64_t il = 0; il < hp_.n_layer; ++il) {
+            shift_stored_rope(s.latent[il], cells, deltas, hp_.kv_lora, 1, hp_.n_rot, hp_.rope);
+            if (hp_.indexer_full[il]) {
+                shift_stored_rope(s.indexer_key[il], cells, deltas, 0, 1, hp_.idx_head_dim, hp_.rope_indexer);
+            }
+        }
+    }
+
     SparseStats sparse_stats(const ArchState &state) const override {
         return static_cast<const DsaState &>(state).stats;
     }
@@ -449,9 +474,33 @@ class DsaModel final : public ArchModel {
         matmul(pool, s.op, L.idx_proj, s.h.data(), T, s.iw.data());  // [T, H]
         const float w_scale = 1.0f / std::sqrt(static_cast<float>(D * H));
         for (int64_t i = 0; i < T * H; ++i) s.iw[i] *= w_scale;
-        lightning_indexer_select(pool, IndexerShape{H, D}, s.precision, s.iq.data(), s.iw.data(), T, s.indexer_key[il],
-                                 s.visible.rows(), s.top_k, s.selected);
+        if (s.sink > 0) {
+            select_with_sinks(s, pool, il, T);
+        } else {
+            lightning_indexer_select(pool, IndexerShape{H, D}, s.precision, s.iq.data(), s.iw.data(), T,
+                                     s.indexer_key[il], s.visible.rows(), s.top_k, s.selected);
+        }
         s.selected_rows.assign(s.selected.begin(), s.selected.end());
+    }
+
+    // Selection with attention sinks (ContextParams::dsa_sink): each query's first `sink` visible cells (the
+    // first present positions of its own sequence) are always selected and count within top-k; the indexer
+    // picks the other top_k - sink among the remaining candidates. The result stays in position order.
+    void select_with_sinks(DsaState &s, ThreadPool &pool, int64_t il, int64_t T) const {
+        const std::span<const std::span<const int32_t>> visible = s.visible.rows();
+        std::vector<std::span<const int32_t>> rest(static_cast<size_t>(T));
+        for (int64_t t = 0; t < T; ++t) rest[t] = visible[t].subspan(std::min<size_t>(visible[t].size(), s.sink));
+        if (s.top_k > s.sink) {
+            lightning_indexer_select(pool, IndexerShape{hp_.idx_n_head, hp_.idx_head_dim}, s.precision, s.iq.data(),
+                                     s.iw.data(), T, s.indexer_key[il], rest, s.top_k - s.sink, s.selected);
+        } else {
+            s.selected.resize(static_cast<size_t>(T));
+            for (auto &sel : s.selected) sel.clear();
+        }
+        for (int64_t t = 0; t < T; ++t) {
+            const auto sinks = visible[t].first(visible[t].size() - rest[t].size());
+            s.selected[t].insert(s.selected[t].begin(), sinks.begin(), sinks.end());
+        }
     }
 
     // Absorbed MLA over `rows` (each token's selected or visible cells); adds the output to s.x.

@@ -20,6 +20,7 @@
 #include "kernels/ops.h"
 #include "model/arch.h"
 #include "model/blocks.h"
+#include "model/rope_shift.h"
 
 namespace sparrow {
 
@@ -213,6 +214,24 @@ class LlamaModel final : public ArchModel {
         int64_t bytes = 0;
         for (int64_t il = 0; il < hp_.n_layer; ++il) bytes += s.k_cache[il].n_bytes() + s.v_cache[il].n_bytes();
         return bytes;
+    }
+
+    // Cache-operation hooks: K and V per layer; only K is RoPE'd (every head, adjacent pairs).
+    std::vector<NamedStore> stores(ArchState &state) const override {
+        auto &s = static_cast<LlamaState &>(state);
+        std::vector<NamedStore> out;
+        for (int64_t il = 0; il < hp_.n_layer; ++il) {
+            out.push_back({"blk." + std::to_string(il) + ".k", &s.k_cache[il]});
+            out.push_back({"blk." + std::to_string(il) + ".v", &s.v_cache[il]});
+        }
+        return out;
+    }
+
+    void shift_rows(ArchState &state, std::span<const int32_t> cells, std::span<const int32_t> deltas) const override {
+        auto &s = static_cast<LlamaState &>(state);
+        for (int64_t il = 0; il < hp_.n_layer; ++il) {
+            shift_stored_rope(s.k_cache[il], cells, deltas, 0, hp_.n_head_kv, hp_.head_dim, hp_.rope);
+        }
     }
 
     int64_t bytes_per_token(const ArchState &state, int64_t n_kv) const override {
