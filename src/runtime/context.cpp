@@ -249,7 +249,7 @@ void Context::Impl::shift(const char *what, int32_t seq, int32_t p0, int32_t p1,
     const std::vector<int32_t> moved = cells.seq_cells_in(seq, std::max(0, p0), p1);
     // Plan everything before changing anything: which cells leave the sequence (negative positions), which
     // must be split off because other sequences share them, and whether positions collide.
-    std::vector<int32_t> keep_cells, shift_cells, deltas;
+    std::vector<int32_t> shift_cells, deltas;
     int64_t n_split = 0;
     for (const int32_t c : moved) {
         const int32_t np = new_pos(cells.pos(c));
