@@ -428,6 +428,7 @@ TEST_P(Serving, RefusedBatchesLeaveEveryCacheByteIdentical) {
     } catch (const Error &e) {
         EXPECT_EQ(e.code(), ErrorCode::position_order) << e.what();
     }
+    EXPECT_THROW(ctx.seq_add(0, 0, -1, 2147483640), Error);  // positions would overflow
     EXPECT_THROW(ctx.seq_cp(0, 256, 0, -1), Error);
     EXPECT_THROW(ctx.seq_keep(-1), Error);
     EXPECT_EQ(ctx.cache_digest(), digest);

@@ -112,9 +112,10 @@ void print_context_summary(const Context &ctx) {
         std::fprintf(stderr, "sparse attention: off (dense attention over every key; --dsa on to enable)\n");
         return;
     }
-    std::fprintf(stderr, "sparse attention: on, top-k %lld, %s indexer products\n",
+    std::fprintf(stderr, "sparse attention: on, top-k %lld, %s indexer products%s\n",
                  (long long)(params.dsa_top_k > 0 ? params.dsa_top_k : info.indexer_top_k),
-                 params.indexer_fast ? "fast" : "exact");
+                 params.indexer_fast ? "fast" : "exact",
+                 params.dsa_sink > 0 ? strprintf(", %lld attention sinks", (long long)params.dsa_sink).c_str() : "");
 }
 
 }  // namespace sparrow::tools

@@ -249,7 +249,7 @@ void Context::Impl::shift(const char *what, int32_t seq, int32_t p0, int32_t p1,
     const std::vector<int32_t> moved = cells.seq_cells_in(seq, std::max(0, p0), p1);
     // Plan everything before changing anything: which cells leave the sequence (negative positions), which
     // must be split off because other sequences share them, and whether positions collide.
-    std::vector<int32_t> keep_cells, shift_cells, deltas;
+    std::vector<int32_t> shift_cells, deltas;
     int64_t n_split = 0;
     for (const int32_t c : moved) {
         const int32_t np = new_pos(cells.pos(c));
@@ -303,6 +303,11 @@ void Context::Impl::shift(const char *what, int32_t seq, int32_t p0, int32_t p1,
 
 void Context::seq_add(int32_t seq_id, int32_t p0, int32_t p1, int32_t delta) {
     if (delta == 0) return check_seq("seq_add", seq_id);
+    check_seq("seq_add", seq_id);
+    if (delta > 0 && int64_t(impl_->cells.seq_pos_max(seq_id)) + delta > INT32_MAX - 1) {
+        throw_error_code(ErrorCode::position_order, "seq_add: shifting sequence %d by %d overflows the positions",
+                         seq_id, delta);
+    }
     impl_->shift(
         "seq_add", seq_id, p0, p1, [delta](int32_t p) { return p + delta; }, true);
 }
