@@ -21,6 +21,7 @@ struct ModelFlags {
     std::string dsa = "on";
     int64_t dsa_top_k = 0;
     std::string indexer_cache_type = "f16";
+    std::string cache_rotation = "auto";
     std::string indexer_precision = "exact";
     bool dsa_stats = false;
 
