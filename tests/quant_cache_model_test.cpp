@@ -250,6 +250,44 @@ TEST_F(QuantCache, RowsThatAreNotWhole32BlocksAreRefusedClearly) {
     EXPECT_THROW(cache_rotation_from_name("yes"), Error);
 }
 
+// Rotation is exact in exact arithmetic: with an f32 cache, rotating every store (queries, the MLA output
+// and llama's V output rotated to match) must leave the logits as they are, up to f32 rounding. This checks
+// the plumbing in each architecture (a missing or misplaced query / output rotation changes everything).
+TEST_F(QuantCache, RotatingAnF32CacheChangesNoLogits) {
+    SyntheticParams glm = synthetic_defaults("glm-dsa");  // IndexShare: layers without an indexer cache
+    glm.kv_lora_rank = 64;
+    glm.n_rot = 32;
+    glm.idx_head_dim = 64;
+    glm.idx_top_k = 32;
+    glm.outlier_channels = 2;
+    write_synthetic_model(glm, dir_ + "/glm.gguf");
+    const std::shared_ptr<const Model> models[] = {dsa_model(2, 4), load_model(dir_ + "/glm.gguf"), llama_model(128)};
+    for (const auto &model : models) {
+        const auto ids = random_ids(100, model_info(*model).n_vocab, 4);  // > top-k: selection runs
+        std::vector<float> logits[2];
+        for (int rot = 0; rot < 2; ++rot) {
+            ContextParams cp =
+                cache_params(CacheType::f32, CacheType::f32, rot ? CacheRotation::on : CacheRotation::off);
+            cp.n_ctx = 128;
+            cp.n_threads = 2;
+            Context ctx(model, cp);
+            std::vector<BatchToken> batch;
+            for (size_t i = 0; i < ids.size(); ++i) batch.push_back({ids[i], static_cast<int32_t>(i), 0, true});
+            ctx.decode(batch);
+            for (size_t i = 0; i < ids.size(); ++i) {
+                const auto l = ctx.logits(i);
+                logits[rot].insert(logits[rot].end(), l.begin(), l.end());
+            }
+        }
+        double num = 0, den = 0;
+        for (size_t i = 0; i < logits[0].size(); ++i) {
+            num += (double(logits[1][i]) - logits[0][i]) * (double(logits[1][i]) - logits[0][i]);
+            den += double(logits[0][i]) * logits[0][i];
+        }
+        EXPECT_LT(std::sqrt(num / den), 1e-4) << model_info(*model).arch;
+    }
+}
+
 // The README table: every cache type with and without rotation, against f32 (slow; run by hand).
 TEST_F(QuantCache, DISABLED_KlTable) {
     struct Dsa {
