@@ -83,8 +83,9 @@ Command register_make_model(CLI::App &app) {
     num("--indexer-heads", &SyntheticParams::idx_n_head, "Indexer heads (default 8)", 1, 1024);
     num("--indexer-head-dim", &SyntheticParams::idx_head_dim, "Indexer head dims (default 32)", 2, 1 << 12);
     num("--outlier-channels", &SyntheticParams::outlier_channels,
-        "Per layer, this many channels of the MLA latent (attn_kv_a_norm) and of the indexer key "
-        "(indexer.k_norm) scaled by --outlier-scale, as real models have (default 0)",
+        "Per layer, this many channels of the MLA latent's c_kv and of the indexer key scaled up by "
+        "--outlier-scale and the weights reading them scaled down (same function, outliers in the cache, as "
+        "real models have; default 0)",
         0, 1 << 12);
     CLI::Option *gating = cmd->add_option("--gating", given->gating,
                                           "expert_gating_func: 1 softmax, 2 sigmoid, "

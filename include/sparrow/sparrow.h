@@ -25,8 +25,8 @@ const char *cache_type_name(CacheType t);
 
 // Hadamard rotation of cache rows before they are stored (queries rotated to match, outputs rotated back
 // where the rows are also values): it spreads outlier channels over their block so that quantisation loses
-// less. `quantized` rotates exactly the q8_0 / q4_0 stores; `on` rotates every store (f16/bf16 too, which
-// changes only rounding); `off` none.
+// less. `quantized` rotates exactly the q8_0 / q4_0 stores; `on` rotates every store (f16/bf16 too, where
+// it only moves rounding error around, slightly for the worse when there are outliers); `off` none.
 enum class CacheRotation { quantized, on, off };
 CacheRotation cache_rotation_from_name(std::string_view name);  // "auto" (= quantized) | "on" | "off"
 const char *cache_rotation_name(CacheRotation r);
@@ -61,11 +61,12 @@ struct ContextParams {
     CacheType cache_type_v = CacheType::f16;
     // Sparse attention (models with a lightning indexer): off runs dense attention over every visible key.
     bool dsa = true;
-    int64_t dsa_top_k = 0;                                    // 0 = the model's attention.indexer.top_k
-    CacheType indexer_cache_type = CacheType::f16;            // indexer key rows (f32, f16, bf16, q8_0, q4_0)
-    CacheRotation cache_rotation = CacheRotation::quantized;  // every store: K, V, MLA latent, indexer keys
-    bool record_selections = false;                           // keep the last queries' selections for last_selections()
-    bool indexer_fast = false;  // reduced-precision indexer products (see IndexerPrecision)
+    int64_t dsa_top_k = 0;                          // 0 = the model's attention.indexer.top_k
+    CacheType indexer_cache_type = CacheType::f16;  // indexer key rows (any CacheType)
+    bool record_selections = false;                 // keep the last queries' selections for last_selections()
+    bool indexer_fast = false;                      // reduced-precision indexer products (see IndexerPrecision)
+    // Hadamard rotation of the stores (K, V, the MLA latent, indexer keys): see CacheRotation.
+    CacheRotation cache_rotation = CacheRotation::quantized;
 };
 
 // One token of a batch: its id, its position in its sequence, the sequence it belongs to, and whether

@@ -10,7 +10,10 @@
 namespace sparrow {
 
 RowRotation &RowRotation::segment(int64_t n, int64_t count) {
-    if (n <= 0 || count < 0) throw_error("rotation segment of %lld elements x %lld", (long long)n, (long long)count);
+    if (n <= 0 || count < 0) {
+        throw_error("a rotation segment needs a positive length and count (got %lld x %lld)", (long long)n,
+                    (long long)count);
+    }
     for (int64_t c = 0; c < count; ++c) {
         for (int64_t left = n; left > 0;) {
             int64_t block = 1;
