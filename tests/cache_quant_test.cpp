@@ -37,12 +37,12 @@ TEST_P(CacheConvertIsa, QuantRowsToF32EqualDequantizeRow) {
         for (const int64_t n : kQuantLengths) {
             auto x = test::random_floats(rng, static_cast<size_t>(n), -3.0f, 3.0f);
             x[static_cast<size_t>(n / 3)] = 40.0f;  // an outlier: one block with a large scale
-            // One byte of offset: cache rows of 34- and 18-byte blocks sit at any alignment.
-            std::vector<uint8_t> bytes(static_cast<size_t>(dtype_row_size(t, n)) + 1);
-            quantize_row(t, x.data(), bytes.data() + 1, n);
+            // Two bytes of offset: rows of 34- and 18-byte blocks are only 2-byte aligned (the f16 scale).
+            std::vector<uint8_t> bytes(static_cast<size_t>(dtype_row_size(t, n)) + 2);
+            quantize_row(t, x.data(), bytes.data() + 2, n);
             std::vector<float> want(static_cast<size_t>(n)), got(static_cast<size_t>(n) + 1, -7.0f);
-            dequantize_row(t, bytes.data() + 1, want.data(), n);
-            convert(bytes.data() + 1, got.data(), n);
+            dequantize_row(t, bytes.data() + 2, want.data(), n);
+            convert(bytes.data() + 2, got.data(), n);
             for (int64_t i = 0; i < n; ++i) ASSERT_EQ(got[i], want[i]) << dtype_name(t) << " n=" << n << " i=" << i;
             EXPECT_EQ(got[static_cast<size_t>(n)], -7.0f) << "wrote past the row";
         }
