@@ -378,6 +378,13 @@ TEST_P(Serving, BadStateFilesAreRefusedAndLeaveTheCacheAlone) {
     decode_all(f16, random_ids(10, 28));
     f16.state_seq_save(0, path("f16.state"));
     refused(path("f16.state"), "another cache type");
+    // The same cache type with the rows Hadamard-rotated: the bytes mean something else.
+    cp = params(128);
+    cp.cache_rotation = CacheRotation::on;
+    Context rotated(model(), cp);
+    decode_all(rotated, random_ids(10, 30));
+    rotated.state_seq_save(0, path("rotated.state"));
+    refused(path("rotated.state"), "rotated rows");
     // A file that needs more cells than are free.
     Context small = make(64);
     decode_all(small, random_ids(30, 29), 1);

@@ -82,6 +82,11 @@ Command register_make_model(CLI::App &app) {
     num("--head-v", &SyntheticParams::head_v, "MLA value head dims (default 32)", 1, 1 << 12);
     num("--indexer-heads", &SyntheticParams::idx_n_head, "Indexer heads (default 8)", 1, 1024);
     num("--indexer-head-dim", &SyntheticParams::idx_head_dim, "Indexer head dims (default 32)", 2, 1 << 12);
+    num("--outlier-channels", &SyntheticParams::outlier_channels,
+        "Per layer, this many channels of the MLA latent's c_kv and of the indexer key scaled up by "
+        "--outlier-scale and the weights reading them scaled down (same function, outliers in the cache, as "
+        "real models have; default 0)",
+        0, 1 << 12);
     CLI::Option *gating = cmd->add_option("--gating", given->gating,
                                           "expert_gating_func: 1 softmax, 2 sigmoid, "
                                           "3 softmax over the chosen, 4 sqrt(softplus)")
@@ -89,6 +94,9 @@ Command register_make_model(CLI::App &app) {
     cmd->add_option("--indexer-types", *indexer_types,
                     "glm-dsa: 1 (full) / 0 (shared) per layer, e.g. 1,1,1,0; 'absent' omits the key "
                     "(default: the GLM-5.2 pattern 1,1,1,0,0,0,1,...)");
+    CLI::Option *outlier_scale =
+        cmd->add_option("--outlier-scale", given->outlier_scale, "Factor of the outlier channels (default 30)")
+            ->check(CLI::Range(1.0f, 1e4f));
     CLI::Option *seed = cmd->add_option("--seed", given->seed, "Random seed");
     CLI::Option *tied =
         cmd->add_flag("--tied-output", given->tied_output, "No output.weight: the output reuses token_embd");
@@ -103,6 +111,7 @@ Command register_make_model(CLI::App &app) {
         for (const auto &apply : *appliers) apply(p);
         if (gating->count()) p.gating = given->gating;
         if (seed->count()) p.seed = given->seed;
+        if (outlier_scale->count()) p.outlier_scale = given->outlier_scale;
         if (tied->count()) p.tied_output = true;
         if (yarn->count()) p.yarn = true;
         if (*no_bias) p.probs_bias = false;

@@ -19,10 +19,13 @@ void ModelFlags::add_to(CLI::App &cmd, int64_t default_ctx, bool with_dsa_flag) 
     cmd.add_option("-b,--batch-size", n_batch, "Most tokens per decode call")->check(CLI::PositiveNumber);
     cmd.add_option("--ubatch-size", n_ubatch, "Tokens per forward pass")->check(CLI::PositiveNumber);
     cmd.add_option("-t,--threads", n_threads, "Threads (0 = all)")->check(CLI::NonNegativeNumber);
-    cmd.add_option("--cache-type-k", cache_type_k, "K cache type: f32, f16, bf16")
-        ->check(CLI::IsMember({"f32", "f16", "bf16"}));
-    cmd.add_option("--cache-type-v", cache_type_v, "V cache type: f32, f16, bf16")
-        ->check(CLI::IsMember({"f32", "f16", "bf16"}));
+    cmd.add_option("--cache-type-k", cache_type_k, "K cache type (MLA: the latent): f32, f16, bf16, q8_0, q4_0")
+        ->check(CLI::IsMember({"f32", "f16", "bf16", "q8_0", "q4_0"}));
+    cmd.add_option("--cache-type-v", cache_type_v, "V cache type: f32, f16, bf16, q8_0, q4_0")
+        ->check(CLI::IsMember({"f32", "f16", "bf16", "q8_0", "q4_0"}));
+    cmd.add_option("--cache-rotation", cache_rotation,
+                   "Hadamard rotation of cache rows: auto (the q8_0/q4_0 caches), on (every cache), off")
+        ->check(CLI::IsMember({"auto", "on", "off"}));
     if (with_dsa_flag) {
         cmd.add_option("--dsa", dsa, "Sparse attention for models with an indexer: on or off (dense)")
             ->check(CLI::IsMember({"on", "off"}));
@@ -32,8 +35,8 @@ void ModelFlags::add_to(CLI::App &cmd, int64_t default_ctx, bool with_dsa_flag) 
     cmd.add_option("--dsa-sink", dsa_sink,
                    "Attention sinks: the first N positions of each sequence are always selected (within top-k)")
         ->check(CLI::NonNegativeNumber);
-    cmd.add_option("--indexer-cache-type", indexer_cache_type, "Indexer key cache type: f32, f16")
-        ->check(CLI::IsMember({"f32", "f16"}));
+    cmd.add_option("--indexer-cache-type", indexer_cache_type, "Indexer key cache type: f32, f16, bf16, q8_0, q4_0")
+        ->check(CLI::IsMember({"f32", "f16", "bf16", "q8_0", "q4_0"}));
     cmd.add_flag("--dsa-stats", dsa_stats, "Print per-layer sparse-attention statistics at the end");
     if (with_dsa_flag) {
         cmd.add_option("--indexer-precision", indexer_precision, "Indexer products: exact (f32) or fast (reduced)")
@@ -53,6 +56,7 @@ ContextParams ModelFlags::context_params() const {
     p.dsa_top_k = dsa_top_k;
     p.dsa_sink = dsa_sink;
     p.indexer_cache_type = cache_type_from_name(indexer_cache_type);
+    p.cache_rotation = cache_rotation_from_name(cache_rotation);
     p.indexer_fast = indexer_precision == "fast";
     return p;
 }
@@ -103,10 +107,20 @@ void print_sparse_stats(const Context &ctx, bool enabled) {
 void print_context_summary(const Context &ctx) {
     const ContextParams &params = ctx.params();
     const ModelInfo &info = model_info(ctx.model());
-    std::fprintf(stderr, "KV cache %lld cells: %.1f MiB (%s/%s%s%s)\n", (long long)ctx.n_ctx(),
-                 ctx.cache_bytes() / 1048576.0, cache_type_name(params.cache_type_k),
-                 cache_type_name(params.cache_type_v), info.has_indexer ? ", indexer keys " : "",
-                 info.has_indexer ? cache_type_name(params.indexer_cache_type) : "");
+    // Which stores are Hadamard-rotated (ContextParams::cache_rotation), named as the types are.
+    const auto rotated = [&](CacheType t) { return cache_rotated(params.cache_rotation, t); };
+    std::string types;
+    if (info.has_indexer) {  // MLA: one latent store (-ctk), which is both K and V
+        types = strprintf("latent %s%s, indexer %s%s", cache_type_name(params.cache_type_k),
+                          rotated(params.cache_type_k) ? " rotated" : "", cache_type_name(params.indexer_cache_type),
+                          rotated(params.indexer_cache_type) ? " rotated" : "");
+    } else {
+        types = strprintf("K %s%s, V %s%s", cache_type_name(params.cache_type_k),
+                          rotated(params.cache_type_k) ? " rotated" : "", cache_type_name(params.cache_type_v),
+                          rotated(params.cache_type_v) ? " rotated" : "");
+    }
+    std::fprintf(stderr, "KV cache %lld cells: %.1f MiB (%s)\n", (long long)ctx.n_ctx(), ctx.cache_bytes() / 1048576.0,
+                 types.c_str());
     if (!info.has_indexer) return;
     if (!params.dsa) {
         std::fprintf(stderr, "sparse attention: off (dense attention over every key; --dsa on to enable)\n");

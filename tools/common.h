@@ -22,6 +22,7 @@ struct ModelFlags {
     int64_t dsa_top_k = 0;
     int64_t dsa_sink = 0;
     std::string indexer_cache_type = "f16";
+    std::string cache_rotation = "auto";
     std::string indexer_precision = "exact";
     bool dsa_stats = false;
 

@@ -16,10 +16,21 @@ class Tokenizer;
 class Model;
 class Context;
 
-// Element types a KV cache can be stored in.
-enum class CacheType { f32, f16, bf16 };
-CacheType cache_type_from_name(std::string_view name);  // "f32" | "f16" | "bf16"; throws otherwise
+// Element types a KV cache can be stored in. q8_0 / q4_0 are ggml's 32-element blocks with one f16 scale
+// (8.5 / 4.5 bits per element); their rows must be a multiple of 32 wide (per head where rows are read per
+// head), else creating the context throws.
+enum class CacheType { f32, f16, bf16, q8_0, q4_0 };
+CacheType cache_type_from_name(std::string_view name);  // "f32" | "f16" | "bf16" | "q8_0" | "q4_0"; throws otherwise
 const char *cache_type_name(CacheType t);
+
+// Hadamard rotation of cache rows before they are stored (queries rotated to match, outputs rotated back
+// where the rows are also values): it spreads outlier channels over their block so that quantisation loses
+// less. `quantized` rotates exactly the q8_0 / q4_0 stores; `on` rotates every store (f16/bf16 too, where
+// it only moves rounding error around, slightly for the worse when there are outliers); `off` none.
+enum class CacheRotation { quantized, on, off };
+CacheRotation cache_rotation_from_name(std::string_view name);  // "auto" (= quantized) | "on" | "off"
+const char *cache_rotation_name(CacheRotation r);
+bool cache_rotated(CacheRotation r, CacheType t);  // whether a store of type t is rotated under mode r
 
 struct ModelInfo {
     std::string arch;  // general.architecture
@@ -51,13 +62,15 @@ struct ContextParams {
     // Sparse attention (models with a lightning indexer): off runs dense attention over every visible key.
     bool dsa = true;
     int64_t dsa_top_k = 0;                          // 0 = the model's attention.indexer.top_k
-    CacheType indexer_cache_type = CacheType::f16;  // indexer key rows (f32 or f16)
+    CacheType indexer_cache_type = CacheType::f16;  // indexer key rows (any CacheType)
     bool record_selections = false;                 // keep the last queries' selections for last_selections()
     bool indexer_fast = false;                      // reduced-precision indexer products (see IndexerPrecision)
     // Attention sinks for sparse attention (--dsa-sink; 0 = off, the reference behaviour): the first
     // dsa_sink present positions of each query's own sequence are always selected, counted within top-k
     // (the indexer picks the other top_k - dsa_sink keys).
     int64_t dsa_sink = 0;
+    // Hadamard rotation of the stores (K, V, the MLA latent, indexer keys): see CacheRotation.
+    CacheRotation cache_rotation = CacheRotation::quantized;
 };
 
 // One token of a batch: its id, its position in its sequence(s), the sequence it belongs to, and whether

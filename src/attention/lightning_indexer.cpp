@@ -31,6 +31,7 @@
 #include "attention/indexer_kernels.h"
 #include "attention/lightning_indexer.h"
 #include "core/error.h"
+#include "kernels/ops.h"
 
 namespace sparrow {
 
@@ -252,10 +253,19 @@ void Selector::score_tile(Scratch &s, const Chunk &c, int64_t split, std::span<c
     const int64_t n = k1 - k0;
     for (int64_t j = 0; j < n; ++j) s.rows[static_cast<size_t>(j)] = keys_.row(cells[static_cast<size_t>(k0 + j)]);
     const bool fast = scored_[static_cast<size_t>(c.begin)].fast;
-    const auto row_type = static_cast<uint32_t>(keys_.type());
+    auto row_type = static_cast<uint32_t>(keys_.type());
+    const bool quantized = dtype_is_quantized(keys_.type());
+    if (quantized) {  // Q8_0 / Q4_0 keys: dequantised once per tile (ops.h), then used as f32 rows
+        for (int64_t j = 0; j < n; ++j) {
+            float *dst = s.tile_f32.data() + j * d_;
+            convert_row_to_f32(keys_.type(), s.rows[static_cast<size_t>(j)], dst, d_);
+            s.rows[static_cast<size_t>(j)] = dst;
+        }
+        row_type = indexer::kRowF32;
+    }
     if (fast) {
         k_.quantize_keys(row_type, s.rows.data(), n, d_, dp_, s.tile_i16.data(), s.kscale.data());
-    } else if (keys_.type() == DType::F32) {
+    } else if (keys_.type() == DType::F32 || quantized) {
         for (int64_t j = 0; j < n; ++j)
             s.rows_f32[static_cast<size_t>(j)] = static_cast<const float *>(s.rows[static_cast<size_t>(j)]);
     } else {

@@ -1,24 +1,86 @@
 #include "cache/row_store.h"
 
 #include <cstring>
+#include <string>
+#include <utility>
 
 #include "core/error.h"
+#include "kernels/ops.h"
 
 namespace sparrow {
 
-RowStore::RowStore(DType type, int64_t n_cells, int64_t width)
+RowRotation &RowRotation::segment(int64_t n, int64_t count) {
+    if (n <= 0 || count < 0) {
+        throw_error("a rotation segment needs a positive length and count (got %lld x %lld)", (long long)n,
+                    (long long)count);
+    }
+    for (int64_t c = 0; c < count; ++c) {
+        for (int64_t left = n; left > 0;) {
+            int64_t block = 1;
+            while (block * 2 <= left) block *= 2;
+            blocks_.push_back(block);
+            left -= block;
+        }
+        width_ += n;
+    }
+    return *this;
+}
+
+void RowRotation::apply(float *x, int64_t n_rows) const {
+    for (int64_t r = 0; r < n_rows; ++r) {
+        float *row = x + r * width_;
+        for (const int64_t block : blocks_) {
+            if (block > 1) hadamard(row, 1, block);
+            row += block;
+        }
+    }
+}
+
+namespace {
+
+int64_t checked_row_bytes(DType type, int64_t width) {
+    if (type != DType::F32 && type != DType::F16 && type != DType::BF16 && type != DType::Q8_0 && type != DType::Q4_0) {
+        throw_error("cache rows cannot be stored as %s (f32, f16, bf16, q8_0 or q4_0)",
+                    std::string(dtype_name(type)).c_str());
+    }
+    const int64_t block = dtype_info(type).block_size;
+    if (width < 0 || width % block != 0) {
+        throw_error("cache rows of %lld elements cannot be stored as %s: the width must be a multiple of %lld",
+                    (long long)width, std::string(dtype_name(type)).c_str(), (long long)block);
+    }
+    return dtype_row_size(type, width);
+}
+
+}  // namespace
+
+RowStore::RowStore(DType type, int64_t n_cells, int64_t width, RowRotation rotation)
     : type_(type),
       width_(width),
-      row_bytes_(dtype_row_size(type, width)),
-      data_(static_cast<size_t>(n_cells * dtype_row_size(type, width))) {
-    SPARROW_ASSERT(type == DType::F32 || type == DType::F16 || type == DType::BF16);
+      row_bytes_(checked_row_bytes(type, width)),
+      rotation_(std::move(rotation)),
+      data_(static_cast<size_t>(n_cells * row_bytes_)) {
+    if (!rotation_.empty()) {
+        if (rotation_.width() != width) {
+            throw_error("cache rotation covers %lld elements of %lld-element rows", (long long)rotation_.width(),
+                        (long long)width);
+        }
+        scratch_.resize(static_cast<size_t>(width));
+    }
 }
 
 void RowStore::write(int64_t cell, const float *src) {
+    if (!rotation_.empty()) {
+        std::memcpy(scratch_.data(), src, static_cast<size_t>(width_) * sizeof(float));
+        rotation_.apply(scratch_.data(), 1);
+        src = scratch_.data();
+    }
     quantize_row(type_, src, data_.data() + cell * row_bytes_, width_);
 }
 
-void RowStore::read(int64_t cell, float *dst) const { dequantize_row(type_, row(cell), dst, width_); }
+void RowStore::read(int64_t cell, float *dst) const {
+    dequantize_row(type_, row(cell), dst, width_);
+    rotation_.apply(dst, 1);  // the rotation is its own inverse
+}
 
 void RowStore::copy_row(int64_t src, int64_t dst) {
     if (src != dst) std::memcpy(row(dst), row(src), static_cast<size_t>(row_bytes_));

@@ -1,4 +1,5 @@
-// A per-layer cache store: one row of `width` elements per cache cell, in an f32, f16 or bf16 row type.
+// A per-layer cache store: one row of `width` elements per cache cell, in an f32, f16, bf16, q8_0 or q4_0
+// row type, optionally Hadamard-rotated before it is encoded (quantised caches; see RowRotation).
 #pragma once
 
 #include <cstdint>
@@ -9,21 +10,55 @@
 
 namespace sparrow {
 
+// An orthonormal block-diagonal rotation of rows: each row of width() elements is cut into consecutive
+// blocks of power-of-two sizes, and each block x becomes H x / sqrt(n) (the Walsh-Hadamard transform, ops.h
+// `hadamard`). H / sqrt(n) is symmetric and orthonormal, so apply() is its own inverse and dot products of
+// two rows rotated alike are unchanged: a cache stores rotated keys, the model rotates its queries the same
+// way, and q.k is what it was. Quantisation is why: a few large channels (outliers) make a 32-block's scale
+// large and round its other elements to nothing; rotated, the outlier's energy is spread over the block.
+//
+// Blocks follow the row's structure (the caller adds one segment per part of the row that is used on its
+// own, e.g. the MLA latent's c_kv and k_pe, or each head of a llama K row), so that the part that is also a
+// value (c_kv) can be rotated back on its own. A segment whose length is not a power of two is cut into
+// power-of-two blocks, largest first (96 -> 64 + 32, 48 -> 32 + 16).
+class RowRotation {
+  public:
+    RowRotation() = default;  // the identity: no blocks
+    // Appends `count` segments of n elements each (count heads of n).
+    RowRotation &segment(int64_t n, int64_t count = 1);
+    bool empty() const { return blocks_.empty(); }
+    int64_t width() const { return width_; }  // elements per row: the sum of the blocks
+    const std::vector<int64_t> &blocks() const { return blocks_; }
+    // In place on n_rows rows of width() floats; the identity when empty().
+    void apply(float *x, int64_t n_rows) const;
+
+  private:
+    std::vector<int64_t> blocks_;  // power-of-two block sizes, in row order
+    int64_t width_ = 0;
+};
+
 class RowStore {
   public:
     RowStore() = default;
-    RowStore(DType type, int64_t n_cells, int64_t width);
+    // Throws sparrow::Error when width is not a whole number of the type's blocks (q8_0 / q4_0: 32), or when
+    // a non-empty rotation does not cover exactly `width` elements.
+    RowStore(DType type, int64_t n_cells, int64_t width, RowRotation rotation = {});
 
     DType type() const { return type_; }
     int64_t width() const { return width_; }
     int64_t row_bytes() const { return row_bytes_; }
     int64_t n_bytes() const { return static_cast<int64_t>(data_.size()); }
+    // The rotation stored rows carry (empty: none). Whoever reads rows directly (attention, the indexer)
+    // must rotate its queries with it, and rotate back any value it sums from the rows.
+    const RowRotation &rotation() const { return rotation_; }
 
-    // Converts `src` (width floats) to the row type and stores it in `cell`.
+    // Rotates `src` (width floats) when the store has a rotation, converts it to the row type and stores it
+    // in `cell`. Uses the store's scratch row: one writer at a time per store.
     void write(int64_t cell, const float *src);
     // The inverse of write(): the row of `cell` as `width` floats (the values write() was given, up to the
-    // row type's rounding). Cache operations that edit rows (position shifts) go through read/write so that
-    // any encoding of the stored row (rounding, quantisation, rotation) is undone and redone in one place.
+    // row type's rounding, with the rotation undone). Cache operations that edit rows (position shifts) go
+    // through read/write so that any encoding of the stored row (rounding, quantisation, rotation) is undone
+    // and redone in one place.
     void read(int64_t cell, float *dst) const;
     // Copies the stored bytes of row `src` to row `dst` (defragmentation, sequence copies): exact.
     void copy_row(int64_t src, int64_t dst);
@@ -36,6 +71,8 @@ class RowStore {
     DType type_ = DType::F32;
     int64_t width_ = 0;
     int64_t row_bytes_ = 0;
+    RowRotation rotation_;
+    std::vector<float> scratch_;  // [width] the row being rotated by write()
     std::vector<uint8_t> data_;
 };
 

@@ -242,8 +242,14 @@ void convert_row_to_f32(DType t, const void *row, float *y, int64_t n) {
         case DType::F32: std::memcpy(y, row, static_cast<size_t>(n) * sizeof(float)); return;
         case DType::F16: cpu::kernels().to_f32_f16(row, y, n); return;
         case DType::BF16: cpu::kernels().to_f32_bf16(row, y, n); return;
+        case DType::Q8_0:
+        case DType::Q4_0:
+            if (n % QK8_0 != 0) throw_error("convert_row_to_f32: %lld elements are not whole 32-blocks", (long long)n);
+            (t == DType::Q8_0 ? cpu::kernels().to_f32_q8_0 : cpu::kernels().to_f32_q4_0)(row, y, n);
+            return;
         default:
-            throw_error("convert_row_to_f32: row type %s is not f32, f16 or bf16", std::string(dtype_name(t)).c_str());
+            throw_error("convert_row_to_f32: row type %s is not f32, f16, bf16, q8_0 or q4_0",
+                        std::string(dtype_name(t)).c_str());
     }
 }
 

@@ -94,7 +94,8 @@ int64_t top_k(const float *scores, int64_t n, int64_t k, int32_t *idx);
 // Dot products used by attention and the indexer (one row of a cache against an f32 vector).
 //   row: n elements of type t (F32, F16 or BF16); x: [n] f32
 float dot_row(DType t, const void *row, const float *x, int64_t n);
-// y[0..n) = row converted to f32 (row of type F32, F16 or BF16; exact).
+// y[0..n) = row converted to f32: F32, F16, BF16 (exact) or Q8_0, Q4_0 (dequantised as dequantize_row does;
+// n a multiple of 32, the row starting at a block).
 void convert_row_to_f32(DType t, const void *row, float *y, int64_t n);
 // y[:] += a * row[:] for a cache row of type t (F32, F16 or BF16).
 void axpy_row(DType t, const void *row, float a, float *y, int64_t n);

@@ -52,6 +52,11 @@ struct StateParams {
     bool indexer_fast = false;
     bool record_selections = false;
     int64_t dsa_sink = 0;  // ContextParams::dsa_sink
+    // Hadamard-rotate the rows of the K store (MLA: the latent), the V store and the indexer key store
+    // (RowRotation in cache/row_store.h; the architecture rotates queries and outputs to match).
+    bool rotate_k = false;
+    bool rotate_v = false;
+    bool rotate_indexer = false;
 };
 
 class ArchModel {

@@ -148,6 +148,33 @@ inline float approx_normal(uint64_t r) {
     return (static_cast<float>(sum) - 131070.0f) * (1.0f / 37837.23f);
 }
 
+// Channels of a generated tensor multiplied by a factor after generation: columns (elements within each
+// row) and rows, where row r is scaled when r % row_period is in `rows` (a stack of per-head matrices).
+struct Scaled {
+    std::vector<int64_t> cols;
+    std::vector<int64_t> rows;
+    int64_t row_period = 1;
+    float factor = 1.0f;
+};
+Scaled scale_cols(std::vector<int64_t> cols, float factor) { return Scaled{std::move(cols), {}, 1, factor}; }
+Scaled scale_rows(std::vector<int64_t> rows, int64_t period, float factor) {
+    return Scaled{{}, std::move(rows), period, factor};
+}
+
+// `count` distinct channels in [lo, hi), picked from (seed, layer) alone so that every tensor of the layer
+// that must agree on them (the scaled norm and the compensating weights) gets the same ones.
+std::vector<int64_t> pick_channels(uint64_t seed, int64_t layer, const char *what, int64_t lo, int64_t hi,
+                                   int64_t count) {
+    std::vector<int64_t> out;
+    uint64_t state = name_seed(seed, std::string("outliers.") + what + "." + std::to_string(layer));
+    while (static_cast<int64_t>(out.size()) < std::min(count, hi - lo)) {
+        state = splitmix64(state);
+        const int64_t c = lo + static_cast<int64_t>(state % static_cast<uint64_t>(hi - lo));
+        if (std::find(out.begin(), out.end(), c) == out.end()) out.push_back(c);
+    }
+    return out;
+}
+
 class StreamSink {
   public:
     StreamSink(gguf::Writer &w, DType type, uint64_t seed, ThreadPool &pool)
@@ -157,22 +184,24 @@ class StreamSink {
     // inputs give outputs of variance gain^2; n_in = ne[0] (a 3-D stack is a stack of such matrices).
     // keep_f32: stored f32 whatever the model's type (ffn_gate_inp, indexer.proj, as llama.cpp's converter
     // keeps them).
-    void weight(const std::string &name, std::vector<int64_t> ne, float gain, bool keep_f32 = false) {
+    void weight(const std::string &name, std::vector<int64_t> ne, float gain, bool keep_f32 = false,
+                Scaled scaled = {}) {
         const int64_t n_cols = ne[0];
         int64_t n_rows = 1;
         for (size_t i = 1; i < ne.size(); ++i) n_rows *= ne[i];
         const DType t = keep_f32 || n_cols % dtype_info(type_).block_size != 0 ? DType::F32 : type_;
         const float stddev = gain / std::sqrt(static_cast<float>(n_cols));
-        add(name, t, std::move(ne), n_cols, n_rows, 0.0f, stddev);
+        add(name, t, std::move(ne), n_cols, n_rows, 0.0f, stddev, std::move(scaled));
     }
     // An f32 vector with entries N(mean, spread^2) (norm weights around 1, biases around 0).
-    void vector(const std::string &name, int64_t n, float mean, float spread) {
-        add(name, DType::F32, {n}, n, 1, mean, spread);
+    void vector(const std::string &name, int64_t n, float mean, float spread, Scaled scaled = {}) {
+        add(name, DType::F32, {n}, n, 1, mean, spread, std::move(scaled));
     }
 
   private:
+    // The random values do not depend on `scaled`: it multiplies some of them afterwards.
     void add(const std::string &name, DType t, std::vector<int64_t> ne, int64_t n_cols, int64_t n_rows, float mean,
-             float stddev) {
+             float stddev, Scaled scaled) {
         const uint64_t seed = name_seed(seed_, name);
         ThreadPool *pool = &pool_;
         w_.add_tensor(name, t, std::move(ne), [=](uint8_t *dst, size_t) {
@@ -188,6 +217,14 @@ class StreamSink {
                     for (int64_t i = 0; i < n; ++i) {
                         state += 0x9e3779b97f4a7c15ull;
                         x[static_cast<size_t>(i)] = mean + stddev * approx_normal(splitmix64(state));
+                    }
+                    for (int64_t r = r0; r < r1; ++r) {
+                        float *row = x.data() + (r - r0) * n_cols;
+                        for (const int64_t col : scaled.cols) row[col] *= scaled.factor;
+                        if (std::find(scaled.rows.begin(), scaled.rows.end(), r % scaled.row_period) !=
+                            scaled.rows.end()) {
+                            for (int64_t col = 0; col < n_cols; ++col) row[col] *= scaled.factor;
+                        }
                     }
                     for (int64_t r = r0; r < r1; ++r) {
                         quantize_row(t, x.data() + (r - r0) * n_cols, dst + r * row_bytes, n_cols);
@@ -219,6 +256,9 @@ void check_dsa(const SyntheticParams &p) {
     if (p.n_rot % 2 || p.n_rot > p.idx_head_dim) fail("the rope dims must be even and fit an indexer head");
     if (p.n_dense_lead < 0 || p.n_dense_lead > p.n_layer) fail("leading dense layers must be in [0, n_layer]");
     if (p.n_nextn < 0) fail("negative MTP layer count");
+    if (p.outlier_channels < 0 || p.outlier_channels > std::min(p.kv_lora_rank, p.idx_head_dim - p.n_rot))
+        fail("outlier channels must fit the latent and the indexer key's non-RoPE dims");
+    if (!(p.outlier_scale >= 1.0f)) fail("the outlier scale must be at least 1");
     if (p.n_expert_used > p.n_expert) fail("more experts used than there are");
     if (p.n_expert_groups > 1) {
         const int64_t per = p.n_expert / p.n_expert_groups;
@@ -306,22 +346,31 @@ void write_dsa(const SyntheticParams &p, gguf::Writer &w, ThreadPool &pool) {
     for (int64_t il = 0; il < n_block; ++il) {
         const std::string b = "blk." + std::to_string(il) + ".";
         const bool mtp = il >= p.n_layer;
+        // Outlier channels (SyntheticParams::outlier_channels): c_kv channels scaled up by the latent norm and
+        // down by the weights that read them; indexer-key channels past the RoPE part (so that RoPE does not
+        // mix a scaled channel with an unscaled one) scaled up by the key norm and down in the query.
+        const float up = p.outlier_scale, down = 1.0f / p.outlier_scale;
+        const std::vector<int64_t> lat_out = pick_channels(p.seed, il, "latent", 0, L, p.outlier_channels);
+        const std::vector<int64_t> key_out = pick_channels(p.seed, il, "indexer", p.n_rot, D, p.outlier_channels);
         s.vector(b + "attn_norm.weight", E, 1.0f, 0.1f);
         s.vector(b + "attn_q_a_norm.weight", p.q_lora_rank, 1.0f, 0.1f);
-        s.vector(b + "attn_kv_a_norm.weight", L, 1.0f, 0.1f);
+        s.vector(b + "attn_kv_a_norm.weight", L, 1.0f, 0.1f, scale_cols(lat_out, up));
         s.weight(b + "attn_q_a.weight", {E, p.q_lora_rank}, 1.0f);
         s.weight(b + "attn_q_b.weight", {p.q_lora_rank, H * head_k}, kGainQ);
         s.weight(b + "attn_kv_a_mqa.weight", {E, L + p.n_rot}, kGainKv);
-        s.weight(b + "attn_k_b.weight", {p.head_nope, L, H}, kGainKb);  // per head W_UK [kv_lora, nope]
-        s.weight(b + "attn_v_b.weight", {L, p.head_v, H}, 1.0f);        // per head W_UV [v_head, kv_lora]
+        // per head W_UK [kv_lora, nope]: row c of each head meets c_kv channel c
+        s.weight(b + "attn_k_b.weight", {p.head_nope, L, H}, kGainKb, false, scale_rows(lat_out, L, down));
+        // per head W_UV [v_head, kv_lora]: column c reads c_kv channel c
+        s.weight(b + "attn_v_b.weight", {L, p.head_v, H}, 1.0f, false, scale_cols(lat_out, down));
         s.weight(b + "attn_output.weight", {H * p.head_v, E}, kGainAttnOut);
         s.vector(b + "ffn_norm.weight", E, 1.0f, 0.1f);
         if (mtp || types.empty() || types[static_cast<size_t>(il)]) {
-            s.vector(b + "indexer.k_norm.weight", D, 1.0f, 0.1f);
-            s.vector(b + "indexer.k_norm.bias", D, 0.0f, 0.1f);
+            s.vector(b + "indexer.k_norm.weight", D, 1.0f, 0.1f, scale_cols(key_out, up));
+            s.vector(b + "indexer.k_norm.bias", D, 0.0f, 0.1f, scale_cols(key_out, up));
             s.weight(b + "indexer.proj.weight", {E, HI}, 1.0f, /*keep_f32=*/true);
             s.weight(b + "indexer.attn_k.weight", {E, D}, kGainIdx);
-            s.weight(b + "indexer.attn_q_b.weight", {p.q_lora_rank, HI * D}, kGainIdx);
+            s.weight(b + "indexer.attn_q_b.weight", {p.q_lora_rank, HI * D}, kGainIdx, false,
+                     scale_rows(key_out, D, down));
         }
         if (il < p.n_dense_lead) {
             s.weight(b + "ffn_gate.weight", {E, p.n_ff}, 1.0f);

@@ -64,6 +64,15 @@ struct SyntheticParams {
     bool indexer_types_absent = false;  // glm-dsa: no types key (llama.cpp then runs every layer full)
     bool yarn = false;         // deepseek32: rope.scaling.* YaRN keys as real V3.2 files have them, scaled down
     float yarn_factor = 4.0f;  // original_context_length = n_ctx_train / factor
+    // deepseek32 / glm-dsa: real models have a few channels of the normed MLA latent and of the indexer key
+    // far larger than the rest (outliers), which random weights lack and which decide how well a cache
+    // quantises. Per layer, this many random channels of c_kv (attn_kv_a_norm.weight) and of the indexer key
+    // past its RoPE dims (indexer.k_norm weight and bias) are multiplied by outlier_scale, and the weights
+    // that read those channels (attn_k_b rows, attn_v_b columns, indexer.attn_q_b rows) divided by it: the
+    // model computes the same function in exact arithmetic, only the cached rows carry the outliers. (Without
+    // the compensation a random model's attention is dominated by those channels.) 0: none.
+    int64_t outlier_channels = 0;
+    float outlier_scale = 30.0f;
 };
 
 // The defaults of an architecture: "llama", "deepseek32" or "glm-dsa"; preset "" (tiny) or "bench" (a

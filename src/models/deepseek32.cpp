@@ -71,6 +71,10 @@ struct DsaLayer {
 struct DsaState final : ArchState {
     std::vector<RowStore> latent;       // per layer: [n_ctx, kv_lora + rope] = [c_kv | k_pe]
     std::vector<RowStore> indexer_key;  // per layer (empty store on shared layers): [n_ctx, D]
+    // With a rotated latent cache (RowStore::rotation(): c_kv and k_pe blocks apart), queries are rotated
+    // like the rows, and the attention output, a sum of rotated c_kv rows, is rotated back with the c_kv
+    // blocks alone before W_UV. Empty when the latent is not rotated.
+    RowRotation ckv_rotation;
     bool dsa = true;
     int64_t top_k = 0;
     int64_t sink = 0;  // attention sinks: the first `sink` visible cells of each query are always selected
@@ -240,10 +244,18 @@ class DsaModel final : public ArchModel {
         for (int64_t il = 0; il < hp_.n_layer; ++il) {
             s->stats.layers.push_back(SparseLayerStats{.layer = il, .shared = !hp_.indexer_full[il]});
         }
+        check_cache_width("latent", sp.cache_type_k, hp_.kv_lora + hp_.n_rot);
+        check_cache_width("indexer key", sp.indexer_cache_type, hp_.idx_head_dim);
+        // Rotation blocks: c_kv and k_pe apart (c_kv is also the value); the indexer key as one head.
+        const RowRotation latent_rot =
+            sp.rotate_k ? RowRotation().segment(hp_.kv_lora).segment(hp_.n_rot) : RowRotation();
+        const RowRotation key_rot = sp.rotate_indexer ? RowRotation().segment(hp_.idx_head_dim) : RowRotation();
+        if (sp.rotate_k) s->ckv_rotation.segment(hp_.kv_lora);
         for (int64_t il = 0; il < hp_.n_layer; ++il) {
-            s->latent.emplace_back(sp.cache_type_k, sp.n_ctx, hp_.kv_lora + hp_.n_rot);
+            s->latent.emplace_back(sp.cache_type_k, sp.n_ctx, hp_.kv_lora + hp_.n_rot, latent_rot);
             // Shared layers read the full layer's selection: they need no indexer keys.
-            s->indexer_key.emplace_back(sp.indexer_cache_type, hp_.indexer_full[il] ? sp.n_ctx : 0, hp_.idx_head_dim);
+            s->indexer_key.emplace_back(sp.indexer_cache_type, hp_.indexer_full[il] ? sp.n_ctx : 0, hp_.idx_head_dim,
+                                        key_rot);
         }
         const auto n = static_cast<size_t>(sp.n_ubatch);
         const int64_t qk = hp_.nope + hp_.n_rot, lat = hp_.kv_lora + hp_.n_rot;
@@ -387,6 +399,14 @@ class DsaModel final : public ArchModel {
     }
 
   private:
+    static void check_cache_width(const char *what, DType type, int64_t width) {
+        const int64_t block = dtype_info(type).block_size;
+        if (width % block != 0) {
+            throw_error("a %s cache needs rows whose width is a multiple of %lld; this model's %s rows are %lld wide",
+                        std::string(dtype_name(type)).c_str(), (long long)block, what, (long long)width);
+        }
+    }
+
     static void record_selection(DsaState &s, const KvCells &cells, const UBatch &ub, int64_t il, bool select,
                                  std::span<const std::span<const int32_t>> rows) {
         LayerSelection &out = s.debug_selections[static_cast<size_t>(il)];
@@ -471,6 +491,7 @@ class DsaModel final : public ArchModel {
 
         matmul(pool, s.op, L.idx_q_b, s.qa.data(), T, s.iq.data());  // [T, H * D]
         rope(s.iq.data(), T, H, D, ub.pos.data(), hp_.rope_indexer);
+        s.indexer_key[il].rotation().apply(s.iq.data(), T * H);      // as the stored keys (identity if none)
         matmul(pool, s.op, L.idx_proj, s.h.data(), T, s.iw.data());  // [T, H]
         const float w_scale = 1.0f / std::sqrt(static_cast<float>(D * H));
         for (int64_t i = 0; i < T * H; ++i) s.iw[i] *= w_scale;
@@ -539,10 +560,13 @@ class DsaModel final : public ArchModel {
             }
         }
 
-        // Attention over the latent rows: MQA with K = [c_kv | k_pe] and V = c_kv.
+        // Attention over the latent rows: MQA with K = [c_kv | k_pe] and V = c_kv. A rotated cache holds
+        // [H c_kv | H k_pe]: queries are rotated alike, and the output (a sum of H c_kv) rotated back.
+        s.latent[il].rotation().apply(s.q_abs.data(), T * NH);
         const AttentionShape shape{
             .n_head = NH, .n_head_kv = 1, .head_dim_k = lat, .head_dim_v = C, .scale = hp_.kq_scale, .v_offset = 0};
         attention(pool, shape, s.q_abs.data(), T, s.latent[il], s.latent[il], rows, s.lat_out.data());  // [T, NH, C]
+        s.ckv_rotation.apply(s.lat_out.data(), T * NH);
 
         // Per head W_UV back to v_head, then the output projection.
         for (int64_t hd = 0; hd < NH; ++hd) {

@@ -12,6 +12,7 @@
 // then logits = output(rms_norm(x) * output_norm) for the rows that asked for them.
 #include <algorithm>
 #include <cmath>
+#include <string>
 #include <vector>
 
 #include "attention/attention.h"
@@ -53,6 +54,9 @@ struct LlamaLayer {
 
 struct LlamaState final : ArchState {
     std::vector<RowStore> k_cache, v_cache;  // per layer: [n_ctx, n_head_kv*d]
+    // Per-head Hadamard rotation (RowRotation) of queries when K rows are rotated, and of the attention
+    // output (a sum of rotated V rows) when V rows are; empty otherwise.
+    RowRotation q_rotation, out_rotation;
     // Scratch for one ubatch of up to n_ubatch tokens.
     std::vector<float> x, cur, q, k, v, att, gate, up, out_x;
     VisibleRows visible;
@@ -148,9 +152,21 @@ class LlamaModel final : public ArchModel {
     std::unique_ptr<ArchState> create_state(const StateParams &sp) const override {
         auto s = std::make_unique<LlamaState>();
         const int64_t kv_dim = hp_.n_head_kv * hp_.head_dim, q_dim = hp_.n_head * hp_.head_dim;
+        // Attention reads K and V per head, so a quantised cache needs whole 32-blocks per head.
+        for (const DType t : {sp.cache_type_k, sp.cache_type_v}) {
+            const int64_t block = dtype_info(t).block_size;
+            if (hp_.head_dim % block != 0) {
+                throw_error("a %s cache needs a head size that is a multiple of %lld; this model's is %lld",
+                            std::string(dtype_name(t)).c_str(), (long long)block, (long long)hp_.head_dim);
+            }
+        }
+        const RowRotation head_rot = RowRotation().segment(hp_.head_dim);
+        const RowRotation row_rot = RowRotation().segment(hp_.head_dim, hp_.n_head_kv);
+        if (sp.rotate_k) s->q_rotation = head_rot;
+        if (sp.rotate_v) s->out_rotation = head_rot;
         for (int64_t il = 0; il < hp_.n_layer; ++il) {
-            s->k_cache.emplace_back(sp.cache_type_k, sp.n_ctx, kv_dim);
-            s->v_cache.emplace_back(sp.cache_type_v, sp.n_ctx, kv_dim);
+            s->k_cache.emplace_back(sp.cache_type_k, sp.n_ctx, kv_dim, sp.rotate_k ? row_rot : RowRotation());
+            s->v_cache.emplace_back(sp.cache_type_v, sp.n_ctx, kv_dim, sp.rotate_v ? row_rot : RowRotation());
         }
         const auto n = static_cast<size_t>(sp.n_ubatch);
         s->x.resize(n * hp_.n_embd);
@@ -189,8 +205,10 @@ class LlamaModel final : public ArchModel {
                 s.k_cache[il].write(ub.cells[t], s.k.data() + t * kv_dim);
                 s.v_cache[il].write(ub.cells[t], s.v.data() + t * kv_dim);
             }
+            s.q_rotation.apply(s.q.data(), T * hp_.n_head);  // as the stored K rows (identity if not rotated)
             attention(pool, shape, s.q.data(), T, s.k_cache[il], s.v_cache[il], s.visible.rows(), s.att.data());
-            matmul(pool, s.op, L.wo, s.att.data(), T, cur);  // [T, n_embd]
+            s.out_rotation.apply(s.att.data(), T * hp_.n_head);  // back from the rotated V rows
+            matmul(pool, s.op, L.wo, s.att.data(), T, cur);      // [T, n_embd]
             for (int64_t i = 0; i < T * n_embd; ++i) x[i] += cur[i];
 
             rms_norm(x, L.ffn_norm, cur, T, n_embd, hp_.rms_eps);

@@ -17,7 +17,9 @@ CacheType cache_type_from_name(std::string_view name) {
     if (name == "f32") return CacheType::f32;
     if (name == "f16") return CacheType::f16;
     if (name == "bf16") return CacheType::bf16;
-    throw_error("unknown cache type '%.*s' (expected f32, f16 or bf16)", (int)name.size(), name.data());
+    if (name == "q8_0") return CacheType::q8_0;
+    if (name == "q4_0") return CacheType::q4_0;
+    throw_error("unknown cache type '%.*s' (expected f32, f16, bf16, q8_0 or q4_0)", (int)name.size(), name.data());
 }
 
 const char *cache_type_name(CacheType t) {
@@ -25,8 +27,30 @@ const char *cache_type_name(CacheType t) {
         case CacheType::f32: return "f32";
         case CacheType::f16: return "f16";
         case CacheType::bf16: return "bf16";
+        case CacheType::q8_0: return "q8_0";
+        case CacheType::q4_0: return "q4_0";
     }
     return "?";
+}
+
+CacheRotation cache_rotation_from_name(std::string_view name) {
+    if (name == "auto") return CacheRotation::quantized;
+    if (name == "on") return CacheRotation::on;
+    if (name == "off") return CacheRotation::off;
+    throw_error("unknown cache rotation '%.*s' (expected auto, on or off)", (int)name.size(), name.data());
+}
+
+const char *cache_rotation_name(CacheRotation r) {
+    switch (r) {
+        case CacheRotation::quantized: return "auto";
+        case CacheRotation::on: return "on";
+        case CacheRotation::off: return "off";
+    }
+    return "?";
+}
+
+bool cache_rotated(CacheRotation r, CacheType t) {
+    return r == CacheRotation::on || (r == CacheRotation::quantized && (t == CacheType::q8_0 || t == CacheType::q4_0));
 }
 
 namespace {
@@ -35,6 +59,8 @@ DType cache_dtype(CacheType t) {
         case CacheType::f32: return DType::F32;
         case CacheType::f16: return DType::F16;
         case CacheType::bf16: return DType::BF16;
+        case CacheType::q8_0: return DType::Q8_0;
+        case CacheType::q4_0: return DType::Q4_0;
     }
     return DType::F32;
 }
@@ -85,6 +111,9 @@ Context::Context(std::shared_ptr<const Model> model, const ContextParams &params
         .indexer_fast = p.indexer_fast,
         .record_selections = p.record_selections,
         .dsa_sink = p.dsa_sink,
+        .rotate_k = cache_rotated(p.cache_rotation, p.cache_type_k),
+        .rotate_v = cache_rotated(p.cache_rotation, p.cache_type_v),
+        .rotate_indexer = cache_rotated(p.cache_rotation, p.indexer_cache_type),
     });
 }
 
@@ -411,6 +440,7 @@ void Context::state_seq_save(int32_t seq_id, const std::string &path) const {
         w.put<int64_t>(st.store->width());
         w.put<int64_t>(st.store->row_bytes());
         w.put<int64_t>(st.store->n_bytes() > 0 ? 1 : 0);
+        w.put<int64_t>(st.store->rotation().empty() ? 0 : 1);  // rows Hadamard-rotated before encoding
     }
     const std::vector<int32_t> cells = s.cells.seq_cells_by_pos(seq_id);
     w.put(static_cast<uint32_t>(cells.size()));
@@ -472,7 +502,12 @@ void Context::state_seq_load(int32_t seq_id, const std::string &path) {
         const std::string name = r.str();
         const auto type = r.get<uint32_t>();
         const auto width = r.get<int64_t>(), row_bytes = r.get<int64_t>(), has_rows = r.get<int64_t>();
+        const auto rotated = r.get<int64_t>();
         const bool here = st.store->n_bytes() > 0;
+        if (rotated != (st.store->rotation().empty() ? 0 : 1)) {
+            bad(strprintf("store '%s' was saved %s, this context's is %s (--cache-rotation)", st.name.c_str(),
+                          rotated ? "rotated" : "unrotated", st.store->rotation().empty() ? "unrotated" : "rotated"));
+        }
         if (name != st.name || type != static_cast<uint32_t>(st.store->type()) || width != st.store->width() ||
             row_bytes != st.store->row_bytes() || has_rows != (here ? 1 : 0)) {
             const auto saved_type = dtype_info(type);

@@ -28,6 +28,8 @@ constexpr KernelTable kScalarTable = {
     .quantize_row_q8_0 = scalar::quantize_row_q8_0,
     .to_f32_f16 = scalar::to_f32_f16,
     .to_f32_bf16 = scalar::to_f32_bf16,
+    .to_f32_q8_0 = scalar::to_f32_q8_0,
+    .to_f32_q4_0 = scalar::to_f32_q4_0,
 };
 constexpr KernelTable kAvx2Table = {
     .isa = Isa::avx2,
@@ -43,6 +45,8 @@ constexpr KernelTable kAvx2Table = {
     .quantize_row_q8_0 = avx2::quantize_row_q8_0,
     .to_f32_f16 = avx2::to_f32_f16,
     .to_f32_bf16 = avx2::to_f32_bf16,
+    .to_f32_q8_0 = avx2::to_f32_q8_0,
+    .to_f32_q4_0 = avx2::to_f32_q4_0,
 };
 constexpr KernelTable kAvx512Table = {
     .isa = Isa::avx512,
@@ -58,6 +62,8 @@ constexpr KernelTable kAvx512Table = {
     .quantize_row_q8_0 = avx512::quantize_row_q8_0,
     .to_f32_f16 = avx2::to_f32_f16,  // AVX-512 machines run the AVX2 conversion: it is bound by memory
     .to_f32_bf16 = avx2::to_f32_bf16,
+    .to_f32_q8_0 = avx512::to_f32_q8_0,
+    .to_f32_q4_0 = avx512::to_f32_q4_0,
 };
 
 bool detect(Isa isa) {

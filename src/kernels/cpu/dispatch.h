@@ -49,6 +49,8 @@ struct KernelTable {
     QuantizeQ8Fn quantize_row_q8_0 = nullptr;
     ToF32Fn to_f32_f16 = nullptr;
     ToF32Fn to_f32_bf16 = nullptr;
+    ToF32Fn to_f32_q8_0 = nullptr;  // quantised cache rows (n % 32 == 0)
+    ToF32Fn to_f32_q4_0 = nullptr;
 
     // The dot for weights of type t (a supported type), or throws sparrow::Error.
     DotTileFn dot(DType t) const;

@@ -56,3 +56,18 @@ void axpy_f16(const void *row, float a, float *y, int64_t n);
 void axpy_bf16(const void *row, float a, float *y, int64_t n);
 void quantize_row_q8_0(const float *x, BlockQ8_0 *y, int64_t n);
 }  // namespace sparrow::cpu::avx512
+
+// Quantised cache rows to f32 (cache_convert_<isa>.cpp): y[0..n) = the n elements (n % 32 == 0) of a row of
+// Q8_0 / Q4_0 blocks, exactly as dequantize_row(DType::Q8_0 / Q4_0, ...) computes them.
+namespace sparrow::cpu::scalar {
+void to_f32_q8_0(const void *row, float *y, int64_t n);
+void to_f32_q4_0(const void *row, float *y, int64_t n);
+}  // namespace sparrow::cpu::scalar
+namespace sparrow::cpu::avx2 {
+void to_f32_q8_0(const void *row, float *y, int64_t n);
+void to_f32_q4_0(const void *row, float *y, int64_t n);
+}  // namespace sparrow::cpu::avx2
+namespace sparrow::cpu::avx512 {
+void to_f32_q8_0(const void *row, float *y, int64_t n);
+void to_f32_q4_0(const void *row, float *y, int64_t n);
+}  // namespace sparrow::cpu::avx512

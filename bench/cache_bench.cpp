@@ -1,0 +1,74 @@
+// Quantised caches: MLA decode attention (one token, 16 heads over 2048 latent rows of 512 + 64, V = c_kv)
+// with f16, q8_0 and q4_0 latent stores, and the row-to-f32 conversion alone, single-threaded.
+//
+//   ./build/bench/sparrow_cache_bench [google benchmark flags]
+//
+// Reported: rows/s (latent rows read per second) and the bytes of cache read per second.
+#include <benchmark/benchmark.h>
+
+#include <random>
+#include <span>
+#include <vector>
+
+#include "attention/attention.h"
+#include "core/thread_pool.h"
+#include "kernels/ops.h"
+
+namespace {
+
+using namespace sparrow;
+
+constexpr int64_t kRows = 2048, kCkv = 512, kRope = 64, kHeads = 16;
+
+DType type_of(int64_t i) { return i == 0 ? DType::F16 : (i == 1 ? DType::Q8_0 : DType::Q4_0); }
+
+RowStore make_store(DType t) {
+    RowStore store(t, kRows, kCkv + kRope, RowRotation().segment(kCkv).segment(kRope));
+    std::mt19937 rng(3);
+    std::normal_distribution<float> gauss(0.0f, 1.0f);
+    std::vector<float> row(kCkv + kRope);
+    for (int64_t c = 0; c < kRows; ++c) {
+        for (auto &v : row) v = gauss(rng);
+        store.write(c, row.data());
+    }
+    return store;
+}
+
+void BM_MlaDecodeAttention(benchmark::State &state) {
+    const DType t = type_of(state.range(0));
+    const RowStore store = make_store(t);
+    std::vector<int32_t> cells(kRows);
+    for (int64_t i = 0; i < kRows; ++i) cells[i] = static_cast<int32_t>(i);
+    const std::span<const int32_t> list(cells);
+    const std::vector<std::span<const int32_t>> rows = {list};
+    std::vector<float> q(kHeads * (kCkv + kRope), 0.01f), out(kHeads * kCkv);
+    ThreadPool pool(1);
+    const AttentionShape shape{
+        .n_head = kHeads, .n_head_kv = 1, .head_dim_k = kCkv + kRope, .head_dim_v = kCkv, .scale = 0.05f};
+    for (auto _ : state) {
+        attention(pool, shape, q.data(), 1, store, store, rows, out.data());
+        benchmark::DoNotOptimize(out.data());
+    }
+    state.SetLabel(std::string(dtype_name(t)));
+    state.counters["rows/s"] = benchmark::Counter(double(kRows), benchmark::Counter::kIsIterationInvariantRate);
+    state.counters["bytes/s"] =
+        benchmark::Counter(double(kRows * store.row_bytes()), benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_MlaDecodeAttention)->Arg(0)->Arg(1)->Arg(2);
+
+void BM_ConvertRowToF32(benchmark::State &state) {
+    const DType t = type_of(state.range(0));
+    const RowStore store = make_store(t);
+    std::vector<float> y(kCkv + kRope);
+    for (auto _ : state) {
+        for (int64_t c = 0; c < kRows; ++c) convert_row_to_f32(t, store.row(c), y.data(), kCkv + kRope);
+        benchmark::DoNotOptimize(y.data());
+    }
+    state.SetLabel(std::string(dtype_name(t)));
+    state.counters["rows/s"] = benchmark::Counter(double(kRows), benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_ConvertRowToF32)->Arg(0)->Arg(1)->Arg(2);
+
+}  // namespace
+
+BENCHMARK_MAIN();
