@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <new>
 #include <ostream>
 #include <random>
@@ -92,6 +93,21 @@ std::vector<float> to_floats(DType t, const void *row, int64_t n) {
 // The dot type of weights of type t: activations are quantised to Q8_0 for Q8_0/Q4_0 weights.
 DType dot_type(DType t) { return dtype_is_quantized(t) ? DType::Q8_0 : DType::F32; }
 
+// Bytes of one activation row for weights of type t: f32 for float weights, else the table's dot type.
+int64_t x_row_bytes(DType t, int64_t n) {
+    return dtype_is_quantized(t) ? KernelTable::dot_x_row_bytes(t, n) : n * int64_t(sizeof(float));
+}
+
+// xf in the dot type of weights of type t, written to y (x_row_bytes(t, n) bytes) by the given table.
+void to_dot_x(const KernelTable &table, DType t, const std::vector<float> &xf, uint8_t *y) {
+    const int64_t n = static_cast<int64_t>(xf.size());
+    if (dtype_is_quantized(t)) {
+        table.quantize_dot_x(t, xf.data(), y, n);
+    } else {
+        std::memcpy(y, xf.data(), xf.size() * sizeof(float));
+    }
+}
+
 // sum |w_i x_i| of two rows (of types tw and tx): the scale an error of the dot product is measured on.
 double magnitude(DType tw, const void *w, DType tx, const void *x, int64_t n) {
     const auto wf = to_floats(tw, w, n), xf = to_floats(tx, x, n);
@@ -161,15 +177,16 @@ TEST_P(IsaTest, DotTileMatchesReferenceForEveryTypeLengthAndTile) {
         const DType tx = dot_type(t);
         for (int64_t n : dot_lengths(t)) {
             const auto w = to_row(t, test::random_floats(rng, static_cast<size_t>(n), -2.0f, 2.0f));
-            // kMaxTile activation rows with a gap between them (stride > row size) to catch stride bugs.
-            const size_t x_row = static_cast<size_t>(dtype_row_size(tx, n));
-            const size_t stride = x_row + (tx == DType::F32 ? 12 : 34);
+            // kMaxTile activation rows with a gap between them (stride > row size) to catch stride bugs; an
+            // odd gap for the Q4_0 activations leaves their f32 scales and int32 sums unaligned.
+            const size_t x_row = static_cast<size_t>(x_row_bytes(t, n));
+            const size_t stride = x_row + (tx == DType::F32 ? 12 : (t == DType::Q4_0 ? 35 : 34));
             std::vector<uint8_t> x(stride * cpu::kMaxTile);
             for (int j = 0; j < cpu::kMaxTile; ++j) {
                 // Rows of very different scale: a tile must not mix up which scale belongs to which row.
                 const float s = std::ldexp(1.0f, 4 * j - 6);
                 const auto xf = test::random_floats(rng, static_cast<size_t>(n), -s, s);
-                quantize_row(tx, xf.data(), x.data() + j * stride, n);
+                to_dot_x(*table, t, xf, x.data() + j * stride);
             }
             for (int n_x = 1; n_x <= cpu::kMaxTile; ++n_x) {
                 float out[cpu::kMaxTile];
@@ -202,9 +219,10 @@ TEST_P(IsaTest, DotQuantExtremesStayExact) {
         xf[i] = (i % 2 == 0) ? 127.0f : -127.0f;
         if (i % 32 == 5) xf[i] = 127.0f;  // the block's max is positive
     }
-    const auto xq = to_row(DType::Q8_0, xf);
     for (DType t : {DType::Q8_0, DType::Q4_0}) {
         const auto w = to_row(t, wf);
+        std::vector<uint8_t> xq(static_cast<size_t>(x_row_bytes(t, n)));
+        to_dot_x(*table, t, xf, xq.data());
         float out;
         table->dot(t)(w.data(), xq.data(), 0, 1, n, &out);
         const double expected = ref::dot_weight_row(t, w.data(), xq.data(), n);
@@ -240,6 +258,49 @@ TEST_P(IsaTest, QuantizeRowQ8_0IsBitExact) {
         ASSERT_EQ(got[b].d, expected[b].d) << "block " << b;
         for (int j = 0; j < QK8_0; ++j) ASSERT_EQ(got[b].qs[j], expected[b].qs[j]) << "block " << b << " element " << j;
     }
+}
+
+TEST_P(IsaTest, QuantizeDotXWritesQ8_0AndForQ4_0ScalesAndSums) {
+    // Q8_0 weights get the plain Q8_0 row; Q4_0 weights the same blocks followed by the f32 scales and the
+    // int32 block sums (dispatch.h). Block counts odd and even, so the scales and sums land unaligned too.
+    const KernelTable *table = cpu::kernels_for(GetParam());
+    if (!table) GTEST_SKIP() << skip_message(GetParam());
+    std::mt19937 rng(9);
+    for (int64_t n : {32, 96, 256, 4128}) {
+        auto x = test::random_floats(rng, static_cast<size_t>(n), -3.0f, 3.0f);
+        x[1] = 0.0f;
+        for (int k = 0; k < QK8_0; ++k) x[static_cast<size_t>(n - QK8_0 + k)] = -127.0f;  // sum -4064
+        const int64_t nb = n / QK8_0;
+        std::vector<BlockQ8_0> expected(static_cast<size_t>(nb));
+        ref::quantize_row_q8_0(x.data(), expected.data(), n);
+        ASSERT_EQ(KernelTable::dot_x_row_bytes(DType::Q8_0, n), nb * 34);
+        ASSERT_EQ(KernelTable::dot_x_row_bytes(DType::Q4_0, n), nb * 42);
+        for (DType t : {DType::Q8_0, DType::Q4_0}) {
+            std::vector<uint8_t> y(static_cast<size_t>(KernelTable::dot_x_row_bytes(t, n)) + 1);
+            table->quantize_dot_x(t, x.data(), y.data() + 1, n);  // + 1: unaligned on purpose
+            const uint8_t *p = y.data() + 1;
+            for (int64_t b = 0; b < nb; ++b) {
+                BlockQ8_0 got;
+                std::memcpy(&got, p + b * 34, sizeof got);
+                ASSERT_EQ(got.d, expected[b].d) << "block " << b;
+                ASSERT_EQ(std::memcmp(got.qs, expected[b].qs, QK8_0), 0) << "block " << b;
+                if (t != DType::Q4_0) continue;
+                float scale;
+                int32_t sum;
+                std::memcpy(&scale, p + nb * 34 + b * 4, 4);
+                std::memcpy(&sum, p + nb * 38 + b * 4, 4);
+                int32_t expected_sum = 0;
+                for (int k = 0; k < QK8_0; ++k) expected_sum += expected[b].qs[k];
+                EXPECT_EQ(scale, fp16_to_f32(expected[b].d)) << "block " << b;
+                EXPECT_EQ(sum, expected_sum) << "block " << b;
+            }
+        }
+    }
+    std::vector<float> x(64);
+    std::vector<uint8_t> y(256);
+    EXPECT_THROW(table->quantize_dot_x(DType::F16, x.data(), y.data(), 64), Error);
+    EXPECT_THROW(table->quantize_dot_x(DType::Q4_0, x.data(), y.data(), 48), Error);
+    EXPECT_THROW(KernelTable::dot_x_row_bytes(DType::F32, 64), Error);
 }
 
 TEST_P(IsaTest, AxpyMatchesReference) {

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <string>
 
+#include "core/dtype.h"
 #include "core/error.h"
 #include "kernels/cpu/isa_kernels.h"
 
@@ -103,6 +104,40 @@ AxpyFn KernelTable::axpy(DType t) const {
         case DType::F16: return axpy_f16;
         case DType::BF16: return axpy_bf16;
         default: throw_error("no axpy kernel for row type %s", std::string(dtype_name(t)).c_str());
+    }
+}
+
+int64_t q8_0_sums_row_bytes(int64_t n) {
+    const int64_t nb = n / QK8_0;
+    return nb * static_cast<int64_t>(sizeof(BlockQ8_0) + sizeof(float) + sizeof(int32_t));
+}
+
+int64_t KernelTable::dot_x_row_bytes(DType t, int64_t n) {
+    switch (t) {
+        case DType::Q8_0: return dtype_row_size(DType::Q8_0, n);
+        case DType::Q4_0: return q8_0_sums_row_bytes(n);
+        default: throw_error("no quantised activation type for weight type %s", std::string(dtype_name(t)).c_str());
+    }
+}
+
+void KernelTable::quantize_dot_x(DType t, const float *x, void *y, int64_t n) const {
+    if (t != DType::Q8_0 && t != DType::Q4_0) {
+        throw_error("no quantised activation type for weight type %s", std::string(dtype_name(t)).c_str());
+    }
+    if (n % QK8_0 != 0) throw_error("quantize_dot_x: n = %lld is not a multiple of %d", (long long)n, QK8_0);
+    auto *blocks = static_cast<BlockQ8_0 *>(y);
+    quantize_row_q8_0(x, blocks, n);
+    if (t == DType::Q8_0) return;
+    // The scales and sums after the blocks (layout in dispatch.h). Once per token per matmul: plain code.
+    const int64_t nb = n / QK8_0;
+    uint8_t *scales = static_cast<uint8_t *>(y) + nb * static_cast<int64_t>(sizeof(BlockQ8_0));
+    uint8_t *sums = scales + nb * static_cast<int64_t>(sizeof(float));
+    for (int64_t b = 0; b < nb; ++b) {
+        const float d = fp16_to_f32(blocks[b].d);
+        int32_t s = 0;
+        for (int k = 0; k < QK8_0; ++k) s += blocks[b].qs[k];
+        std::memcpy(scales + b * static_cast<int64_t>(sizeof(float)), &d, sizeof d);
+        std::memcpy(sums + b * static_cast<int64_t>(sizeof(int32_t)), &s, sizeof s);
     }
 }
 

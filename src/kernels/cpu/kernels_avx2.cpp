@@ -109,17 +109,9 @@ void dot_tile_float_any(const void *w, const void *x, size_t x_stride, int n_x, 
     }
 }
 
-// --- Q8_0 / Q4_0 weights against Q8_0 activations
-// ------------------------------------------------------------- The 32 weights of a block as signed bytes in
-// element order.
+// --- Q8_0 weights against Q8_0 activations -----------------------------------------------------------------
+// The 32 weights of a block as signed bytes in element order.
 inline __m256i unpack_block(const BlockQ8_0 &b) { return _mm256_loadu_si256(reinterpret_cast<const __m256i *>(b.qs)); }
-
-inline __m256i unpack_block(const BlockQ4_0 &b) {
-    // Low nibbles are elements 0..15, high nibbles 16..31; both stored with an offset of 8.
-    const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i *>(b.qs));
-    const __m256i nibbles = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), _mm256_set1_epi8(0x0f));
-    return _mm256_sub_epi8(nibbles, _mm256_set1_epi8(8));
-}
 
 // Eight int32 partial sums of w[k] * x[k] over a block. maddubs multiplies unsigned by signed bytes, so
 // move w's sign onto x: |w| * (x * sign(w)) = w * x. Pairs of products fit int16 (2 * 128 * 127 < 32767)
@@ -185,6 +177,84 @@ void dot_tile_quant_any(const void *w, const void *x, size_t x_stride, int n_x, 
     }
 }
 
+// Q4_0 weights against Q8_0 activations with block sums (layout in dispatch.h). The stored nibbles
+// u = value + 8 in [0, 15] go into maddubs unsigned, with no re-centring or sign moves: pairs of products
+// fit int16 (2 * 15 * 127). Subtracting the block's activation sum from each of the 8 int32 lanes removes
+// 8 * sum in total, so the lanes add up to the block's exact integer dot, as in the signed form.
+inline __m256i unpack_nibbles(const BlockQ4_0 &b) {
+    const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i *>(b.qs));
+    return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), _mm256_set1_epi8(0x0f));
+}
+
+// One int32 from a possibly unaligned address, in every lane (a broadcast load).
+inline __m256i broadcast_i32(const uint8_t *p) {
+    int32_t v;
+    std::memcpy(&v, p, sizeof v);
+    return _mm256_set1_epi32(v);
+}
+
+template <int NT>
+void dot_tile_q4_0_sums(const void *wv, const void *x, size_t x_stride, int64_t n, float *out) {
+    const BlockQ4_0 *w = static_cast<const BlockQ4_0 *>(wv);
+    const int64_t nb = n / QK4_0;
+    const BlockQ8_0 *xs[NT];
+    const uint8_t *scales[NT];  // nb f32 per token
+    const uint8_t *sums[NT];    // nb int32 per token
+    for (int j = 0; j < NT; ++j) {
+        const uint8_t *row = static_cast<const uint8_t *>(x) + j * x_stride;
+        xs[j] = reinterpret_cast<const BlockQ8_0 *>(row);
+        scales[j] = row + nb * static_cast<int64_t>(sizeof(BlockQ8_0));
+        sums[j] = scales[j] + nb * static_cast<int64_t>(sizeof(float));
+    }
+    const __m256i ones = _mm256_set1_epi16(1);
+    // Two accumulators per token (even and odd blocks), as in dot_tile_quant.
+    __m256 acc[NT][2];
+    for (int j = 0; j < NT; ++j) acc[j][0] = acc[j][1] = _mm256_setzero_ps();
+    int64_t b = 0;
+    for (; b + 2 <= nb; b += 2) {
+        // [dw0, dw1] in one conversion, times the tokens' f32 [dx0, dx1]: the same f32 products as ggml.
+        const __m128 dw = _mm_cvtph_ps(_mm_insert_epi16(_mm_cvtsi32_si128(w[b].d), w[b + 1].d, 1));
+        __m256 d[NT][2];
+        for (int j = 0; j < NT; ++j) {
+            const __m128 dx = _mm_castsi128_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i *>(scales[j] + 4 * b)));
+            const __m128 dwx = _mm_mul_ps(dw, dx);
+            d[j][0] = _mm256_broadcastss_ps(dwx);
+            d[j][1] = _mm256_broadcastss_ps(_mm_movehdup_ps(dwx));
+        }
+        for (int u = 0; u < 2; ++u) {
+            const __m256i nib = unpack_nibbles(w[b + u]);
+            for (int j = 0; j < NT; ++j) {
+                const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(xs[j][b + u].qs));
+                const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(nib, q), ones);
+                const __m256i dot = _mm256_sub_epi32(p, broadcast_i32(sums[j] + 4 * (b + u)));
+                acc[j][u] = _mm256_fmadd_ps(d[j][u], _mm256_cvtepi32_ps(dot), acc[j][u]);
+            }
+        }
+    }
+    if (b < nb) {
+        const __m256i nib = unpack_nibbles(w[b]);
+        const float dw = fp16_to_f32(w[b].d);
+        for (int j = 0; j < NT; ++j) {
+            float dx;
+            std::memcpy(&dx, scales[j] + 4 * b, sizeof dx);
+            const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(xs[j][b].qs));
+            const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(nib, q), ones);
+            const __m256i dot = _mm256_sub_epi32(p, broadcast_i32(sums[j] + 4 * b));
+            acc[j][0] = _mm256_fmadd_ps(_mm256_set1_ps(dw * dx), _mm256_cvtepi32_ps(dot), acc[j][0]);
+        }
+    }
+    for (int j = 0; j < NT; ++j) out[j] = hsum(_mm256_add_ps(acc[j][0], acc[j][1]));
+}
+
+void dot_tile_q4_0_any(const void *w, const void *x, size_t x_stride, int n_x, int64_t n, float *out) {
+    switch (n_x) {
+        case 1: dot_tile_q4_0_sums<1>(w, x, x_stride, n, out); return;
+        case 2: dot_tile_q4_0_sums<2>(w, x, x_stride, n, out); return;
+        case 3: dot_tile_q4_0_sums<3>(w, x, x_stride, n, out); return;
+        default: dot_tile_q4_0_sums<kMaxTile>(w, x, x_stride, n, out); return;
+    }
+}
+
 // --- axpy --------------------------------------------------------------------------------------------------
 template <FloatKind K>
 void axpy(const void *row, float a, float *y, int64_t n) {
@@ -209,7 +279,7 @@ void dot_tile_q8_0(const void *w, const void *x, size_t x_stride, int n_x, int64
     dot_tile_quant_any<BlockQ8_0>(w, x, x_stride, n_x, n, out);
 }
 void dot_tile_q4_0(const void *w, const void *x, size_t x_stride, int n_x, int64_t n, float *out) {
-    dot_tile_quant_any<BlockQ4_0>(w, x, x_stride, n_x, n, out);
+    dot_tile_q4_0_any(w, x, x_stride, n_x, n, out);
 }
 
 void axpy_f32(const void *row, float a, float *y, int64_t n) { axpy<FloatKind::f32>(row, a, y, n); }
