@@ -186,84 +186,6 @@ void dot_tile_quant_any(const void *w, const void *x, size_t x_stride, int n_x, 
     }
 }
 
-// Q4_0 weights against Q8_0 activations with block sums (layout in dispatch.h), two blocks per register.
-// The nibbles u = value + 8 multiply unsigned; subtracting each block's activation sum from its 8 int32
-// lanes removes 8 * sum, leaving the exact integer dot (the AVX2 kernel's scheme, twice as wide).
-inline __m256i unpack_nibbles(const BlockQ4_0 &b) {
-    const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i *>(b.qs));
-    return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), _mm256_set1_epi8(0x0f));
-}
-
-inline float load_f32(const uint8_t *p) {
-    float v;
-    std::memcpy(&v, p, sizeof v);
-    return v;
-}
-
-inline int32_t load_i32(const uint8_t *p) {
-    int32_t v;
-    std::memcpy(&v, p, sizeof v);
-    return v;
-}
-
-// Sixteen int32: lanes 0..7 the first block's partial dots less its sum, lanes 8..15 the second's.
-inline __m512i pair_dot_unsigned(__m512i nib, __m512i x, int32_t sum0, int32_t sum1) {
-    const __m512i p = _mm512_madd_epi16(_mm512_maddubs_epi16(nib, x), _mm512_set1_epi16(1));
-    const __m512i sums = _mm512_mask_blend_epi32(__mmask16(0xff00), _mm512_set1_epi32(sum0), _mm512_set1_epi32(sum1));
-    return _mm512_sub_epi32(p, sums);
-}
-
-template <int NT>
-void dot_tile_q4_0_sums(const void *wv, const void *x, size_t x_stride, int64_t n, float *out) {
-    const BlockQ4_0 *w = static_cast<const BlockQ4_0 *>(wv);
-    const int64_t nb = n / QK4_0;
-    const BlockQ8_0 *xs[NT];
-    const uint8_t *scales[NT];  // nb f32 per token
-    const uint8_t *sums[NT];    // nb int32 per token
-    for (int j = 0; j < NT; ++j) {
-        const uint8_t *row = static_cast<const uint8_t *>(x) + j * x_stride;
-        xs[j] = reinterpret_cast<const BlockQ8_0 *>(row);
-        scales[j] = row + nb * static_cast<int64_t>(sizeof(BlockQ8_0));
-        sums[j] = scales[j] + nb * static_cast<int64_t>(sizeof(float));
-    }
-    __m512 acc[NT];
-    for (int j = 0; j < NT; ++j) acc[j] = _mm512_setzero_ps();
-    int64_t b = 0;
-    for (; b + 2 <= nb; b += 2) {
-        const __m512i nib =
-            _mm512_inserti64x4(_mm512_castsi256_si512(unpack_nibbles(w[b])), unpack_nibbles(w[b + 1]), 1);
-        const float dw0 = fp16_to_f32(w[b].d), dw1 = fp16_to_f32(w[b + 1].d);
-        for (int j = 0; j < NT; ++j) {
-            const __m512i q = load_pair(xs[j][b], xs[j][b + 1]);
-            const __m512 d = pair_scale(dw0 * load_f32(scales[j] + 4 * b), dw1 * load_f32(scales[j] + 4 * (b + 1)));
-            const __m512i dot = pair_dot_unsigned(nib, q, load_i32(sums[j] + 4 * b), load_i32(sums[j] + 4 * (b + 1)));
-            acc[j] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(dot), acc[j]);
-        }
-    }
-    if (b < nb) {
-        // An odd last block: the upper half (zero nibbles, zero activations, zero sum, zero scale) adds nothing.
-        const __m512i nib = _mm512_zextsi256_si512(unpack_nibbles(w[b]));
-        const float dw = fp16_to_f32(w[b].d);
-        for (int j = 0; j < NT; ++j) {
-            const __m512i q =
-                _mm512_zextsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(xs[j][b].qs)));
-            const __m512 d = pair_scale(dw * load_f32(scales[j] + 4 * b), 0.0f);
-            const __m512i dot = pair_dot_unsigned(nib, q, load_i32(sums[j] + 4 * b), 0);
-            acc[j] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(dot), acc[j]);
-        }
-    }
-    for (int j = 0; j < NT; ++j) out[j] = _mm512_reduce_add_ps(acc[j]);
-}
-
-void dot_tile_q4_0_any(const void *w, const void *x, size_t x_stride, int n_x, int64_t n, float *out) {
-    switch (n_x) {
-        case 1: dot_tile_q4_0_sums<1>(w, x, x_stride, n, out); return;
-        case 2: dot_tile_q4_0_sums<2>(w, x, x_stride, n, out); return;
-        case 3: dot_tile_q4_0_sums<3>(w, x, x_stride, n, out); return;
-        default: dot_tile_q4_0_sums<kMaxTile>(w, x, x_stride, n, out); return;
-    }
-}
-
 // --- axpy --------------------------------------------------------------------------------------------------
 template <FloatKind K>
 void axpy(const void *row, float a, float *y, int64_t n) {
@@ -288,9 +210,6 @@ void dot_tile_bf16(const void *w, const void *x, size_t x_stride, int n_x, int64
 }
 void dot_tile_q8_0(const void *w, const void *x, size_t x_stride, int n_x, int64_t n, float *out) {
     dot_tile_quant_any<BlockQ8_0>(w, x, x_stride, n_x, n, out);
-}
-void dot_tile_q4_0(const void *w, const void *x, size_t x_stride, int n_x, int64_t n, float *out) {
-    dot_tile_q4_0_any(w, x, x_stride, n_x, n, out);
 }
 
 void axpy_f32(const void *row, float a, float *y, int64_t n) { axpy<FloatKind::f32>(row, a, y, n); }

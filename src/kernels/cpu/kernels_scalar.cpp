@@ -86,34 +86,25 @@ void dot_tile_q8_0(const void *w, const void *x, size_t x_stride, int n_x, int64
 }
 
 void dot_tile_q4_0(const void *wv, const void *x, size_t x_stride, int n_x, int64_t n, float *out) {
-    // Activations are Q8_0 with block sums (dispatch.h): the nibbles u = value + 8 multiply unsigned and the
-    // block's -8 * sum(x) comes from the precomputed sum. The same integer, so the same f32 result as
-    // unpacking signed values; this level exercises the layout the SIMD levels read.
+    // Activations are BlockQ8_0x2 records (core/blocks.h): the nibbles u = value + 8 multiply unsigned and
+    // each block's -8 * sum(x) comes from the record (sums hold 2 * sum). The same integer per block, so the
+    // same f32 result as unpacking signed values; this level reads the layout the SIMD levels read.
     const auto *w = static_cast<const BlockQ4_0 *>(wv);
     const int64_t nb = n / QK4_0;
-    const BlockQ8_0 *xs[kMaxTile];
-    const uint8_t *scales[kMaxTile];  // nb f32 each, possibly unaligned: read with memcpy
-    const uint8_t *sums[kMaxTile];    // nb int32 each
-    for (int j = 0; j < n_x; ++j) {
-        const uint8_t *row = static_cast<const uint8_t *>(x) + j * x_stride;
-        xs[j] = reinterpret_cast<const BlockQ8_0 *>(row);
-        scales[j] = row + nb * static_cast<int64_t>(sizeof(BlockQ8_0));
-        sums[j] = scales[j] + nb * static_cast<int64_t>(sizeof(float));
-    }
+    constexpr int kHalf = QK4_0 / 2;
     float acc[kMaxTile] = {};
     for (int64_t b = 0; b < nb; ++b) {
         const float dw = fp16_to_f32(w[b].d);
+        const int h = static_cast<int>(b % 2);  // which block of its record
         for (int j = 0; j < n_x; ++j) {
-            const int8_t *q = xs[j][b].qs;
+            const auto *r =
+                reinterpret_cast<const BlockQ8_0x2 *>(static_cast<const uint8_t *>(x) + j * x_stride) + b / 2;
             int32_t isum = 0;
-            for (int k = 0; k < QK4_0 / 2; ++k) {
-                isum += int32_t(w[b].qs[k] & 15) * q[k] + int32_t(w[b].qs[k] >> 4) * q[k + QK4_0 / 2];
+            for (int k = 0; k < kHalf; ++k) {
+                isum +=
+                    int32_t(w[b].qs[k] & 15) * r->lo[h * kHalf + k] + int32_t(w[b].qs[k] >> 4) * r->hi[h * kHalf + k];
             }
-            float dx;
-            int32_t sum;
-            std::memcpy(&dx, scales[j] + b * static_cast<int64_t>(sizeof(float)), sizeof dx);
-            std::memcpy(&sum, sums[j] + b * static_cast<int64_t>(sizeof(int32_t)), sizeof sum);
-            acc[j] += dw * dx * static_cast<float>(isum - 8 * sum);
+            acc[j] += dw * r->d[h] * static_cast<float>(isum - 4 * r->sums[4 * h]);
         }
     }
     for (int j = 0; j < n_x; ++j) out[j] = acc[j];
