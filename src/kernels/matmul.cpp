@@ -1,7 +1,7 @@
 // matmul: the hot op. Weight rows are split across the pool's threads in chunks; activations are quantised
-// once per call for Q8_0/Q4_0 weights (to Q8_0; for Q4_0 with per-block sums, see dispatch.h); tokens are taken
-// kMaxTile at a time so each weight row is loaded once per tile. The ISA-specific inner loops come from the dispatch
-// table (kernels/cpu/).
+// once per call for Q8_0/Q4_0 weights (to Q8_0; for Q4_0 in BlockQ8_0x2 records with block sums, see dispatch.h);
+// tokens are taken kMaxTile at a time so each weight row is loaded once per tile. The ISA-specific inner loops come
+// from the dispatch table (kernels/cpu/).
 #include <algorithm>
 
 #include "core/error.h"
@@ -86,7 +86,7 @@ void matmul(ThreadPool &pool, OpScratch &scratch, const WeightMatrix &w, const f
     job.y = y;
 
     if (dtype_is_quantized(w.type)) {
-        // Q8_0/Q4_0 weights dot with Q8_0 activations (Q4_0: with block sums): quantise every token once, into
+        // Q8_0/Q4_0 weights dot with Q8_0 activations (Q4_0: BlockQ8_0x2 records): quantise every token once, into
         // the scratch (which only grows, so a warm context does not allocate here).
         job.xd_stride = static_cast<size_t>(cpu::KernelTable::dot_x_row_bytes(w.type, w.n_cols));
         const size_t bytes = job.xd_stride * static_cast<size_t>(n_tokens);
