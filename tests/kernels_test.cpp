@@ -267,7 +267,8 @@ TEST_P(IsaTest, QuantizeRowQ8_0IsBitExact) {
 TEST_P(IsaTest, QuantizeDotXWritesQ8_0AndForQ4_0PairedRecords) {
     // Q8_0 weights get the plain Q8_0 row; Q4_0 weights the same blocks in BlockQ8_0x2 records (core/blocks.h):
     // low / high halves of two blocks side by side, 2 * sum per lane, f32 scales; an odd last block paired with
-    // zeros. Written unaligned on purpose (the writer must not assume alignment).
+    // zeros. Written 2 bytes off a 4-byte boundary on purpose: Q8_0 rows only need the 2-byte alignment of
+    // BlockQ8_0, and the Q4_0 writer must not assume the records' 4-byte alignment.
     const KernelTable *table = cpu::kernels_for(GetParam());
     if (!table) GTEST_SKIP() << skip_message(GetParam());
     std::mt19937 rng(9);
@@ -281,9 +282,9 @@ TEST_P(IsaTest, QuantizeDotXWritesQ8_0AndForQ4_0PairedRecords) {
         ASSERT_EQ(KernelTable::dot_x_row_bytes(DType::Q8_0, n), nb * 34);
         ASSERT_EQ(KernelTable::dot_x_row_bytes(DType::Q4_0, n), (nb + 1) / 2 * 104);
         for (DType t : {DType::Q8_0, DType::Q4_0}) {
-            std::vector<uint8_t> y(static_cast<size_t>(KernelTable::dot_x_row_bytes(t, n)) + 1, 0xAB);
-            table->quantize_dot_x(t, x.data(), y.data() + 1, n);
-            const uint8_t *p = y.data() + 1;
+            std::vector<uint8_t> y(static_cast<size_t>(KernelTable::dot_x_row_bytes(t, n)) + 2, 0xAB);
+            table->quantize_dot_x(t, x.data(), y.data() + 2, n);
+            const uint8_t *p = y.data() + 2;
             if (t == DType::Q8_0) {
                 ASSERT_EQ(std::memcmp(p, expected.data(), static_cast<size_t>(nb) * 34), 0);
                 continue;
