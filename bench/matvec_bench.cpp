@@ -92,6 +92,48 @@ void bm_matvec(benchmark::State &state, MatvecData *data, int n_threads) {
     state.SetLabel(std::string(cpu::active_isa_name()) + ", " + std::to_string(n_threads) + " threads");
 }
 
+// The same matvec on a 256 KiB matrix (L2-resident) on one thread, timed in CPU time: the compute cost of
+// each kernel with memory and other processes out of the picture (a machine shared with other jobs slows
+// the bandwidth figures above, not these). Reported as ns per 32 weights, per token.
+struct CachedMatvec {
+    std::vector<uint8_t> bytes;
+    WeightMatrix w;
+    std::vector<float> x, y;
+    int64_t n_tokens;
+
+    CachedMatvec(DType t, int64_t n_tok) : n_tokens(n_tok) {
+        const int64_t n_cols = 4096;
+        const int64_t row_bytes = dtype_row_size(t, n_cols);
+        const int64_t n_rows = std::max<int64_t>(1, (int64_t(256) << 10) / row_bytes);
+        bytes.resize(static_cast<size_t>(n_rows * row_bytes));
+        std::mt19937 rng(2);
+        std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+        std::vector<float> row(static_cast<size_t>(n_cols));
+        for (int64_t r = 0; r < n_rows; ++r) {
+            for (auto &v : row) v = dist(rng);
+            quantize_row(t, row.data(), bytes.data() + r * row_bytes, n_cols);
+        }
+        w = WeightMatrix{t, bytes.data(), n_rows, n_cols, row_bytes};
+        x.resize(static_cast<size_t>(n_cols * n_tokens));
+        for (auto &v : x) v = dist(rng);
+        y.resize(static_cast<size_t>(n_rows * n_tokens));
+    }
+};
+
+void bm_cached(benchmark::State &state, CachedMatvec *data) {
+    ThreadPool pool(1);  // runs inline on this thread, so CPU time is the kernel's
+    OpScratch scratch;
+    for (auto _ : state) {
+        matmul(pool, scratch, data->w, data->x.data(), data->n_tokens, data->y.data());
+        benchmark::DoNotOptimize(data->y.data());
+        benchmark::ClobberMemory();
+    }
+    const double blocks = double(data->w.n_rows) * double(data->w.n_cols) / 32.0 * double(data->n_tokens);
+    // A rate inverted is CPU seconds per unit; counting units of 1e9 blocks makes it ns per block.
+    state.counters["ns_per_32"] = benchmark::Counter(blocks * double(state.iterations()) * 1e-9,
+                                                     benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+}
+
 // Buffers for copy and read, shared by both benchmarks (filled, so every page is mapped before timing).
 struct Buffers {
     std::vector<uint8_t> src, dst;
@@ -151,6 +193,10 @@ class RatioReporter : public benchmark::ConsoleReporter {
     void ReportRuns(const std::vector<Run> &runs) override {
         for (const Run &run : runs) {
             if (run.error_occurred) continue;
+            if (const auto c = run.counters.find("ns_per_32"); c != run.counters.end()) {
+                if (run.run_type == Run::RT_Iteration) cached_[run.run_name.function_name].push_back(c->second.value);
+                continue;
+            }
             const auto it = run.counters.find("bytes_per_second");
             if (it == run.counters.end()) continue;
             // Each repetition, or only the median when --benchmark_report_aggregates_only hides them.
@@ -166,20 +212,27 @@ class RatioReporter : public benchmark::ConsoleReporter {
     void Finalize() override {
         ConsoleReporter::Finalize();
         const double copy = median("copy"), read = median("read");
-        if (copy <= 0.0) return;
-        std::printf("\nsummary (GB/s = 1e9 B/s; medians; ISA %s)\n", cpu::active_isa_name());
-        std::printf("  %-14s %8.2f GB/s  (read + write)\n", "copy", copy / 1e9);
-        if (read > 0.0) std::printf("  %-14s %8.2f GB/s\n", "read", read / 1e9);
-        std::vector<std::string> names;
-        for (const auto &[name, rates] : rates_) names.push_back(name);
-        for (const auto &[name, rate] : medians_) names.push_back(name);
-        std::sort(names.begin(), names.end());
-        names.erase(std::unique(names.begin(), names.end()), names.end());
-        for (const std::string &name : names) {
-            if (name.rfind("matvec/", 0) != 0) continue;
-            const double r = median(name);
-            std::printf("  %-14s %8.2f GB/s  %5.0f%% of copy  %5.0f%% of read\n", name.c_str(), r / 1e9,
-                        100.0 * r / copy, read > 0.0 ? 100.0 * r / read : 0.0);
+        if (copy > 0.0) {
+            std::printf("\nsummary (GB/s = 1e9 B/s; medians; ISA %s)\n", cpu::active_isa_name());
+            std::printf("  %-14s %8.2f GB/s  (read + write)\n", "copy", copy / 1e9);
+            if (read > 0.0) std::printf("  %-14s %8.2f GB/s\n", "read", read / 1e9);
+            std::vector<std::string> names;
+            for (const auto &[name, rates] : rates_) names.push_back(name);
+            for (const auto &[name, rate] : medians_) names.push_back(name);
+            std::sort(names.begin(), names.end());
+            names.erase(std::unique(names.begin(), names.end()), names.end());
+            for (const std::string &name : names) {
+                if (name.rfind("matvec/", 0) != 0) continue;
+                const double r = median(name);
+                std::printf("  %-14s %8.2f GB/s  %5.0f%% of copy  %5.0f%% of read\n", name.c_str(), r / 1e9,
+                            100.0 * r / copy, read > 0.0 ? 100.0 * r / read : 0.0);
+            }
+        }
+        if (!cached_.empty()) std::printf("\ncompute (L2-resident matrix, 1 thread, CPU time; medians)\n");
+        for (const auto &[name, values] : cached_) {
+            std::vector<double> v = values;
+            std::sort(v.begin(), v.end());
+            std::printf("  %-24s %6.3f ns per 32 weights per token\n", name.c_str(), v[v.size() / 2]);
         }
     }
 
@@ -193,8 +246,9 @@ class RatioReporter : public benchmark::ConsoleReporter {
         return v[v.size() / 2];
     }
 
-    std::map<std::string, std::vector<double>> rates_;  // bytes/s of each repetition, by benchmark
-    std::map<std::string, double> medians_;             // bytes/s of the median aggregate, when reported
+    std::map<std::string, std::vector<double>> rates_;   // bytes/s of each repetition, by benchmark
+    std::map<std::string, double> medians_;              // bytes/s of the median aggregate, when reported
+    std::map<std::string, std::vector<double>> cached_;  // ns per 32 weights of each repetition (cached/*)
 };
 
 }  // namespace
@@ -228,6 +282,14 @@ int main(int argc, char **argv) {
         benchmark::RegisterBenchmark(name.c_str(), bm_matvec, m.get(), n_threads)
             ->UseRealTime()
             ->Unit(benchmark::kMillisecond);
+    }
+    std::vector<std::unique_ptr<CachedMatvec>> cached;
+    for (DType t : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0}) {
+        for (int64_t n_tok : {1, 16}) {
+            cached.push_back(std::make_unique<CachedMatvec>(t, n_tok));
+            const std::string name = "cached/" + std::string(dtype_name(t)) + "/tokens:" + std::to_string(n_tok);
+            benchmark::RegisterBenchmark(name.c_str(), bm_cached, cached.back().get())->Unit(benchmark::kMicrosecond);
+        }
     }
     RatioReporter reporter;
     benchmark::RunSpecifiedBenchmarks(&reporter);

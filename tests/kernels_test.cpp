@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <new>
 #include <ostream>
 #include <random>
@@ -92,6 +93,21 @@ std::vector<float> to_floats(DType t, const void *row, int64_t n) {
 // The dot type of weights of type t: activations are quantised to Q8_0 for Q8_0/Q4_0 weights.
 DType dot_type(DType t) { return dtype_is_quantized(t) ? DType::Q8_0 : DType::F32; }
 
+// Bytes of one activation row for weights of type t: f32 for float weights, else the table's dot type.
+int64_t x_row_bytes(DType t, int64_t n) {
+    return dtype_is_quantized(t) ? KernelTable::dot_x_row_bytes(t, n) : n * int64_t(sizeof(float));
+}
+
+// xf in the dot type of weights of type t, written to y (x_row_bytes(t, n) bytes) by the given table.
+void to_dot_x(const KernelTable &table, DType t, const std::vector<float> &xf, uint8_t *y) {
+    const int64_t n = static_cast<int64_t>(xf.size());
+    if (dtype_is_quantized(t)) {
+        table.quantize_dot_x(t, xf.data(), y, n);
+    } else {
+        std::memcpy(y, xf.data(), xf.size() * sizeof(float));
+    }
+}
+
 // sum |w_i x_i| of two rows (of types tw and tx): the scale an error of the dot product is measured on.
 double magnitude(DType tw, const void *w, DType tx, const void *x, int64_t n) {
     const auto wf = to_floats(tw, w, n), xf = to_floats(tx, x, n);
@@ -161,23 +177,27 @@ TEST_P(IsaTest, DotTileMatchesReferenceForEveryTypeLengthAndTile) {
         const DType tx = dot_type(t);
         for (int64_t n : dot_lengths(t)) {
             const auto w = to_row(t, test::random_floats(rng, static_cast<size_t>(n), -2.0f, 2.0f));
-            // kMaxTile activation rows with a gap between them (stride > row size) to catch stride bugs.
-            const size_t x_row = static_cast<size_t>(dtype_row_size(tx, n));
-            const size_t stride = x_row + (tx == DType::F32 ? 12 : 34);
+            // kMaxTile activation rows with a gap between them (stride > row size) to catch stride bugs, in the
+            // kernel's dot type; and each row as plain Q8_0 (or f32) for the reference.
+            const size_t x_row = static_cast<size_t>(x_row_bytes(t, n));
+            const size_t stride = x_row + (tx == DType::F32 ? 12 : (t == DType::Q4_0 ? 104 : 34));
             std::vector<uint8_t> x(stride * cpu::kMaxTile);
+            std::vector<std::vector<uint8_t>> ref_x;
             for (int j = 0; j < cpu::kMaxTile; ++j) {
                 // Rows of very different scale: a tile must not mix up which scale belongs to which row.
                 const float s = std::ldexp(1.0f, 4 * j - 6);
                 const auto xf = test::random_floats(rng, static_cast<size_t>(n), -s, s);
-                quantize_row(tx, xf.data(), x.data() + j * stride, n);
+                to_dot_x(*table, t, xf, x.data() + j * stride);
+                ref_x.push_back(to_row(tx, xf));
             }
             for (int n_x = 1; n_x <= cpu::kMaxTile; ++n_x) {
                 float out[cpu::kMaxTile];
                 table->dot(t)(w.data(), x.data(), stride, n_x, n, out);
                 for (int j = 0; j < n_x; ++j) {
                     const void *xj = x.data() + j * stride;
-                    const double expected = ref::dot_weight_row(t, w.data(), xj, n);
-                    const double tol = kDotRelTol * magnitude(t, w.data(), tx, xj, n) + 1e-30;
+                    const void *rj = ref_x[static_cast<size_t>(j)].data();
+                    const double expected = ref::dot_weight_row(t, w.data(), rj, n);
+                    const double tol = kDotRelTol * magnitude(t, w.data(), tx, rj, n) + 1e-30;
                     ASSERT_NEAR(out[j], expected, tol) << dtype_name(t) << " n=" << n << " n_x=" << n_x << " row " << j;
                     // The same bits as the row alone: the summation order does not depend on the tile.
                     float alone;
@@ -202,13 +222,15 @@ TEST_P(IsaTest, DotQuantExtremesStayExact) {
         xf[i] = (i % 2 == 0) ? 127.0f : -127.0f;
         if (i % 32 == 5) xf[i] = 127.0f;  // the block's max is positive
     }
-    const auto xq = to_row(DType::Q8_0, xf);
     for (DType t : {DType::Q8_0, DType::Q4_0}) {
         const auto w = to_row(t, wf);
+        std::vector<uint8_t> xq(static_cast<size_t>(x_row_bytes(t, n)));
+        to_dot_x(*table, t, xf, xq.data());
+        const auto rq = to_row(DType::Q8_0, xf);
         float out;
         table->dot(t)(w.data(), xq.data(), 0, 1, n, &out);
-        const double expected = ref::dot_weight_row(t, w.data(), xq.data(), n);
-        EXPECT_NEAR(out, expected, 1e-6 * magnitude(t, w.data(), DType::Q8_0, xq.data(), n)) << dtype_name(t);
+        const double expected = ref::dot_weight_row(t, w.data(), rq.data(), n);
+        EXPECT_NEAR(out, expected, 1e-6 * magnitude(t, w.data(), DType::Q8_0, rq.data(), n)) << dtype_name(t);
     }
 }
 
@@ -240,6 +262,55 @@ TEST_P(IsaTest, QuantizeRowQ8_0IsBitExact) {
         ASSERT_EQ(got[b].d, expected[b].d) << "block " << b;
         for (int j = 0; j < QK8_0; ++j) ASSERT_EQ(got[b].qs[j], expected[b].qs[j]) << "block " << b << " element " << j;
     }
+}
+
+TEST_P(IsaTest, QuantizeDotXWritesQ8_0AndForQ4_0PairedRecords) {
+    // Q8_0 weights get the plain Q8_0 row; Q4_0 weights the same blocks in BlockQ8_0x2 records (core/blocks.h):
+    // low / high halves of two blocks side by side, 2 * sum per lane, f32 scales; an odd last block paired with
+    // zeros. Written 2 bytes off a 4-byte boundary on purpose: Q8_0 rows only need the 2-byte alignment of
+    // BlockQ8_0, and the Q4_0 writer must not assume the records' 4-byte alignment.
+    const KernelTable *table = cpu::kernels_for(GetParam());
+    if (!table) GTEST_SKIP() << skip_message(GetParam());
+    std::mt19937 rng(9);
+    for (int64_t n : {32, 64, 96, 256, 4128}) {
+        auto x = test::random_floats(rng, static_cast<size_t>(n), -3.0f, 3.0f);
+        x[1] = 0.0f;
+        for (int k = 0; k < QK8_0; ++k) x[static_cast<size_t>(n - QK8_0 + k)] = -127.0f;  // sum -4064
+        const int64_t nb = n / QK8_0;
+        std::vector<BlockQ8_0> expected(static_cast<size_t>(nb));
+        ref::quantize_row_q8_0(x.data(), expected.data(), n);
+        ASSERT_EQ(KernelTable::dot_x_row_bytes(DType::Q8_0, n), nb * 34);
+        ASSERT_EQ(KernelTable::dot_x_row_bytes(DType::Q4_0, n), (nb + 1) / 2 * 104);
+        for (DType t : {DType::Q8_0, DType::Q4_0}) {
+            std::vector<uint8_t> y(static_cast<size_t>(KernelTable::dot_x_row_bytes(t, n)) + 2, 0xAB);
+            table->quantize_dot_x(t, x.data(), y.data() + 2, n);
+            const uint8_t *p = y.data() + 2;
+            if (t == DType::Q8_0) {
+                ASSERT_EQ(std::memcmp(p, expected.data(), static_cast<size_t>(nb) * 34), 0);
+                continue;
+            }
+            for (int64_t b = 0; b < (nb + 1) / 2 * 2; ++b) {
+                BlockQ8_0x2 r;
+                std::memcpy(&r, p + b / 2 * 104, sizeof r);
+                const int h = static_cast<int>(b % 2);
+                const bool real = b < nb;  // else the zero block paired with an odd last one
+                int32_t sum = 0;
+                for (int k = 0; k < QK8_0; ++k) {
+                    const int8_t want = real ? expected[b].qs[k] : 0;
+                    const int8_t got = k < 16 ? r.lo[16 * h + k] : r.hi[16 * h + k - 16];
+                    ASSERT_EQ(got, want) << "n " << n << " block " << b << " element " << k;
+                    sum += want;
+                }
+                EXPECT_EQ(r.d[h], real ? fp16_to_f32(expected[b].d) : 0.0f) << "block " << b;
+                for (int l = 0; l < 4; ++l) EXPECT_EQ(r.sums[4 * h + l], 2 * sum) << "block " << b;
+            }
+        }
+    }
+    std::vector<float> x(64);
+    std::vector<uint8_t> y(256);
+    EXPECT_THROW(table->quantize_dot_x(DType::F16, x.data(), y.data(), 64), Error);
+    EXPECT_THROW(table->quantize_dot_x(DType::Q4_0, x.data(), y.data(), 48), Error);
+    EXPECT_THROW(KernelTable::dot_x_row_bytes(DType::F32, 64), Error);
 }
 
 TEST_P(IsaTest, AxpyMatchesReference) {

@@ -24,4 +24,21 @@ struct BlockQ4_0 {
 };
 static_assert(sizeof(BlockQ4_0) == 18, "Q4_0 block must match ggml");
 
+// Not a GGUF type: the activations Q4_0 weights are multiplied with (kernels/cpu/dispatch.h), two Q8_0 blocks
+// per record, arranged for the kernels. A Q4_0 byte holds element k in its low nibble and k + 16 in its high
+// nibble, and the nibbles u = value + 8 are unsigned, so:
+//   lo / hi  the activations the low / high nibbles of both weight blocks meet, in the order the weight
+//            bytes of the two blocks lie in one 256-bit register (block 0's 16 first, then block 1's)
+//   sums     2 * sum(qs) of block 0 in lanes 0..3 and of block 1 in lanes 4..7: each block's dot ends in 4
+//            int32 lanes, and subtracting 2 * sum from each removes the 8 * sum of the nibbles' offset
+//   d        the two blocks' scales (Q8_0's fp16 d, widened)
+// An odd last block is paired with an all-zero block (zero activations, sums and scale).
+struct BlockQ8_0x2 {
+    int8_t lo[QK8_0];
+    int8_t hi[QK8_0];
+    int32_t sums[8];
+    float d[2];
+};
+static_assert(sizeof(BlockQ8_0x2) == 104, "BlockQ8_0x2 has no padding");
+
 }  // namespace sparrow

@@ -1,6 +1,7 @@
 // matmul: the hot op. Weight rows are split across the pool's threads in chunks; activations are quantised
-// to Q8_0 once per call for Q8_0/Q4_0 weights; tokens are taken kMaxTile at a time so each weight row is
-// loaded once per tile. The ISA-specific inner loops come from the dispatch table (kernels/cpu/).
+// once per call for Q8_0/Q4_0 weights (to Q8_0; for Q4_0 in BlockQ8_0x2 records with block sums, see dispatch.h);
+// tokens are taken kMaxTile at a time so each weight row is loaded once per tile. The ISA-specific inner loops come
+// from the dispatch table (kernels/cpu/).
 #include <algorithm>
 
 #include "core/error.h"
@@ -16,11 +17,11 @@ namespace {
 struct MatmulJob {
     const WeightMatrix *w = nullptr;
     cpu::DotTileFn dot = nullptr;
-    cpu::QuantizeQ8Fn quantize = nullptr;
+    const cpu::KernelTable *kernels = nullptr;
     const float *x = nullptr;     // [n_tokens, n_cols] f32
     const uint8_t *xd = nullptr;  // activations in the dot type: n_tokens rows, xd_stride bytes apart
     size_t xd_stride = 0;
-    uint8_t *xq = nullptr;  // where Q8_0 activations are written (scratch), or null for float weights
+    uint8_t *xq = nullptr;  // where quantised activations are written (scratch), or null for float weights
     int64_t n_tokens = 0;
     float *y = nullptr;  // [n_tokens, n_rows]
 };
@@ -85,20 +86,19 @@ void matmul(ThreadPool &pool, OpScratch &scratch, const WeightMatrix &w, const f
     job.y = y;
 
     if (dtype_is_quantized(w.type)) {
-        // Q8_0/Q4_0 weights dot with Q8_0 activations: quantise every token once, into the scratch (which
-        // only grows, so a warm context does not allocate here).
-        job.xd_stride = static_cast<size_t>(dtype_row_size(DType::Q8_0, w.n_cols));
+        // Q8_0/Q4_0 weights dot with Q8_0 activations (Q4_0: BlockQ8_0x2 records): quantise every token once, into
+        // the scratch (which only grows, so a warm context does not allocate here).
+        job.xd_stride = static_cast<size_t>(cpu::KernelTable::dot_x_row_bytes(w.type, w.n_cols));
         const size_t bytes = job.xd_stride * static_cast<size_t>(n_tokens);
         if (scratch.quantized_x.size() < bytes) scratch.quantized_x.resize(bytes);
         job.xq = scratch.quantized_x.data();
         job.xd = job.xq;
-        job.quantize = k.quantize_row_q8_0;
+        job.kernels = &k;
         // Quantising is ~1/n_rows of the matmul's work: split it only when there are many tokens.
         pool.parallel_for(n_tokens, 16, [&job](int64_t t0, int64_t t1) {
             for (int64_t t = t0; t < t1; ++t) {
-                job.quantize(job.x + t * job.w->n_cols,
-                             reinterpret_cast<BlockQ8_0 *>(job.xq + t * static_cast<int64_t>(job.xd_stride)),
-                             job.w->n_cols);
+                job.kernels->quantize_dot_x(job.w->type, job.x + t * job.w->n_cols,
+                                            job.xq + t * static_cast<int64_t>(job.xd_stride), job.w->n_cols);
             }
         });
     } else {

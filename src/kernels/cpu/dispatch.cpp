@@ -5,6 +5,7 @@
 #include <cstring>
 #include <string>
 
+#include "core/dtype.h"
 #include "core/error.h"
 #include "kernels/cpu/isa_kernels.h"
 
@@ -55,7 +56,9 @@ constexpr KernelTable kAvx512Table = {
     .dot_f16 = avx512::dot_tile_f16,
     .dot_bf16 = avx512::dot_tile_bf16,
     .dot_q8_0 = avx512::dot_tile_q8_0,
-    .dot_q4_0 = avx512::dot_tile_q4_0,
+    // The AVX2 kernel: its records hold two blocks (one 256-bit register of nibbles), and a matvec streams
+    // weights far slower than either width computes; one tested kernel beats an untested wider one.
+    .dot_q4_0 = avx2::dot_tile_q4_0,
     .axpy_f32 = avx512::axpy_f32,
     .axpy_f16 = avx512::axpy_f16,
     .axpy_bf16 = avx512::axpy_bf16,
@@ -109,6 +112,49 @@ AxpyFn KernelTable::axpy(DType t) const {
         case DType::F16: return axpy_f16;
         case DType::BF16: return axpy_bf16;
         default: throw_error("no axpy kernel for row type %s", std::string(dtype_name(t)).c_str());
+    }
+}
+
+int64_t q4_0_dot_x_row_bytes(int64_t n) {
+    const int64_t n_pairs = (n / QK8_0 + 1) / 2;
+    return n_pairs * static_cast<int64_t>(sizeof(BlockQ8_0x2));
+}
+
+int64_t KernelTable::dot_x_row_bytes(DType t, int64_t n) {
+    switch (t) {
+        case DType::Q8_0: return dtype_row_size(DType::Q8_0, n);
+        case DType::Q4_0: return q4_0_dot_x_row_bytes(n);
+        default: throw_error("no quantised activation type for weight type %s", std::string(dtype_name(t)).c_str());
+    }
+}
+
+void KernelTable::quantize_dot_x(DType t, const float *x, void *y, int64_t n) const {
+    if (t != DType::Q8_0 && t != DType::Q4_0) {
+        throw_error("no quantised activation type for weight type %s", std::string(dtype_name(t)).c_str());
+    }
+    if (n % QK8_0 != 0) throw_error("quantize_dot_x: n = %lld is not a multiple of %d", (long long)n, QK8_0);
+    if (t == DType::Q8_0) {
+        quantize_row_q8_0(x, static_cast<BlockQ8_0 *>(y), n);
+        return;
+    }
+    // Q4_0: each pair of blocks quantised as Q8_0, then placed in its record (layout in core/blocks.h). Once
+    // per token per matmul, so plain code; the record is built on the stack and copied (y need not be aligned).
+    const int64_t nb = n / QK8_0;
+    constexpr int kHalf = QK8_0 / 2;
+    for (int64_t p = 0; p < (nb + 1) / 2; ++p) {
+        const int n_here = 2 * p + 1 < nb ? 2 : 1;
+        BlockQ8_0 q[2];
+        quantize_row_q8_0(x + 2 * p * QK8_0, q, n_here * QK8_0);
+        BlockQ8_0x2 r{};
+        for (int h = 0; h < n_here; ++h) {
+            std::memcpy(r.lo + h * kHalf, q[h].qs, kHalf);
+            std::memcpy(r.hi + h * kHalf, q[h].qs + kHalf, kHalf);
+            int32_t sum = 0;
+            for (int k = 0; k < QK8_0; ++k) sum += q[h].qs[k];
+            for (int l = 0; l < 4; ++l) r.sums[4 * h + l] = 2 * sum;
+            r.d[h] = fp16_to_f32(q[h].d);
+        }
+        std::memcpy(static_cast<uint8_t *>(y) + p * static_cast<int64_t>(sizeof r), &r, sizeof r);
     }
 }
 

@@ -22,10 +22,19 @@ enum class Isa : int {
 // once per tile, so prefill reads weights a quarter as often as a token-at-a-time loop.
 constexpr int kMaxTile = 4;
 
+// The activation row Q4_0 weights dot with: ceil(n / 64) BlockQ8_0x2 records (core/blocks.h), the Q8_0
+// quantisation of the row (bit-identical to quantize_row_q8_0) rearranged. Why: Q4_0 stores u = value + 8 in
+// [0, 15], so a block's integer dot is sum_k u_k x_k - 8 sum_k x_k. With the sums computed once per token,
+// the inner loop multiplies the unsigned nibbles directly (one maddubs per nibble half of two blocks) rather
+// than re-centring nibbles and moving signs for every block of every weight row; and with the activations
+// ordered as the nibbles come out of the weight bytes, two blocks share each unpack, multiply and scaling.
+int64_t q4_0_dot_x_row_bytes(int64_t n);
+
 // out[j] = sum_i w[i] * x_j[i] for j < n_x, 1 <= n_x <= kMaxTile.
 //   w: one weight row of n elements (n % 32 == 0 for Q8_0/Q4_0)
 //   x: n_x rows of the weight type's dot type, x_j = (const uint8_t *)x + j * x_stride:
-//      f32 for F32/F16/BF16 weights, Q8_0 blocks for Q8_0/Q4_0 weights (quantize_row_q8_0)
+//      f32 for F32/F16/BF16 weights, Q8_0 blocks for Q8_0 weights (quantize_row_q8_0), BlockQ8_0x2 records for
+//      Q4_0 weights (above; rows 4-byte aligned). KernelTable::quantize_dot_x writes both.
 //   out: [n_x] f32. Accumulates in f32; Q8_0/Q4_0 sums are integer within each 32-block, as ggml.
 using DotTileFn = void (*)(const void *w, const void *x, size_t x_stride, int n_x, int64_t n, float *out);
 // y[0..n) += a * row[0..n), row of the table entry's type (F32, F16 or BF16); y must not alias row.
@@ -42,7 +51,7 @@ struct KernelTable {
     DotTileFn dot_f16 = nullptr;
     DotTileFn dot_bf16 = nullptr;
     DotTileFn dot_q8_0 = nullptr;  // weights Q8_0, activations Q8_0
-    DotTileFn dot_q4_0 = nullptr;  // weights Q4_0, activations Q8_0
+    DotTileFn dot_q4_0 = nullptr;  // weights Q4_0, activations BlockQ8_0x2
     AxpyFn axpy_f32 = nullptr;
     AxpyFn axpy_f16 = nullptr;
     AxpyFn axpy_bf16 = nullptr;
@@ -56,6 +65,12 @@ struct KernelTable {
     DotTileFn dot(DType t) const;
     // The axpy for cache rows of type t (F32, F16, BF16), or throws sparrow::Error.
     AxpyFn axpy(DType t) const;
+    // Bytes of one activation row of n elements in the dot type of quantised weights of type t (Q8_0: the Q8_0
+    // row; Q4_0: BlockQ8_0x2 records), or throws sparrow::Error for other types.
+    static int64_t dot_x_row_bytes(DType t, int64_t n);
+    // x[0..n) (n % 32 == 0) quantised to the dot type of weights of type t (Q8_0 or Q4_0), written to y
+    // (dot_x_row_bytes(t, n) bytes), or throws sparrow::Error for other types.
+    void quantize_dot_x(DType t, const float *x, void *y, int64_t n) const;
 };
 
 // Whether this CPU (and OS) can run the given level.

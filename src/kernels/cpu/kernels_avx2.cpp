@@ -109,17 +109,9 @@ void dot_tile_float_any(const void *w, const void *x, size_t x_stride, int n_x, 
     }
 }
 
-// --- Q8_0 / Q4_0 weights against Q8_0 activations
-// ------------------------------------------------------------- The 32 weights of a block as signed bytes in
-// element order.
+// --- Q8_0 weights against Q8_0 activations -----------------------------------------------------------------
+// The 32 weights of a block as signed bytes in element order.
 inline __m256i unpack_block(const BlockQ8_0 &b) { return _mm256_loadu_si256(reinterpret_cast<const __m256i *>(b.qs)); }
-
-inline __m256i unpack_block(const BlockQ4_0 &b) {
-    // Low nibbles are elements 0..15, high nibbles 16..31; both stored with an offset of 8.
-    const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i *>(b.qs));
-    const __m256i nibbles = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), _mm256_set1_epi8(0x0f));
-    return _mm256_sub_epi8(nibbles, _mm256_set1_epi8(8));
-}
 
 // Eight int32 partial sums of w[k] * x[k] over a block. maddubs multiplies unsigned by signed bytes, so
 // move w's sign onto x: |w| * (x * sign(w)) = w * x. Pairs of products fit int16 (2 * 128 * 127 < 32767)
@@ -185,6 +177,77 @@ void dot_tile_quant_any(const void *w, const void *x, size_t x_stride, int n_x, 
     }
 }
 
+// Q4_0 weights against BlockQ8_0x2 activations (core/blocks.h), two blocks at a time. The 16 bytes of each
+// weight block go into one register, block 0 in the low 128 bits and block 1 in the high; masking gives the
+// low nibbles of both and shifting the high nibbles, each lined up with the record's lo / hi activations.
+// The nibbles u = value + 8 go into maddubs unsigned (no re-centring, no sign moves): pairs of products fit
+// int16 (2 * 15 * 127) and so does the sum of the two halves. madd leaves 4 int32 lanes per block; the
+// record's sums (2 * sum(x) per lane) take the offset's 8 * sum(x) off each block exactly, so every block's
+// integer dot is exact before its f32 scale, as in ggml.
+inline __m256i load_nibble_bytes(const BlockQ4_0 &b0, const BlockQ4_0 &b1) {
+    return _mm256_loadu2_m128i(reinterpret_cast<const __m128i *>(b1.qs), reinterpret_cast<const __m128i *>(b0.qs));
+}
+
+// An odd last block: its bytes in the low half, zeros above (they meet zero activations).
+inline __m256i load_nibble_bytes(const BlockQ4_0 &b0) {
+    return _mm256_zextsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i *>(b0.qs)));
+}
+
+// acc += the record's two blocks against weight blocks with scales dw = [dw0, dw1] and bytes wb.
+inline __m256 record_dot(__m256 acc, __m256i wb, __m128 dw, const BlockQ8_0x2 &r) {
+    const __m256i mask = _mm256_set1_epi8(0x0f);
+    const __m256i lo = _mm256_and_si256(wb, mask);
+    const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(wb, 4), mask);
+    const __m256i p16 =
+        _mm256_add_epi16(_mm256_maddubs_epi16(lo, _mm256_loadu_si256(reinterpret_cast<const __m256i *>(r.lo))),
+                         _mm256_maddubs_epi16(hi, _mm256_loadu_si256(reinterpret_cast<const __m256i *>(r.hi))));
+    const __m256i dot = _mm256_sub_epi32(_mm256_madd_epi16(p16, _mm256_set1_epi16(1)),
+                                         _mm256_loadu_si256(reinterpret_cast<const __m256i *>(r.sums)));
+    // [dw0 dx0, dw1 dx1] (the same f32 products as ggml) spread over lanes 0..3 and 4..7.
+    const __m128 dwx = _mm_mul_ps(dw, _mm_castsi128_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i *>(r.d))));
+    const __m256 d = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(dwx), _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1));
+    return _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot), acc);
+}
+
+template <int NT>
+void dot_tile_q4_0_x2(const void *wv, const void *x, size_t x_stride, int64_t n, float *out) {
+    const BlockQ4_0 *w = static_cast<const BlockQ4_0 *>(wv);
+    const int64_t nb = n / QK4_0;
+    const BlockQ8_0x2 *xs[NT];
+    for (int j = 0; j < NT; ++j) {
+        xs[j] = reinterpret_cast<const BlockQ8_0x2 *>(static_cast<const uint8_t *>(x) + j * x_stride);
+    }
+    // Two accumulators per token (even and odd records) to halve the FMA dependency chain at NT = 1.
+    __m256 acc[NT][2];
+    for (int j = 0; j < NT; ++j) acc[j][0] = acc[j][1] = _mm256_setzero_ps();
+    int64_t p = 0;  // record index; blocks 2p and 2p + 1
+    for (; 2 * p + 4 <= nb; p += 2) {
+        for (int u = 0; u < 2; ++u) {
+            const BlockQ4_0 &b0 = w[2 * (p + u)], &b1 = w[2 * (p + u) + 1];
+            const __m256i wb = load_nibble_bytes(b0, b1);
+            const __m128 dw = _mm_cvtph_ps(_mm_insert_epi16(_mm_cvtsi32_si128(b0.d), b1.d, 1));
+            for (int j = 0; j < NT; ++j) acc[j][u] = record_dot(acc[j][u], wb, dw, xs[j][p + u]);
+        }
+    }
+    for (; 2 * p < nb; ++p) {
+        const BlockQ4_0 &b0 = w[2 * p];
+        const bool pair = 2 * p + 1 < nb;
+        const __m256i wb = pair ? load_nibble_bytes(b0, w[2 * p + 1]) : load_nibble_bytes(b0);
+        const __m128 dw = _mm_cvtph_ps(_mm_insert_epi16(_mm_cvtsi32_si128(b0.d), pair ? w[2 * p + 1].d : 0, 1));
+        for (int j = 0; j < NT; ++j) acc[j][p % 2] = record_dot(acc[j][p % 2], wb, dw, xs[j][p]);
+    }
+    for (int j = 0; j < NT; ++j) out[j] = hsum(_mm256_add_ps(acc[j][0], acc[j][1]));
+}
+
+void dot_tile_q4_0_any(const void *w, const void *x, size_t x_stride, int n_x, int64_t n, float *out) {
+    switch (n_x) {
+        case 1: dot_tile_q4_0_x2<1>(w, x, x_stride, n, out); return;
+        case 2: dot_tile_q4_0_x2<2>(w, x, x_stride, n, out); return;
+        case 3: dot_tile_q4_0_x2<3>(w, x, x_stride, n, out); return;
+        default: dot_tile_q4_0_x2<kMaxTile>(w, x, x_stride, n, out); return;
+    }
+}
+
 // --- axpy --------------------------------------------------------------------------------------------------
 template <FloatKind K>
 void axpy(const void *row, float a, float *y, int64_t n) {
@@ -209,7 +272,7 @@ void dot_tile_q8_0(const void *w, const void *x, size_t x_stride, int n_x, int64
     dot_tile_quant_any<BlockQ8_0>(w, x, x_stride, n_x, n, out);
 }
 void dot_tile_q4_0(const void *w, const void *x, size_t x_stride, int n_x, int64_t n, float *out) {
-    dot_tile_quant_any<BlockQ4_0>(w, x, x_stride, n_x, n, out);
+    dot_tile_q4_0_any(w, x, x_stride, n_x, n, out);
 }
 
 void axpy_f32(const void *row, float a, float *y, int64_t n) { axpy<FloatKind::f32>(row, a, y, n); }

@@ -110,17 +110,9 @@ void dot_tile_float_any(const void *w, const void *x, size_t x_stride, int n_x, 
     }
 }
 
-// --- Q8_0 / Q4_0 weights against Q8_0 activations
-// ------------------------------------------------------------- The 32 weights of a block as signed bytes in
-// element order.
+// --- Q8_0 weights against Q8_0 activations -----------------------------------------------------------------
+// The 32 weights of a block as signed bytes in element order.
 inline __m256i unpack_block(const BlockQ8_0 &b) { return _mm256_loadu_si256(reinterpret_cast<const __m256i *>(b.qs)); }
-
-inline __m256i unpack_block(const BlockQ4_0 &b) {
-    // Low nibbles are elements 0..15, high nibbles 16..31; both stored with an offset of 8.
-    const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i *>(b.qs));
-    const __m256i nibbles = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), _mm256_set1_epi8(0x0f));
-    return _mm256_sub_epi8(nibbles, _mm256_set1_epi8(8));
-}
 
 inline __m512i load_pair(const BlockQ8_0 &b0, const BlockQ8_0 &b1) {
     const __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(b0.qs));
@@ -218,9 +210,6 @@ void dot_tile_bf16(const void *w, const void *x, size_t x_stride, int n_x, int64
 }
 void dot_tile_q8_0(const void *w, const void *x, size_t x_stride, int n_x, int64_t n, float *out) {
     dot_tile_quant_any<BlockQ8_0>(w, x, x_stride, n_x, n, out);
-}
-void dot_tile_q4_0(const void *w, const void *x, size_t x_stride, int n_x, int64_t n, float *out) {
-    dot_tile_quant_any<BlockQ4_0>(w, x, x_stride, n_x, n, out);
 }
 
 void axpy_f32(const void *row, float a, float *y, int64_t n) { axpy<FloatKind::f32>(row, a, y, n); }

@@ -85,14 +85,29 @@ void dot_tile_q8_0(const void *w, const void *x, size_t x_stride, int n_x, int64
     });
 }
 
-void dot_tile_q4_0(const void *w, const void *x, size_t x_stride, int n_x, int64_t n, float *out) {
-    dot_tile_quant(static_cast<const BlockQ4_0 *>(w), x, x_stride, n_x, n, out, [](const BlockQ4_0 &b, int8_t *q) {
-        for (int k = 0; k < QK4_0 / 2; ++k) {
-            q[k] = static_cast<int8_t>((b.qs[k] & 15) - 8);
-            q[k + QK4_0 / 2] = static_cast<int8_t>((b.qs[k] >> 4) - 8);
+void dot_tile_q4_0(const void *wv, const void *x, size_t x_stride, int n_x, int64_t n, float *out) {
+    // Activations are BlockQ8_0x2 records (core/blocks.h): the nibbles u = value + 8 multiply unsigned and
+    // each block's -8 * sum(x) comes from the record (sums hold 2 * sum). The same integer per block, so the
+    // same f32 result as unpacking signed values; this level reads the layout the SIMD levels read.
+    const auto *w = static_cast<const BlockQ4_0 *>(wv);
+    const int64_t nb = n / QK4_0;
+    constexpr int kHalf = QK4_0 / 2;
+    float acc[kMaxTile] = {};
+    for (int64_t b = 0; b < nb; ++b) {
+        const float dw = fp16_to_f32(w[b].d);
+        const int h = static_cast<int>(b % 2);  // which block of its record
+        for (int j = 0; j < n_x; ++j) {
+            const auto *r =
+                reinterpret_cast<const BlockQ8_0x2 *>(static_cast<const uint8_t *>(x) + j * x_stride) + b / 2;
+            int32_t isum = 0;
+            for (int k = 0; k < kHalf; ++k) {
+                isum +=
+                    int32_t(w[b].qs[k] & 15) * r->lo[h * kHalf + k] + int32_t(w[b].qs[k] >> 4) * r->hi[h * kHalf + k];
+            }
+            acc[j] += dw * r->d[h] * static_cast<float>(isum - 4 * r->sums[4 * h]);
         }
-        return fp16_to_f32(b.d);
-    });
+    }
+    for (int j = 0; j < n_x; ++j) out[j] = acc[j];
 }
 
 void axpy_f32(const void *row, float a, float *y, int64_t n) {
