@@ -83,6 +83,7 @@ struct DsaState final : ArchState {
     std::vector<std::vector<int32_t>> chunk_selected;     // the indexer's output for one chunk (swapped in)
     std::vector<std::span<const int32_t>> selected_rows;  // spans over `selected`, per ubatch token
     OpScratch op;
+    std::vector<OpScratch> head_op;  // per pool thread: decode's per-head W_UK / W_UV products
     MoeScratch moe;
     bool record_selections = false;
     std::vector<LayerSelection> debug_selections;  // the last queries' attended keys, per layer
@@ -533,7 +534,16 @@ class DsaModel final : public ArchModel {
                 std::copy_n(s.q.data() + (t * NH + hd) * qk + N, R, s.pe.data() + (t * NH + hd) * R);
         }
         rope(s.pe.data(), T, NH, R, ub.pos.data() + c0, hp_.rope);
-        for (int64_t hd = 0; hd < NH; ++hd) {
+        if (T == 1) {
+            // Decode: one head's W_UK block is too small for matmul to split (it would run on one thread
+            // while the others wait), so the threads take whole heads; rows are contiguous, no copies.
+            per_head(s, pool, NH, [&](OpScratch &op, ThreadPool &serial, int64_t hd) {
+                float *dst = s.q_abs.data() + hd * lat;
+                matmul(serial, op, head_block(L.k_b, hd, C), s.q.data() + hd * qk, 1, dst);
+                std::copy_n(s.pe.data() + hd * R, R, dst + C);
+            });
+        }
+        for (int64_t hd = 0; hd < NH && T > 1; ++hd) {
             for (int64_t t = 0; t < T; ++t) std::copy_n(s.q.data() + (t * NH + hd) * qk, N, s.nope_in.data() + t * N);
             matmul(pool, s.op, head_block(L.k_b, hd, C), s.nope_in.data(), T, s.head_out.data());  // [T, C]
             for (int64_t t = 0; t < T; ++t) {
@@ -549,7 +559,12 @@ class DsaModel final : public ArchModel {
         attention(pool, shape, s.q_abs.data(), T, s.latent[il], s.latent[il], rows, s.lat_out.data());  // [T, NH, C]
 
         // Per head W_UV back to v_head, then the output projection.
-        for (int64_t hd = 0; hd < NH; ++hd) {
+        if (T == 1) {
+            per_head(s, pool, NH, [&](OpScratch &op, ThreadPool &serial, int64_t hd) {
+                matmul(serial, op, head_block(L.v_b, hd, V), s.lat_out.data() + hd * C, 1, s.o.data() + hd * V);
+            });
+        }
+        for (int64_t hd = 0; hd < NH && T > 1; ++hd) {
             for (int64_t t = 0; t < T; ++t)
                 std::copy_n(s.lat_out.data() + (t * NH + hd) * C, C, s.nope_in.data() + t * C);
             matmul(pool, s.op, head_block(L.v_b, hd, V), s.nope_in.data(), T, s.head_out.data());  // [T, V]
@@ -558,6 +573,18 @@ class DsaModel final : public ArchModel {
         matmul(pool, s.op, L.wo, s.o.data(), T, s.ffn_out.data());  // [T, n_embd]
         float *xc = s.x.data() + c0 * hp_.n_embd;
         for (int64_t i = 0; i < T * hp_.n_embd; ++i) xc[i] += s.ffn_out[i];
+    }
+
+    // fn(op, serial, head) for every head, the heads dealt round-robin to the pool's threads; each thread
+    // has its own activation scratch and runs its products on a one-thread pool (no nested dispatch).
+    template <typename Fn>
+    static void per_head(DsaState &s, ThreadPool &pool, int64_t n_head, const Fn &fn) {
+        if (s.head_op.size() < static_cast<size_t>(pool.n_threads()))
+            s.head_op.resize(static_cast<size_t>(pool.n_threads()));
+        pool.run([&](int ith, int nth) {
+            ThreadPool serial(1);
+            for (int64_t hd = ith; hd < n_head; hd += nth) fn(s.head_op[static_cast<size_t>(ith)], serial, hd);
+        });
     }
 
     // Matrix `index` of a stack whose matrices have n_rows rows each.
