@@ -43,6 +43,7 @@ struct DsaHParams {
     int64_t n_expert_shared = 0;
     int64_t idx_n_head = 0, idx_head_dim = 0, idx_top_k = 0;
     std::vector<bool> indexer_full;  // per layer: has its own indexer (else reuses the last full layer's)
+    bool any_shared = false;         // some layer reuses a selection: it must be kept for the whole ubatch
     float rms_eps = 1e-6f;
     RopeParams rope;          // MLA q_pe/k_pe
     RopeParams rope_indexer;  // same frequencies, the arch's layout
@@ -79,9 +80,11 @@ struct DsaState final : ArchState {
     std::vector<float> x, h, qa, q, kv, q_abs, pe, nope_in, lat_out, head_out, o, ffn_out, gate, up;
     std::vector<float> iq, ik, iw;
     VisibleRows visible;
-    std::vector<std::vector<int32_t>> selected;           // the last full layer's selection, per ubatch token
+    // The last full layer's selection: per ubatch token when shared layers reuse it (IndexShare), else per
+    // token of the current attention chunk.
+    std::vector<std::vector<int32_t>> selected;
     std::vector<std::vector<int32_t>> chunk_selected;     // the indexer's output for one chunk (swapped in)
-    std::vector<std::span<const int32_t>> selected_rows;  // spans over `selected`, per ubatch token
+    std::vector<std::span<const int32_t>> selected_rows;  // spans over `selected`
     OpScratch op;
     std::vector<OpScratch> head_op;  // per pool thread: decode's per-head W_UK / W_UV products
     MoeScratch moe;
@@ -218,6 +221,7 @@ class DsaModel final : public ArchModel {
             throw_error("%s: indexer key_length is smaller than the rope dims", f.name().c_str());
         read_rope(f, a, hp_, key_length_mla);
         hp_.indexer_full = read_indexer_types(f, a, hp_, n_block);
+        hp_.any_shared = std::find(hp_.indexer_full.begin(), hp_.indexer_full.end(), false) != hp_.indexer_full.end();
 
         const gguf::TensorInfo *embd = f.find_tensor("token_embd.weight");
         if (!embd || embd->ne.size() != 2)
@@ -288,8 +292,9 @@ class DsaModel final : public ArchModel {
         // attends densely, exactly as with the indexer off.
         const bool select = s.dsa && s.visible.max_rows() > s.top_k;
         if (select) {
-            s.selected.resize(static_cast<size_t>(T));
-            s.selected_rows.resize(static_cast<size_t>(T));
+            const auto n_sel = static_cast<size_t>(hp_.any_shared ? T : std::min(T, kAttnChunk));
+            s.selected.resize(n_sel);
+            s.selected_rows.resize(n_sel);
         }
 
         get_rows(tok_embd_, ub.tokens.data(), T, x);  // [T, n_embd]
@@ -488,6 +493,7 @@ class DsaModel final : public ArchModel {
         rms_norm(s.qa.data(), L.q_a_norm, s.qa.data(), n, hp_.q_lora, hp_.rms_eps);
         const auto visible = s.visible.rows().subspan(static_cast<size_t>(c0), static_cast<size_t>(n));
         std::span<const std::span<const int32_t>> rows = visible;
+        const int64_t sel0 = hp_.any_shared ? c0 : 0;  // the chunk's first entry in s.selected
         const auto t0 = std::chrono::steady_clock::now();
         if (select && hp_.indexer_full[il]) {
             const int64_t H = hp_.idx_n_head, D = hp_.idx_head_dim;
@@ -499,12 +505,12 @@ class DsaModel final : public ArchModel {
             lightning_indexer_select(pool, IndexerShape{H, D}, s.precision, s.iq.data(), s.iw.data(), n,
                                      s.indexer_key[il], visible, s.top_k, s.chunk_selected);
             for (int64_t t = 0; t < n; ++t) {
-                auto &sel = s.selected[static_cast<size_t>(c0 + t)];
+                auto &sel = s.selected[static_cast<size_t>(sel0 + t)];
                 sel.swap(s.chunk_selected[static_cast<size_t>(t)]);  // both keep their capacity
-                s.selected_rows[static_cast<size_t>(c0 + t)] = sel;
+                s.selected_rows[static_cast<size_t>(sel0 + t)] = sel;
             }
         }
-        if (select) rows = std::span<const std::span<const int32_t>>(s.selected_rows).subspan(c0, n);
+        if (select) rows = std::span<const std::span<const int32_t>>(s.selected_rows).subspan(sel0, n);
         const auto t1 = std::chrono::steady_clock::now();
         mla_attention(s, L, il, ub, pool, rows, c0);  // x += attention output
         const auto t2 = std::chrono::steady_clock::now();
