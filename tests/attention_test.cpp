@@ -7,6 +7,7 @@
 #include <random>
 
 #include "attention/attention.h"
+#include "attention/attention_kernels.h"
 #include "kernels/cpu/dispatch.h"
 #include "test_util.h"
 
@@ -105,6 +106,68 @@ TEST(Attention, MatchesDoubleReference) {
         }
     }
     EXPECT_EQ(n_checked, 21);
+}
+
+// Decode shape (one token, MLA: one KV head, V inside K) with long lists, which attention() cuts between
+// threads and merges; the result must not depend on the cut.
+TEST(Attention, SplitListsMatchReference) {
+    const Case c{16, 1, 72, 64, 0, true, DType::F16};
+    std::mt19937 rng(5);
+    const int64_t n_cells = 1200;
+    RowStore k(c.type, n_cells, c.dk);
+    std::vector<std::vector<float>> k_rows(n_cells);
+    for (int64_t cell = 0; cell < n_cells; ++cell) {
+        const auto buf = test::random_floats(rng, static_cast<size_t>(c.dk), -2, 2);
+        k.write(cell, buf.data());
+        k_rows[cell].resize(buf.size());
+        dequantize_row(c.type, k.row(cell), k_rows[cell].data(), c.dk);
+    }
+    for (int64_t len : {255, 256, 513, 1000, 1200}) {
+        std::vector<int32_t> all(n_cells);
+        for (int32_t i = 0; i < n_cells; ++i) all[i] = i;
+        std::shuffle(all.begin(), all.end(), rng);
+        const std::vector<std::vector<int32_t>> lists = {std::vector<int32_t>(all.begin(), all.begin() + len)};
+        const std::vector<std::span<const int32_t>> spans(lists.begin(), lists.end());
+        const auto q = test::random_floats(rng, static_cast<size_t>(c.n_head * c.dk), -1, 1);
+        const auto want = reference(c, q, 1, k_rows, {}, lists, 0.3f);
+        for (int n_threads : {1, 2, 3, 5}) {
+            ThreadPool pool(n_threads);
+            std::vector<float> got(static_cast<size_t>(c.n_head * c.dv), -1.0f);
+            attention(pool, AttentionShape{c.n_head, 1, c.dk, c.dv, 0.3f, 0}, q.data(), 1, k, k, spans, got.data());
+            for (size_t i = 0; i < got.size(); ++i)
+                ASSERT_NEAR(got[i], want[i], 2e-5 * (1 + std::fabs(want[i]))) << len << " " << n_threads << " " << i;
+        }
+    }
+}
+
+// The AVX2 score and P.V kernels against the scalar ones on awkward sizes (head blocks of 4 with
+// remainders, odd row counts, widths that are not multiples of 8 or 16).
+TEST(AttentionKernels, Avx2MatchesScalar) {
+    if (!cpu::cpu_supports(cpu::Isa::avx2)) GTEST_SKIP() << "no AVX2";
+    std::mt19937 rng(11);
+    for (int64_t n_q : {1, 3, 4, 5, 9, 16}) {
+        for (int64_t n_k : {1, 2, 3, 15, 16}) {
+            for (int64_t d : {1, 7, 8, 9, 17, 72, 130}) {
+                const int64_t q_stride = d + 3, k_stride = d + 5, ld = n_k + 2;
+                const auto q = test::random_floats(rng, static_cast<size_t>(n_q * q_stride), -1, 1);
+                const auto kv = test::random_floats(rng, static_cast<size_t>(n_k * k_stride), -2, 2);
+                std::vector<float> s_ref(static_cast<size_t>(n_q * ld), 7.0f), s_got = s_ref;
+                attn::scalar::scores(q.data(), q_stride, n_q, kv.data(), k_stride, n_k, d, 0.7f, s_ref.data(), ld);
+                attn::avx2::scores(q.data(), q_stride, n_q, kv.data(), k_stride, n_k, d, 0.7f, s_got.data(), ld);
+                for (size_t i = 0; i < s_ref.size(); ++i)
+                    ASSERT_NEAR(s_got[i], s_ref[i], 1e-5f * (1 + std::fabs(s_ref[i]))) << n_q << " " << n_k << " " << d;
+                // P.V with V rows of width d read from the same buffer, into a non-zero accumulator.
+                auto acc_ref = test::random_floats(rng, static_cast<size_t>(n_q * d), -1, 1);
+                auto acc_got = acc_ref;
+                const auto p = test::random_floats(rng, static_cast<size_t>(n_q * (n_k + 1)), 0, 1);
+                attn::scalar::pv(p.data(), n_k + 1, n_q, kv.data(), k_stride, n_k, d, acc_ref.data());
+                attn::avx2::pv(p.data(), n_k + 1, n_q, kv.data(), k_stride, n_k, d, acc_got.data());
+                for (size_t i = 0; i < acc_ref.size(); ++i)
+                    ASSERT_NEAR(acc_got[i], acc_ref[i], 1e-5f * (1 + std::fabs(acc_ref[i])))
+                        << n_q << " " << n_k << " " << d;
+            }
+        }
+    }
 }
 
 TEST(ConvertRow, EveryIsaMatchesDequantize) {

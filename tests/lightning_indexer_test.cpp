@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "attention/indexer_internal.h"
+#include "attention/indexer_kernels.h"
 #include "attention/lightning_indexer.h"
 #include "core/error.h"
 #include "test_util.h"
@@ -419,6 +420,52 @@ TEST(Indexer, FastModeJaccardAgainstExact) {
             std::printf("fast vs exact (%s): context %lld top_k %lld: mean Jaccard %.4f\n", cpu::isa_name(isa),
                         static_cast<long long>(c.context), static_cast<long long>(c.top_k), mean);
             EXPECT_GE(mean, 0.98) << "context " << c.context << " top_k " << c.top_k;
+        }
+    }
+}
+
+// The int8 kernels: AVX2 quantisation is bit-identical to the scalar one (same rounding, same sums) and the
+// AVX2 scores equal the scalar ones up to f32 summation order, on awkward sizes (heads not a multiple of
+// 8 or 32, widths not a multiple of 4 or 8, odd key counts) and with extreme queries (+-qmax and 0).
+TEST(IndexerKernels, Int8Avx2MatchesScalar) {
+    if (!cpu::cpu_supports(cpu::Isa::avx2)) GTEST_SKIP() << "no AVX2";
+    std::mt19937 rng(77);
+    for (int64_t d : {1, 3, 4, 7, 9, 32, 130}) {
+        const int64_t dp = (d + 3) / 4 * 4;
+        for (int64_t hp : {8, 16, 40}) {
+            for (int64_t n : {1, 2, 5, 64}) {
+                const auto x = test::random_floats(rng, static_cast<size_t>(n * d), -3, 3);
+                std::vector<uint16_t> f16(x.size());
+                quantize_row(DType::F16, x.data(), f16.data(), static_cast<int64_t>(x.size()));
+                std::vector<const void *> rows(static_cast<size_t>(n));
+                for (int64_t j = 0; j < n; ++j) rows[static_cast<size_t>(j)] = f16.data() + j * d;
+                std::vector<int8_t> k_ref(static_cast<size_t>(n * dp), 9), k_got = k_ref;
+                std::vector<float> ks_ref(static_cast<size_t>(n)), ks_got(static_cast<size_t>(n));
+                std::vector<int32_t> sum_ref(static_cast<size_t>(n)), sum_got(static_cast<size_t>(n));
+                indexer::scalar::quantize_keys(indexer::kRowF16, rows.data(), n, d, dp, k_ref.data(), ks_ref.data(),
+                                               sum_ref.data());
+                indexer::avx2::quantize_keys(indexer::kRowF16, rows.data(), n, d, dp, k_got.data(), ks_got.data(),
+                                             sum_got.data());
+                ASSERT_EQ(k_got, k_ref) << d << " " << n;
+                ASSERT_EQ(ks_got, ks_ref) << d << " " << n;
+                ASSERT_EQ(sum_got, sum_ref) << d << " " << n;
+                std::uniform_int_distribution<int> qd(-indexer::kQueryQuantMax, indexer::kQueryQuantMax);
+                std::vector<uint8_t> qT4(static_cast<size_t>(dp * hp));
+                for (auto &v : qT4) {
+                    const int r = rng() % 8;  // a few exact extremes and zeros among random values
+                    const int q =
+                        r == 0 ? indexer::kQueryQuantMax : (r == 1 ? -indexer::kQueryQuantMax : (r == 2 ? 0 : qd(rng)));
+                    v = static_cast<uint8_t>(q + indexer::kQueryOffset);
+                }
+                const auto wq = test::random_floats(rng, static_cast<size_t>(hp), 0, 1);
+                std::vector<float> s_ref(static_cast<size_t>(n)), s_got(static_cast<size_t>(n));
+                indexer::scalar::score_i8(qT4.data(), wq.data(), hp, dp, k_ref.data(), sum_ref.data(), ks_ref.data(), n,
+                                          s_ref.data());
+                indexer::avx2::score_i8(qT4.data(), wq.data(), hp, dp, k_ref.data(), sum_ref.data(), ks_ref.data(), n,
+                                        s_got.data());
+                for (int64_t j = 0; j < n; ++j)
+                    ASSERT_NEAR(s_got[j], s_ref[j], 1e-5f * (1 + std::fabs(s_ref[j]))) << d << " " << hp << " " << n;
+            }
         }
     }
 }

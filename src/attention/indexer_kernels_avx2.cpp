@@ -6,7 +6,7 @@
 // exported kernels sits in an anonymous namespace.
 //
 // Both scoring loops vectorise over heads, not over the key's elements: for each element i of a key, one
-// broadcast of k[i] (f32, or 2 int16 elements as a dword) meets 8 heads of q per vector, so a key is read
+// broadcast of k[i] (f32, or 4 int8 elements as a dword) meets 8 heads of q per vector, so a key is read
 // once for all heads, no horizontal sum is needed until the key's score, and relu and the head weights
 // apply to whole vectors. Two keys share each q load (register block: 2 keys x up to 4 head vectors = 8
 // accumulators, what the FMA latency x throughput of Zen 3 and Skylake needs).
@@ -115,55 +115,60 @@ void score_pass_f32(const float *qT, const float *w, int64_t hp, int64_t d, cons
     }
 }
 
-// --- fast: int16 x int16 ----------------------------------------------------------------------------------
-// As score_pass_f32 with integer products: madd multiplies a broadcast pair of key elements by the pairs of
-// 8 heads and adds each head's two products into an int32: 16 multiply-adds per instruction, twice an FMA's
-// 8, with exact integer sums.
+// --- fast: uint8 x int8 ----------------------------------------------------------------------------------
+// As score_pass_f32 with byte products: maddubs multiplies a broadcast dword of key bytes (four elements) by
+// the four query bytes of each of 8 heads and adds pairs into int16 (never saturating: indexer_kernels.h),
+// madd with ones adds the pairs into one int32 per head: 32 multiply-adds per two instructions, against an
+// FMA's 8 per instruction, with exact integer sums.
 template <int NV>
-void score_pass_i16(const int16_t *qT2, const float *wq, int64_t hp, int64_t dp, const int16_t *keys,
-                    const float *kscale, int64_t n, float *scores, bool add) {
+void score_pass_i8(const uint8_t *qT4, const float *wq, int64_t hp, int64_t dp, const int8_t *keys, const int32_t *ksum,
+                   const float *kscale, int64_t n, float *scores, bool add) {
     __m256 wv[NV];
     for (int v = 0; v < NV; ++v) wv[v] = _mm256_loadu_ps(wq + 8 * v);
-    const int64_t n_pairs = dp / 2;
-    const int64_t q_stride = hp * 2;  // int16 from one pair of elements to the next
+    const __m256i ones = _mm256_set1_epi16(1);
+    const int64_t n_groups = dp / 4;
+    const int64_t q_stride = hp * 4;  // bytes from one group of four elements to the next
     auto finish = [&](const __m256i *acc, int64_t j) {
-        __m256 s = _mm256_mul_ps(wv[0], relu(_mm256_cvtepi32_ps(acc[0])));
-        for (int v = 1; v < NV; ++v) s = _mm256_fmadd_ps(wv[v], relu(_mm256_cvtepi32_ps(acc[v])), s);
+        const __m256i offset = _mm256_set1_epi32(kQueryOffset * ksum[j]);
+        __m256 s = _mm256_mul_ps(wv[0], relu(_mm256_cvtepi32_ps(_mm256_sub_epi32(acc[0], offset))));
+        for (int v = 1; v < NV; ++v)
+            s = _mm256_fmadd_ps(wv[v], relu(_mm256_cvtepi32_ps(_mm256_sub_epi32(acc[v], offset))), s);
         const float r = kscale[j] * hsum(s);
         scores[j] = add ? scores[j] + r : r;
     };
     int64_t j = 0;
     for (; j + 2 <= n; j += 2) {
-        const int16_t *k0 = keys + j * dp, *k1 = k0 + dp;
+        const int8_t *k0 = keys + j * dp, *k1 = k0 + dp;
         __m256i a0[NV], a1[NV];
         for (int v = 0; v < NV; ++v) a0[v] = a1[v] = _mm256_setzero_si256();
-        const int16_t *qp = qT2;
-        for (int64_t g = 0; g < n_pairs; ++g, qp += q_stride) {
+        const uint8_t *qp = qT4;
+        for (int64_t g = 0; g < n_groups; ++g, qp += q_stride) {
             int32_t x0, x1;
-            std::memcpy(&x0, k0 + 2 * g, 4);
-            std::memcpy(&x1, k1 + 2 * g, 4);
+            std::memcpy(&x0, k0 + 4 * g, 4);
+            std::memcpy(&x1, k1 + 4 * g, 4);
             const __m256i b0 = _mm256_set1_epi32(x0), b1 = _mm256_set1_epi32(x1);
             for (int v = 0; v < NV; ++v) {
-                const __m256i qv = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(qp + 16 * v));
-                a0[v] = _mm256_add_epi32(a0[v], _mm256_madd_epi16(b0, qv));
-                a1[v] = _mm256_add_epi32(a1[v], _mm256_madd_epi16(b1, qv));
+                __m256i qv = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(qp + 32 * v));
+                pin(qv);
+                a0[v] = _mm256_add_epi32(a0[v], _mm256_madd_epi16(_mm256_maddubs_epi16(qv, b0), ones));
+                a1[v] = _mm256_add_epi32(a1[v], _mm256_madd_epi16(_mm256_maddubs_epi16(qv, b1), ones));
             }
         }
         finish(a0, j);
         finish(a1, j + 1);
     }
     if (j < n) {
-        const int16_t *k0 = keys + j * dp;
+        const int8_t *k0 = keys + j * dp;
         __m256i a0[NV];
         for (int v = 0; v < NV; ++v) a0[v] = _mm256_setzero_si256();
-        const int16_t *qp = qT2;
-        for (int64_t g = 0; g < n_pairs; ++g, qp += q_stride) {
+        const uint8_t *qp = qT4;
+        for (int64_t g = 0; g < n_groups; ++g, qp += q_stride) {
             int32_t x0;
-            std::memcpy(&x0, k0 + 2 * g, 4);
+            std::memcpy(&x0, k0 + 4 * g, 4);
             const __m256i b0 = _mm256_set1_epi32(x0);
             for (int v = 0; v < NV; ++v) {
-                a0[v] = _mm256_add_epi32(
-                    a0[v], _mm256_madd_epi16(b0, _mm256_loadu_si256(reinterpret_cast<const __m256i *>(qp + 16 * v))));
+                const __m256i qv = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(qp + 32 * v));
+                a0[v] = _mm256_add_epi32(a0[v], _mm256_madd_epi16(_mm256_maddubs_epi16(qv, b0), ones));
             }
         }
         finish(a0, j);
@@ -179,51 +184,85 @@ void convert_rows_t(const void *const *rows, int64_t n_rows, int64_t d, float *o
     }
 }
 
+// Rows up to this width are widened to f32 once, into a stack buffer, and read back from L1 by the second
+// pass; wider rows are widened twice.
+constexpr int64_t kQuantBuf = 512;
+
+// Decode quantises every key it scores (one query per key tile), so this is a sizeable share of fast mode:
+// one widening per element, and four vectors narrowed to bytes per store.
 template <uint32_t R>
-void quantize_keys_t(const void *const *rows, int64_t n_rows, int64_t d, int64_t dp, int16_t *out, float *kscale) {
+void quantize_keys_t(const void *const *rows, int64_t n_rows, int64_t d, int64_t dp, int8_t *out, float *kscale,
+                     int32_t *ksum) {
     const __m256 sign_bit = _mm256_set1_ps(-0.0f);
-    const __m256 inf = _mm256_set1_ps(__builtin_inff());
+    const __m256i ones8 = _mm256_set1_epi8(1), ones16 = _mm256_set1_epi16(1);
+    const __m256i byte_order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);  // undoes packs' lane interleave
+    alignas(32) float buf[kQuantBuf];
+    const bool buffered = d <= kQuantBuf;
+    const int64_t d8 = d / 8 * 8;
     for (int64_t j = 0; j < n_rows; ++j, out += dp) {
         const void *row = rows[j];
-        // Pass 1: max |x|, and whether any element is inf or NaN (|x| not less than inf, unordered true).
+        // Pass 1: max |x| (inf shows there) and whether any element is NaN (unordered with itself).
         __m256 amax8 = _mm256_setzero_ps(), bad8 = _mm256_setzero_ps();
-        int64_t i = 0;
-        for (; i + 8 <= d; i += 8) {
-            const __m256 a = _mm256_andnot_ps(sign_bit, load8<R>(row, i));
+        for (int64_t i = 0; i < d8; i += 8) {
+            const __m256 x = load8<R>(row, i);
+            if (buffered) _mm256_store_ps(buf + i, x);
+            const __m256 a = _mm256_andnot_ps(sign_bit, x);
             amax8 = _mm256_max_ps(amax8, a);
-            bad8 = _mm256_or_ps(bad8, _mm256_cmp_ps(a, inf, _CMP_NLT_UQ));
+            bad8 = _mm256_or_ps(bad8, _mm256_cmp_ps(a, a, _CMP_UNORD_Q));  // NaN
         }
         __m128 m = _mm_max_ps(_mm256_castps256_ps128(amax8), _mm256_extractf128_ps(amax8, 1));
         m = _mm_max_ps(m, _mm_movehl_ps(m, m));
         m = _mm_max_ss(m, _mm_movehdup_ps(m));
         float amax = _mm_cvtss_f32(m);
-        bool finite = _mm256_movemask_ps(bad8) == 0;
-        for (int64_t t = i; t < d; ++t) {
+        bool finite = _mm256_movemask_ps(bad8) == 0 && amax < __builtin_inff();
+        for (int64_t t = d8; t < d; ++t) {
             const float v = load1<R>(row, t);
             const float a = v < 0.0f ? -v : v;
             finite = finite && a < __builtin_inff();  // false for inf and NaN
             amax = a > amax ? a : amax;
         }
+        ksum[j] = 0;
         if (!finite || amax == 0.0f) {
-            std::memset(out, 0, static_cast<size_t>(dp) * sizeof(int16_t));
+            std::memset(out, 0, static_cast<size_t>(dp));
             kscale[j] = finite ? 0.0f : __builtin_nanf("");
             continue;
         }
         kscale[j] = amax / kKeyQuantMax;
         const float inv = kKeyQuantMax / amax;
-        // Pass 2: round to nearest even (the default MXCSR mode) and narrow to int16.
+        // Pass 2: round to nearest even (the default MXCSR mode), narrow to int8 (|x * inv| <= 127, so the
+        // saturating packs never clip), and sum the bytes (maddubs by ones, then madd by ones: exact).
         const __m256 invv = _mm256_set1_ps(inv);
-        for (i = 0; i + 8 <= d; i += 8) {
-            const __m256i q = _mm256_cvtps_epi32(_mm256_mul_ps(load8<R>(row, i), invv));
-            _mm_storeu_si128(reinterpret_cast<__m128i *>(out + i),
-                             _mm_packs_epi32(_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1)));
+        auto quant8 = [&](int64_t i) {
+            const __m256 x = buffered ? _mm256_load_ps(buf + i) : load8<R>(row, i);
+            return _mm256_cvtps_epi32(_mm256_mul_ps(x, invv));
+        };
+        __m256i sum8 = _mm256_setzero_si256();
+        int64_t i = 0;
+        for (; i + 32 <= d; i += 32) {
+            const __m256i ab = _mm256_packs_epi32(quant8(i), quant8(i + 8));
+            const __m256i cd = _mm256_packs_epi32(quant8(i + 16), quant8(i + 24));
+            const __m256i bytes = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(ab, cd), byte_order);
+            _mm256_storeu_si256(reinterpret_cast<__m256i *>(out + i), bytes);
+            sum8 = _mm256_add_epi32(sum8, _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, bytes), ones16));
         }
+        for (; i + 8 <= d; i += 8) {
+            const __m256i q = quant8(i);
+            sum8 = _mm256_add_epi32(sum8, q);
+            const __m128i q16 = _mm_packs_epi32(_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1));
+            _mm_storel_epi64(reinterpret_cast<__m128i *>(out + i), _mm_packs_epi16(q16, q16));
+        }
+        __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(sum8), _mm256_extracti128_si256(sum8, 1));
+        s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4e));
+        s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xb1));
+        int32_t sum = _mm_cvtsi128_si32(s4);
         for (; i < d; ++i) {
             int32_t r = _mm_cvtss_si32(_mm_set_ss(load1<R>(row, i) * inv));
             r = r > kKeyQuantMax ? kKeyQuantMax : (r < -kKeyQuantMax ? -kKeyQuantMax : r);
-            out[i] = static_cast<int16_t>(r);
+            out[i] = static_cast<int8_t>(r);
+            sum += r;
         }
         for (; i < dp; ++i) out[i] = 0;
+        ksum[j] = sum;
     }
 }
 
@@ -243,17 +282,17 @@ void score_f32(const float *qT, const float *w, int64_t hp, int64_t d, const flo
     }
 }
 
-void score_i16(const int16_t *qT2, const float *wq, int64_t hp, int64_t dp, const int16_t *keys, const float *kscale,
-               int64_t n_keys, float *scores) {
+void score_i8(const uint8_t *qT4, const float *wq, int64_t hp, int64_t dp, const int8_t *keys, const int32_t *ksum,
+              const float *kscale, int64_t n_keys, float *scores) {
     for (int64_t h0 = 0; h0 < hp; h0 += 8 * kMaxVec) {
         const int64_t nv = (hp - h0) / 8 < kMaxVec ? (hp - h0) / 8 : kMaxVec;
         const bool add = h0 > 0;
-        const int16_t *q = qT2 + 2 * h0;
+        const uint8_t *q = qT4 + 4 * h0;
         switch (nv) {
-            case 1: score_pass_i16<1>(q, wq + h0, hp, dp, keys, kscale, n_keys, scores, add); break;
-            case 2: score_pass_i16<2>(q, wq + h0, hp, dp, keys, kscale, n_keys, scores, add); break;
-            case 3: score_pass_i16<3>(q, wq + h0, hp, dp, keys, kscale, n_keys, scores, add); break;
-            default: score_pass_i16<4>(q, wq + h0, hp, dp, keys, kscale, n_keys, scores, add); break;
+            case 1: score_pass_i8<1>(q, wq + h0, hp, dp, keys, ksum, kscale, n_keys, scores, add); break;
+            case 2: score_pass_i8<2>(q, wq + h0, hp, dp, keys, ksum, kscale, n_keys, scores, add); break;
+            case 3: score_pass_i8<3>(q, wq + h0, hp, dp, keys, ksum, kscale, n_keys, scores, add); break;
+            default: score_pass_i8<4>(q, wq + h0, hp, dp, keys, ksum, kscale, n_keys, scores, add); break;
         }
     }
 }
@@ -266,12 +305,12 @@ void convert_rows(uint32_t row_type, const void *const *rows, int64_t n_rows, in
     }
 }
 
-void quantize_keys(uint32_t row_type, const void *const *rows, int64_t n_rows, int64_t d, int64_t dp, int16_t *out,
-                   float *kscale) {
+void quantize_keys(uint32_t row_type, const void *const *rows, int64_t n_rows, int64_t d, int64_t dp, int8_t *out,
+                   float *kscale, int32_t *ksum) {
     switch (row_type) {
-        case kRowF16: quantize_keys_t<kRowF16>(rows, n_rows, d, dp, out, kscale); return;
-        case kRowBF16: quantize_keys_t<kRowBF16>(rows, n_rows, d, dp, out, kscale); return;
-        default: quantize_keys_t<kRowF32>(rows, n_rows, d, dp, out, kscale); return;
+        case kRowF16: quantize_keys_t<kRowF16>(rows, n_rows, d, dp, out, kscale, ksum); return;
+        case kRowBF16: quantize_keys_t<kRowBF16>(rows, n_rows, d, dp, out, kscale, ksum); return;
+        default: quantize_keys_t<kRowF32>(rows, n_rows, d, dp, out, kscale, ksum); return;
     }
 }
 

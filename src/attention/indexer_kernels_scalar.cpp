@@ -37,17 +37,17 @@ void score_f32(const float *qT, const float *w, int64_t hp, int64_t d, const flo
     }
 }
 
-void score_i16(const int16_t *qT2, const float *wq, int64_t hp, int64_t dp, const int16_t *keys, const float *kscale,
-               int64_t n_keys, float *scores) {
+void score_i8(const uint8_t *qT4, const float *wq, int64_t hp, int64_t dp, const int8_t *keys, const int32_t *ksum,
+              const float *kscale, int64_t n_keys, float *scores) {
     for (int64_t j = 0; j < n_keys; ++j) {
-        const int16_t *k = keys + j * dp;
+        const int8_t *k = keys + j * dp;
         float score = 0.0f;
         for (int64_t h = 0; h < hp; ++h) {
-            int32_t dot = 0;
-            for (int64_t g = 0; g < dp / 2; ++g) {
-                for (int64_t i = 0; i < 2; ++i) dot += int32_t(k[2 * g + i]) * qT2[(g * hp + h) * 2 + i];
+            int32_t dot = 0;  // sum (q + offset) k, as maddubs + madd compute it
+            for (int64_t g = 0; g < dp / 4; ++g) {
+                for (int64_t i = 0; i < 4; ++i) dot += int32_t(qT4[(g * hp + h) * 4 + i]) * k[4 * g + i];
             }
-            score += wq[h] * relu(static_cast<float>(dot));
+            score += wq[h] * relu(static_cast<float>(dot - kQueryOffset * ksum[j]));
         }
         scores[j] = kscale[j] * score;
     }
@@ -59,10 +59,11 @@ void convert_rows(uint32_t row_type, const void *const *rows, int64_t n_rows, in
     }
 }
 
-void quantize_keys(uint32_t row_type, const void *const *rows, int64_t n_rows, int64_t d, int64_t dp, int16_t *out,
-                   float *kscale) {
+void quantize_keys(uint32_t row_type, const void *const *rows, int64_t n_rows, int64_t d, int64_t dp, int8_t *out,
+                   float *kscale, int32_t *ksum) {
     for (int64_t j = 0; j < n_rows; ++j) {
-        int16_t *o = out + j * dp;
+        int8_t *o = out + j * dp;
+        ksum[j] = 0;
         float amax = 0.0f;
         bool finite = true;
         for (int64_t i = 0; i < d; ++i) {
@@ -82,7 +83,8 @@ void quantize_keys(uint32_t row_type, const void *const *rows, int64_t n_rows, i
             // nearbyint rounds to nearest even, as the AVX2 conversion does.
             const float r = std::nearbyint(load(row_type, rows[j], i) * inv);
             const float c = std::fmin(std::fmax(r, -float(kKeyQuantMax)), float(kKeyQuantMax));
-            o[i] = static_cast<int16_t>(c);
+            o[i] = static_cast<int8_t>(c);
+            ksum[j] += o[i];
         }
     }
 }

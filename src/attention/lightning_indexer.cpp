@@ -14,13 +14,21 @@
 //     few chunks (decode); with many chunks there is one split per chunk.
 //  3. Per scored query, the splits' top-k sets are merged (nth_element), the winners sorted into candidate
 //     order and mapped to cells.
+// Fast mode (int8 products) is two-stage, so that its selection stays that of exact mode except where the
+// int8 rounding moves a key by more than a margin m of ranks: the int8 scores keep the best top_k + m keys
+// per query; of those, the best top_k - m by int8 score are taken, and the 2m around the cut are re-scored
+// exactly (f32, as exact mode) to decide which m of them complete the selection. The re-scoring reads 2m
+// keys per query against the context's n, so fast mode costs about its int8 pass.
 // Memory: per thread, one chunk's prepared queries and one key tile; per scored query, n_split top-k
-// buffers of 2 * top_k entries.
+// buffers of 2 * (top_k + m) entries.
 //
 // Ranking: entry a beats b when a.score > b.score, or the scores are equal and a has the lower candidate
 // index (the earlier position). A NaN score ranks as -inf, so it never beats a finite score. Fast mode
 // scores a query with the exact kernels when its q or w holds a non-finite value (int8 scales would be
 // meaningless).
+//
+// The margin: top_k / 8 + 16 ranks (at most top_k), 272 at top-k 2048: int8 keys and 7-bit queries move a
+// score by well under that many ranks on the test models (the Jaccard test checks).
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -44,13 +52,13 @@ constexpr int64_t kMinParallelWork = int64_t(1) << 21;
 
 struct Kernels {
     decltype(&indexer::scalar::score_f32) score_f32;
-    decltype(&indexer::scalar::score_i16) score_i16;
+    decltype(&indexer::scalar::score_i8) score_i8;
     decltype(&indexer::scalar::convert_rows) convert_rows;
     decltype(&indexer::scalar::quantize_keys) quantize_keys;
 };
-constexpr Kernels kScalarKernels = {indexer::scalar::score_f32, indexer::scalar::score_i16,
+constexpr Kernels kScalarKernels = {indexer::scalar::score_f32, indexer::scalar::score_i8,
                                     indexer::scalar::convert_rows, indexer::scalar::quantize_keys};
-constexpr Kernels kAvx2Kernels = {indexer::avx2::score_f32, indexer::avx2::score_i16, indexer::avx2::convert_rows,
+constexpr Kernels kAvx2Kernels = {indexer::avx2::score_f32, indexer::avx2::score_i8, indexer::avx2::convert_rows,
                                   indexer::avx2::quantize_keys};
 
 struct Entry {
@@ -107,17 +115,34 @@ int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 struct Scratch {
     // exact: [kTileQueries, d, hp] transposed q and [kTileQueries, hp] w
     std::vector<float> qT, w;
-    // fast: [kTileQueries, dp / 2, hp, 2] int16 q and [kTileQueries, hp] w * q scale
-    std::vector<int16_t> qT2;
+    // fast: [kTileQueries, dp / 4, hp, 4] offset uint8 q and [kTileQueries, hp] w * q scale
+    std::vector<uint8_t> qT4;
     std::vector<float> wq;
-    // one key tile: row pointers, f32 rows [kTileKeys, d], int16 rows [kTileKeys, dp] with scales, scores
+    // one key tile: row pointers, f32 rows [kTileKeys, d], int8 rows [kTileKeys, dp] with scales and sums,
+    // scores
     std::vector<const void *> rows;
     std::vector<const float *> rows_f32;
     std::vector<float> tile_f32;
-    std::vector<int16_t> tile_i16;
+    std::vector<int8_t> tile_i8;
     std::vector<float> kscale;
+    std::vector<int32_t> ksum;
     std::vector<float> scores;
+
+    Scratch(int64_t d, int64_t dp, int64_t hp)
+        : qT(static_cast<size_t>(kTileQueries * d * hp)),
+          w(static_cast<size_t>(kTileQueries * hp)),
+          qT4(static_cast<size_t>(kTileQueries * dp * hp)),
+          wq(static_cast<size_t>(kTileQueries * hp)),
+          rows(kTileKeys),
+          rows_f32(kTileKeys),
+          tile_f32(static_cast<size_t>(kTileKeys * d)),
+          tile_i8(static_cast<size_t>(kTileKeys * dp)),
+          kscale(kTileKeys),
+          ksum(kTileKeys),
+          scores(kTileKeys) {}
 };
+
+int64_t fast_margin(int64_t top_k) { return std::min(top_k, top_k / 8 + 16); }
 
 class Selector {
   public:
@@ -127,12 +152,13 @@ class Selector {
           n_head_(shape.n_head),
           d_(shape.head_dim),
           hp_(round_up(shape.n_head, 8)),
-          dp_(round_up(shape.head_dim, 2)),
+          dp_(round_up(shape.head_dim, 4)),
           q_(q),
           w_(w),
           keys_(keys),
           cand_(candidates),
-          top_k_(top_k) {}
+          top_k_(top_k),
+          margin_(fast_margin(top_k)) {}
 
     void run(ThreadPool &pool, IndexerPrecision precision, int64_t n_tokens,
              std::vector<std::vector<int32_t>> &selected);
@@ -145,7 +171,9 @@ class Selector {
     // own limits limit[m] (keys past a member's limit are not its candidates), into the members' heaps.
     void score_tile(Scratch &s, const Chunk &c, int64_t split, std::span<const int32_t> cells, int64_t k0, int64_t k1,
                     int64_t m0, int64_t m1, bool tail);
-    void finish(int64_t pos, std::vector<int32_t> &out);
+    void finish(Scratch &s, int64_t pos, std::vector<int32_t> &out);
+    // Replaces the scores of entries e[0, n) of scored query `sq` by exact (f32) ones.
+    void rescore_exact(Scratch &s, const ScoredQuery &sq, Entry *e, int64_t n);
 
     TopK &heap(int64_t pos, int64_t split) { return heaps_[static_cast<size_t>(pos * n_split_ + split)]; }
 
@@ -155,6 +183,7 @@ class Selector {
     const RowStore &keys_;
     std::span<const std::span<const int32_t>> cand_;
     const int64_t top_k_;
+    const int64_t margin_;  // fast mode: ranks re-scored exactly on each side of the cut
 
     std::vector<ScoredQuery> scored_;  // sorted into chunks
     std::vector<Chunk> chunks_;
@@ -207,10 +236,15 @@ void Selector::plan(IndexerPrecision precision, int64_t n_tokens, int n_threads)
         const int64_t min_split = std::max(top_k_, 8 * kTileKeys);
         n_split_ = std::clamp<int64_t>(max_len / min_split, 1, want);
     }
-    entries_.resize(scored_.size() * static_cast<size_t>(n_split_ * 2 * top_k_));
+    // Fast queries keep top_k + margin per split (the re-scoring needs the keys just past the cut).
+    const bool any_fast = std::any_of(scored_.begin(), scored_.end(), [](const ScoredQuery &q) { return q.fast; });
+    const int64_t max_keep = top_k_ + (any_fast ? margin_ : 0);
+    entries_.resize(scored_.size() * static_cast<size_t>(n_split_ * 2 * max_keep));
     heaps_.resize(scored_.size() * static_cast<size_t>(n_split_));
-    for (size_t i = 0; i < heaps_.size(); ++i)
-        heaps_[i] = TopK{entries_.data() + i * static_cast<size_t>(2 * top_k_), top_k_};
+    for (size_t i = 0; i < heaps_.size(); ++i) {
+        const bool fast = scored_[i / static_cast<size_t>(n_split_)].fast;
+        heaps_[i] = TopK{entries_.data() + i * static_cast<size_t>(2 * max_keep), top_k_ + (fast ? margin_ : 0)};
+    }
 }
 
 // Query `sq` into slot `slot` of the chunk's prepared queries.
@@ -228,11 +262,12 @@ void Selector::prepare_query(Scratch &s, int64_t slot, const ScoredQuery &sq) co
         }
         return;
     }
-    // Per head: q_int = round(q * qmax / max|q|) in [-qmax, qmax]; the head's scale max|q| / qmax goes into w.
-    const int qmax = indexer::query_quant_max(dp_);
-    int16_t *qT2 = s.qT2.data() + slot * dp_ * hp_;  // [dp / 2, hp, 2]
+    // Per head: q_int = round(q * qmax / max|q|) in [-qmax, qmax], stored + kQueryOffset; the head's scale
+    // max|q| / qmax goes into w. Padding (elements and heads) is q 0.
+    constexpr int qmax = indexer::kQueryQuantMax;
+    uint8_t *qT4 = s.qT4.data() + slot * dp_ * hp_;  // [dp / 4, hp, 4]
     float *wq = s.wq.data() + slot * hp_;
-    std::fill(qT2, qT2 + dp_ * hp_, int16_t(0));
+    std::fill(qT4, qT4 + dp_ * hp_, uint8_t(indexer::kQueryOffset));
     std::fill(wq, wq + hp_, 0.0f);
     for (int64_t h = 0; h < n_head_; ++h) {
         const float *qh = q + h * d_;
@@ -242,7 +277,7 @@ void Selector::prepare_query(Scratch &s, int64_t slot, const ScoredQuery &sq) co
         const float inv = float(qmax) / amax;
         for (int64_t i = 0; i < d_; ++i) {
             const float r = std::clamp(std::nearbyint(qh[i] * inv), -float(qmax), float(qmax));
-            qT2[((i / 2) * hp_ + h) * 2 + i % 2] = static_cast<int16_t>(r);
+            qT4[((i / 4) * hp_ + h) * 4 + i % 4] = static_cast<uint8_t>(static_cast<int>(r) + indexer::kQueryOffset);
         }
         wq[h] = w[h] * (amax / float(qmax));
     }
@@ -264,7 +299,7 @@ void Selector::score_tile(Scratch &s, const Chunk &c, int64_t split, std::span<c
         row_type = indexer::kRowF32;
     }
     if (fast) {
-        k_.quantize_keys(row_type, s.rows.data(), n, d_, dp_, s.tile_i16.data(), s.kscale.data());
+        k_.quantize_keys(row_type, s.rows.data(), n, d_, dp_, s.tile_i8.data(), s.kscale.data(), s.ksum.data());
     } else if (keys_.type() == DType::F32 || quantized) {
         for (int64_t j = 0; j < n; ++j)
             s.rows_f32[static_cast<size_t>(j)] = static_cast<const float *>(s.rows[static_cast<size_t>(j)]);
@@ -279,8 +314,8 @@ void Selector::score_tile(Scratch &s, const Chunk &c, int64_t split, std::span<c
         if (nm <= 0) continue;
         const int64_t slot = m - c.begin;
         if (fast) {
-            k_.score_i16(s.qT2.data() + slot * dp_ * hp_, s.wq.data() + slot * hp_, hp_, dp_, s.tile_i16.data(),
-                         s.kscale.data(), nm, s.scores.data());
+            k_.score_i8(s.qT4.data() + slot * dp_ * hp_, s.wq.data() + slot * hp_, hp_, dp_, s.tile_i8.data(),
+                        s.ksum.data(), s.kscale.data(), nm, s.scores.data());
         } else {
             k_.score_f32(s.qT.data() + slot * d_ * hp_, s.w.data() + slot * hp_, hp_, d_, s.rows_f32.data(), nm,
                          s.scores.data());
@@ -311,19 +346,59 @@ void Selector::run_item(Scratch &s, int64_t item) {
     }
 }
 
-// Merges the query's split heaps into its top_k and writes the chosen cells in candidate order.
-void Selector::finish(int64_t pos, std::vector<int32_t> &out) {
+void Selector::rescore_exact(Scratch &s, const ScoredQuery &sq, Entry *e, int64_t n) {
+    prepare_query(s, 0, ScoredQuery{sq.t, 0, false});
+    const auto list = cand_[static_cast<size_t>(sq.t)];
+    for (int64_t j0 = 0; j0 < n; j0 += kTileKeys) {
+        const int64_t nt = std::min(kTileKeys, n - j0);
+        for (int64_t j = 0; j < nt; ++j)
+            s.rows[static_cast<size_t>(j)] = keys_.row(list[static_cast<size_t>(e[j0 + j].idx)]);
+        if (keys_.type() == DType::F32) {
+            for (int64_t j = 0; j < nt; ++j)
+                s.rows_f32[static_cast<size_t>(j)] = static_cast<const float *>(s.rows[static_cast<size_t>(j)]);
+        } else if (dtype_is_quantized(keys_.type())) {  // Q8_0 / Q4_0 keys, dequantised as in score_tile
+            for (int64_t j = 0; j < nt; ++j) {
+                float *dst = s.tile_f32.data() + j * d_;
+                convert_row_to_f32(keys_.type(), s.rows[static_cast<size_t>(j)], dst, d_);
+                s.rows_f32[static_cast<size_t>(j)] = dst;
+            }
+        } else {
+            k_.convert_rows(static_cast<uint32_t>(keys_.type()), s.rows.data(), nt, d_, s.tile_f32.data());
+            for (int64_t j = 0; j < nt; ++j) s.rows_f32[static_cast<size_t>(j)] = s.tile_f32.data() + j * d_;
+        }
+        k_.score_f32(s.qT.data(), s.w.data(), hp_, d_, s.rows_f32.data(), nt, s.scores.data());
+        for (int64_t j = 0; j < nt; ++j) {
+            const float v = s.scores[static_cast<size_t>(j)];
+            e[j0 + j].score = v == v ? v : -std::numeric_limits<float>::infinity();
+        }
+    }
+}
+
+// Merges the query's split heaps into its top_k (fast mode: re-scoring the keys around the cut) and writes
+// the chosen cells in candidate order.
+void Selector::finish(Scratch &s, int64_t pos, std::vector<int32_t> &out) {
     Entry *base = heap(pos, 0).data;
     int64_t total = heap(pos, 0).size;
-    for (int64_t s = 1; s < n_split_; ++s) {
-        const TopK &h = heap(pos, s);
+    for (int64_t sp = 1; sp < n_split_; ++sp) {
+        const TopK &h = heap(pos, sp);
         std::memmove(base + total, h.data, static_cast<size_t>(h.size) * sizeof(Entry));
         total += h.size;
     }
     SPARROW_ASSERT(total >= top_k_);
-    if (total > top_k_) std::nth_element(base, base + top_k_ - 1, base + total, better);
+    const ScoredQuery &sq = scored_[static_cast<size_t>(pos)];
+    if (!sq.fast) {
+        if (total > top_k_) std::nth_element(base, base + top_k_ - 1, base + total, better);
+    } else {
+        // int8 ranks: [0, sure) are taken, [sure, keep) are re-scored exactly and the best m of them taken.
+        const int64_t keep = std::min(total, top_k_ + margin_);
+        const int64_t sure = top_k_ - margin_;
+        if (total > keep) std::nth_element(base, base + keep - 1, base + total, better);
+        if (sure > 0) std::nth_element(base, base + sure - 1, base + keep, better);
+        rescore_exact(s, sq, base + sure, keep - sure);
+        if (keep > top_k_) std::nth_element(base + sure, base + top_k_ - 1, base + keep, better);
+    }
     std::sort(base, base + top_k_, [](const Entry &a, const Entry &b) { return a.idx < b.idx; });
-    const auto list = cand_[static_cast<size_t>(scored_[static_cast<size_t>(pos)].t)];
+    const auto list = cand_[static_cast<size_t>(sq.t)];
     out.resize(static_cast<size_t>(top_k_));
     for (int64_t i = 0; i < top_k_; ++i) out[static_cast<size_t>(i)] = list[static_cast<size_t>(base[i].idx)];
 }
@@ -342,17 +417,7 @@ void Selector::run(ThreadPool &pool, IndexerPrecision precision, int64_t n_token
     const int64_t n_items = static_cast<int64_t>(chunks_.size()) * n_split_;
     std::atomic<int64_t> next{0};
     auto worker = [&](int, int) {
-        Scratch s;
-        s.qT.resize(static_cast<size_t>(kTileQueries * d_ * hp_));
-        s.w.resize(static_cast<size_t>(kTileQueries * hp_));
-        s.qT2.resize(static_cast<size_t>(kTileQueries * dp_ * hp_));
-        s.wq.resize(static_cast<size_t>(kTileQueries * hp_));
-        s.rows.resize(kTileKeys);
-        s.rows_f32.resize(kTileKeys);
-        s.tile_f32.resize(static_cast<size_t>(kTileKeys * d_));
-        s.tile_i16.resize(static_cast<size_t>(kTileKeys * dp_));
-        s.kscale.resize(kTileKeys);
-        s.scores.resize(kTileKeys);
+        Scratch s(d_, dp_, hp_);
         for (int64_t item; (item = next.fetch_add(1, std::memory_order_relaxed)) < n_items;) run_item(s, item);
     };
     if (parallel) {
@@ -363,8 +428,9 @@ void Selector::run(ThreadPool &pool, IndexerPrecision precision, int64_t n_token
 
     const int64_t n_scored = static_cast<int64_t>(scored_.size());
     auto finish_range = [&](int64_t begin, int64_t end) {
+        Scratch s(d_, dp_, hp_);
         for (int64_t pos = begin; pos < end; ++pos) {
-            finish(pos, selected[static_cast<size_t>(scored_[static_cast<size_t>(pos)].t)]);
+            finish(s, pos, selected[static_cast<size_t>(scored_[static_cast<size_t>(pos)].t)]);
         }
     };
     if (parallel) {

@@ -44,6 +44,7 @@ struct DsaHParams {
     int64_t n_expert_shared = 0;
     int64_t idx_n_head = 0, idx_head_dim = 0, idx_top_k = 0;
     std::vector<bool> indexer_full;  // per layer: has its own indexer (else reuses the last full layer's)
+    bool any_shared = false;         // some layer reuses a selection: it must be kept for the whole ubatch
     float rms_eps = 1e-6f;
     RopeParams rope;          // MLA q_pe/k_pe
     RopeParams rope_indexer;  // same frequencies, the arch's layout
@@ -79,13 +80,19 @@ struct DsaState final : ArchState {
     int64_t top_k = 0;
     int64_t sink = 0;  // attention sinks: the first `sink` visible cells of each query are always selected
     IndexerPrecision precision = IndexerPrecision::exact;
-    // Scratch for one ubatch.
+    // Scratch. x is the residual stream of the whole ubatch [n_ubatch, n_embd]; h and ffn_out hold one FFN
+    // chunk ([kFfnChunk, n_embd]); gate/up one FFN chunk of the dense FFN; everything else one attention
+    // chunk (kAttnChunk tokens).
     std::vector<float> x, h, qa, q, kv, q_abs, pe, nope_in, lat_out, head_out, o, ffn_out, gate, up;
     std::vector<float> iq, ik, iw;
     VisibleRows visible;
-    std::vector<std::vector<int32_t>> selected;           // the last full layer's selection, per token
+    // The last full layer's selection: per ubatch token when shared layers reuse it (IndexShare), else per
+    // token of the current attention chunk.
+    std::vector<std::vector<int32_t>> selected;
+    std::vector<std::vector<int32_t>> chunk_selected;     // the indexer's output for one chunk (swapped in)
     std::vector<std::span<const int32_t>> selected_rows;  // spans over `selected`
     OpScratch op;
+    std::vector<OpScratch> head_op;  // per pool thread: decode's per-head W_UK / W_UV products
     MoeScratch moe;
     bool record_selections = false;
     std::vector<LayerSelection> debug_selections;  // the last queries' attended keys, per layer
@@ -93,6 +100,14 @@ struct DsaState final : ArchState {
 };
 
 constexpr int64_t kDebugQueries = 16;
+
+// Tokens of a ubatch that go through the attention part of a layer together (projections, indexer,
+// attention). Its scratch (latent-space queries, attention outputs, indexer queries, the indexer's top-k
+// buffers) is sized by this chunk, not by the ubatch, so memory does not grow with -ub or with the number
+// of indexer heads; 64 queries still share every weight row they read 64 times.
+constexpr int64_t kAttnChunk = 64;
+// Tokens per FFN (and output head) pass: larger, so that each routed expert's weights serve several tokens.
+constexpr int64_t kFfnChunk = 256;
 
 // Reads "{arch}.key" as a positive integer with a clear error.
 int64_t get_positive(const gguf::File &f, const std::string &key, std::optional<int64_t> fallback = std::nullopt) {
@@ -212,6 +227,7 @@ class DsaModel final : public ArchModel {
             throw_error("%s: indexer key_length is smaller than the rope dims", f.name().c_str());
         read_rope(f, a, hp_, key_length_mla);
         hp_.indexer_full = read_indexer_types(f, a, hp_, n_block);
+        hp_.any_shared = std::find(hp_.indexer_full.begin(), hp_.indexer_full.end(), false) != hp_.indexer_full.end();
 
         const gguf::TensorInfo *embd = f.find_tensor("token_embd.weight");
         if (!embd || embd->ne.size() != 2)
@@ -257,10 +273,11 @@ class DsaModel final : public ArchModel {
             s->indexer_key.emplace_back(sp.indexer_cache_type, hp_.indexer_full[il] ? sp.n_ctx : 0, hp_.idx_head_dim,
                                         key_rot);
         }
-        const auto n = static_cast<size_t>(sp.n_ubatch);
+        const auto n = static_cast<size_t>(std::min<int64_t>(sp.n_ubatch, kAttnChunk));
+        const auto nf = static_cast<size_t>(std::min<int64_t>(sp.n_ubatch, std::max(kAttnChunk, kFfnChunk)));
         const int64_t qk = hp_.nope + hp_.n_rot, lat = hp_.kv_lora + hp_.n_rot;
-        s->x.resize(n * hp_.n_embd);
-        s->h.resize(n * hp_.n_embd);
+        s->x.resize(static_cast<size_t>(sp.n_ubatch) * hp_.n_embd);
+        s->h.resize(nf * hp_.n_embd);
         s->qa.resize(n * hp_.q_lora);
         s->q.resize(n * hp_.n_head * qk);
         s->kv.resize(n * lat);
@@ -270,9 +287,9 @@ class DsaModel final : public ArchModel {
         s->lat_out.resize(n * hp_.n_head * hp_.kv_lora);
         s->head_out.resize(n * std::max(hp_.kv_lora, hp_.v_head));
         s->o.resize(n * hp_.n_head * hp_.v_head);
-        s->ffn_out.resize(n * hp_.n_embd);
-        s->gate.resize(n * hp_.n_ff);
-        s->up.resize(n * hp_.n_ff);
+        s->ffn_out.resize(nf * hp_.n_embd);
+        s->gate.resize(nf * hp_.n_ff);
+        s->up.resize(nf * hp_.n_ff);
         s->iq.resize(n * hp_.idx_n_head * hp_.idx_head_dim);
         s->ik.resize(n * hp_.idx_head_dim);
         s->iw.resize(n * hp_.idx_n_head);
@@ -283,48 +300,50 @@ class DsaModel final : public ArchModel {
                  float *logits) const override {
         auto &s = static_cast<DsaState &>(state);
         const int64_t T = ub.size(), E = hp_.n_embd;
-        float *x = s.x.data(), *h = s.h.data();
+        float *x = s.x.data();
         s.visible.build(cells, ub.pos, ub.seq);
         if (s.record_selections) s.debug_selections.assign(static_cast<size_t>(hp_.n_layer), {});
         // Selection is needed only when some query sees more keys than top-k; otherwise every layer
         // attends densely, exactly as with the indexer off.
         const bool select = s.dsa && s.visible.max_rows() > s.top_k;
+        if (select) {
+            const auto n_sel = static_cast<size_t>(hp_.any_shared ? T : std::min(T, kAttnChunk));
+            s.selected.resize(n_sel);
+            s.selected_rows.resize(n_sel);
+        }
 
         get_rows(tok_embd_, ub.tokens.data(), T, x);  // [T, n_embd]
         for (int64_t il = 0; il < hp_.n_layer; ++il) {
             const DsaLayer &L = layers_[il];
-            rms_norm(x, L.attn_norm, h, T, E, hp_.rms_eps);
-            matmul(pool, s.op, L.q_a, h, T, s.qa.data());  // [T, q_lora]
-            rms_norm(s.qa.data(), L.q_a_norm, s.qa.data(), T, hp_.q_lora, hp_.rms_eps);
-            std::span<const std::span<const int32_t>> rows = s.visible.rows();
-            const auto t0 = std::chrono::steady_clock::now();
-            if (hp_.indexer_full[il]) {
-                indexer_keys_and_select(s, L, il, ub, pool, select);
+            // Every token's cache rows first: a query of one chunk may see tokens of a later chunk.
+            for (int64_t c0 = 0; c0 < T; c0 += kAttnChunk)
+                write_cache_rows(s, L, il, ub, pool, c0, std::min(kAttnChunk, T - c0));
+            if (s.record_selections) {
+                s.debug_selections[static_cast<size_t>(il)].layer = il;
+                s.debug_selections[static_cast<size_t>(il)].dense = !select;
             }
-            if (select) rows = s.selected_rows;
-            const auto t1 = std::chrono::steady_clock::now();
-            mla_attention(s, L, il, ub, pool, rows);  // x += attention output
-            const auto t2 = std::chrono::steady_clock::now();
-            s.stats.indexer_seconds += std::chrono::duration<double>(t1 - t0).count();
-            s.stats.attention_seconds += std::chrono::duration<double>(t2 - t1).count();
-            SparseLayerStats &ls = s.stats.layers[static_cast<size_t>(il)];
-            ls.n_queries += T;
-            for (int64_t t = 0; t < T; ++t) {
-                ls.keys_attended += double(rows[t].size());
-                ls.keys_visible += double(s.visible.rows()[t].size());
+            for (int64_t c0 = 0; c0 < T; c0 += kAttnChunk)
+                attention_chunk(s, L, il, cells, ub, pool, select, c0, std::min(kAttnChunk, T - c0));
+            for (int64_t c0 = 0; c0 < T; c0 += kFfnChunk) {
+                const int64_t n = std::min(kFfnChunk, T - c0);
+                float *xc = x + c0 * E, *h = s.h.data();
+                rms_norm(xc, L.ffn_norm, h, n, E, hp_.rms_eps);
+                if (il < hp_.n_dense_lead) {
+                    swiglu_ffn(pool, s.op, L.ffn_gate, L.ffn_up, L.ffn_down, h, n, s.gate.data(), s.up.data(),
+                               s.ffn_out.data());
+                } else {
+                    moe_ffn(pool, s.op, s.moe, hp_.moe, L.moe, h, n, s.ffn_out.data());
+                }
+                for (int64_t i = 0; i < n * E; ++i) xc[i] += s.ffn_out[i];
             }
-            if (s.record_selections) record_selection(s, cells, ub, il, select, rows);
-
-            rms_norm(x, L.ffn_norm, h, T, E, hp_.rms_eps);
-            if (il < hp_.n_dense_lead) {
-                swiglu_ffn(pool, s.op, L.ffn_gate, L.ffn_up, L.ffn_down, h, T, s.gate.data(), s.up.data(),
-                           s.ffn_out.data());
-            } else {
-                moe_ffn(pool, s.op, s.moe, hp_.moe, L.moe, h, T, s.ffn_out.data());
-            }
-            for (int64_t i = 0; i < T * E; ++i) x[i] += s.ffn_out[i];
         }
-        output_head(pool, s.op, output_, output_norm_, hp_.rms_eps, x, E, ub.output_rows, h, logits);
+        const int64_t n_out = static_cast<int64_t>(ub.output_rows.size());
+        for (int64_t o0 = 0; o0 < n_out; o0 += kFfnChunk) {
+            output_head(
+                pool, s.op, output_, output_norm_, hp_.rms_eps, x, E,
+                ub.output_rows.subspan(static_cast<size_t>(o0), static_cast<size_t>(std::min(kFfnChunk, n_out - o0))),
+                s.h.data(), logits + o0 * hp_.n_vocab);
+        }
     }
 
     void fill_synthetic(ArchState &state, std::span<const int32_t> cells, uint64_t seed) const override {
@@ -407,16 +426,15 @@ class DsaModel final : public ArchModel {
         }
     }
 
-    static void record_selection(DsaState &s, const KvCells &cells, const UBatch &ub, int64_t il, bool select,
+    // The attended keys of the chunk's tokens [c0, c0 + |rows|) that are among the ubatch's last kDebugQueries.
+    static void record_selection(DsaState &s, const KvCells &cells, const UBatch &ub, int64_t il, int64_t c0,
                                  std::span<const std::span<const int32_t>> rows) {
         LayerSelection &out = s.debug_selections[static_cast<size_t>(il)];
-        out.layer = il;
-        out.dense = !select;
-        out.queries.clear();
-        for (int64_t t = std::max<int64_t>(0, ub.size() - kDebugQueries); t < ub.size(); ++t) {
+        const int64_t c1 = c0 + static_cast<int64_t>(rows.size());
+        for (int64_t t = std::max<int64_t>(c0, ub.size() - kDebugQueries); t < c1; ++t) {
             QuerySelection q;
             q.pos = ub.pos[t];
-            for (const int32_t cell : rows[t]) q.keys.push_back(cells.pos(cell));
+            for (const int32_t cell : rows[t - c0]) q.keys.push_back(cells.pos(cell));
             std::sort(q.keys.begin(), q.keys.end());
             out.queries.push_back(std::move(q));
         }
@@ -478,70 +496,114 @@ class DsaModel final : public ArchModel {
         return L;
     }
 
-    // Indexer keys of the ubatch into this layer's cache; then, when selection is on, each token's top-k
-    // cells among its visible ones into s.selected / s.selected_rows (reused by the following shared layers).
-    void indexer_keys_and_select(DsaState &s, const DsaLayer &L, int64_t il, const UBatch &ub, ThreadPool &pool,
-                                 bool select) const {
-        const int64_t T = ub.size(), H = hp_.idx_n_head, D = hp_.idx_head_dim;
-        matmul(pool, s.op, L.idx_k, s.h.data(), T, s.ik.data());  // [T, D]
-        layer_norm(s.ik.data(), L.idx_k_norm_w, L.idx_k_norm_b, s.ik.data(), T, D, 1e-6f);
-        rope(s.ik.data(), T, 1, D, ub.pos.data(), hp_.rope_indexer);  // rope part first: [rope | nope]
-        for (int64_t t = 0; t < T; ++t) s.indexer_key[il].write(ub.cells[t], s.ik.data() + t * D);
-        if (!select) return;
-
-        matmul(pool, s.op, L.idx_q_b, s.qa.data(), T, s.iq.data());  // [T, H * D]
-        rope(s.iq.data(), T, H, D, ub.pos.data(), hp_.rope_indexer);
-        s.indexer_key[il].rotation().apply(s.iq.data(), T * H);      // as the stored keys (identity if none)
-        matmul(pool, s.op, L.idx_proj, s.h.data(), T, s.iw.data());  // [T, H]
-        const float w_scale = 1.0f / std::sqrt(static_cast<float>(D * H));
-        for (int64_t i = 0; i < T * H; ++i) s.iw[i] *= w_scale;
-        if (s.sink > 0) {
-            select_with_sinks(s, pool, il, T);
-        } else {
-            lightning_indexer_select(pool, IndexerShape{H, D}, s.precision, s.iq.data(), s.iw.data(), T,
-                                     s.indexer_key[il], s.visible.rows(), s.top_k, s.selected);
-        }
-        s.selected_rows.assign(s.selected.begin(), s.selected.end());
-    }
-
-    // Selection with attention sinks (ContextParams::dsa_sink): each query's first `sink` visible cells (the
-    // first present positions of its own sequence) are always selected and count within top-k; the indexer
-    // picks the other top_k - sink among the remaining candidates. The result stays in position order.
-    void select_with_sinks(DsaState &s, ThreadPool &pool, int64_t il, int64_t T) const {
-        const std::span<const std::span<const int32_t>> visible = s.visible.rows();
-        std::vector<std::span<const int32_t>> rest(static_cast<size_t>(T));
-        for (int64_t t = 0; t < T; ++t) rest[t] = visible[t].subspan(std::min<size_t>(visible[t].size(), s.sink));
-        if (s.top_k > s.sink) {
-            lightning_indexer_select(pool, IndexerShape{hp_.idx_n_head, hp_.idx_head_dim}, s.precision, s.iq.data(),
-                                     s.iw.data(), T, s.indexer_key[il], rest, s.top_k - s.sink, s.selected);
-        } else {
-            s.selected.resize(static_cast<size_t>(T));
-            for (auto &sel : s.selected) sel.clear();
-        }
-        for (int64_t t = 0; t < T; ++t) {
-            const auto sinks = visible[t].first(visible[t].size() - rest[t].size());
-            s.selected[t].insert(s.selected[t].begin(), sinks.begin(), sinks.end());
-        }
-    }
-
-    // Absorbed MLA over `rows` (each token's selected or visible cells); adds the output to s.x.
-    void mla_attention(DsaState &s, const DsaLayer &L, int64_t il, const UBatch &ub, ThreadPool &pool,
-                       std::span<const std::span<const int32_t>> rows) const {
-        const int64_t T = ub.size(), NH = hp_.n_head, R = hp_.n_rot, C = hp_.kv_lora, N = hp_.nope, V = hp_.v_head;
-        const int64_t qk = N + R, lat = C + R;
-
-        // Latent row [c_kv | k_pe] of each token into the cache.
-        matmul(pool, s.op, L.kv_a_mqa, s.h.data(), T, s.kv.data());  // [T, C + R]
-        for (int64_t t = 0; t < T; ++t) {
+    // The cache rows of tokens [c0, c0 + n): the latent [c_kv | k_pe] and, on full layers, the indexer key.
+    void write_cache_rows(DsaState &s, const DsaLayer &L, int64_t il, const UBatch &ub, ThreadPool &pool, int64_t c0,
+                          int64_t n) const {
+        const int64_t C = hp_.kv_lora, R = hp_.n_rot, lat = C + R, D = hp_.idx_head_dim;
+        const auto t0 = std::chrono::steady_clock::now();
+        float *h = s.h.data();
+        rms_norm(s.x.data() + c0 * hp_.n_embd, L.attn_norm, h, n, hp_.n_embd, hp_.rms_eps);
+        matmul(pool, s.op, L.kv_a_mqa, h, n, s.kv.data());  // [n, C + R]
+        for (int64_t t = 0; t < n; ++t) {
             float *row = s.kv.data() + t * lat;
             rms_norm(row, L.kv_a_norm, row, 1, C, hp_.rms_eps);
             std::copy_n(row + C, R, s.pe.data() + t * R);
         }
-        rope(s.pe.data(), T, 1, R, ub.pos.data(), hp_.rope);
-        for (int64_t t = 0; t < T; ++t) {
+        rope(s.pe.data(), n, 1, R, ub.pos.data() + c0, hp_.rope);
+        for (int64_t t = 0; t < n; ++t) {
             std::copy_n(s.pe.data() + t * R, R, s.kv.data() + t * lat + C);
-            s.latent[il].write(ub.cells[t], s.kv.data() + t * lat);
+            s.latent[il].write(ub.cells[c0 + t], s.kv.data() + t * lat);
         }
+        const auto t1 = std::chrono::steady_clock::now();
+        if (hp_.indexer_full[il]) {
+            matmul(pool, s.op, L.idx_k, h, n, s.ik.data());  // [n, D]
+            layer_norm(s.ik.data(), L.idx_k_norm_w, L.idx_k_norm_b, s.ik.data(), n, D, 1e-6f);
+            rope(s.ik.data(), n, 1, D, ub.pos.data() + c0, hp_.rope_indexer);  // rope part first: [rope | nope]
+            for (int64_t t = 0; t < n; ++t) s.indexer_key[il].write(ub.cells[c0 + t], s.ik.data() + t * D);
+        }
+        const auto t2 = std::chrono::steady_clock::now();
+        s.stats.attention_seconds += std::chrono::duration<double>(t1 - t0).count();
+        s.stats.indexer_seconds += std::chrono::duration<double>(t2 - t1).count();
+    }
+
+    // The attention part of layer il for tokens [c0, c0 + n) (their cache rows are written): on full layers
+    // with selection on, the indexer picks each token's top-k cells (kept per token in s.selected for the
+    // following shared layers); then absorbed MLA over the selected (or all visible) cells, added to s.x.
+    void attention_chunk(DsaState &s, const DsaLayer &L, int64_t il, const KvCells &cells, const UBatch &ub,
+                         ThreadPool &pool, bool select, int64_t c0, int64_t n) const {
+        const int64_t E = hp_.n_embd;
+        float *h = s.h.data();
+        rms_norm(s.x.data() + c0 * E, L.attn_norm, h, n, E, hp_.rms_eps);
+        matmul(pool, s.op, L.q_a, h, n, s.qa.data());  // [n, q_lora]
+        rms_norm(s.qa.data(), L.q_a_norm, s.qa.data(), n, hp_.q_lora, hp_.rms_eps);
+        const auto visible = s.visible.rows().subspan(static_cast<size_t>(c0), static_cast<size_t>(n));
+        std::span<const std::span<const int32_t>> rows = visible;
+        const int64_t sel0 = hp_.any_shared ? c0 : 0;  // the chunk's first entry in s.selected
+        const auto t0 = std::chrono::steady_clock::now();
+        if (select && hp_.indexer_full[il]) {
+            const int64_t H = hp_.idx_n_head, D = hp_.idx_head_dim;
+            matmul(pool, s.op, L.idx_q_b, s.qa.data(), n, s.iq.data());  // [n, H * D]
+            rope(s.iq.data(), n, H, D, ub.pos.data() + c0, hp_.rope_indexer);
+            s.indexer_key[il].rotation().apply(s.iq.data(), n * H);  // as the stored keys (identity if none)
+            matmul(pool, s.op, L.idx_proj, h, n, s.iw.data());       // [n, H]
+            const float w_scale = 1.0f / std::sqrt(static_cast<float>(D * H));
+            for (int64_t i = 0; i < n * H; ++i) s.iw[i] *= w_scale;
+            if (s.sink > 0) {
+                select_with_sinks(s, pool, il, visible);
+            } else {
+                lightning_indexer_select(pool, IndexerShape{H, D}, s.precision, s.iq.data(), s.iw.data(), n,
+                                         s.indexer_key[il], visible, s.top_k, s.chunk_selected);
+            }
+            for (int64_t t = 0; t < n; ++t) {
+                auto &sel = s.selected[static_cast<size_t>(sel0 + t)];
+                sel.swap(s.chunk_selected[static_cast<size_t>(t)]);  // both keep their capacity
+                s.selected_rows[static_cast<size_t>(sel0 + t)] = sel;
+            }
+        }
+        if (select) rows = std::span<const std::span<const int32_t>>(s.selected_rows).subspan(sel0, n);
+        const auto t1 = std::chrono::steady_clock::now();
+        mla_attention(s, L, il, ub, pool, rows, c0);  // x += attention output
+        const auto t2 = std::chrono::steady_clock::now();
+        s.stats.indexer_seconds += std::chrono::duration<double>(t1 - t0).count();
+        s.stats.attention_seconds += std::chrono::duration<double>(t2 - t1).count();
+        SparseLayerStats &ls = s.stats.layers[static_cast<size_t>(il)];
+        ls.n_queries += n;
+        for (int64_t t = 0; t < n; ++t) {
+            ls.keys_attended += double(rows[t].size());
+            ls.keys_visible += double(visible[t].size());
+        }
+        if (s.record_selections) record_selection(s, cells, ub, il, c0, rows);
+    }
+
+    // Selection with attention sinks (ContextParams::dsa_sink) for one attention chunk: each query's first
+    // `sink` visible cells (the first present positions of its own sequence) are always selected and count
+    // within top-k; the indexer picks the other top_k - sink among the remaining candidates. The result, in
+    // s.chunk_selected, stays in position order.
+    void select_with_sinks(DsaState &s, ThreadPool &pool, int64_t il,
+                           std::span<const std::span<const int32_t>> visible) const {
+        const auto n = static_cast<int64_t>(visible.size());
+        std::vector<std::span<const int32_t>> rest(static_cast<size_t>(n));
+        for (int64_t t = 0; t < n; ++t) rest[t] = visible[t].subspan(std::min<size_t>(visible[t].size(), s.sink));
+        if (s.top_k > s.sink) {
+            lightning_indexer_select(pool, IndexerShape{hp_.idx_n_head, hp_.idx_head_dim}, s.precision, s.iq.data(),
+                                     s.iw.data(), n, s.indexer_key[il], rest, s.top_k - s.sink, s.chunk_selected);
+        } else {
+            s.chunk_selected.resize(static_cast<size_t>(n));
+            for (auto &sel : s.chunk_selected) sel.clear();
+        }
+        for (int64_t t = 0; t < n; ++t) {
+            const auto sinks = visible[t].first(visible[t].size() - rest[t].size());
+            s.chunk_selected[t].insert(s.chunk_selected[t].begin(), sinks.begin(), sinks.end());
+        }
+    }
+
+    // Absorbed MLA of tokens [c0, c0 + |rows|) over `rows` (each token's selected or visible cells), with
+    // s.qa holding their q latent; adds the output to s.x.
+    void mla_attention(DsaState &s, const DsaLayer &L, int64_t il, const UBatch &ub, ThreadPool &pool,
+                       std::span<const std::span<const int32_t>> rows, int64_t c0) const {
+        const int64_t T = static_cast<int64_t>(rows.size());
+        const int64_t NH = hp_.n_head, R = hp_.n_rot, C = hp_.kv_lora, N = hp_.nope, V = hp_.v_head;
+        const int64_t qk = N + R, lat = C + R;
 
         // Query: per head [W_UK q_nope | rope(q_pe)]  -> q_abs [T, NH, C + R]
         matmul(pool, s.op, L.q_b, s.qa.data(), T, s.q.data());  // [T, NH * (N + R)]
@@ -549,8 +611,17 @@ class DsaModel final : public ArchModel {
             for (int64_t hd = 0; hd < NH; ++hd)
                 std::copy_n(s.q.data() + (t * NH + hd) * qk + N, R, s.pe.data() + (t * NH + hd) * R);
         }
-        rope(s.pe.data(), T, NH, R, ub.pos.data(), hp_.rope);
-        for (int64_t hd = 0; hd < NH; ++hd) {
+        rope(s.pe.data(), T, NH, R, ub.pos.data() + c0, hp_.rope);
+        if (T == 1) {
+            // Decode: one head's W_UK block is too small for matmul to split (it would run on one thread
+            // while the others wait), so the threads take whole heads; rows are contiguous, no copies.
+            per_head(s, pool, NH, [&](OpScratch &op, ThreadPool &serial, int64_t hd) {
+                float *dst = s.q_abs.data() + hd * lat;
+                matmul(serial, op, head_block(L.k_b, hd, C), s.q.data() + hd * qk, 1, dst);
+                std::copy_n(s.pe.data() + hd * R, R, dst + C);
+            });
+        }
+        for (int64_t hd = 0; hd < NH && T > 1; ++hd) {
             for (int64_t t = 0; t < T; ++t) std::copy_n(s.q.data() + (t * NH + hd) * qk, N, s.nope_in.data() + t * N);
             matmul(pool, s.op, head_block(L.k_b, hd, C), s.nope_in.data(), T, s.head_out.data());  // [T, C]
             for (int64_t t = 0; t < T; ++t) {
@@ -569,14 +640,32 @@ class DsaModel final : public ArchModel {
         s.ckv_rotation.apply(s.lat_out.data(), T * NH);
 
         // Per head W_UV back to v_head, then the output projection.
-        for (int64_t hd = 0; hd < NH; ++hd) {
+        if (T == 1) {
+            per_head(s, pool, NH, [&](OpScratch &op, ThreadPool &serial, int64_t hd) {
+                matmul(serial, op, head_block(L.v_b, hd, V), s.lat_out.data() + hd * C, 1, s.o.data() + hd * V);
+            });
+        }
+        for (int64_t hd = 0; hd < NH && T > 1; ++hd) {
             for (int64_t t = 0; t < T; ++t)
                 std::copy_n(s.lat_out.data() + (t * NH + hd) * C, C, s.nope_in.data() + t * C);
             matmul(pool, s.op, head_block(L.v_b, hd, V), s.nope_in.data(), T, s.head_out.data());  // [T, V]
             for (int64_t t = 0; t < T; ++t) std::copy_n(s.head_out.data() + t * V, V, s.o.data() + (t * NH + hd) * V);
         }
         matmul(pool, s.op, L.wo, s.o.data(), T, s.ffn_out.data());  // [T, n_embd]
-        for (int64_t i = 0; i < T * hp_.n_embd; ++i) s.x[i] += s.ffn_out[i];
+        float *xc = s.x.data() + c0 * hp_.n_embd;
+        for (int64_t i = 0; i < T * hp_.n_embd; ++i) xc[i] += s.ffn_out[i];
+    }
+
+    // fn(op, serial, head) for every head, the heads dealt round-robin to the pool's threads; each thread
+    // has its own activation scratch and runs its products on a one-thread pool (no nested dispatch).
+    template <typename Fn>
+    static void per_head(DsaState &s, ThreadPool &pool, int64_t n_head, const Fn &fn) {
+        if (s.head_op.size() < static_cast<size_t>(pool.n_threads()))
+            s.head_op.resize(static_cast<size_t>(pool.n_threads()));
+        pool.run([&](int ith, int nth) {
+            ThreadPool serial(1);
+            for (int64_t hd = ith; hd < n_head; hd += nth) fn(s.head_op[static_cast<size_t>(ith)], serial, hd);
+        });
     }
 
     // Matrix `index` of a stack whose matrices have n_rows rows each.
