@@ -54,6 +54,7 @@ struct ContextParams {
     CacheType indexer_cache_type = CacheType::f16;  // indexer key rows (f32 or f16)
     bool record_selections = false;                 // keep the last queries' selections for last_selections()
     bool indexer_fast = false;                      // reduced-precision indexer products (see IndexerPrecision)
+    bool embeddings = false;  // also keep the final normed hidden state of the tokens with logits (embeddings())
 };
 
 // One token of a batch: its id, its position in its sequence, the sequence it belongs to, and whether
@@ -104,6 +105,9 @@ class Context {
 
     // Logits of the i-th token of the last batch (that token must have asked for logits): n_vocab floats.
     std::span<const float> logits(size_t i) const;
+    // With ContextParams::embeddings: the final normed hidden state (the input of the output head) of the
+    // i-th token of the last batch, which must have asked for logits: n_embd floats.
+    std::span<const float> embeddings(size_t i) const;
 
     // Removes the cells of seq_id with positions in [p0, p1) (p1 < 0: to the end); seq_id < 0: every
     // sequence.

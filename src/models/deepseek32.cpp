@@ -309,7 +309,7 @@ class DsaModel final : public ArchModel {
             }
             for (int64_t i = 0; i < T * E; ++i) x[i] += s.ffn_out[i];
         }
-        output_head(pool, s.op, output_, output_norm_, hp_.rms_eps, x, E, ub.output_rows, h, logits);
+        output_head(pool, s.op, output_, output_norm_, hp_.rms_eps, x, E, ub.output_rows, h, logits, ub.hidden_out);
     }
 
     void fill_synthetic(ArchState &state, std::span<const int32_t> cells, uint64_t seed) const override {

@@ -1,0 +1,252 @@
+// The generation endpoints: OpenAI /v1/completions and /v1/chat/completions, llama.cpp's /completion, as one
+// reply or as server-sent events.
+#include <chrono>
+
+#include "core/error.h"
+#include "model/model.h"
+#include "runtime/tokenizer.h"
+#include "server/api.h"
+
+namespace sparrow::tools::http {
+
+namespace {
+using sparrow::server::FinishReason;
+using sparrow::server::TaskChannel;
+using sparrow::server::TaskUpdate;
+using Clock = std::chrono::steady_clock;
+
+// How long a stream waits for news before looking again, and how long it stays silent before it sends an
+// SSE comment (which is how a client that went away while its request waited is noticed).
+constexpr std::chrono::milliseconds kStreamPoll{250};
+constexpr std::chrono::seconds kKeepAlive{5};
+
+json usage_json(const TaskUpdate &u) {
+    return {{"prompt_tokens", u.n_prompt},
+            {"completion_tokens", u.n_generated},
+            {"total_tokens", u.n_prompt + u.n_generated},
+            {"prompt_tokens_details", {{"cached_tokens", u.n_cached}}}};
+}
+
+// A task that ended without a result: the client's reply status and message.
+int failure_status(const TaskUpdate &u) { return u.error.find("shutting down") != std::string::npos ? 503 : 500; }
+
+std::string sse(const json &j) { return "data: " + dump_json(j) + "\n\n"; }
+
+// Refuses request fields this server cannot honour (rather than silently ignoring them).
+void refuse_if_set(const json &body, const char *key, const char *why) {
+    const auto it = body.find(key);
+    if (it == body.end() || it->is_null()) return;
+    if ((it->is_boolean() && !it->get<bool>()) || (it->is_number() && it->get<double>() == 0)) return;
+    if (it->is_array() && it->empty()) return;
+    throw ApiError(400, std::string("'") + key + "' is not supported: " + why, "unsupported_parameter");
+}
+
+// What one streamed request needs between calls of httplib's content provider.
+struct StreamState {
+    std::shared_ptr<TaskChannel> channel;
+    int dialect = 0;  // Api::Dialect, as an int so that this struct needs no access to Api's private enum
+    std::string id;
+    std::string model;
+    int64_t created = 0;
+    bool include_usage = false;
+    bool sent_role = false;
+    bool finished = false;
+    Clock::time_point last_write = Clock::now();
+};
+}  // namespace
+
+void Api::completions(const httplib::Request &req, httplib::Response &res) {
+    const json body = parse_body(req);
+    check_model(body);
+    refuse_if_set(body, "echo", "the prompt is never echoed");
+    refuse_if_set(body, "suffix", "no insertion mode");
+    refuse_if_set(body, "logprobs", "no log probabilities");
+    (void)get_int(body, "best_of", 1, 1);  // one candidate per request
+    const auto prompt = body.find("prompt");
+    if (prompt == body.end() || prompt->is_null()) throw ApiError(400, "'prompt' is required", "missing_field");
+    Task task;
+    task.prompt = read_prompt(*prompt, "prompt", tokenizer_, limits_);
+    task.sampling = read_sampling(body, {.temperature = 1.0f, .top_p = 1.0f, .top_k = 0, .max_tokens = 16},
+                                  {"max_tokens"}, static_cast<int64_t>(task.prompt.size()), limits_);
+    const bool stream = get_bool(body, "stream").value_or(false);
+    bool include_usage = false;
+    if (const auto so = body.find("stream_options"); so != body.end() && so->is_object()) {
+        include_usage = get_bool(*so, "include_usage").value_or(false);
+    }
+    generate(res, std::move(task), Dialect::completion, stream, include_usage);
+}
+
+void Api::chat_completions(const httplib::Request &req, httplib::Response &res) {
+    const json body = parse_body(req);
+    check_model(body);
+    refuse_if_set(body, "tools", "no tool calling");
+    refuse_if_set(body, "logprobs", "no log probabilities");
+    if (const auto rf = body.find("response_format"); rf != body.end() && !rf->is_null()) {
+        if (!rf->is_object() || get_string(*rf, "type").value_or("text") != "text") {
+            throw ApiError(400, "only response_format {\"type\": \"text\"} is supported", "unsupported_parameter");
+        }
+    }
+    sparrow::server::ChatOptions opts;
+    if (const auto kw = body.find("chat_template_kwargs"); kw != body.end() && !kw->is_null()) {
+        if (!kw->is_object()) throw ApiError(400, "'chat_template_kwargs' must be an object", "invalid_type");
+        opts.enable_thinking = get_bool(*kw, "enable_thinking");
+        if (!opts.enable_thinking) opts.enable_thinking = get_bool(*kw, "thinking");
+    }
+    if (tokenizer_.bos_id() >= 0) opts.bos_text = std::string(tokenizer_.token_text(tokenizer_.bos_id()));
+    if (tokenizer_.eos_id() >= 0) opts.eos_text = std::string(tokenizer_.token_text(tokenizer_.eos_id()));
+    const std::string text = sparrow::server::apply_chat_format(config_.chat_format, read_messages(body), opts);
+    Task task;
+    task.prompt = tokenizer_.encode(text, /*add_special=*/false, /*parse_special=*/true);
+    check_prompt_fits(task.prompt.size(), limits_);
+    task.sampling = read_sampling(body, {}, {"max_completion_tokens", "max_tokens"},
+                                  static_cast<int64_t>(task.prompt.size()), limits_);
+    const bool stream = get_bool(body, "stream").value_or(false);
+    bool include_usage = false;
+    if (const auto so = body.find("stream_options"); so != body.end() && so->is_object()) {
+        include_usage = get_bool(*so, "include_usage").value_or(false);
+    }
+    generate(res, std::move(task), Dialect::chat, stream, include_usage);
+}
+
+void Api::completion(const httplib::Request &req, httplib::Response &res) {
+    const json body = parse_body(req);
+    check_model(body);
+    const auto prompt = body.find("prompt");
+    if (prompt == body.end() || prompt->is_null()) throw ApiError(400, "'prompt' is required", "missing_field");
+    Task task;
+    task.prompt = read_prompt(*prompt, "prompt", tokenizer_, limits_);
+    task.sampling = read_sampling(body, {.temperature = 0.8f, .top_p = 0.95f, .top_k = 40, .max_tokens = std::nullopt},
+                                  {"n_predict", "max_tokens"}, static_cast<int64_t>(task.prompt.size()), limits_);
+    generate(res, std::move(task), Dialect::llama, get_bool(body, "stream").value_or(false), false);
+}
+
+void Api::generate(httplib::Response &res, Task task, Dialect dialect, bool stream, bool include_usage) {
+    const uint64_t n = next_id_.fetch_add(1);
+    const std::string id = (dialect == Dialect::chat ? "chatcmpl-" : "cmpl-") + std::to_string(n);
+    const int64_t created = unix_time();
+    auto channel = submit(std::move(task));
+
+    if (!stream) {
+        std::string text;
+        TaskUpdate u;
+        while (true) {
+            u = channel->wait(std::chrono::milliseconds(1000));
+            text += u.text;
+            if (u.done) break;
+        }
+        if (u.finish == FinishReason::error || u.finish == FinishReason::cancelled) {
+            throw ApiError(failure_status(u), u.error.empty() ? "the request was cancelled" : u.error, "server_error");
+        }
+        const char *finish = sparrow::server::finish_reason_name(u.finish);
+        if (dialect == Dialect::llama) {
+            send_json(res, {{"content", text},
+                            {"model", config_.model_id},
+                            {"stop", true},
+                            {"finish_reason", finish},
+                            {"tokens_predicted", u.n_generated},
+                            {"tokens_evaluated", u.n_prompt},
+                            {"tokens_cached", u.n_cached}});
+            return;
+        }
+        json choice = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", finish}};
+        if (dialect == Dialect::chat) {
+            choice["message"] = {{"role", "assistant"}, {"content", text}};
+        } else {
+            choice["text"] = text;
+        }
+        send_json(res, {{"id", id},
+                        {"object", dialect == Dialect::chat ? "chat.completion" : "text_completion"},
+                        {"created", created},
+                        {"model", config_.model_id},
+                        {"choices", json::array({choice})},
+                        {"usage", usage_json(u)}});
+        return;
+    }
+
+    auto st = std::make_shared<StreamState>();
+    st->channel = channel;
+    st->dialect = static_cast<int>(dialect);
+    st->id = id;
+    st->model = config_.model_id;
+    st->created = created;
+    st->include_usage = include_usage;
+    const auto provider = [st](size_t, httplib::DataSink &sink) -> bool {
+        if (st->finished) {
+            sink.done();
+            return true;
+        }
+        const auto d = static_cast<Dialect>(st->dialect);
+        const TaskUpdate u = st->channel->wait(kStreamPoll);
+        // An OpenAI chunk around one choice.
+        const auto chunk = [&](json choice_fields, const char *finish) {
+            json choice = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", finish ? json(finish) : json()}};
+            choice.update(choice_fields);
+            return json{{"id", st->id},
+                        {"object", d == Dialect::chat ? "chat.completion.chunk" : "text_completion"},
+                        {"created", st->created},
+                        {"model", st->model},
+                        {"choices", json::array({choice})}};
+        };
+        std::string out;
+        if (d == Dialect::chat && !st->sent_role) {
+            out += sse(chunk({{"delta", {{"role", "assistant"}, {"content", ""}}}}, nullptr));
+            st->sent_role = true;
+        }
+        if (!u.text.empty()) {
+            if (d == Dialect::llama) {
+                out += sse({{"content", u.text}, {"stop", false}, {"tokens_predicted", u.n_generated}});
+            } else if (d == Dialect::chat) {
+                out += sse(chunk({{"delta", {{"content", u.text}}}}, nullptr));
+            } else {
+                out += sse(chunk({{"text", u.text}}, nullptr));
+            }
+        }
+        if (u.done) {
+            if (u.finish == FinishReason::error || u.finish == FinishReason::cancelled) {
+                out += sse(error_body(failure_status(u), u.error.empty() ? "the request was cancelled" : u.error,
+                                      "server_error"));
+            } else {
+                const char *finish = sparrow::server::finish_reason_name(u.finish);
+                if (d == Dialect::llama) {
+                    out += sse({{"content", ""},
+                                {"stop", true},
+                                {"model", st->model},
+                                {"finish_reason", finish},
+                                {"tokens_predicted", u.n_generated},
+                                {"tokens_evaluated", u.n_prompt},
+                                {"tokens_cached", u.n_cached}});
+                } else {
+                    json last =
+                        chunk(d == Dialect::chat ? json{{"delta", json::object()}} : json{{"text", ""}}, finish);
+                    last["usage"] = usage_json(u);
+                    out += sse(last);
+                    if (st->include_usage) {
+                        json usage = chunk({}, nullptr);
+                        usage["choices"] = json::array();
+                        usage["usage"] = usage_json(u);
+                        out += sse(usage);
+                    }
+                }
+            }
+            if (d != Dialect::llama) out += "data: [DONE]\n\n";
+        }
+        const auto now = Clock::now();
+        if (out.empty() && now - st->last_write > kKeepAlive) out = ": keep-alive\n\n";
+        if (!out.empty()) {
+            if (!sink.write(out.data(), out.size())) return false;  // the client is gone: the releaser cancels
+            st->last_write = now;
+        }
+        if (u.done) {
+            st->finished = true;
+            sink.done();
+        }
+        return true;
+    };
+    // Called when the response is over, whether it completed or the connection failed: a task that is still
+    // running then belongs to nobody, so it is cancelled (a no-op once it has finished).
+    res.status = 200;
+    res.set_chunked_content_provider("text/event-stream", provider, [channel](bool) { channel->cancel(); });
+    res.set_header("Cache-Control", "no-cache");
+}
+
+}  // namespace sparrow::tools::http
