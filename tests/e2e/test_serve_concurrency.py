@@ -59,6 +59,18 @@ with serve_util.Server(model, "-np", 4, "-c", 1024) as srv:
     checks.check(d_calls < sent_gen, f"slots decoded together: {d_calls} batches for {sent_gen} tokens")
     checks.check(after["sparrow_slots_busy"] == 0 and after["sparrow_queue_depth"] == 0, "all slots idle again")
 
+# The DSA model (MLA, MoE, the indexer with its selection active): batching must not change any output either.
+ds = serve_util.make_model("deepseek32", os.path.join(tmp, "ds.gguf"))
+with serve_util.Server(ds, "-np", 4, "-c", 1024, "--dsa-top-k", 4) as srv:
+    n = N_CLIENTS // 2
+    alone = [srv.request("POST", "/v1/completions", completion_request(p))[1] for p in prompts[:n]]
+    results = serve_util.parallel(lambda i: srv.stream("/v1/completions", completion_request(prompts[i])),
+                                  [(i,) for i in range(n)])
+    texts = ["".join(e["choices"][0].get("text", "") for e in r[1] if "choices" in e) for r in results]
+    same = [serve_util.norm(t) == serve_util.norm(a["choices"][0]["text"]) for t, a in zip(texts, alone)]
+    checks.check(all(r[0] == 200 and r[2] for r in results) and all(same),
+                 f"deepseek32: {n} concurrent streams equal the requests alone ({sum(same)}/{n})")
+
 # A client that hangs up mid-stream: with one slot, the next request is served only if the slot was freed.
 with serve_util.Server(model, "-np", 1, "-c", 2048) as srv:
     got_some = threading.Event()

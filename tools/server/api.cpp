@@ -62,6 +62,8 @@ httplib::Server::Handler Api::route(const std::string &path, Handler handler) {
             (this->*handler)(req, res);
         } catch (const ApiError &e) {
             send_error(res, e.status(), e.what(), e.code());
+        } catch (const json::exception &e) {  // a field of an unexpected type that no check caught
+            send_error(res, 400, e.what(), "invalid_request");
         } catch (const sparrow::Error &e) {
             send_error(res, 400, e.what(), "invalid_request");
         } catch (const std::bad_alloc &) {

@@ -21,6 +21,13 @@ using sparrow::server::ChatFormat;
 using sparrow::server::Scheduler;
 using sparrow::server::Task;
 
+// The three generation endpoints differ only in their request defaults and reply shapes.
+enum class Dialect {
+    completion,  // OpenAI /v1/completions
+    chat,        // OpenAI /v1/chat/completions
+    llama,       // llama.cpp /completion
+};
+
 struct ApiConfig {
     std::string model_id;  // the name /v1/models lists and requests may give as "model"
     std::string api_key;   // empty: no authentication
@@ -60,7 +67,6 @@ class Api {
     void completion(const httplib::Request &req, httplib::Response &res);        // llama.cpp's /completion
 
     // Shared by the three generation endpoints (api_generate.cpp).
-    enum class Dialect { completion, chat, llama };
     void generate(httplib::Response &res, Task task, Dialect dialect, bool stream, bool include_usage);
     void check_model(const json &body) const;
     std::shared_ptr<sparrow::server::TaskChannel> submit(Task task);

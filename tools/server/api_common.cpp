@@ -38,7 +38,7 @@ json parse_body(const httplib::Request &req) {
     json j;
     try {
         j = json::parse(req.body);
-    } catch (const json::parse_error &e) {
+    } catch (const json::exception &e) {  // parse_error, and out_of_range for numbers like 1e999
         throw ApiError(400, std::string("the request body is not valid JSON: ") + e.what(), "invalid_json");
     }
     if (!j.is_object()) throw ApiError(400, "the request body must be a JSON object", "invalid_json");

@@ -1,6 +1,7 @@
 // The generation endpoints: OpenAI /v1/completions and /v1/chat/completions, llama.cpp's /completion, as one
 // reply or as server-sent events.
 #include <chrono>
+#include <cstdio>
 
 #include "core/error.h"
 #include "model/model.h"
@@ -44,7 +45,7 @@ void refuse_if_set(const json &body, const char *key, const char *why) {
 // What one streamed request needs between calls of httplib's content provider.
 struct StreamState {
     std::shared_ptr<TaskChannel> channel;
-    int dialect = 0;  // Api::Dialect, as an int so that this struct needs no access to Api's private enum
+    Dialect dialect = Dialect::completion;
     std::string id;
     std::string model;
     int64_t created = 0;
@@ -53,6 +54,81 @@ struct StreamState {
     bool finished = false;
     Clock::time_point last_write = Clock::now();
 };
+
+// One call of httplib's content provider: waits a little for the task, writes what it produced as SSE
+// events. Returns false when the client is gone.
+bool stream_step(StreamState &st, httplib::DataSink &sink) {
+    if (st.finished) {
+        sink.done();
+        return true;
+    }
+    const Dialect d = st.dialect;
+    const TaskUpdate u = st.channel->wait(kStreamPoll);
+    // An OpenAI chunk around one choice.
+    const auto chunk = [&](json choice_fields, const char *finish) {
+        json choice = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", finish ? json(finish) : json()}};
+        if (choice_fields.is_object()) choice.update(choice_fields);
+        return json{{"id", st.id},
+                    {"object", d == Dialect::chat ? "chat.completion.chunk" : "text_completion"},
+                    {"created", st.created},
+                    {"model", st.model},
+                    {"choices", json::array({choice})}};
+    };
+    std::string out;
+    if (d == Dialect::chat && !st.sent_role) {
+        out += sse(chunk({{"delta", {{"role", "assistant"}, {"content", ""}}}}, nullptr));
+        st.sent_role = true;
+    }
+    if (!u.text.empty()) {
+        if (d == Dialect::llama) {
+            out += sse({{"content", u.text}, {"stop", false}, {"tokens_predicted", u.n_generated}});
+        } else if (d == Dialect::chat) {
+            out += sse(chunk({{"delta", {{"content", u.text}}}}, nullptr));
+        } else {
+            out += sse(chunk({{"text", u.text}}, nullptr));
+        }
+    }
+    if (u.done) {
+        if (u.finish == FinishReason::error || u.finish == FinishReason::cancelled) {
+            out += sse(
+                error_body(failure_status(u), u.error.empty() ? "the request was cancelled" : u.error, "server_error"));
+        } else {
+            const char *finish = sparrow::server::finish_reason_name(u.finish);
+            if (d == Dialect::llama) {
+                out += sse({{"content", ""},
+                            {"stop", true},
+                            {"model", st.model},
+                            {"finish_reason", finish},
+                            {"tokens_predicted", u.n_generated},
+                            {"tokens_evaluated", u.n_prompt},
+                            {"tokens_cached", u.n_cached}});
+            } else {
+                json last = chunk(d == Dialect::chat ? json{{"delta", json::object()}} : json{{"text", ""}}, finish);
+                last["usage"] = usage_json(u);
+                out += sse(last);
+                if (st.include_usage) {
+                    json usage = chunk(json::object(), nullptr);
+                    usage["choices"] = json::array();
+                    usage["usage"] = usage_json(u);
+                    out += sse(usage);
+                }
+            }
+        }
+        if (d != Dialect::llama) out += "data: [DONE]\n\n";
+    }
+    const auto now = Clock::now();
+    if (out.empty() && now - st.last_write > kKeepAlive) out = ": keep-alive\n\n";
+    if (!out.empty()) {
+        if (!sink.write(out.data(), out.size())) return false;  // the client is gone: the releaser cancels
+        st.last_write = now;
+    }
+    if (u.done) {
+        st.finished = true;
+        sink.done();
+    }
+    return true;
+}
+
 }  // namespace
 
 void Api::completions(const httplib::Request &req, httplib::Response &res) {
@@ -165,85 +241,21 @@ void Api::generate(httplib::Response &res, Task task, Dialect dialect, bool stre
 
     auto st = std::make_shared<StreamState>();
     st->channel = channel;
-    st->dialect = static_cast<int>(dialect);
+    st->dialect = dialect;
     st->id = id;
     st->model = config_.model_id;
     st->created = created;
     st->include_usage = include_usage;
     const auto provider = [st](size_t, httplib::DataSink &sink) -> bool {
-        if (st->finished) {
-            sink.done();
-            return true;
+        // An exception must not escape into httplib's thread: it ends this response (and the releaser
+        // cancels the task).
+        try {
+            return stream_step(*st, sink);
+        } catch (const std::exception &e) {
+            std::fprintf(stderr, "serve: stream %s failed: %s\n", st->id.c_str(), e.what());
+            return false;
         }
-        const auto d = static_cast<Dialect>(st->dialect);
-        const TaskUpdate u = st->channel->wait(kStreamPoll);
-        // An OpenAI chunk around one choice.
-        const auto chunk = [&](json choice_fields, const char *finish) {
-            json choice = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", finish ? json(finish) : json()}};
-            choice.update(choice_fields);
-            return json{{"id", st->id},
-                        {"object", d == Dialect::chat ? "chat.completion.chunk" : "text_completion"},
-                        {"created", st->created},
-                        {"model", st->model},
-                        {"choices", json::array({choice})}};
-        };
-        std::string out;
-        if (d == Dialect::chat && !st->sent_role) {
-            out += sse(chunk({{"delta", {{"role", "assistant"}, {"content", ""}}}}, nullptr));
-            st->sent_role = true;
-        }
-        if (!u.text.empty()) {
-            if (d == Dialect::llama) {
-                out += sse({{"content", u.text}, {"stop", false}, {"tokens_predicted", u.n_generated}});
-            } else if (d == Dialect::chat) {
-                out += sse(chunk({{"delta", {{"content", u.text}}}}, nullptr));
-            } else {
-                out += sse(chunk({{"text", u.text}}, nullptr));
-            }
-        }
-        if (u.done) {
-            if (u.finish == FinishReason::error || u.finish == FinishReason::cancelled) {
-                out += sse(error_body(failure_status(u), u.error.empty() ? "the request was cancelled" : u.error,
-                                      "server_error"));
-            } else {
-                const char *finish = sparrow::server::finish_reason_name(u.finish);
-                if (d == Dialect::llama) {
-                    out += sse({{"content", ""},
-                                {"stop", true},
-                                {"model", st->model},
-                                {"finish_reason", finish},
-                                {"tokens_predicted", u.n_generated},
-                                {"tokens_evaluated", u.n_prompt},
-                                {"tokens_cached", u.n_cached}});
-                } else {
-                    json last =
-                        chunk(d == Dialect::chat ? json{{"delta", json::object()}} : json{{"text", ""}}, finish);
-                    last["usage"] = usage_json(u);
-                    out += sse(last);
-                    if (st->include_usage) {
-                        json usage = chunk({}, nullptr);
-                        usage["choices"] = json::array();
-                        usage["usage"] = usage_json(u);
-                        out += sse(usage);
-                    }
-                }
-            }
-            if (d != Dialect::llama) out += "data: [DONE]\n\n";
-        }
-        const auto now = Clock::now();
-        if (out.empty() && now - st->last_write > kKeepAlive) out = ": keep-alive\n\n";
-        if (!out.empty()) {
-            if (!sink.write(out.data(), out.size())) return false;  // the client is gone: the releaser cancels
-            st->last_write = now;
-        }
-        if (u.done) {
-            st->finished = true;
-            sink.done();
-        }
-        return true;
     };
-    // Called when the response is over, whether it completed or the connection failed: a task that is still
-    // running then belongs to nobody, so it is cancelled (a no-op once it has finished).
     res.status = 200;
     res.set_chunked_content_provider("text/event-stream", provider, [channel](bool) { channel->cancel(); });
     res.set_header("Cache-Control", "no-cache");
