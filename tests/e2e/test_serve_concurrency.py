@@ -1,6 +1,7 @@
 """`sparrow serve` under load: 16 streaming clients over 4 slots each get exactly the greedy text the same
 request gets alone, with no errors, and /metrics counts what was sent; a client that hangs up mid-stream
 frees its slot for the next request."""
+import json
 import os
 import threading
 import time
@@ -81,9 +82,10 @@ with serve_util.Server(model, "-np", 1, "-c", 2048) as srv:
             return False  # closes the connection
         return True
 
-    status, events, done = srv.stream("/v1/completions", {"prompt": "Long story:", "max_tokens": 2000,
-                                                          "temperature": 0},
-                                      on_event=hang_up)
+    # Negative penalties make the greedy text loop, so no end-of-generation token ends it early.
+    long_request = {"prompt": "Long story:", "max_tokens": 2000, "temperature": 0, "presence_penalty": -2,
+                    "frequency_penalty": -2}
+    status, events, done = srv.stream("/v1/completions", long_request, on_event=hang_up)
     checks.check(got_some.is_set() and not done, f"client hung up after {len(events)} chunks")
     t0 = time.time()
     status, body = srv.request("POST", "/v1/completions", {"prompt": "Next", "max_tokens": 4}, timeout=120)
@@ -92,5 +94,27 @@ with serve_util.Server(model, "-np", 1, "-c", 2048) as srv:
     checks.check(m['sparrow_tasks_total{result="cancelled"}'] == 1, "the abandoned request was cancelled")
     checks.check(m["sparrow_generated_tokens_total"] < 2000, f"it stopped early ({m['sparrow_generated_tokens_total']:.0f} tokens)")
     checks.check(srv.alive(), "the server is still up")
+
+# The same for a plain (non-streamed) request: after 2 s its reply is kept open with whitespace probes, and a
+# failed probe cancels it. A slower model makes the request outlast the probe.
+mid = serve_util.make_model("llama", os.path.join(tmp, "mid.gguf"), "--n-embd", 256, "--n-layer", 4, "--n-ff", 768,
+                            "--n-head", 4, "--n-head-kv", 4)
+with serve_util.Server(mid, "-np", 1, "-c", 4096) as srv:
+    conn = srv.connection()
+    conn.request("POST", "/v1/completions", body=json.dumps(dict(long_request, max_tokens=4000)),
+                 headers={"Content-Type": "application/json"})
+    time.sleep(0.5)
+    conn.close()
+    t0 = time.time()
+    status, body = srv.request("POST", "/v1/completions", {"prompt": "Next", "max_tokens": 4}, timeout=120)
+    waited = time.time() - t0
+    m = srv.metrics()
+    checks.check(status == 200 and m['sparrow_tasks_total{result="cancelled"}'] == 1,
+                 f"a plain request whose client left is cancelled; the next one was served after {waited:.1f} s")
+    checks.check(m["sparrow_generated_tokens_total"] < 4000, f"it stopped early ({m['sparrow_generated_tokens_total']:.0f} tokens)")
+    # A long plain request whose client stays gets its whole reply (after the whitespace).
+    status, body = srv.request("POST", "/v1/completions", dict(long_request, max_tokens=600), timeout=300)
+    checks.check(status == 200 and body["usage"]["completion_tokens"] == 600,
+                 f"a long plain request still gets its reply ({status})")
 
 checks.finish()

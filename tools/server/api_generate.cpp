@@ -20,6 +20,9 @@ using Clock = std::chrono::steady_clock;
 // SSE comment (which is how a client that went away while its request waited is noticed).
 constexpr std::chrono::milliseconds kStreamPoll{250};
 constexpr std::chrono::seconds kKeepAlive{5};
+// Non-streamed replies: how long a plain reply is waited for, and how often a long one probes the client.
+constexpr std::chrono::seconds kDirectReplyWait{2};
+constexpr std::chrono::milliseconds kProbeInterval{500};
 
 json usage_json(const TaskUpdate &u) {
     return {{"prompt_tokens", u.n_prompt},
@@ -129,6 +132,74 @@ bool stream_step(StreamState &st, httplib::DataSink &sink) {
     return true;
 }
 
+// A non-streamed reply in the making.
+struct PendingReply {
+    std::shared_ptr<TaskChannel> channel;
+    Dialect dialect = Dialect::completion;
+    std::string id;
+    std::string model;
+    int64_t created = 0;
+    std::string text;  // generated so far
+    TaskUpdate last;   // the latest update (counters, done)
+    Clock::time_point last_write = Clock::now();
+};
+
+// The whole reply of a finished request: (status, body).
+std::pair<int, json> final_reply(const PendingReply &r) {
+    const TaskUpdate &u = r.last;
+    if (u.finish == FinishReason::error || u.finish == FinishReason::cancelled) {
+        const int status = failure_status(u);
+        return {status, error_body(status, u.error.empty() ? "the request was cancelled" : u.error, "server_error")};
+    }
+    const char *finish = sparrow::server::finish_reason_name(u.finish);
+    if (r.dialect == Dialect::llama) {
+        return {200,
+                {{"content", r.text},
+                 {"model", r.model},
+                 {"stop", true},
+                 {"finish_reason", finish},
+                 {"tokens_predicted", u.n_generated},
+                 {"tokens_evaluated", u.n_prompt},
+                 {"tokens_cached", u.n_cached}}};
+    }
+    json choice = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", finish}};
+    if (r.dialect == Dialect::chat) {
+        choice["message"] = {{"role", "assistant"}, {"content", r.text}};
+    } else {
+        choice["text"] = r.text;
+    }
+    return {200,
+            {{"id", r.id},
+             {"object", r.dialect == Dialect::chat ? "chat.completion" : "text_completion"},
+             {"created", r.created},
+             {"model", r.model},
+             {"choices", json::array({choice})},
+             {"usage", usage_json(u)}}};
+}
+
+// One call of the content provider of a long non-streamed reply: the reply when the request is done, else a
+// space now and then. Returns false when the client is gone.
+bool pending_step(PendingReply &r, httplib::DataSink &sink) {
+    if (r.last.done) {
+        sink.done();
+        return true;
+    }
+    r.last = r.channel->wait(kStreamPoll);
+    r.text += r.last.text;
+    std::string out;
+    if (r.last.done) {
+        out = dump_json(final_reply(r).second);  // a failure after the 200 went out is told in the body
+    } else if (Clock::now() - r.last_write >= kProbeInterval) {
+        out = " ";
+    }
+    if (!out.empty()) {
+        if (!sink.write(out.data(), out.size())) return false;
+        r.last_write = Clock::now();
+    }
+    if (r.last.done) sink.done();
+    return true;
+}
+
 }  // namespace
 
 void Api::completions(const httplib::Request &req, httplib::Response &res) {
@@ -203,39 +274,35 @@ void Api::generate(httplib::Response &res, Task task, Dialect dialect, bool stre
     auto channel = submit(std::move(task));
 
     if (!stream) {
-        std::string text;
-        TaskUpdate u;
-        while (true) {
-            u = channel->wait(std::chrono::milliseconds(1000));
-            text += u.text;
-            if (u.done) break;
+        // Short requests get a plain reply. A request still running after kDirectReplyWait is answered
+        // through a chunked reply that sends a space (leading whitespace is valid JSON) every kProbeInterval
+        // while it waits: a client that went away makes such a write fail, which cancels its request.
+        auto st = std::make_shared<PendingReply>();
+        st->channel = channel;
+        st->dialect = dialect;
+        st->id = id;
+        st->model = config_.model_id;
+        st->created = created;
+        const auto deadline = Clock::now() + kDirectReplyWait;
+        while (!st->last.done && Clock::now() < deadline) {
+            st->last = channel->wait(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()));
+            st->text += st->last.text;
         }
-        if (u.finish == FinishReason::error || u.finish == FinishReason::cancelled) {
-            throw ApiError(failure_status(u), u.error.empty() ? "the request was cancelled" : u.error, "server_error");
-        }
-        const char *finish = sparrow::server::finish_reason_name(u.finish);
-        if (dialect == Dialect::llama) {
-            send_json(res, {{"content", text},
-                            {"model", config_.model_id},
-                            {"stop", true},
-                            {"finish_reason", finish},
-                            {"tokens_predicted", u.n_generated},
-                            {"tokens_evaluated", u.n_prompt},
-                            {"tokens_cached", u.n_cached}});
+        if (st->last.done) {
+            const auto [status, body] = final_reply(*st);
+            send_json(res, body, status);
             return;
         }
-        json choice = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", finish}};
-        if (dialect == Dialect::chat) {
-            choice["message"] = {{"role", "assistant"}, {"content", text}};
-        } else {
-            choice["text"] = text;
-        }
-        send_json(res, {{"id", id},
-                        {"object", dialect == Dialect::chat ? "chat.completion" : "text_completion"},
-                        {"created", created},
-                        {"model", config_.model_id},
-                        {"choices", json::array({choice})},
-                        {"usage", usage_json(u)}});
+        const auto provider = [st](size_t, httplib::DataSink &sink) -> bool {
+            try {
+                return pending_step(*st, sink);
+            } catch (const std::exception &e) {
+                std::fprintf(stderr, "serve: reply %s failed: %s\n", st->id.c_str(), e.what());
+                return false;
+            }
+        };
+        res.status = 200;
+        res.set_chunked_content_provider("application/json", provider, [channel](bool) { channel->cancel(); });
         return;
     }
 
