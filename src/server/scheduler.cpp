@@ -243,13 +243,15 @@ void Scheduler::start_task(Slot &slot, Queued queued) {
 }
 
 void Scheduler::release(Slot &slot, FinishReason reason, const std::string &error) {
-    slot.channel->finish(reason, error);
     if (reason == FinishReason::cancelled) ++counters_.tasks_cancelled;
     if (reason == FinishReason::error) ++counters_.tasks_failed;
     if (reason == FinishReason::stop || reason == FinishReason::length) ++counters_.tasks_completed;
-    slot.channel.reset();
+    const std::shared_ptr<TaskChannel> channel = std::move(slot.channel);
     slot.sampler.reset();
     slot.task = Task{};
+    // Published before the client hears of the end, so that /metrics already counts this task.
+    publish_metrics();
+    channel->finish(reason, error);
 }
 
 bool Scheduler::step() {
