@@ -169,4 +169,26 @@ with serve_util.Server(ds, "-np", 2, "-c", 512, "--dsa-top-k", 4) as srv:
     checks.check(status == 200 and body["choices"][0]["finish_reason"] in ("stop", "length"),
                  "deepseek32: chat (default format, default max_tokens)")
 
+# A GGUF that carries DeepSeek-V3.2's chat template: the format is recognised without --chat-format, and the
+# prompt is the template's rendering.
+template = harness.shared_data("templates", "deepseek-ai-DeepSeek-V3.2.jinja")
+if template:
+    from gguf import GGUFValueType
+    ds_tmpl = os.path.join(tmp, "ds-template.gguf")
+    with open(template) as f:
+        text = f.read()
+    harness.rewrite_gguf(ds, ds_tmpl, metadata_edit=lambda md: md.__setitem__(
+        "tokenizer.chat_template", (GGUFValueType.STRING, text)))
+    with serve_util.Server(ds_tmpl, "-np", 1, "-c", 512) as srv:
+        meta = srv.request("GET", "/v1/models")[1]["data"][0]["meta"]
+        checks.check(meta["chat_format"] == "deepseek3", f"the DeepSeek-V3.2 template is recognised: {meta}")
+        bos = srv.request("POST", "/tokenize", {"content": "", "add_special": True, "with_pieces": True})[1]["tokens"]
+        rendered = bos[0]["piece"] + "Be brief.<｜User｜>Hi<｜Assistant｜><think></think>"
+        ids = srv.request("POST", "/tokenize", {"content": rendered})[1]["tokens"]
+        status, body = srv.request("POST", "/v1/chat/completions", {
+            "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}],
+            "max_tokens": 4, "temperature": 0})
+        checks.check(status == 200 and body["usage"]["prompt_tokens"] == len(ids),
+                     f"deepseek3 chat prompt: {body.get('usage')} tokens, rendering has {len(ids)}")
+
 checks.finish()
