@@ -45,6 +45,14 @@ void refuse_if_set(const json &body, const char *key, const char *why) {
     throw ApiError(400, std::string("'") + key + "' is not supported: " + why, "unsupported_parameter");
 }
 
+// stream_options.include_usage (an object or null).
+bool read_include_usage(const json &body) {
+    const auto so = body.find("stream_options");
+    if (so == body.end() || so->is_null()) return false;
+    if (!so->is_object()) throw ApiError(400, "'stream_options' must be an object", "invalid_type");
+    return get_bool(*so, "include_usage").value_or(false);
+}
+
 // What one streamed request needs between calls of httplib's content provider.
 struct StreamState {
     std::shared_ptr<TaskChannel> channel;
@@ -216,10 +224,7 @@ void Api::completions(const httplib::Request &req, httplib::Response &res) {
     task.sampling = read_sampling(body, {.temperature = 1.0f, .top_p = 1.0f, .top_k = 0, .max_tokens = 16},
                                   {"max_tokens"}, static_cast<int64_t>(task.prompt.size()), limits_);
     const bool stream = get_bool(body, "stream").value_or(false);
-    bool include_usage = false;
-    if (const auto so = body.find("stream_options"); so != body.end() && so->is_object()) {
-        include_usage = get_bool(*so, "include_usage").value_or(false);
-    }
+    const bool include_usage = read_include_usage(body);
     generate(res, std::move(task), Dialect::completion, stream, include_usage);
 }
 
@@ -248,10 +253,7 @@ void Api::chat_completions(const httplib::Request &req, httplib::Response &res) 
     task.sampling = read_sampling(body, {}, {"max_completion_tokens", "max_tokens"},
                                   static_cast<int64_t>(task.prompt.size()), limits_);
     const bool stream = get_bool(body, "stream").value_or(false);
-    bool include_usage = false;
-    if (const auto so = body.find("stream_options"); so != body.end() && so->is_object()) {
-        include_usage = get_bool(*so, "include_usage").value_or(false);
-    }
+    const bool include_usage = read_include_usage(body);
     generate(res, std::move(task), Dialect::chat, stream, include_usage);
 }
 
