@@ -68,6 +68,7 @@ with serve_util.Server(model, "-np", 1, "-c", CTX, "--api-key", KEY, "--max-queu
         ("presence_penalty 5", "POST", C, AUTH, dict(good, presence_penalty=5), None, 400),
         ("seed a string", "POST", C, AUTH, dict(good, seed="abc"), None, 400),
         ("stream a string", "POST", C, AUTH, dict(good, stream="yes"), None, 400),
+        ("stream_options a number", "POST", C, AUTH, dict(good, stream=True, stream_options=5), None, 400),
         ("stop a number", "POST", C, AUTH, dict(good, stop=5), None, 400),
         ("empty stop string", "POST", C, AUTH, dict(good, stop=[""]), None, 400),
         ("too many stop strings", "POST", C, AUTH, dict(good, stop=["a%d" % i for i in range(100)]), None, 400),
