@@ -133,6 +133,9 @@ def main():
     ap.add_argument("--bin", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "build", "sparrow"))
     ap.add_argument("--clients", default="1,4,8", help="client counts, one phase each")
     ap.add_argument("--requests", type=int, default=3, help="requests per client per phase")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="run the client counts this many times, interleaved; the summary takes medians (a shared "
+                         "machine's load changes over time)")
     ap.add_argument("--max-tokens", type=int, default=48, help="tokens per request")
     ap.add_argument("--prompt-words", type=int, default=24, help="words per prompt")
     ap.add_argument("--time-limit", type=float, default=240, help="seconds per phase after which no request starts")
@@ -156,7 +159,8 @@ def main():
         stream_one(host, port, {"prompt": "warm up", "max_tokens": 4, "temperature": 0, "stream": True}, 600)
         phases = []
         first = 0
-        for n in [int(x) for x in args.clients.split(",")]:
+        counts = [int(x) for x in args.clients.split(",")]
+        for n in counts * args.rounds:
             res = run_phase(host, port, n, args, first)
             first += n * args.requests
             phases.append(res)
@@ -165,17 +169,27 @@ def main():
                   f"(p90 {res['ttft_p90_s']:.2f}); request median {res['latency_median_s']:.2f} s "
                   f"(p90 {res['latency_p90_s']:.2f}); errors {res['errors']}"
                   + (f" ({res['first_error']})" if res["first_error"] else ""), flush=True)
-        base = phases[0]["tokens_per_s"] if phases and phases[0]["clients"] == 1 else None
-        print("\n| clients | requests | tokens | tokens/s | vs 1 client | first token (median, p90) | request (median, p90) |")
+        # Per client count, the median over rounds of each figure.
+        summary = []
+        for n in dict.fromkeys(counts):
+            rows = [p for p in phases if p["clients"] == n]
+            med = lambda key: statistics.median([r[key] for r in rows])  # noqa: E731
+            summary.append({"clients": n, "rounds": len(rows), "requests": sum(r["requests"] for r in rows),
+                            "tokens": sum(r["tokens"] for r in rows), "tokens_per_s": med("tokens_per_s"),
+                            "ttft_median_s": med("ttft_median_s"), "ttft_p90_s": med("ttft_p90_s"),
+                            "latency_median_s": med("latency_median_s"), "latency_p90_s": med("latency_p90_s")})
+        base = next((p["tokens_per_s"] for p in summary if p["clients"] == 1), None)
+        print(f"\nmedians over {args.rounds} round(s):")
+        print("| clients | requests | tokens | tokens/s | vs 1 client | first token (median, p90) | request (median, p90) |")
         print("|---|---|---|---|---|---|---|")
-        for p in phases:
+        for p in summary:
             ratio = f"{p['tokens_per_s'] / base:.2f}x" if base else "-"
             print(f"| {p['clients']} | {p['requests']} | {p['tokens']} | {p['tokens_per_s']:.2f} | {ratio} | "
                   f"{p['ttft_median_s']:.2f} s, {p['ttft_p90_s']:.2f} s | "
                   f"{p['latency_median_s']:.2f} s, {p['latency_p90_s']:.2f} s |")
         if args.json:
             with open(args.json, "w") as f:
-                json.dump({"args": vars(args), "phases": phases}, f, indent=2)
+                json.dump({"args": vars(args), "phases": phases, "summary": summary}, f, indent=2)
         return 1 if any(p["errors"] for p in phases) else 0
     finally:
         if proc:
