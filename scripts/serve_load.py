@@ -64,6 +64,19 @@ def stream_one(host, port, body, timeout):
         conn.close()
 
 
+def server_counters(host, port):
+    """(generated tokens, decode calls) from /metrics, or None when unavailable."""
+    try:
+        conn = http.client.HTTPConnection(host, port, timeout=30)
+        conn.request("GET", "/metrics")
+        text = conn.getresponse().read().decode()
+        conn.close()
+        values = dict(line.rsplit(" ", 1) for line in text.splitlines() if line and not line.startswith("#"))
+        return float(values["sparrow_generated_tokens_total"]), float(values["sparrow_decode_calls_total"])
+    except (OSError, KeyError, ValueError):
+        return None
+
+
 def run_phase(host, port, n_clients, args, first_index):
     results, errors = [], []
     lock = threading.Lock()
@@ -84,6 +97,7 @@ def run_phase(host, port, n_clients, args, first_index):
                 with lock:
                     errors.append(str(e))
 
+    before = server_counters(host, port)
     t0 = time.perf_counter()
     threads = [threading.Thread(target=client, args=(c,)) for c in range(n_clients)]
     for t in threads:
@@ -91,6 +105,10 @@ def run_phase(host, port, n_clients, args, first_index):
     for t in threads:
         t.join()
     wall = time.perf_counter() - t0
+    after = server_counters(host, port)
+    # Generated tokens per decoded batch: how many slots the scheduler batched together (prompt-only batches
+    # count too, so this stays a little under the number of clients).
+    per_batch = (after[0] - before[0]) / max(1.0, after[1] - before[1]) if before and after else float("nan")
     tokens = sum(r[2] for r in results)
     q = lambda xs, p: sorted(xs)[min(len(xs) - 1, int(p * len(xs)))] if xs else float("nan")  # noqa: E731
     return {
@@ -101,6 +119,7 @@ def run_phase(host, port, n_clients, args, first_index):
         "tokens": tokens,
         "wall_s": wall,
         "tokens_per_s": tokens / wall if wall > 0 else 0.0,
+        "tokens_per_batch": per_batch,
         "ttft_median_s": statistics.median([r[0] for r in results]) if results else float("nan"),
         "ttft_p90_s": q([r[0] for r in results], 0.9),
         "latency_median_s": statistics.median([r[1] for r in results]) if results else float("nan"),
@@ -167,7 +186,7 @@ def main():
             print(f"{n} clients: {res['requests']} requests, {res['tokens']} tokens in {res['wall_s']:.1f} s = "
                   f"{res['tokens_per_s']:.2f} tokens/s; first token median {res['ttft_median_s']:.2f} s "
                   f"(p90 {res['ttft_p90_s']:.2f}); request median {res['latency_median_s']:.2f} s "
-                  f"(p90 {res['latency_p90_s']:.2f}); errors {res['errors']}"
+                  f"(p90 {res['latency_p90_s']:.2f}); {res['tokens_per_batch']:.2f} tokens per batch; errors {res['errors']}"
                   + (f" ({res['first_error']})" if res["first_error"] else ""), flush=True)
         # Per client count, the median over rounds of each figure.
         summary = []
@@ -176,15 +195,18 @@ def main():
             med = lambda key: statistics.median([r[key] for r in rows])  # noqa: E731
             summary.append({"clients": n, "rounds": len(rows), "requests": sum(r["requests"] for r in rows),
                             "tokens": sum(r["tokens"] for r in rows), "tokens_per_s": med("tokens_per_s"),
+                            "tokens_per_batch": med("tokens_per_batch"),
                             "ttft_median_s": med("ttft_median_s"), "ttft_p90_s": med("ttft_p90_s"),
                             "latency_median_s": med("latency_median_s"), "latency_p90_s": med("latency_p90_s")})
         base = next((p["tokens_per_s"] for p in summary if p["clients"] == 1), None)
         print(f"\nmedians over {args.rounds} round(s):")
-        print("| clients | requests | tokens | tokens/s | vs 1 client | first token (median, p90) | request (median, p90) |")
-        print("|---|---|---|---|---|---|---|")
+        print("| clients | requests | tokens | tokens/s | vs 1 client | tokens per batch | first token (median, p90) "
+              "| request (median, p90) |")
+        print("|---|---|---|---|---|---|---|---|")
         for p in summary:
             ratio = f"{p['tokens_per_s'] / base:.2f}x" if base else "-"
             print(f"| {p['clients']} | {p['requests']} | {p['tokens']} | {p['tokens_per_s']:.2f} | {ratio} | "
+                  f"{p['tokens_per_batch']:.2f} | "
                   f"{p['ttft_median_s']:.2f} s, {p['ttft_p90_s']:.2f} s | "
                   f"{p['latency_median_s']:.2f} s, {p['latency_p90_s']:.2f} s |")
         if args.json:
