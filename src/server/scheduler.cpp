@@ -200,12 +200,31 @@ void Scheduler::loop() {
                 }
             }
             SPARROW_ASSERT(best != nullptr);
-            start_task(*best, std::move(q));
+            try {
+                start_task(*best, q);
+            } catch (const std::exception &e) {
+                const std::string why = std::string("internal error: ") + e.what();
+                if (best->busy()) {
+                    release(*best, FinishReason::error, why);
+                } else {
+                    q.channel->finish(FinishReason::error, why);
+                }
+            }
         }
-        for (Slot &s : slots_) {
-            if (s.busy() && s.channel->cancelled()) release(s, FinishReason::cancelled);
+        try {
+            for (Slot &s : slots_) {
+                if (s.busy() && s.channel->cancelled()) release(s, FinishReason::cancelled);
+            }
+            step();
+        } catch (const std::exception &e) {
+            // Nothing here should throw (decode errors are handled in step()); if something does, the
+            // running tasks fail and their sequences are emptied rather than the server going down.
+            for (Slot &s : slots_) {
+                ctx_->seq_rm(s.seq_id, 0, -1);
+                s.cache.clear();
+                if (s.busy()) release(s, FinishReason::error, std::string("internal error: ") + e.what());
+            }
         }
-        step();
         publish_metrics();
     }
     // Shutting down: nothing may wait forever.
@@ -217,7 +236,7 @@ void Scheduler::loop() {
     queue_.clear();
 }
 
-void Scheduler::start_task(Slot &slot, Queued queued) {
+void Scheduler::start_task(Slot &slot, Queued &queued) {
     slot.task = std::move(queued.task);
     slot.channel = std::move(queued.channel);
     slot.admitted = slot.last_used = ++admissions_;

@@ -127,8 +127,8 @@ class Scheduler {
     };
 
     void loop();
-    void start_task(Slot &slot, Queued queued);
-    bool step();  // one batch; false when nothing ran
+    void start_task(Slot &slot, Queued &queued);  // moves the task out of `queued`
+    bool step();                                  // one batch; false when nothing ran
     void handle_output(Slot &slot, std::span<const float> logits);
     void release(Slot &slot, FinishReason reason, const std::string &error = {});
     void publish_metrics();
