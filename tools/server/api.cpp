@@ -95,9 +95,11 @@ void Api::install(httplib::Server &server) {
             std::string message = strprintf("HTTP %d", status);
             std::string code = "invalid_request";
             if (status == 404) {
-                message = "unknown endpoint: " + req.method + " " + req.path, code = "not_found";
+                message = "unknown endpoint: " + req.method + " " + req.path;
+                code = "not_found";
             } else if (status == 413) {
-                message = "the request body is too large", code = "request_too_large";
+                message = "the request body is too large";
+                code = "request_too_large";
             } else if (status == 400) {
                 message = "malformed HTTP request";
             }
