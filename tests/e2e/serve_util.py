@@ -57,7 +57,8 @@ class Server:
         raise AssertionError("/health never answered:\n" + self.stderr())
 
     def stderr(self):
-        self.log.flush()
+        if not self.log.closed:
+            self.log.flush()
         with open(self.log_path, errors="replace") as f:
             return f.read()
 
@@ -73,7 +74,10 @@ class Server:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
-        self.log.close()
+        if not self.log.closed:
+            if self.proc.returncode != 0:
+                print(f"sparrow serve exited with {self.proc.returncode}; its log ends:\n{self.stderr()[-3000:]}")
+            self.log.close()
         return self.proc.returncode
 
     def __enter__(self):

@@ -59,6 +59,7 @@ with serve_util.Server(model, "-np", 4, "-c", 1024) as srv:
     d_calls = after["sparrow_decode_calls_total"] - before["sparrow_decode_calls_total"]
     checks.check(d_calls < sent_gen, f"slots decoded together: {d_calls} batches for {sent_gen} tokens")
     checks.check(after["sparrow_slots_busy"] == 0 and after["sparrow_queue_depth"] == 0, "all slots idle again")
+    checks.check(srv.close() == 0, "the server stops cleanly (no leaks under ASan)")
 
 # The DSA model (MLA, MoE, the indexer with its selection active): batching must not change any output either.
 ds = serve_util.make_model("deepseek32", os.path.join(tmp, "ds.gguf"))
@@ -94,6 +95,7 @@ with serve_util.Server(model, "-np", 1, "-c", 2048) as srv:
     checks.check(m['sparrow_tasks_total{result="cancelled"}'] == 1, "the abandoned request was cancelled")
     checks.check(m["sparrow_generated_tokens_total"] < 2000, f"it stopped early ({m['sparrow_generated_tokens_total']:.0f} tokens)")
     checks.check(srv.alive(), "the server is still up")
+    checks.check(srv.close() == 0, "the server stops cleanly after the hang-up")
 
 # The same for a plain (non-streamed) request: after 2 s its reply is kept open with whitespace probes, and a
 # failed probe cancels it. A slower model makes the request outlast the probe.
@@ -116,5 +118,6 @@ with serve_util.Server(mid, "-np", 1, "-c", 4096) as srv:
     status, body = srv.request("POST", "/v1/completions", dict(long_request, max_tokens=600), timeout=300)
     checks.check(status == 200 and body["usage"]["completion_tokens"] == 600,
                  f"a long plain request still gets its reply ({status})")
+    checks.check(srv.close() == 0, "the server stops cleanly")
 
 checks.finish()
