@@ -108,9 +108,11 @@ Command register_serve(CLI::App &app) {
     cmd->add_option("--port", f->port, "Port (0 = any free port, printed at start-up)")->check(CLI::Range(0, 65535));
     cmd->add_option("--parallel", f->n_parallel, "Slots: requests decoded together (-np)")->check(CLI::Range(1, 64));
     cmd->add_option("--api-key", f->api_key, "Require 'Authorization: Bearer KEY' on every endpoint but /health");
-    cmd->add_option("--chat-format", f->chat_format,
-                    "Chat format: deepseek3, glm or llama2 (default: recognised from the model's chat template)")
-        ->check(CLI::IsMember({"deepseek3", "deepseek-v3.2", "glm", "glm-5", "glm4", "llama2"}));
+    cmd->add_option(
+           "--chat-format", f->chat_format,
+           "Chat format: deepseek3, deepseek4, glm or llama2 (default: recognised from the model's chat template)")
+        ->check(CLI::IsMember(
+            {"deepseek3", "deepseek-v3.2", "deepseek4", "deepseek-v4", "glm", "glm-5", "glm4", "llama2"}));
     cmd->add_option("--alias", f->alias, "Model id shown to clients (default: the file name)");
     cmd->add_option("--max-queue", f->max_queue, "Requests that may wait for a slot; more get HTTP 429")
         ->check(CLI::Range(int64_t(0), int64_t(4096)));

@@ -87,6 +87,44 @@ std::string render_deepseek3(const std::vector<ChatMessage> &messages, const Cha
     return out;
 }
 
+// deepseek-ai-DeepSeek-V4.jinja: BOS and the joined system messages as in V3.2; consecutive user turns share
+// one <｜User｜> (joined by blank lines); every assistant turn opens with <｜Assistant｜> and keeps its thinking
+// only after the last user turn with thinking on; the generation prompt follows whatever came last.
+std::string render_deepseek4(const std::vector<ChatMessage> &messages, const ChatOptions &opts) {
+    const bool thinking = opts.enable_thinking.value_or(false);
+    std::string system_prompt;
+    bool first_system = true;
+    for (const ChatMessage &m : messages) {
+        if (normalized_role(m) != "system") continue;
+        if (!first_system) system_prompt += "\n\n";
+        system_prompt += m.content;
+        first_system = false;
+    }
+    const ptrdiff_t last_user = last_user_index(messages);
+    std::string out = opts.bos_text + system_prompt;
+    bool in_user = false;
+    for (size_t i = 0; i < messages.size(); ++i) {
+        const ChatMessage &m = messages[i];
+        const std::string role = normalized_role(m);
+        if (role == "user") {
+            out += in_user ? "\n\n" : "<｜User｜>";
+            in_user = true;
+            out += m.content;
+        } else if (role == "assistant") {
+            in_user = false;
+            out += "<｜Assistant｜>";
+            if (thinking && static_cast<ptrdiff_t>(i) > last_user) {
+                append(out, {"<think>", m.reasoning_content.value_or(""), "</think>"});
+            } else {
+                out += "</think>";
+            }
+            append(out, {m.content, "<｜end▁of▁sentence｜>"});
+        }
+    }
+    if (opts.add_generation_prompt) out += thinking ? "<｜Assistant｜><think>" : "<｜Assistant｜></think>";
+    return out;
+}
+
 // GLM-4.7-Flash.jinja (HF rendering: trim_blocks, lstrip_blocks): [gMASK]<sop>, then each turn as its tag
 // and text; an assistant turn carries its thinking (only after the last user turn) or an empty </think>,
 // then its stripped text. The generation prompt opens the thinking block unless thinking is disabled.
@@ -144,8 +182,10 @@ std::string render_llama2(const std::vector<ChatMessage> &messages, const ChatOp
     std::string out;
     for (size_t i = first; i < messages.size(); ++i) {
         const std::string role = normalized_role(messages[i]);
+        // As the template: turns must alternate user/other; a later system message takes an assistant's
+        // place and renders nothing.
         const bool expect_user = (i - first) % 2 == 0;
-        if ((role == "user") != expect_user || role == "system") {
+        if ((role == "user") != expect_user) {
             throw_error(
                 "the llama2 chat format needs roles alternating user/assistant/user/... (after an optional "
                 "system message); message %zu is '%s'",
@@ -159,7 +199,7 @@ std::string render_llama2(const std::vector<ChatMessage> &messages, const ChatOp
         }
         if (role == "user") {
             append(out, {opts.bos_text, "[INST] ", strip(content), " [/INST]"});
-        } else {
+        } else if (role == "assistant") {
             append(out, {" ", strip(content), " ", opts.eos_text});
         }
     }
@@ -169,7 +209,10 @@ std::string render_llama2(const std::vector<ChatMessage> &messages, const ChatOp
 }  // namespace
 
 std::optional<ChatFormat> detect_chat_format(std::string_view t) {
-    if (contains(t, "<｜User｜>") && contains(t, "<｜Assistant｜>")) return ChatFormat::deepseek3;
+    if (contains(t, "<｜User｜>") && contains(t, "<｜Assistant｜>")) {
+        // V4 merges consecutive user turns (its state.in_user) and has drop_thinking; V3.2 has neither.
+        return contains(t, "drop_thinking") || contains(t, "in_user") ? ChatFormat::deepseek4 : ChatFormat::deepseek3;
+    }
     if (contains(t, "[gMASK]<sop>") || (contains(t, "<|user|>") && contains(t, "<|assistant|>"))) {
         return ChatFormat::glm;
     }
@@ -179,14 +222,17 @@ std::optional<ChatFormat> detect_chat_format(std::string_view t) {
 
 ChatFormat chat_format_from_name(std::string_view name) {
     if (name == "deepseek3" || name == "deepseek-v3.2") return ChatFormat::deepseek3;
+    if (name == "deepseek4" || name == "deepseek-v4") return ChatFormat::deepseek4;
     if (name == "glm" || name == "glm-5" || name == "glm4") return ChatFormat::glm;
     if (name == "llama2") return ChatFormat::llama2;
-    throw_error("unknown chat format '%.*s' (expected deepseek3, glm or llama2)", (int)name.size(), name.data());
+    throw_error("unknown chat format '%.*s' (expected deepseek3, deepseek4, glm or llama2)", (int)name.size(),
+                name.data());
 }
 
 const char *chat_format_name(ChatFormat f) {
     switch (f) {
         case ChatFormat::deepseek3: return "deepseek3";
+        case ChatFormat::deepseek4: return "deepseek4";
         case ChatFormat::glm: return "glm";
         case ChatFormat::llama2: return "llama2";
     }
@@ -196,6 +242,7 @@ const char *chat_format_name(ChatFormat f) {
 std::string apply_chat_format(ChatFormat f, const std::vector<ChatMessage> &messages, const ChatOptions &opts) {
     switch (f) {
         case ChatFormat::deepseek3: return render_deepseek3(messages, opts);
+        case ChatFormat::deepseek4: return render_deepseek4(messages, opts);
         case ChatFormat::glm: return render_glm(messages, opts);
         case ChatFormat::llama2: return render_llama2(messages, opts);
     }

@@ -13,6 +13,7 @@ namespace sparrow::server {
 
 enum class ChatFormat {
     deepseek3,  // DeepSeek-V3.2: <｜User｜> / <｜Assistant｜> turns, thinking off by default
+    deepseek4,  // DeepSeek-V4: as V3.2, but consecutive user turns merge and the prompt opens with </think>
     glm,        // GLM-4.5 .. GLM-5: [gMASK]<sop>, <|system|> / <|user|> / <|assistant|>, thinking on by default
     llama2,     // Llama-2 chat: <s>[INST] <<SYS>> ... <</SYS>> user [/INST] assistant </s>
 };
@@ -25,14 +26,15 @@ struct ChatMessage {
 
 struct ChatOptions {
     bool add_generation_prompt = true;
-    std::optional<bool> enable_thinking;  // unset: the template's default (deepseek3 off, glm on)
+    std::optional<bool> enable_thinking;  // unset: the template's default (deepseek3/4 off, glm on)
     std::string bos_text;                 // the vocabulary's BOS token text ("" when it has none)
     std::string eos_text;                 // the vocabulary's EOS token text
 };
 
 // Recognises a chat template's family; nullopt when it is none of the built-in ones.
 std::optional<ChatFormat> detect_chat_format(std::string_view jinja_template);
-// "deepseek3" (also "deepseek-v3.2"), "glm" (also "glm-5", "glm4"), "llama2"; throws sparrow::Error otherwise.
+// "deepseek3" (also "deepseek-v3.2"), "deepseek4" (also "deepseek-v4"), "glm" (also "glm-5", "glm4"), "llama2";
+// throws sparrow::Error otherwise.
 ChatFormat chat_format_from_name(std::string_view name);
 const char *chat_format_name(ChatFormat f);
 
