@@ -15,5 +15,6 @@ Command register_perplexity(CLI::App &app);
 Command register_make_model(CLI::App &app);
 Command register_bench(CLI::App &app);
 Command register_batched(CLI::App &app);
+Command register_serve(CLI::App &app);
 
 }  // namespace sparrow::tools

@@ -35,6 +35,7 @@ int main(int argc, char **argv) {
     commands["make-model"] = register_make_model(app);
     commands["bench"] = register_bench(app);
     commands["batched"] = register_batched(app);
+    commands["serve"] = register_serve(app);
     try {
         std::vector<std::string> args = translate_llama_flags(argc, argv);
         std::reverse(args.begin(), args.end());  // CLI11 takes the arguments in reverse order

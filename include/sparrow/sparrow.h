@@ -71,6 +71,7 @@ struct ContextParams {
     int64_t dsa_sink = 0;
     // Hadamard rotation of the stores (K, V, the MLA latent, indexer keys): see CacheRotation.
     CacheRotation cache_rotation = CacheRotation::quantized;
+    bool embeddings = false;  // also keep the final normed hidden state of the tokens with logits (embeddings())
 };
 
 // One token of a batch: its id, its position in its sequence(s), the sequence it belongs to, and whether
@@ -129,6 +130,9 @@ class Context {
 
     // Logits of the i-th token of the last batch (that token must have asked for logits): n_vocab floats.
     std::span<const float> logits(size_t i) const;
+    // With ContextParams::embeddings: the final normed hidden state (the input of the output head) of the
+    // i-th token of the last batch, which must have asked for logits: n_embd floats.
+    std::span<const float> embeddings(size_t i) const;
 
     // Removes the cells of seq_id with positions in [p0, p1) (p1 < 0: to the end); seq_id < 0: every
     // sequence.

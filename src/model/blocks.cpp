@@ -14,10 +14,12 @@ void swiglu_ffn(ThreadPool &pool, OpScratch &op, const WeightMatrix &gate, const
 }
 
 void output_head(ThreadPool &pool, OpScratch &op, const WeightMatrix &output, const float *norm, float eps,
-                 const float *x, int64_t n_embd, std::span<const int32_t> rows, float *scratch, float *logits) {
+                 const float *x, int64_t n_embd, std::span<const int32_t> rows, float *scratch, float *logits,
+                 float *hidden_out) {
     const auto n_out = static_cast<int64_t>(rows.size());
     for (int64_t i = 0; i < n_out; ++i) std::copy_n(x + rows[i] * n_embd, n_embd, scratch + i * n_embd);
     rms_norm(scratch, norm, scratch, n_out, n_embd, eps);
+    if (hidden_out) std::copy_n(scratch, n_out * n_embd, hidden_out);
     matmul(pool, op, output, scratch, n_out, logits);  // [n_out, n_vocab]
 }
 

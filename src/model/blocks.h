@@ -15,7 +15,9 @@ void swiglu_ffn(ThreadPool &pool, OpScratch &op, const WeightMatrix &gate, const
 
 // logits[i] = output (rms_norm(x[rows[i]]) * norm): only the rows that asked for logits reach the head.
 //   x: [T, n_embd]; scratch: [rows.size(), n_embd]; logits: [rows.size(), n_vocab]
+//   hidden_out: when not null, [rows.size(), n_embd] receives the normed rows (the embeddings)
 void output_head(ThreadPool &pool, OpScratch &op, const WeightMatrix &output, const float *norm, float eps,
-                 const float *x, int64_t n_embd, std::span<const int32_t> rows, float *scratch, float *logits);
+                 const float *x, int64_t n_embd, std::span<const int32_t> rows, float *scratch, float *logits,
+                 float *hidden_out = nullptr);
 
 }  // namespace sparrow

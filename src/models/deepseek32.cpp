@@ -342,7 +342,7 @@ class DsaModel final : public ArchModel {
             output_head(
                 pool, s.op, output_, output_norm_, hp_.rms_eps, x, E,
                 ub.output_rows.subspan(static_cast<size_t>(o0), static_cast<size_t>(std::min(kFfnChunk, n_out - o0))),
-                s.h.data(), logits + o0 * hp_.n_vocab);
+                s.h.data(), logits + o0 * hp_.n_vocab, ub.hidden_out ? ub.hidden_out + o0 * E : nullptr);
         }
     }
 

@@ -216,7 +216,8 @@ class LlamaModel final : public ArchModel {
             for (int64_t i = 0; i < T * n_embd; ++i) x[i] += cur[i];
         }
 
-        output_head(pool, s.op, output_, output_norm_, hp_.rms_eps, x, n_embd, ub.output_rows, s.out_x.data(), logits);
+        output_head(pool, s.op, output_, output_norm_, hp_.rms_eps, x, n_embd, ub.output_rows, s.out_x.data(), logits,
+                    ub.hidden_out);
     }
 
     void fill_synthetic(ArchState &state, std::span<const int32_t> cells, uint64_t seed) const override {

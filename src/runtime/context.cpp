@@ -74,6 +74,7 @@ struct Context::Impl {
     KvCells cells;
     std::unique_ptr<ArchState> state;
     std::vector<float> logits;        // [n_outputs, n_vocab] of the last batch
+    std::vector<float> hidden;        // [n_outputs, n_embd] of the last batch (params.embeddings only)
     std::vector<int32_t> logits_row;  // per token of the last batch: its row in `logits`, or -1
 
     // seq_add / seq_div: moves seq's cells in [p0, p1) to new_pos(pos) and re-rotates their keys.
@@ -199,6 +200,8 @@ void Context::decode(std::span<const BatchToken> batch) {
     const std::vector<int32_t> free_cells = s.cells.find_free(n);  // throws (context_full) before any change
 
     s.logits.assign(static_cast<size_t>(n_outputs * n_vocab), 0.0f);
+    const int64_t n_embd = s.model->info().n_embd;
+    s.hidden.assign(s.params.embeddings ? static_cast<size_t>(n_outputs * n_embd) : 0, 0.0f);
     s.logits_row.assign(static_cast<size_t>(n), -1);
     std::vector<int32_t> tokens, pos, cells, outputs;
     std::vector<SeqSet> ub_seqs;
@@ -220,7 +223,8 @@ void Context::decode(std::span<const BatchToken> batch) {
                     s.logits_row[i] = static_cast<int32_t>(out_row + outputs.size() - 1);
                 }
             }
-            const UBatch ub{tokens, pos, ub_seqs, cells, outputs};
+            float *hidden_out = s.params.embeddings ? s.hidden.data() + out_row * n_embd : nullptr;
+            const UBatch ub{tokens, pos, ub_seqs, cells, outputs, hidden_out};
             s.model->arch().forward(*s.state, s.cells, ub, s.pool, s.logits.data() + out_row * n_vocab);
             out_row += static_cast<int64_t>(outputs.size());
         }
@@ -240,6 +244,16 @@ std::span<const float> Context::logits(size_t i) const {
     }
     const auto n_vocab = static_cast<size_t>(s.model->info().n_vocab);
     return {s.logits.data() + static_cast<size_t>(s.logits_row[i]) * n_vocab, n_vocab};
+}
+
+std::span<const float> Context::embeddings(size_t i) const {
+    const Impl &s = *impl_;
+    if (!s.params.embeddings) throw_error("embeddings: the context was created without ContextParams::embeddings");
+    if (i >= s.logits_row.size() || s.logits_row[i] < 0) {
+        throw_error("embeddings: token %zu of the last batch did not ask for outputs", i);
+    }
+    const auto n_embd = static_cast<size_t>(s.model->info().n_embd);
+    return {s.hidden.data() + static_cast<size_t>(s.logits_row[i]) * n_embd, n_embd};
 }
 
 void Context::seq_rm(int32_t seq_id, int32_t p0, int32_t p1) {

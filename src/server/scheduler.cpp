@@ -1,0 +1,431 @@
+#include "server/scheduler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <optional>
+#include <unordered_map>
+
+#include "core/error.h"
+#include "runtime/sampler.h"
+#include "runtime/tokenizer.h"
+#include "server/stop_strings.h"
+
+namespace sparrow::server {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+
+// Embedding prompts ask for an output per token; their chunks are capped so that one step's logits stay
+// small ([outputs, n_vocab] floats).
+constexpr int64_t kMaxEmbeddingOutputsPerStep = 256;
+constexpr std::chrono::seconds kRateWindow{10};
+
+size_t common_prefix(const std::vector<int32_t> &a, const std::vector<int32_t> &b) {
+    size_t n = 0;
+    while (n < a.size() && n < b.size() && a[n] == b[n]) ++n;
+    return n;
+}
+}  // namespace
+
+const char *finish_reason_name(FinishReason r) {
+    switch (r) {
+        case FinishReason::none: return "none";
+        case FinishReason::stop: return "stop";
+        case FinishReason::length: return "length";
+        case FinishReason::cancelled: return "cancelled";
+        case FinishReason::error: return "error";
+    }
+    return "?";
+}
+
+// --- TaskChannel -------------------------------------------------------------------------------------------
+
+TaskUpdate TaskChannel::wait(std::chrono::milliseconds timeout) {
+    std::unique_lock lock(mu_);
+    cv_.wait_for(lock, timeout, [&] { return news_; });
+    news_ = false;
+    TaskUpdate out = state_;  // counters and flags
+    out.text = std::move(state_.text);
+    state_.text.clear();
+    if (state_.done) out.embedding = std::move(state_.embedding);
+    return out;
+}
+
+void TaskChannel::start(int64_t n_prompt, int64_t n_cached) {
+    std::lock_guard lock(mu_);
+    state_.n_prompt = n_prompt;
+    state_.n_cached = n_cached;
+}
+
+void TaskChannel::push(std::string_view text, int64_t n_generated) {
+    {
+        std::lock_guard lock(mu_);
+        state_.text.append(text);
+        state_.n_generated = n_generated;
+        news_ = true;
+    }
+    cv_.notify_all();
+}
+
+void TaskChannel::set_embedding(std::vector<float> rows, int64_t n_rows) {
+    std::lock_guard lock(mu_);
+    state_.embedding = std::move(rows);
+    state_.n_embd_rows = n_rows;
+}
+
+void TaskChannel::finish(FinishReason reason, const std::string &error) {
+    {
+        std::lock_guard lock(mu_);
+        if (state_.done) return;
+        state_.done = true;
+        state_.finish = reason;
+        state_.error = error;
+        news_ = true;
+    }
+    cv_.notify_all();
+}
+
+// --- Scheduler ---------------------------------------------------------------------------------------------
+
+// One sequence of the context and the task it runs. Scheduler thread only.
+struct Scheduler::Slot {
+    int32_t seq_id = 0;
+    std::vector<int32_t> cache;  // the tokens whose rows the context holds for seq_id, by position
+    uint64_t last_used = 0;      // admission stamp of its latest task (least recently used slot wins ties)
+
+    // The running task (channel == nullptr: idle).
+    std::shared_ptr<TaskChannel> channel;
+    Task task;
+    uint64_t admitted = 0;
+    size_t n_prompt_done = 0;  // prompt tokens in the cache
+    std::optional<Sampler> sampler;
+    int32_t next_token = -1;  // sampled, to be decoded at the next step
+    int64_t n_generated = 0;
+    std::unordered_map<int32_t, int64_t> counts;  // generated token -> occurrences (penalties)
+    std::vector<float> penalised;                 // logits with penalties applied
+    std::string text;                             // generated text so far
+    size_t n_sent = 0;                            // bytes of text handed to the channel
+    std::vector<float> embd_rows;                 // embeddings: hidden states gathered so far
+
+    bool busy() const { return channel != nullptr; }
+    bool reading_prompt() const { return busy() && n_prompt_done < task.prompt.size(); }
+};
+
+Scheduler::Scheduler(std::shared_ptr<const Model> model, const ContextParams &params, const Options &options)
+    : model_(std::move(model)), tokenizer_(model_tokenizer(*model_)), options_(options) {
+    if (options_.n_slots < 1 || options_.n_slots > 64) throw_error("the number of slots must be in [1, 64]");
+    if (options_.max_queue < 0) throw_error("the queue limit must not be negative");
+    ContextParams p = params;
+    p.embeddings = true;
+    ctx_ = std::make_unique<Context>(model_, p);
+    n_ctx_ = ctx_->n_ctx();
+    n_ctx_per_slot_ = n_ctx_ / options_.n_slots;
+    if (n_ctx_per_slot_ < 8) {
+        throw_error("a context of %lld cells leaves %lld per slot for %d slots (raise -c or lower -np)",
+                    (long long)n_ctx_, (long long)n_ctx_per_slot_, options_.n_slots);
+    }
+    n_batch_ = ctx_->params().n_batch;
+    n_embd_ = model_info(*model_).n_embd;
+    slots_.resize(static_cast<size_t>(options_.n_slots));
+    for (size_t i = 0; i < slots_.size(); ++i) slots_[i].seq_id = static_cast<int32_t>(i);
+    counters_.n_slots = options_.n_slots;
+    counters_.kv_cells_total = n_ctx_;
+    metrics_ = counters_;
+    thread_ = std::thread([this] { loop(); });
+}
+
+Scheduler::~Scheduler() {
+    {
+        std::lock_guard lock(mu_);
+        stop_ = true;
+    }
+    cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+}
+
+std::shared_ptr<TaskChannel> Scheduler::submit(Task task) {
+    SPARROW_ASSERT(!task.prompt.empty());
+    auto channel = std::make_shared<TaskChannel>();
+    {
+        std::lock_guard lock(mu_);
+        if (stop_ || static_cast<int64_t>(queue_.size()) >= options_.max_queue) return nullptr;
+        queue_.push_back({std::move(task), channel});
+        metrics_.queue_depth = static_cast<int64_t>(queue_.size());
+    }
+    cv_.notify_all();
+    return channel;
+}
+
+SchedulerMetrics Scheduler::metrics() const {
+    std::lock_guard lock(mu_);
+    return metrics_;
+}
+
+void Scheduler::loop() {
+    while (true) {
+        std::vector<Queued> admitted;
+        {
+            std::unique_lock lock(mu_);
+            const auto any_busy = [&] {
+                return std::any_of(slots_.begin(), slots_.end(), [](const Slot &s) { return s.busy(); });
+            };
+            cv_.wait(lock, [&] { return stop_ || !queue_.empty() || any_busy(); });
+            if (stop_) break;
+            // Tasks whose clients left while they waited are dropped without taking a slot.
+            for (auto it = queue_.begin(); it != queue_.end();) {
+                if (it->channel->cancelled()) {
+                    it->channel->finish(FinishReason::cancelled);
+                    ++counters_.tasks_cancelled;
+                    it = queue_.erase(it);
+                } else {
+                    ++it;
+                }
+            }
+            const auto n_free = std::count_if(slots_.begin(), slots_.end(), [](const Slot &s) { return !s.busy(); });
+            while (!queue_.empty() && static_cast<int64_t>(admitted.size()) < n_free) {
+                admitted.push_back(std::move(queue_.front()));
+                queue_.pop_front();
+            }
+        }
+        for (Queued &q : admitted) {
+            // The free slot whose cache shares the longest prefix with the prompt; else the least recently used.
+            Slot *best = nullptr;
+            size_t best_prefix = 0;
+            for (Slot &s : slots_) {
+                if (s.busy()) continue;
+                const size_t prefix = common_prefix(s.cache, q.task.prompt);
+                if (!best || prefix > best_prefix || (prefix == best_prefix && s.last_used < best->last_used)) {
+                    best = &s;
+                    best_prefix = prefix;
+                }
+            }
+            SPARROW_ASSERT(best != nullptr);
+            try {
+                start_task(*best, q);
+            } catch (const std::exception &e) {
+                const std::string why = std::string("internal error: ") + e.what();
+                if (best->busy()) {
+                    release(*best, FinishReason::error, why);
+                } else {
+                    q.channel->finish(FinishReason::error, why);
+                }
+            }
+        }
+        try {
+            for (Slot &s : slots_) {
+                if (s.busy() && s.channel->cancelled()) release(s, FinishReason::cancelled);
+            }
+            step();
+        } catch (const std::exception &e) {
+            // Nothing here should throw (decode errors are handled in step()); if something does, the
+            // running tasks fail and their sequences are emptied rather than the server going down.
+            for (Slot &s : slots_) {
+                ctx_->seq_rm(s.seq_id, 0, -1);
+                s.cache.clear();
+                if (s.busy()) release(s, FinishReason::error, std::string("internal error: ") + e.what());
+            }
+        }
+        publish_metrics();
+    }
+    // Shutting down: nothing may wait forever.
+    std::lock_guard lock(mu_);
+    for (Slot &s : slots_) {
+        if (s.busy()) s.channel->finish(FinishReason::error, "the server is shutting down");
+    }
+    for (Queued &q : queue_) q.channel->finish(FinishReason::error, "the server is shutting down");
+    queue_.clear();
+}
+
+void Scheduler::start_task(Slot &slot, Queued &queued) {
+    slot.task = std::move(queued.task);
+    slot.channel = std::move(queued.channel);
+    slot.admitted = slot.last_used = ++admissions_;
+    const std::vector<int32_t> &prompt = slot.task.prompt;
+    // Reuse the cached prefix, but evaluate at least the last prompt token (its logits start generation);
+    // embeddings other than the last token's need every token's hidden state.
+    size_t keep = common_prefix(slot.cache, prompt);
+    if (slot.task.kind == TaskKind::embedding && slot.task.pooling != Pooling::last) keep = 0;
+    keep = std::min(keep, prompt.size() - 1);
+    ctx_->seq_rm(slot.seq_id, static_cast<int32_t>(keep), -1);
+    slot.cache.resize(keep);
+    slot.n_prompt_done = keep;
+    const SamplingOptions &so = slot.task.sampling;
+    slot.sampler.emplace(SamplerParams{so.temperature, so.top_k, so.top_p, so.seed});
+    slot.next_token = -1;
+    slot.n_generated = 0;
+    slot.counts.clear();
+    slot.text.clear();
+    slot.n_sent = 0;
+    slot.embd_rows.clear();
+    slot.channel->start(static_cast<int64_t>(prompt.size()), static_cast<int64_t>(keep));
+    counters_.prompt_tokens += static_cast<int64_t>(prompt.size());
+}
+
+void Scheduler::release(Slot &slot, FinishReason reason, const std::string &error) {
+    if (reason == FinishReason::cancelled) ++counters_.tasks_cancelled;
+    if (reason == FinishReason::error) ++counters_.tasks_failed;
+    if (reason == FinishReason::stop || reason == FinishReason::length) ++counters_.tasks_completed;
+    const std::shared_ptr<TaskChannel> channel = std::move(slot.channel);
+    slot.sampler.reset();
+    slot.task = Task{};
+    // Published before the client hears of the end, so that /metrics already counts this task.
+    publish_metrics();
+    channel->finish(reason, error);
+}
+
+bool Scheduler::step() {
+    struct Entry {
+        Slot *slot;
+        bool output;  // the token asked for logits
+    };
+    std::vector<BatchToken> batch;
+    std::vector<Entry> entries;  // per batch token
+    // Decode tokens first: one per generating slot.
+    for (Slot &s : slots_) {
+        if (!s.busy() || s.reading_prompt()) continue;
+        SPARROW_ASSERT(s.next_token >= 0);
+        batch.push_back({s.next_token, static_cast<int32_t>(s.cache.size()), s.seq_id, true});
+        entries.push_back({&s, true});
+    }
+    // Then prompt chunks, oldest task first, within the batch size.
+    std::vector<Slot *> readers;
+    for (Slot &s : slots_) {
+        if (s.reading_prompt()) readers.push_back(&s);
+    }
+    std::sort(readers.begin(), readers.end(), [](const Slot *a, const Slot *b) { return a->admitted < b->admitted; });
+    for (Slot *s : readers) {
+        int64_t budget = n_batch_ - static_cast<int64_t>(batch.size());
+        if (budget <= 0) break;
+        const bool all_outputs = s->task.kind == TaskKind::embedding && s->task.pooling != Pooling::last;
+        if (all_outputs) budget = std::min(budget, kMaxEmbeddingOutputsPerStep);
+        const size_t n_prompt = s->task.prompt.size();
+        const size_t end = std::min(n_prompt, s->n_prompt_done + static_cast<size_t>(budget));
+        for (size_t j = s->n_prompt_done; j < end; ++j) {
+            const bool out = all_outputs || j + 1 == n_prompt;
+            batch.push_back({s->task.prompt[j], static_cast<int32_t>(j), s->seq_id, out});
+            entries.push_back({s, out});
+        }
+    }
+    if (batch.empty()) return false;
+
+    const auto t0 = Clock::now();
+    try {
+        ctx_->decode(batch);
+    } catch (const std::exception &e) {
+        // The context is unchanged; fail the tasks of this batch and forget their caches.
+        for (Entry &e2 : entries) {
+            Slot &s = *e2.slot;
+            if (!s.busy()) continue;
+            ctx_->seq_rm(s.seq_id, 0, -1);
+            s.cache.clear();
+            release(s, FinishReason::error, std::string("decode failed: ") + e.what());
+        }
+        return true;
+    }
+    const auto t1 = Clock::now();
+    counters_.decode_calls += 1;
+    counters_.decode_seconds += std::chrono::duration<double>(t1 - t0).count();
+
+    int64_t generated_before = counters_.generated_tokens;
+    for (size_t i = 0; i < batch.size(); ++i) {
+        Slot &s = *entries[i].slot;
+        s.cache.push_back(batch[i].id);
+        if (s.reading_prompt()) {
+            ++s.n_prompt_done;
+            ++counters_.prompt_tokens_evaluated;
+        }
+        if (!entries[i].output || !s.busy()) continue;
+        if (s.task.kind == TaskKind::embedding) {
+            const auto h = ctx_->embeddings(i);
+            s.embd_rows.insert(s.embd_rows.end(), h.begin(), h.end());
+            if (!s.reading_prompt()) {
+                // The whole prompt is in: pool and hand over.
+                const int64_t n_rows = static_cast<int64_t>(s.embd_rows.size()) / n_embd_;
+                std::vector<float> out;
+                int64_t out_rows = 1;
+                if (s.task.pooling == Pooling::none) {
+                    out = std::move(s.embd_rows);
+                    out_rows = n_rows;
+                } else if (s.task.pooling == Pooling::last) {
+                    out.assign(s.embd_rows.end() - n_embd_, s.embd_rows.end());
+                } else {
+                    out.assign(static_cast<size_t>(n_embd_), 0.0f);
+                    for (int64_t r = 0; r < n_rows; ++r) {
+                        for (int64_t k = 0; k < n_embd_; ++k) out[k] += s.embd_rows[r * n_embd_ + k];
+                    }
+                    for (float &v : out) v /= static_cast<float>(n_rows);
+                }
+                if (s.task.normalize && s.task.pooling != Pooling::none) {
+                    double norm = 0;
+                    for (float v : out) norm += double(v) * v;
+                    norm = std::sqrt(norm);
+                    if (norm > 0) {
+                        for (float &v : out) v = static_cast<float>(v / norm);
+                    }
+                }
+                s.channel->set_embedding(std::move(out), out_rows);
+                s.embd_rows.clear();
+                release(s, FinishReason::stop);
+            }
+            continue;
+        }
+        handle_output(s, ctx_->logits(i));
+    }
+    const int64_t n_new = counters_.generated_tokens - generated_before;
+    recent_.emplace_back(t1, n_new);
+    return true;
+}
+
+void Scheduler::handle_output(Slot &s, std::span<const float> logits) {
+    const SamplingOptions &so = s.task.sampling;
+    if (so.presence_penalty != 0.0f || so.frequency_penalty != 0.0f) {
+        s.penalised.assign(logits.begin(), logits.end());
+        for (const auto &[id, count] : s.counts) {
+            s.penalised[static_cast<size_t>(id)] -= so.presence_penalty + so.frequency_penalty * float(count);
+        }
+        logits = s.penalised;
+    }
+    const int32_t token = s.sampler->sample(logits);
+    ++s.n_generated;
+    ++counters_.generated_tokens;
+    if (tokenizer_.is_eog(token)) {
+        s.channel->push(std::string_view(s.text).substr(s.n_sent), s.n_generated);
+        release(s, FinishReason::stop);
+        return;
+    }
+    ++s.counts[token];
+    s.text += tokenizer_.token_to_piece(token);
+    const StopScan scan = scan_stop_strings(s.text, s.n_sent, so.stop);
+    if (scan.stop_at != StopScan::npos) {
+        s.channel->push(std::string_view(s.text).substr(s.n_sent, scan.stop_at - s.n_sent), s.n_generated);
+        release(s, FinishReason::stop);
+        return;
+    }
+    // The next token would sit at position cache.size() + 1; requests are checked to fit, this is a guard.
+    if (s.n_generated >= so.max_tokens || static_cast<int64_t>(s.cache.size()) + 1 >= n_ctx_per_slot_) {
+        s.channel->push(std::string_view(s.text).substr(s.n_sent), s.n_generated);
+        release(s, FinishReason::length);
+        return;
+    }
+    s.channel->push(std::string_view(s.text).substr(s.n_sent, scan.safe_end - s.n_sent), s.n_generated);
+    s.n_sent = scan.safe_end;
+    s.next_token = token;
+}
+
+void Scheduler::publish_metrics() {
+    const auto now = Clock::now();
+    while (!recent_.empty() && now - recent_.front().first > kRateWindow) recent_.pop_front();
+    int64_t recent_tokens = 0;
+    for (const auto &r : recent_) recent_tokens += r.second;
+    double span = recent_.empty() ? 0.0 : std::chrono::duration<double>(now - recent_.front().first).count();
+    span = std::max(span, 1.0);
+    counters_.tokens_per_second = recent_tokens / span;
+    counters_.slots_busy = std::count_if(slots_.begin(), slots_.end(), [](const Slot &s) { return s.busy(); });
+    counters_.kv_cells_used = 0;
+    for (const Slot &s : slots_) counters_.kv_cells_used += static_cast<int64_t>(s.cache.size());
+    std::lock_guard lock(mu_);
+    counters_.queue_depth = static_cast<int64_t>(queue_.size());
+    metrics_ = counters_;
+}
+
+}  // namespace sparrow::server

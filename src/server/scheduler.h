@@ -1,0 +1,158 @@
+// The serving scheduler: one thread owns the model's Context and runs every request. HTTP threads submit
+// tasks and read their results through a TaskChannel; they never touch the model.
+//
+// Each of the n slots is one sequence id of the context. A step gathers one batch: the next token of every
+// generating slot, then prompt tokens of slots still reading their prompts (up to n_batch in all), so a new
+// request joins the running batch at the next step (continuous batching). A slot keeps its sequence's
+// cache rows after a task and reuses the longest prefix it shares with the next prompt.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "sparrow/sparrow.h"
+
+namespace sparrow::server {
+
+enum class TaskKind { completion, embedding };
+enum class Pooling { none, mean, last };
+enum class FinishReason { none, stop, length, cancelled, error };
+const char *finish_reason_name(FinishReason r);  // "stop", "length", ...
+
+struct SamplingOptions {
+    float temperature = 1.0f;  // <= 0: greedy
+    float top_p = 1.0f;        // >= 1: off
+    int top_k = 0;             // <= 0: off
+    uint64_t seed = 0;
+    float presence_penalty = 0.0f;   // subtracted once from the logit of every token generated so far
+    float frequency_penalty = 0.0f;  // subtracted per occurrence of the token in the generated text
+    int64_t max_tokens = 16;         // tokens to sample at most (>= 1)
+    std::vector<std::string> stop;   // generation ends before the first occurrence of any of these
+};
+
+struct Task {
+    TaskKind kind = TaskKind::completion;
+    std::vector<int32_t> prompt;      // token ids, never empty; prompt.size() + max_tokens <= n_ctx_per_slot
+    SamplingOptions sampling;         // completions
+    Pooling pooling = Pooling::mean;  // embeddings
+    bool normalize = true;            // embeddings: L2-normalise pooled vectors
+};
+
+// A snapshot of a task's progress, taken by the HTTP thread that waits for it.
+struct TaskUpdate {
+    std::string text;  // text produced since the previous take: never part of a stop string
+    bool done = false;
+    FinishReason finish = FinishReason::none;
+    std::string error;             // finish == error: what went wrong
+    int64_t n_prompt = 0;          // prompt tokens
+    int64_t n_cached = 0;          // of which were reused from the slot's cache
+    int64_t n_generated = 0;       // tokens sampled so far (an end-of-generation token included)
+    int64_t n_embd_rows = 0;       // embeddings: rows in `embedding` (1 when pooled)
+    std::vector<float> embedding;  // embeddings, when done: [n_embd_rows, n_embd]
+};
+
+// One task's link between the scheduler (writer) and the HTTP thread (reader).
+class TaskChannel {
+  public:
+    // Reader: waits until there is new text or the task is done, or until `timeout`; takes the new text.
+    TaskUpdate wait(std::chrono::milliseconds timeout);
+    // Reader: the client is gone; the scheduler drops the task at its next step and frees the slot.
+    void cancel() { cancelled_.store(true); }
+
+    // Writer side (the scheduler thread).
+    bool cancelled() const { return cancelled_.load(); }
+    void start(int64_t n_prompt, int64_t n_cached);
+    void push(std::string_view text, int64_t n_generated);
+    void set_embedding(std::vector<float> rows, int64_t n_rows);
+    void finish(FinishReason reason, const std::string &error = {});
+
+  private:
+    std::mutex mu_;
+    std::condition_variable cv_;
+    TaskUpdate state_;  // pending text and the latest counters, guarded by mu_
+    bool news_ = false;
+    std::atomic<bool> cancelled_{false};
+};
+
+struct SchedulerMetrics {
+    int64_t n_slots = 0;
+    int64_t slots_busy = 0;
+    int64_t queue_depth = 0;
+    int64_t kv_cells_used = 0;  // cache rows held by all slots (reusable prefixes included)
+    int64_t kv_cells_total = 0;
+    int64_t tasks_completed = 0;  // finished with stop or length
+    int64_t tasks_cancelled = 0;
+    int64_t tasks_failed = 0;
+    int64_t prompt_tokens = 0;            // prompt tokens of started tasks
+    int64_t prompt_tokens_evaluated = 0;  // of which were run through the model (not reused from a cache)
+    int64_t generated_tokens = 0;
+    int64_t decode_calls = 0;
+    double decode_seconds = 0;
+    double tokens_per_second = 0;  // generated tokens per second over the last 10 s
+};
+
+class Scheduler {
+  public:
+    struct Options {
+        int n_slots = 4;
+        int64_t max_queue = 64;  // tasks waiting for a slot; submit() refuses more
+    };
+    // Creates the context (ContextParams::embeddings is switched on) and starts the scheduler thread.
+    // Throws sparrow::Error when the options do not fit the context.
+    Scheduler(std::shared_ptr<const Model> model, const ContextParams &params, const Options &options);
+    ~Scheduler();  // stops the thread; unfinished tasks end with an error
+    Scheduler(const Scheduler &) = delete;
+    Scheduler &operator=(const Scheduler &) = delete;
+
+    // Queues a task; nullptr when the queue is full.
+    std::shared_ptr<TaskChannel> submit(Task task);
+    SchedulerMetrics metrics() const;
+    int64_t n_ctx_per_slot() const { return n_ctx_per_slot_; }
+    int64_t n_ctx() const { return n_ctx_; }
+    int n_slots() const { return options_.n_slots; }
+
+  private:
+    struct Slot;
+    struct Queued {
+        Task task;
+        std::shared_ptr<TaskChannel> channel;
+    };
+
+    void loop();
+    void start_task(Slot &slot, Queued &queued);  // moves the task out of `queued`
+    bool step();                                  // one batch; false when nothing ran
+    void handle_output(Slot &slot, std::span<const float> logits);
+    void release(Slot &slot, FinishReason reason, const std::string &error = {});
+    void publish_metrics();
+
+    std::shared_ptr<const Model> model_;
+    const Tokenizer &tokenizer_;
+    Options options_;
+    std::unique_ptr<Context> ctx_;  // touched only by the scheduler thread after construction
+    int64_t n_ctx_ = 0;
+    int64_t n_ctx_per_slot_ = 0;
+    int64_t n_batch_ = 0;
+    int64_t n_embd_ = 0;
+    std::vector<Slot> slots_;  // scheduler thread only
+    uint64_t admissions_ = 0;  // scheduler thread only: admission counter (order of prompt processing, LRU)
+    std::deque<std::pair<std::chrono::steady_clock::time_point, int64_t>> recent_;  // (step end, tokens)
+
+    mutable std::mutex mu_;  // guards queue_, stop_ and metrics_
+    std::condition_variable cv_;
+    std::deque<Queued> queue_;
+    bool stop_ = false;
+    SchedulerMetrics metrics_;
+    SchedulerMetrics counters_;  // scheduler thread's running totals, copied into metrics_ after each step
+
+    std::thread thread_;  // last: starts after everything above is built
+};
+
+}  // namespace sparrow::server

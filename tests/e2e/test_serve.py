@@ -1,0 +1,194 @@
+"""`sparrow serve`: every endpoint in shape and content on tiny synthetic models. Greedy completions equal
+`sparrow run --temp 0`; embeddings equal the numpy reference's final normed hidden states; stop strings,
+seeds and the chat format behave; switching between embeddings and completions is safe."""
+import os
+
+import numpy as np
+
+import harness
+import llama_ref
+import serve_util
+from serve_util import norm
+
+checks = harness.Checks()
+tmp = harness.temp_dir()
+llama = serve_util.make_model("llama", os.path.join(tmp, "llama.gguf"))
+N = 12 if serve_util.LIGHT else 24
+PROMPT = "Once upon a time"
+
+
+def error_shape(body):
+    e = body.get("error") if isinstance(body, dict) else None
+    return isinstance(e, dict) and all(isinstance(e.get(k), str) for k in ("message", "type", "code"))
+
+
+with serve_util.Server(llama, "-np", 2, "-c", 1024, "--chat-format", "llama2", "-ctk", "f32", "-ctv", "f32") as srv:
+    status, body = srv.request("GET", "/health")
+    checks.check(status == 200 and body.get("status") == "ok", f"/health: {status} {body}")
+    status, body = srv.request("GET", "/v1/models")
+    checks.check(status == 200 and body["object"] == "list" and body["data"][0]["id"] == "llama.gguf",
+                 f"/v1/models lists the model by file name: {body}")
+
+    # --- completions: equal to `sparrow run --temp 0` -------------------------------------------------------
+    want = serve_util.run_greedy(llama, PROMPT, N, "-ctk", "f32", "-ctv", "f32")
+    checks.check(len(want) > 0, f"run generated text: {want!r}")
+    status, tok = srv.request("POST", "/tokenize", {"content": PROMPT, "add_special": True})
+    n_prompt = len(tok["tokens"])
+    req = {"model": "llama.gguf", "prompt": PROMPT, "max_tokens": N, "temperature": 0}
+    status, body = srv.request("POST", "/v1/completions", req)
+    ok = status == 200 and body["object"] == "text_completion" and norm(body["choices"][0]["text"]) == want
+    checks.check(ok, f"/v1/completions greedy equals sparrow run ({status}): {body}")
+    usage = body.get("usage", {})
+    checks.check(usage.get("prompt_tokens") == n_prompt and 0 < usage.get("completion_tokens", 0) <= N
+                 and usage.get("total_tokens") == n_prompt + usage.get("completion_tokens", -1),
+                 f"/v1/completions usage {usage} (prompt {n_prompt} tokens)")
+    checks.check(body["choices"][0]["finish_reason"] in ("stop", "length") and body["id"].startswith("cmpl-"),
+                 "/v1/completions finish_reason and id")
+    full = usage.get("completion_tokens") == N and body["choices"][0]["finish_reason"] == "length"
+
+    status, events, done = srv.stream("/v1/completions", req)
+    text = norm("".join(e["choices"][0]["text"] for e in events))
+    checks.check(status == 200 and done and text == want, f"streamed /v1/completions equals run: {text!r}")
+    checks.check(events[-1]["choices"][0]["finish_reason"] in ("stop", "length") and "usage" in events[-1]
+                 and all(e["choices"][0]["finish_reason"] is None for e in events[:-1]),
+                 "stream: finish_reason only on the last chunk, with usage")
+    status, events, done = srv.stream("/v1/completions", dict(req, stream_options={"include_usage": True}))
+    checks.check(done and events[-1]["choices"] == [] and events[-1]["usage"]["prompt_tokens"] == n_prompt,
+                 "stream_options.include_usage adds a usage chunk")
+
+    # Token ids as the prompt; the cached prefix is reused.
+    status, body = srv.request("POST", "/v1/completions", dict(req, prompt=tok["tokens"]))
+    checks.check(status == 200 and norm(body["choices"][0]["text"]) == want, "a prompt of token ids gives the same text")
+    checks.check(body["usage"]["prompt_tokens_details"]["cached_tokens"] == n_prompt - 1,
+                 f"the slot reused the cached prompt: {body['usage']}")
+
+    # llama.cpp's /completion.
+    status, body = srv.request("POST", "/completion", {"prompt": PROMPT, "n_predict": N, "temperature": 0})
+    checks.check(status == 200 and norm(body.get("content", "")) == want and body.get("stop") is True
+                 and body.get("tokens_evaluated") == n_prompt, f"/completion: {body}")
+    status, events, _ = srv.stream("/completion", {"prompt": PROMPT, "n_predict": N, "temperature": 0})
+    checks.check(status == 200 and norm("".join(e["content"] for e in events)) == want and events[-1]["stop"] is True,
+                 "streamed /completion equals run")
+
+    # --- stop strings -----------------------------------------------------------------------------------------
+    windows = [i for i in range(2, len(want) - 3) if "\ufffd" not in want[i:i + 3]]
+    if windows:
+        stop = want[windows[0]:windows[0] + 3]
+        cut = want[:want.find(stop)]
+        status, body = srv.request("POST", "/v1/completions", dict(req, stop=[stop, "\u00e9\u00e9\u00e9"]))
+        checks.check(norm(body["choices"][0]["text"]) == cut and body["choices"][0]["finish_reason"] == "stop",
+                     f"stop {stop!r}: text cut before it ({body['choices'][0]})")
+        status, events, done = srv.stream("/v1/completions", dict(req, stop=stop))
+        got = norm("".join(e["choices"][0]["text"] for e in events))
+        checks.check(got == cut and events[-1]["choices"][0]["finish_reason"] == "stop",
+                     f"streamed stop: no part of the stop string is sent ({got!r})")
+
+    # --- sampling: seeded runs repeat; penalties stay deterministic --------------------------------------------
+    sreq = dict(req, temperature=1.0, top_p=0.9, top_k=20, seed=1234)
+    a = srv.request("POST", "/v1/completions", sreq)[1]["choices"][0]["text"]
+    b = srv.request("POST", "/v1/completions", sreq)[1]["choices"][0]["text"]
+    checks.check(a == b, "the same seed gives the same sample")
+    # Negative penalties reward what was generated already: the greedy text turns into a loop.
+    preq = dict(req, presence_penalty=-2, frequency_penalty=-2)
+    a = srv.request("POST", "/v1/completions", preq)[1]["choices"][0]
+    b = srv.request("POST", "/v1/completions", preq)[1]["choices"][0]
+    checks.check(a["text"] == b["text"], "greedy with penalties is deterministic")
+    if full:
+        checks.check(norm(a["text"]) != want, f"penalties change the greedy text ({a['text']!r})")
+
+    # --- chat: the llama2 format, then the same completion --------------------------------------------------
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Tell me a story."}]
+    bos = srv.request("POST", "/tokenize", {"content": "", "add_special": True, "with_pieces": True})[1]["tokens"]
+    rendered = bos[0]["piece"] + "[INST] <<SYS>>\nBe brief.\n<</SYS>>\n\nTell me a story. [/INST]"
+    ids = srv.request("POST", "/tokenize", {"content": rendered, "add_special": False})[1]["tokens"]
+    want_chat = srv.request("POST", "/v1/completions", {"prompt": ids, "max_tokens": N, "temperature": 0})[1]
+    status, body = srv.request("POST", "/v1/chat/completions",
+                               {"messages": messages, "max_tokens": N, "temperature": 0})
+    ok = (status == 200 and body["object"] == "chat.completion" and body["choices"][0]["message"]["role"] == "assistant"
+          and norm(body["choices"][0]["message"]["content"]) == norm(want_chat["choices"][0]["text"])
+          and body["usage"]["prompt_tokens"] == len(ids))
+    checks.check(ok, f"/v1/chat/completions renders the llama2 format ({status}): {body}")
+    status, events, done = srv.stream("/v1/chat/completions", {"messages": messages, "max_tokens": N, "temperature": 0})
+    checks.check(done and events[0]["choices"][0]["delta"].get("role") == "assistant"
+                 and events[0]["object"] == "chat.completion.chunk"
+                 and norm("".join(e["choices"][0]["delta"].get("content", "") for e in events))
+                 == norm(want_chat["choices"][0]["text"]), "streamed chat: role first, then the same text")
+
+    # --- tokenize / detokenize ------------------------------------------------------------------------------
+    text = "Hello, w\u00f6rld! 123"
+    status, body = srv.request("POST", "/tokenize", {"content": text, "with_pieces": True})
+    pieces = body["tokens"]
+    status, back = srv.request("POST", "/detokenize", {"tokens": [p["id"] for p in pieces]})
+    checks.check(back.get("content") == text, f"/tokenize and /detokenize round-trip: {back}")
+    ascii_pieces = srv.request("POST", "/tokenize", {"content": "Hello, world", "with_pieces": True})[1]["tokens"]
+    checks.check("".join(p["piece"] for p in ascii_pieces) == "Hello, world", "with_pieces: the pieces make the text")
+
+    # --- embeddings: the final normed hidden states --------------------------------------------------------
+    ref = llama_ref.LlamaModel(llama)
+    hidden = llama_ref.rms_norm(llama_ref.hidden_states(ref, np.asarray(tok["tokens"])), ref.w("output_norm.weight"),
+                                ref.hp.rms_eps)
+    status, none = srv.request("POST", "/v1/embeddings", {"input": PROMPT, "pooling": "none"})
+    rows = np.asarray(none["data"][0]["embedding"])
+    checks.check(status == 200 and rows.shape == hidden.shape, f"pooling none: one row per token {rows.shape}")
+    err = harness.rel_error(rows, hidden)
+    checks.check(err < 1e-4, f"embeddings equal the reference's normed hidden states (relative error {err:.1e})")
+    unit = lambda v: v / np.linalg.norm(v)  # noqa: E731
+    status, mean = srv.request("POST", "/v1/embeddings", {"input": [PROMPT, "x"], "pooling": "mean"})
+    checks.check(status == 200 and len(mean["data"]) == 2 and mean["data"][1]["index"] == 1
+                 and mean["usage"]["prompt_tokens"] == n_prompt + 2, f"two inputs, usage {mean.get('usage')}")
+    checks.check(harness.rel_error(mean["data"][0]["embedding"], unit(hidden.mean(0))) < 1e-4,
+                 "pooling mean: the normalised mean of the rows")
+    status, last = srv.request("POST", "/v1/embeddings", {"input": tok["tokens"], "pooling": "last"})
+    checks.check(harness.rel_error(last["data"][0]["embedding"], unit(hidden[-1])) < 1e-4,
+                 "pooling last: the normalised last row")
+    # Completions, embeddings and completions again in turn: the text never changes.
+    for i in range(2):
+        srv.request("POST", "/v1/embeddings", {"input": PROMPT + " again", "pooling": "mean"})
+        got = norm(srv.request("POST", "/v1/completions", req)[1]["choices"][0]["text"])
+        checks.check(got == want, f"completion after embeddings (round {i}) is unchanged")
+
+    # --- metrics ----------------------------------------------------------------------------------------------
+    m = srv.metrics()
+    names = ["sparrow_prompt_tokens_total", "sparrow_generated_tokens_total", "sparrow_queue_depth",
+             "sparrow_slots_busy", "sparrow_tokens_per_second", "sparrow_kv_cells_used"]
+    checks.check(all(n in m for n in names), f"/metrics has {names}")
+    checks.check(m.get('sparrow_http_requests_total{path="/v1/completions",status="200"}', 0) >= 10,
+                 "/metrics counts requests by path and status")
+    checks.check(0 < m["sparrow_kv_cells_used"] <= 1024, f"KV cells used: {m['sparrow_kv_cells_used']}")
+    checks.check(srv.close() == 0, "the server stops cleanly on SIGTERM")
+
+# The DSA model path (deepseek32) through the server, with the selection active (tiny top-k).
+ds = serve_util.make_model("deepseek32", os.path.join(tmp, "ds.gguf"))
+want = serve_util.run_greedy(ds, PROMPT, N, "--dsa-top-k", 4)
+with serve_util.Server(ds, "-np", 2, "-c", 512, "--dsa-top-k", 4) as srv:
+    status, body = srv.request("POST", "/v1/completions", {"prompt": PROMPT, "max_tokens": N, "temperature": 0})
+    checks.check(status == 200 and norm(body["choices"][0]["text"]) == want, f"deepseek32: greedy equals run ({body})")
+    status, body = srv.request("POST", "/v1/embeddings", {"input": PROMPT})
+    checks.check(status == 200 and len(body["data"][0]["embedding"]) > 0, "deepseek32: embeddings")
+    status, body = srv.request("POST", "/v1/chat/completions", {"messages": [{"role": "user", "content": "Hi"}]})
+    checks.check(status == 200 and body["choices"][0]["finish_reason"] in ("stop", "length"),
+                 "deepseek32: chat (default format, default max_tokens)")
+
+# A GGUF that carries DeepSeek-V3.2's chat template: the format is recognised without --chat-format, and the
+# prompt is the template's rendering.
+template = harness.shared_data("templates", "deepseek-ai-DeepSeek-V3.2.jinja")
+if template:
+    from gguf import GGUFValueType
+    ds_tmpl = os.path.join(tmp, "ds-template.gguf")
+    with open(template) as f:
+        text = f.read()
+    harness.rewrite_gguf(ds, ds_tmpl, metadata_edit=lambda md: md.__setitem__(
+        "tokenizer.chat_template", (GGUFValueType.STRING, text)))
+    with serve_util.Server(ds_tmpl, "-np", 1, "-c", 512) as srv:
+        meta = srv.request("GET", "/v1/models")[1]["data"][0]["meta"]
+        checks.check(meta["chat_format"] == "deepseek3", f"the DeepSeek-V3.2 template is recognised: {meta}")
+        bos = srv.request("POST", "/tokenize", {"content": "", "add_special": True, "with_pieces": True})[1]["tokens"]
+        rendered = bos[0]["piece"] + "Be brief.<｜User｜>Hi<｜Assistant｜><think></think>"
+        ids = srv.request("POST", "/tokenize", {"content": rendered})[1]["tokens"]
+        status, body = srv.request("POST", "/v1/chat/completions", {
+            "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}],
+            "max_tokens": 4, "temperature": 0})
+        checks.check(status == 200 and body["usage"]["prompt_tokens"] == len(ids),
+                     f"deepseek3 chat prompt: {body.get('usage')} tokens, rendering has {len(ids)}")
+
+checks.finish()

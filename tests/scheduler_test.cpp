@@ -1,0 +1,161 @@
+// The serving scheduler without HTTP: outputs do not depend on what else runs in the batch, a full queue
+// refuses, cancelling frees the slot, cached prefixes are reused, embeddings come back pooled.
+#include "server/scheduler.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <thread>
+
+#include "core/error.h"
+#include "model/synthetic.h"
+#include "test_util.h"
+
+namespace sparrow::server {
+namespace {
+
+using namespace std::chrono_literals;
+
+class SchedulerTest : public ::testing::Test {
+  protected:
+    static void SetUpTestSuite() {
+        const std::string dir = test::make_temp_dir("sparrow-scheduler");
+        SyntheticParams p;
+        write_synthetic_model(p, dir + "/llama.gguf");
+        model_ = load_model(dir + "/llama.gguf");
+        std::filesystem::remove_all(dir);
+    }
+    static void TearDownTestSuite() { model_.reset(); }
+
+    static ContextParams context(int64_t n_ctx) {
+        ContextParams cp;
+        cp.n_ctx = n_ctx;
+        cp.n_threads = 1;
+        return cp;
+    }
+    static Task greedy(std::vector<int32_t> prompt, int64_t n) {
+        Task t;
+        t.prompt = std::move(prompt);
+        t.sampling.temperature = 0;
+        t.sampling.max_tokens = n;
+        return t;
+    }
+    // Waits for the task's end; returns its text and last update.
+    static std::pair<std::string, TaskUpdate> finish(TaskChannel &c) {
+        std::string text;
+        TaskUpdate u;
+        do {
+            u = c.wait(1000ms);
+            text += u.text;
+        } while (!u.done);
+        return {text, u};
+    }
+
+    static std::shared_ptr<const Model> model_;
+};
+std::shared_ptr<const Model> SchedulerTest::model_;
+
+TEST_F(SchedulerTest, BatchingDoesNotChangeGreedyOutputs) {
+    Scheduler s(model_, context(1024), {4, 16});
+    std::vector<std::vector<int32_t>> prompts;
+    for (int i = 0; i < 6; ++i) {
+        std::vector<int32_t> p;
+        for (int j = 0; j < 3 + 2 * i; ++j) p.push_back((i * 37 + j * 11) % 500 + 1);
+        prompts.push_back(p);
+    }
+    std::vector<std::string> alone;
+    for (const auto &p : prompts) alone.push_back(finish(*s.submit(greedy(p, 12))).first);
+    std::vector<std::shared_ptr<TaskChannel>> channels;
+    for (const auto &p : prompts) channels.push_back(s.submit(greedy(p, 12)));  // 6 tasks over 4 slots
+    for (size_t i = 0; i < prompts.size(); ++i) {
+        const auto [text, u] = finish(*channels[i]);
+        EXPECT_EQ(text, alone[i]) << "prompt " << i;
+        EXPECT_GT(u.n_generated, 0);
+        EXPECT_EQ(u.n_prompt, static_cast<int64_t>(prompts[i].size()));
+    }
+    const SchedulerMetrics m = s.metrics();
+    EXPECT_EQ(m.tasks_completed, 12);
+    EXPECT_EQ(m.slots_busy, 0);
+    EXPECT_LT(m.decode_calls, m.generated_tokens);  // tokens of several slots shared batches
+}
+
+TEST_F(SchedulerTest, ReusesTheCachedPrefix) {
+    Scheduler s(model_, context(512), {1, 4});
+    const std::vector<int32_t> prompt = {5, 6, 7, 8, 9, 10};
+    const auto first = finish(*s.submit(greedy(prompt, 4)));
+    EXPECT_EQ(first.second.n_cached, 0);
+    const auto again = finish(*s.submit(greedy(prompt, 4)));
+    EXPECT_EQ(again.second.n_cached, 5);  // all but the last prompt token, whose logits start generation
+    EXPECT_EQ(again.first, first.first);
+    std::vector<int32_t> longer = prompt;
+    longer.push_back(11);
+    EXPECT_EQ(finish(*s.submit(greedy(longer, 4))).second.n_cached, 6);
+}
+
+TEST_F(SchedulerTest, FullQueueRefusesAndCancelFreesTheSlot) {
+    Scheduler s(model_, context(2048), {1, 1});
+    Task long_task = greedy({1, 2, 3}, 1500);
+    long_task.sampling.presence_penalty = long_task.sampling.frequency_penalty = -2;  // loops: no early end
+    auto running = s.submit(long_task);
+    ASSERT_TRUE(running);
+    // Wait until it runs (the queue is empty again), then fill the queue.
+    for (int i = 0; i < 1000 && s.metrics().slots_busy == 0; ++i) std::this_thread::sleep_for(1ms);
+    auto queued = s.submit(greedy({4, 5}, 2));
+    ASSERT_TRUE(queued);
+    EXPECT_EQ(s.submit(greedy({6}, 2)), nullptr);  // queue of 1 is full
+    running->cancel();
+    const auto [text, u] = finish(*queued);
+    EXPECT_EQ(u.finish == FinishReason::stop || u.finish == FinishReason::length, true);
+    EXPECT_EQ(finish(*running).second.finish, FinishReason::cancelled);
+    EXPECT_EQ(s.metrics().tasks_cancelled, 1);
+}
+
+TEST_F(SchedulerTest, EmbeddingsArePooled) {
+    Scheduler s(model_, context(512), {2, 4});
+    const std::vector<int32_t> prompt = {3, 1, 4, 1, 5, 9};
+    Task none;
+    none.kind = TaskKind::embedding;
+    none.prompt = prompt;
+    none.pooling = Pooling::none;
+    const TaskUpdate rows = finish(*s.submit(none)).second;
+    const int64_t n_embd = 64;
+    ASSERT_EQ(rows.n_embd_rows, 6);
+    ASSERT_EQ(rows.embedding.size(), size_t(6 * n_embd));
+    Task mean = none;
+    mean.pooling = Pooling::mean;
+    const TaskUpdate m = finish(*s.submit(mean)).second;
+    ASSERT_EQ(m.embedding.size(), size_t(n_embd));
+    std::vector<double> want(n_embd, 0.0);
+    for (int64_t r = 0; r < 6; ++r) {
+        for (int64_t k = 0; k < n_embd; ++k) want[k] += rows.embedding[r * n_embd + k] / 6.0;
+    }
+    double norm = 0;
+    for (double v : want) norm += v * v;
+    for (int64_t k = 0; k < n_embd; ++k) EXPECT_NEAR(m.embedding[k], want[k] / std::sqrt(norm), 1e-5);
+    // A completion right after: embeddings leave nothing behind that changes it.
+    const std::string before = finish(*s.submit(greedy(prompt, 8))).first;
+    finish(*s.submit(mean));
+    EXPECT_EQ(finish(*s.submit(greedy(prompt, 8))).first, before);
+}
+
+TEST_F(SchedulerTest, StopStringsCutTheText) {
+    Scheduler s(model_, context(512), {1, 4});
+    const std::vector<int32_t> prompt = {7, 8, 9};
+    const std::string full = finish(*s.submit(greedy(prompt, 16))).first;
+    ASSERT_GE(full.size(), 4u);
+    Task t = greedy(prompt, 16);
+    t.sampling.stop = {full.substr(2, 2)};
+    const auto [text, u] = finish(*s.submit(t));
+    EXPECT_EQ(text, full.substr(0, full.find(full.substr(2, 2))));
+    EXPECT_EQ(u.finish, FinishReason::stop);
+}
+
+TEST_F(SchedulerTest, RefusesBadOptions) {
+    const auto make = [](int64_t n_ctx, int n_slots) { Scheduler s(model_, context(n_ctx), {n_slots, 4}); };
+    EXPECT_THROW(make(512, 0), Error);
+    EXPECT_THROW(make(16, 4), Error);  // 4 cells per slot
+}
+
+}  // namespace
+}  // namespace sparrow::server

@@ -1,0 +1,127 @@
+// `sparrow serve`: an OpenAI-compatible HTTP server over one model, with -np parallel slots decoded together
+// (continuous batching). See tools/server/ for the API and src/server/ for the scheduler.
+#include <pthread.h>
+#include <signal.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <thread>
+
+#include "commands.h"
+#include "common.h"
+#include "core/error.h"
+#include "model/model.h"
+#include "server/api.h"
+
+namespace sparrow::tools {
+
+namespace {
+struct ServeFlags {
+    ModelFlags model;
+    std::string host = "127.0.0.1";
+    int port = 8080;
+    int n_parallel = 4;
+    std::string api_key;
+    std::string chat_format;  // empty: recognised from tokenizer.chat_template
+    std::string alias;        // the model id clients see; default: the file name
+    int64_t max_queue = 64;
+    int64_t max_body_bytes = 1 << 20;
+    int http_threads = 0;  // 0: enough for every slot and queued request
+    bool verbose = false;
+};
+
+sparrow::server::ChatFormat choose_chat_format(const ServeFlags &f, const Model &model) {
+    if (!f.chat_format.empty()) return sparrow::server::chat_format_from_name(f.chat_format);
+    const std::string tmpl = model.file().get_string("tokenizer.chat_template", std::string());
+    if (const auto found = sparrow::server::detect_chat_format(tmpl)) return *found;
+    std::fprintf(
+        stderr, "serve: %s; using the llama2 chat format (choose another with --chat-format)\n",
+        tmpl.empty() ? "the model has no chat template" : "the model's chat template is not one sparrow knows");
+    return sparrow::server::ChatFormat::llama2;
+}
+
+int serve(const ServeFlags &f) {
+    // A write to a connection the client closed must fail (and cancel its request), not kill the server.
+    ::signal(SIGPIPE, SIG_IGN);
+    // SIGINT / SIGTERM stop the server cleanly: blocked here, before any thread starts, and taken by sigwait.
+    sigset_t stop_signals;
+    sigemptyset(&stop_signals);
+    sigaddset(&stop_signals, SIGINT);
+    sigaddset(&stop_signals, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+
+    auto model = load_model_verbose(f.model.model_path);
+    const sparrow::server::ChatFormat chat_format = choose_chat_format(f, *model);
+    sparrow::server::Scheduler scheduler(model, f.model.context_params(), {f.n_parallel, f.max_queue});
+    std::fprintf(stderr, "serve: %d slots of %lld tokens (context %lld), batch %lld, queue %lld, chat format %s%s\n",
+                 scheduler.n_slots(), (long long)scheduler.n_ctx_per_slot(), (long long)scheduler.n_ctx(),
+                 (long long)f.model.n_batch, (long long)f.max_queue, sparrow::server::chat_format_name(chat_format),
+                 f.api_key.empty() ? "" : ", API key required");
+
+    http::ApiConfig config;
+    config.model_id = f.alias.empty() ? std::filesystem::path(f.model.model_path).filename().string() : f.alias;
+    config.api_key = f.api_key;
+    config.chat_format = chat_format;
+    http::Api api(*model, scheduler, config);
+
+    httplib::Server http;
+    // Each open connection holds a thread (a streamed reply for its whole length): enough threads for every
+    // slot and queued request plus a few for /health and /metrics.
+    const size_t n_threads =
+        f.http_threads > 0 ? static_cast<size_t>(f.http_threads) : static_cast<size_t>(f.n_parallel + f.max_queue + 8);
+    http.new_task_queue = [n_threads] { return new httplib::ThreadPool(n_threads); };
+    http.set_payload_max_length(static_cast<size_t>(f.max_body_bytes));
+    if (f.verbose) {
+        http.set_logger([](const httplib::Request &req, const httplib::Response &res) {
+            std::fprintf(stderr, "serve: %s %s -> %d\n", req.method.c_str(), req.path.c_str(), res.status);
+        });
+    }
+    api.install(http);
+    int port = f.port;
+    if (port == 0) {
+        port = http.bind_to_any_port(f.host);
+    } else if (!http.bind_to_port(f.host, port)) {
+        port = -1;
+    }
+    if (port <= 0) throw_error("serve: cannot listen on %s:%d", f.host.c_str(), f.port);
+    std::fprintf(stderr, "serve: listening on http://%s:%d\n", f.host.c_str(), port);
+    std::fflush(stderr);
+
+    std::thread signal_waiter([&] {
+        int sig = 0;
+        sigwait(&stop_signals, &sig);
+        http.stop();
+    });
+    const bool ok = http.listen_after_bind();
+    pthread_kill(signal_waiter.native_handle(), SIGTERM);  // wakes the waiter when listen ended on its own
+    signal_waiter.join();
+    std::fprintf(stderr, "serve: stopped\n");
+    return ok ? 0 : 1;
+}
+}  // namespace
+
+Command register_serve(CLI::App &app) {
+    auto *cmd = app.add_subcommand("serve", "Serve the model over HTTP (OpenAI-compatible API)");
+    auto f = std::make_shared<ServeFlags>();
+    f->model.add_to(*cmd, 0);
+    cmd->add_option("--host", f->host, "Address to listen on (default: loopback only)");
+    cmd->add_option("--port", f->port, "Port (0 = any free port, printed at start-up)")->check(CLI::Range(0, 65535));
+    cmd->add_option("--parallel", f->n_parallel, "Slots: requests decoded together (-np)")->check(CLI::Range(1, 64));
+    cmd->add_option("--api-key", f->api_key, "Require 'Authorization: Bearer KEY' on every endpoint but /health");
+    cmd->add_option(
+           "--chat-format", f->chat_format,
+           "Chat format: deepseek3, deepseek4, glm or llama2 (default: recognised from the model's chat template)")
+        ->check(CLI::IsMember(
+            {"deepseek3", "deepseek-v3.2", "deepseek4", "deepseek-v4", "glm", "glm-5", "glm4", "llama2"}));
+    cmd->add_option("--alias", f->alias, "Model id shown to clients (default: the file name)");
+    cmd->add_option("--max-queue", f->max_queue, "Requests that may wait for a slot; more get HTTP 429")
+        ->check(CLI::Range(int64_t(0), int64_t(4096)));
+    cmd->add_option("--max-body", f->max_body_bytes, "Largest request body in bytes")
+        ->check(CLI::Range(int64_t(1024), int64_t(1) << 30));
+    cmd->add_option("--http-threads", f->http_threads, "HTTP worker threads (0 = slots + queue + 8)")
+        ->check(CLI::Range(0, 4096));
+    cmd->add_flag("-v,--verbose", f->verbose, "Log every request");
+    return [f] { return serve(*f); };
+}
+
+}  // namespace sparrow::tools

@@ -1,0 +1,316 @@
+#include "server/api.h"
+
+#include <cmath>
+#include <sstream>
+
+#include "core/error.h"
+#include "model/model.h"
+#include "runtime/tokenizer.h"
+
+namespace sparrow::tools::http {
+
+namespace {
+using sparrow::server::FinishReason;
+using sparrow::server::Pooling;
+using sparrow::server::TaskKind;
+using sparrow::server::TaskUpdate;
+
+// Most inputs one embeddings request may carry (each runs as its own task).
+constexpr size_t kMaxEmbeddingInputs = 64;
+
+// Compares in time that depends only on the length of `expected`, not on where the strings differ.
+bool constant_time_equal(std::string_view given, std::string_view expected) {
+    unsigned diff = given.size() == expected.size() ? 0u : 1u;
+    for (size_t i = 0; i < expected.size(); ++i) {
+        const unsigned char g = i < given.size() ? static_cast<unsigned char>(given[i]) : 0;
+        diff |= g ^ static_cast<unsigned char>(expected[i]);
+    }
+    return diff == 0;
+}
+
+// The routes, for the metrics' path label (anything else counts as "other").
+const char *const kPaths[] = {"/health",   "/v1/models",  "/v1/completions", "/v1/chat/completions", "/completion",
+                              "/tokenize", "/detokenize", "/v1/embeddings",  "/embeddings",          "/metrics"};
+
+std::string path_label(const std::string &path) {
+    for (const char *p : kPaths) {
+        if (path == p) return p;
+    }
+    return "other";
+}
+}  // namespace
+
+void HttpCounters::add(const std::string &path, int status) {
+    std::lock_guard lock(mu_);
+    ++counts_[{path_label(path), status}];
+}
+
+std::map<std::pair<std::string, int>, int64_t> HttpCounters::snapshot() const {
+    std::lock_guard lock(mu_);
+    return counts_;
+}
+
+Api::Api(const Model &model, Scheduler &scheduler, ApiConfig config)
+    : model_(model), tokenizer_(model_tokenizer(model)), scheduler_(scheduler), config_(std::move(config)) {
+    limits_.n_ctx_per_slot = scheduler_.n_ctx_per_slot();
+    limits_.n_vocab = tokenizer_.n_vocab();
+}
+
+httplib::Server::Handler Api::route(const std::string &path, Handler handler) {
+    return [this, path, handler](const httplib::Request &req, httplib::Response &res) {
+        try {
+            (this->*handler)(req, res);
+        } catch (const ApiError &e) {
+            send_error(res, e.status(), e.what(), e.code());
+        } catch (const json::exception &e) {  // a field of an unexpected type that no check caught
+            send_error(res, 400, e.what(), "invalid_request");
+        } catch (const sparrow::Error &e) {
+            send_error(res, 400, e.what(), "invalid_request");
+        } catch (const std::bad_alloc &) {
+            send_error(res, 500, "out of memory", "server_error");
+        } catch (const std::exception &e) {
+            send_error(res, 500, e.what(), "server_error");
+        }
+        counters_.add(path, res.status);
+    };
+}
+
+void Api::install(httplib::Server &server) {
+    server.set_pre_routing_handler([this](const httplib::Request &req, httplib::Response &res) {
+        if (config_.api_key.empty() || req.path == "/health") return httplib::Server::HandlerResponse::Unhandled;
+        const std::string auth = req.get_header_value("Authorization");
+        constexpr std::string_view scheme = "Bearer ";
+        const bool ok = auth.size() >= scheme.size() && auth.compare(0, scheme.size(), scheme) == 0 &&
+                        constant_time_equal(std::string_view(auth).substr(scheme.size()), config_.api_key);
+        if (ok) return httplib::Server::HandlerResponse::Unhandled;
+        send_error(res, 401, "missing or invalid API key (send 'Authorization: Bearer KEY')", "invalid_api_key");
+        counters_.add(req.path, 401);
+        return httplib::Server::HandlerResponse::Handled;
+    });
+    // Replies httplib makes itself (no route, body too large, bad request line) get the OpenAI error shape.
+    server.set_error_handler(
+        httplib::Server::HandlerWithResponse([this](const httplib::Request &req, httplib::Response &res) {
+            if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;  // ours, already counted
+            const int status = res.status;
+            std::string message = strprintf("HTTP %d", status);
+            std::string code = "invalid_request";
+            if (status == 404) {
+                message = "unknown endpoint: " + req.method + " " + req.path;
+                code = "not_found";
+            } else if (status == 413) {
+                message = "the request body is too large";
+                code = "request_too_large";
+            } else if (status == 400) {
+                message = "malformed HTTP request";
+            }
+            send_error(res, status, message, code);
+            counters_.add(req.path, status);
+            return httplib::Server::HandlerResponse::Handled;
+        }));
+    server.set_exception_handler([this](const httplib::Request &req, httplib::Response &res, std::exception_ptr) {
+        send_error(res, 500, "internal error", "server_error");
+        counters_.add(req.path, 500);
+    });
+    server.Get("/health", route("/health", &Api::health));
+    server.Get("/v1/models", route("/v1/models", &Api::models));
+    server.Get("/metrics", route("/metrics", &Api::metrics));
+    server.Post("/tokenize", route("/tokenize", &Api::tokenize));
+    server.Post("/detokenize", route("/detokenize", &Api::detokenize));
+    server.Post("/v1/embeddings", route("/v1/embeddings", &Api::embeddings));
+    server.Post("/embeddings", route("/embeddings", &Api::embeddings));
+    server.Post("/v1/completions", route("/v1/completions", &Api::completions));
+    server.Post("/v1/chat/completions", route("/v1/chat/completions", &Api::chat_completions));
+    server.Post("/completion", route("/completion", &Api::completion));
+}
+
+void Api::check_model(const json &body) const {
+    const std::optional<std::string> name = get_string(body, "model");
+    if (name && *name != config_.model_id) {
+        throw ApiError(404, "the model '" + *name + "' does not exist; this server serves '" + config_.model_id + "'",
+                       "model_not_found");
+    }
+}
+
+std::shared_ptr<sparrow::server::TaskChannel> Api::submit(Task task) {
+    auto channel = scheduler_.submit(std::move(task));
+    if (!channel) throw ApiError(429, "too many requests are queued; retry later", "queue_full");
+    return channel;
+}
+
+void Api::health(const httplib::Request &, httplib::Response &res) {
+    const auto m = scheduler_.metrics();
+    send_json(res, {{"status", "ok"},
+                    {"slots_idle", m.n_slots - m.slots_busy},
+                    {"slots_processing", m.slots_busy},
+                    {"queue_depth", m.queue_depth}});
+}
+
+void Api::models(const httplib::Request &, httplib::Response &res) {
+    const ModelInfo &info = model_info(model_);
+    json model = {{"id", config_.model_id},
+                  {"object", "model"},
+                  {"created", 0},
+                  {"owned_by", "sparrow"},
+                  {"meta",
+                   {{"arch", info.arch},
+                    {"n_vocab", info.n_vocab},
+                    {"n_embd", info.n_embd},
+                    {"n_params", info.n_params},
+                    {"n_ctx", scheduler_.n_ctx()},
+                    {"n_ctx_per_slot", scheduler_.n_ctx_per_slot()},
+                    {"slots", scheduler_.n_slots()},
+                    {"chat_format", sparrow::server::chat_format_name(config_.chat_format)}}}};
+    send_json(res, {{"object", "list"}, {"data", json::array({model})}});
+}
+
+void Api::tokenize(const httplib::Request &req, httplib::Response &res) {
+    const json body = parse_body(req);
+    const std::optional<std::string> content = get_string(body, "content");
+    if (!content) throw ApiError(400, "'content' (a string) is required", "missing_field");
+    const bool add_special = get_bool(body, "add_special").value_or(false);
+    const bool parse_special = get_bool(body, "parse_special").value_or(true);
+    const bool with_pieces = get_bool(body, "with_pieces").value_or(false);
+    const std::vector<int32_t> ids = tokenizer_.encode(*content, add_special, parse_special);
+    json tokens = json::array();
+    for (int32_t id : ids) {
+        if (with_pieces) {
+            tokens.push_back({{"id", id}, {"piece", tokenizer_.token_to_piece(id, true)}});
+        } else {
+            tokens.push_back(id);
+        }
+    }
+    send_json(res, {{"tokens", tokens}});
+}
+
+void Api::detokenize(const httplib::Request &req, httplib::Response &res) {
+    const json body = parse_body(req);
+    const auto it = body.find("tokens");
+    if (it == body.end() || !it->is_array())
+        throw ApiError(400, "'tokens' (an array of ids) is required", "missing_field");
+    std::vector<int32_t> ids;
+    for (const json &v : *it) {
+        if (!v.is_number_integer()) throw ApiError(400, "'tokens' must hold integer ids", "invalid_type");
+        const int64_t id = v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(INT32_MAX) ? -1 : v.get<int64_t>();
+        if (id < 0 || id >= limits_.n_vocab) {
+            throw ApiError(400,
+                           strprintf("token id %lld is outside the vocabulary [0, %d)", (long long)id, limits_.n_vocab),
+                           "invalid_value");
+        }
+        ids.push_back(static_cast<int32_t>(id));
+    }
+    send_json(res, {{"content", tokenizer_.decode(ids)}});
+}
+
+void Api::embeddings(const httplib::Request &req, httplib::Response &res) {
+    const json body = parse_body(req);
+    check_model(body);
+    const auto input = body.find("input") != body.end() ? body.find("input") : body.find("content");
+    if (input == body.end() || input->is_null()) throw ApiError(400, "'input' is required", "missing_field");
+    const std::string pooling_name = get_string(body, "pooling").value_or("mean");
+    Pooling pooling = Pooling::mean;
+    if (pooling_name == "none") {
+        pooling = Pooling::none;
+    } else if (pooling_name == "last") {
+        pooling = Pooling::last;
+    } else if (pooling_name != "mean") {
+        throw ApiError(400, "'pooling' must be none, mean or last", "invalid_value");
+    }
+    if (get_string(body, "encoding_format").value_or("float") != "float") {
+        throw ApiError(400, "only encoding_format 'float' is supported", "invalid_value");
+    }
+    const bool normalize = get_bool(body, "normalize").value_or(true);
+    // One input (a string or an array of ids) or an array of inputs.
+    std::vector<json> inputs;
+    if (input->is_array() && !input->empty() && (input->at(0).is_string() || input->at(0).is_array())) {
+        inputs.assign(input->begin(), input->end());
+    } else {
+        inputs.push_back(*input);
+    }
+    if (inputs.size() > kMaxEmbeddingInputs) {
+        throw ApiError(400, strprintf("at most %zu inputs per request", kMaxEmbeddingInputs), "invalid_value");
+    }
+    std::vector<Task> tasks;
+    int64_t n_prompt = 0;
+    for (const json &in : inputs) {
+        if (in.is_array() && !in.empty() && !in[0].is_number()) {
+            throw ApiError(400, "'input' must be a string, an array of token ids, or an array of those",
+                           "invalid_type");
+        }
+        Task t;
+        t.kind = TaskKind::embedding;
+        t.prompt = read_prompt(in, "input", tokenizer_, limits_);
+        t.pooling = pooling;
+        t.normalize = normalize;
+        n_prompt += static_cast<int64_t>(t.prompt.size());
+        tasks.push_back(std::move(t));
+    }
+    std::vector<std::shared_ptr<sparrow::server::TaskChannel>> channels;
+    try {
+        for (Task &t : tasks) channels.push_back(submit(std::move(t)));
+    } catch (...) {
+        for (auto &c : channels) c->cancel();
+        throw;
+    }
+    json data = json::array();
+    const int64_t n_embd = model_info(model_).n_embd;
+    for (size_t i = 0; i < channels.size(); ++i) {
+        TaskUpdate u;
+        while (!(u = channels[i]->wait(std::chrono::milliseconds(1000))).done) {}
+        if (u.finish == FinishReason::error) {
+            for (auto &c : channels) c->cancel();
+            throw ApiError(500, u.error, "server_error");
+        }
+        json embedding;
+        if (pooling == Pooling::none) {
+            embedding = json::array();
+            for (int64_t r = 0; r < u.n_embd_rows; ++r) {
+                embedding.push_back(
+                    std::vector<float>(u.embedding.begin() + r * n_embd, u.embedding.begin() + (r + 1) * n_embd));
+            }
+        } else {
+            embedding = u.embedding;
+        }
+        data.push_back({{"object", "embedding"}, {"index", i}, {"embedding", std::move(embedding)}});
+    }
+    send_json(res, {{"object", "list"},
+                    {"model", config_.model_id},
+                    {"data", std::move(data)},
+                    {"usage", {{"prompt_tokens", n_prompt}, {"total_tokens", n_prompt}}}});
+}
+
+void Api::metrics(const httplib::Request &, httplib::Response &res) {
+    const auto m = scheduler_.metrics();
+    std::ostringstream out;
+    const auto metric = [&](const char *name, const char *type, const char *help, auto value) {
+        out << "# HELP " << name << ' ' << help << "\n# TYPE " << name << ' ' << type << '\n'
+            << name << ' ' << value << '\n';
+    };
+    out << "# HELP sparrow_http_requests_total HTTP requests answered, by path and status.\n"
+        << "# TYPE sparrow_http_requests_total counter\n";
+    for (const auto &[key, count] : counters_.snapshot()) {
+        out << "sparrow_http_requests_total{path=\"" << key.first << "\",status=\"" << key.second << "\"} " << count
+            << '\n';
+    }
+    out << "# HELP sparrow_tasks_total Generation and embedding tasks ended, by result.\n"
+        << "# TYPE sparrow_tasks_total counter\n"
+        << "sparrow_tasks_total{result=\"completed\"} " << m.tasks_completed << '\n'
+        << "sparrow_tasks_total{result=\"cancelled\"} " << m.tasks_cancelled << '\n'
+        << "sparrow_tasks_total{result=\"failed\"} " << m.tasks_failed << '\n';
+    metric("sparrow_prompt_tokens_total", "counter", "Prompt tokens of started tasks.", m.prompt_tokens);
+    metric("sparrow_prompt_tokens_evaluated_total", "counter",
+           "Prompt tokens run through the model (the rest came from slot caches).", m.prompt_tokens_evaluated);
+    metric("sparrow_generated_tokens_total", "counter", "Tokens sampled.", m.generated_tokens);
+    metric("sparrow_decode_calls_total", "counter", "Batches decoded.", m.decode_calls);
+    metric("sparrow_decode_seconds_total", "counter", "Time spent decoding batches.", m.decode_seconds);
+    metric("sparrow_tokens_per_second", "gauge", "Tokens sampled per second over the last 10 s.", m.tokens_per_second);
+    metric("sparrow_queue_depth", "gauge", "Requests waiting for a slot.", m.queue_depth);
+    metric("sparrow_slots_busy", "gauge", "Slots running a task.", m.slots_busy);
+    metric("sparrow_slots_total", "gauge", "Slots (parallel sequences).", m.n_slots);
+    metric("sparrow_kv_cells_used", "gauge", "KV cache cells holding rows (cached prefixes included).",
+           m.kv_cells_used);
+    metric("sparrow_kv_cells_total", "gauge", "KV cache cells.", m.kv_cells_total);
+    res.status = 200;
+    res.set_content(out.str(), "text/plain; version=0.0.4");
+}
+
+}  // namespace sparrow::tools::http

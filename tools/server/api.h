@@ -1,0 +1,83 @@
+// The HTTP API of `sparrow serve`: OpenAI-compatible completions, chat completions and embeddings, llama.cpp's
+// /completion, /tokenize and /detokenize, /health, /v1/models and Prometheus /metrics. Handlers run on
+// httplib's threads; they read requests, submit tasks to the scheduler and turn its updates into replies.
+#pragma once
+
+#include <httplib.h>
+
+#include <map>
+#include <mutex>
+#include <string>
+
+#include "server/api_common.h"
+#include "server/chat_format.h"
+#include "server/requests.h"
+#include "server/scheduler.h"
+#include "sparrow/sparrow.h"
+
+namespace sparrow::tools::http {
+
+using sparrow::server::ChatFormat;
+using sparrow::server::Scheduler;
+using sparrow::server::Task;
+
+// The three generation endpoints differ only in their request defaults and reply shapes.
+enum class Dialect {
+    completion,  // OpenAI /v1/completions
+    chat,        // OpenAI /v1/chat/completions
+    llama,       // llama.cpp /completion
+};
+
+struct ApiConfig {
+    std::string model_id;  // the name /v1/models lists and requests may give as "model"
+    std::string api_key;   // empty: no authentication
+    ChatFormat chat_format = ChatFormat::llama2;
+};
+
+// HTTP replies by path and status, counted before the reply is sent.
+class HttpCounters {
+  public:
+    void add(const std::string &path, int status);
+    std::map<std::pair<std::string, int>, int64_t> snapshot() const;
+
+  private:
+    mutable std::mutex mu_;
+    std::map<std::pair<std::string, int>, int64_t> counts_;
+};
+
+class Api {
+  public:
+    Api(const Model &model, Scheduler &scheduler, ApiConfig config);
+    // Registers the routes, authentication and the error handlers on the server.
+    void install(httplib::Server &server);
+
+  private:
+    using Handler = void (Api::*)(const httplib::Request &, httplib::Response &);
+    // Wraps a handler: ApiError and other exceptions become error replies; the reply is counted.
+    httplib::Server::Handler route(const std::string &path, Handler handler);
+
+    void health(const httplib::Request &req, httplib::Response &res);
+    void models(const httplib::Request &req, httplib::Response &res);
+    void tokenize(const httplib::Request &req, httplib::Response &res);
+    void detokenize(const httplib::Request &req, httplib::Response &res);
+    void metrics(const httplib::Request &req, httplib::Response &res);
+    void embeddings(const httplib::Request &req, httplib::Response &res);
+    void completions(const httplib::Request &req, httplib::Response &res);       // /v1/completions
+    void chat_completions(const httplib::Request &req, httplib::Response &res);  // /v1/chat/completions
+    void completion(const httplib::Request &req, httplib::Response &res);        // llama.cpp's /completion
+
+    // Shared by the three generation endpoints (api_generate.cpp).
+    void generate(httplib::Response &res, Task task, Dialect dialect, bool stream, bool include_usage);
+    void check_model(const json &body) const;
+    std::shared_ptr<sparrow::server::TaskChannel> submit(Task task);
+
+    const Model &model_;
+    const Tokenizer &tokenizer_;
+    Scheduler &scheduler_;
+    ApiConfig config_;
+    RequestLimits limits_;
+    HttpCounters counters_;
+    std::atomic<uint64_t> next_id_{1};  // response ids
+};
+
+}  // namespace sparrow::tools::http

@@ -1,0 +1,333 @@
+// The generation endpoints: OpenAI /v1/completions and /v1/chat/completions, llama.cpp's /completion, as one
+// reply or as server-sent events.
+#include <chrono>
+#include <cstdio>
+
+#include "core/error.h"
+#include "model/model.h"
+#include "runtime/tokenizer.h"
+#include "server/api.h"
+
+namespace sparrow::tools::http {
+
+namespace {
+using sparrow::server::FinishReason;
+using sparrow::server::TaskChannel;
+using sparrow::server::TaskUpdate;
+using Clock = std::chrono::steady_clock;
+
+// How long a stream waits for news before looking again, and how long it stays silent before it sends an
+// SSE comment (which is how a client that went away while its request waited is noticed).
+constexpr std::chrono::milliseconds kStreamPoll{250};
+constexpr std::chrono::seconds kKeepAlive{5};
+// Non-streamed replies: how long a plain reply is waited for, and how often a long one probes the client.
+constexpr std::chrono::seconds kDirectReplyWait{2};
+constexpr std::chrono::milliseconds kProbeInterval{500};
+
+json usage_json(const TaskUpdate &u) {
+    return {{"prompt_tokens", u.n_prompt},
+            {"completion_tokens", u.n_generated},
+            {"total_tokens", u.n_prompt + u.n_generated},
+            {"prompt_tokens_details", {{"cached_tokens", u.n_cached}}}};
+}
+
+// A task that ended without a result: the client's reply status and message.
+int failure_status(const TaskUpdate &u) { return u.error.find("shutting down") != std::string::npos ? 503 : 500; }
+
+std::string sse(const json &j) { return "data: " + dump_json(j) + "\n\n"; }
+
+// Refuses request fields this server cannot honour (rather than silently ignoring them).
+void refuse_if_set(const json &body, const char *key, const char *why) {
+    const auto it = body.find(key);
+    if (it == body.end() || it->is_null()) return;
+    if ((it->is_boolean() && !it->get<bool>()) || (it->is_number() && it->get<double>() == 0)) return;
+    if (it->is_array() && it->empty()) return;
+    throw ApiError(400, std::string("'") + key + "' is not supported: " + why, "unsupported_parameter");
+}
+
+// stream_options.include_usage (an object or null).
+bool read_include_usage(const json &body) {
+    const auto so = body.find("stream_options");
+    if (so == body.end() || so->is_null()) return false;
+    if (!so->is_object()) throw ApiError(400, "'stream_options' must be an object", "invalid_type");
+    return get_bool(*so, "include_usage").value_or(false);
+}
+
+// What one streamed request needs between calls of httplib's content provider.
+struct StreamState {
+    std::shared_ptr<TaskChannel> channel;
+    Dialect dialect = Dialect::completion;
+    std::string id;
+    std::string model;
+    int64_t created = 0;
+    bool include_usage = false;
+    bool sent_role = false;
+    bool finished = false;
+    Clock::time_point last_write = Clock::now();
+};
+
+// One call of httplib's content provider: waits a little for the task, writes what it produced as SSE
+// events. Returns false when the client is gone.
+bool stream_step(StreamState &st, httplib::DataSink &sink) {
+    if (st.finished) {
+        sink.done();
+        return true;
+    }
+    const Dialect d = st.dialect;
+    const TaskUpdate u = st.channel->wait(kStreamPoll);
+    // An OpenAI chunk around one choice.
+    const auto chunk = [&](json choice_fields, const char *finish) {
+        json choice = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", finish ? json(finish) : json()}};
+        if (choice_fields.is_object()) choice.update(choice_fields);
+        return json{{"id", st.id},
+                    {"object", d == Dialect::chat ? "chat.completion.chunk" : "text_completion"},
+                    {"created", st.created},
+                    {"model", st.model},
+                    {"choices", json::array({choice})}};
+    };
+    std::string out;
+    if (d == Dialect::chat && !st.sent_role) {
+        out += sse(chunk({{"delta", {{"role", "assistant"}, {"content", ""}}}}, nullptr));
+        st.sent_role = true;
+    }
+    if (!u.text.empty()) {
+        if (d == Dialect::llama) {
+            out += sse({{"content", u.text}, {"stop", false}, {"tokens_predicted", u.n_generated}});
+        } else if (d == Dialect::chat) {
+            out += sse(chunk({{"delta", {{"content", u.text}}}}, nullptr));
+        } else {
+            out += sse(chunk({{"text", u.text}}, nullptr));
+        }
+    }
+    if (u.done) {
+        if (u.finish == FinishReason::error || u.finish == FinishReason::cancelled) {
+            out += sse(
+                error_body(failure_status(u), u.error.empty() ? "the request was cancelled" : u.error, "server_error"));
+        } else {
+            const char *finish = sparrow::server::finish_reason_name(u.finish);
+            if (d == Dialect::llama) {
+                out += sse({{"content", ""},
+                            {"stop", true},
+                            {"model", st.model},
+                            {"finish_reason", finish},
+                            {"tokens_predicted", u.n_generated},
+                            {"tokens_evaluated", u.n_prompt},
+                            {"tokens_cached", u.n_cached}});
+            } else {
+                json last = chunk(d == Dialect::chat ? json{{"delta", json::object()}} : json{{"text", ""}}, finish);
+                last["usage"] = usage_json(u);
+                out += sse(last);
+                if (st.include_usage) {
+                    json usage = chunk(json::object(), nullptr);
+                    usage["choices"] = json::array();
+                    usage["usage"] = usage_json(u);
+                    out += sse(usage);
+                }
+            }
+        }
+        if (d != Dialect::llama) out += "data: [DONE]\n\n";
+    }
+    const auto now = Clock::now();
+    if (out.empty() && now - st.last_write > kKeepAlive) out = ": keep-alive\n\n";
+    if (!out.empty()) {
+        if (!sink.write(out.data(), out.size())) return false;  // the client is gone: the releaser cancels
+        st.last_write = now;
+    }
+    if (u.done) {
+        st.finished = true;
+        sink.done();
+    }
+    return true;
+}
+
+// A non-streamed reply in the making.
+struct PendingReply {
+    std::shared_ptr<TaskChannel> channel;
+    Dialect dialect = Dialect::completion;
+    std::string id;
+    std::string model;
+    int64_t created = 0;
+    std::string text;  // generated so far
+    TaskUpdate last;   // the latest update (counters, done)
+    Clock::time_point last_write = Clock::now();
+};
+
+// The whole reply of a finished request: (status, body).
+std::pair<int, json> final_reply(const PendingReply &r) {
+    const TaskUpdate &u = r.last;
+    if (u.finish == FinishReason::error || u.finish == FinishReason::cancelled) {
+        const int status = failure_status(u);
+        return {status, error_body(status, u.error.empty() ? "the request was cancelled" : u.error, "server_error")};
+    }
+    const char *finish = sparrow::server::finish_reason_name(u.finish);
+    if (r.dialect == Dialect::llama) {
+        return {200,
+                {{"content", r.text},
+                 {"model", r.model},
+                 {"stop", true},
+                 {"finish_reason", finish},
+                 {"tokens_predicted", u.n_generated},
+                 {"tokens_evaluated", u.n_prompt},
+                 {"tokens_cached", u.n_cached}}};
+    }
+    json choice = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", finish}};
+    if (r.dialect == Dialect::chat) {
+        choice["message"] = {{"role", "assistant"}, {"content", r.text}};
+    } else {
+        choice["text"] = r.text;
+    }
+    return {200,
+            {{"id", r.id},
+             {"object", r.dialect == Dialect::chat ? "chat.completion" : "text_completion"},
+             {"created", r.created},
+             {"model", r.model},
+             {"choices", json::array({choice})},
+             {"usage", usage_json(u)}}};
+}
+
+// One call of the content provider of a long non-streamed reply: the reply when the request is done, else a
+// space now and then. Returns false when the client is gone.
+bool pending_step(PendingReply &r, httplib::DataSink &sink) {
+    if (r.last.done) {
+        sink.done();
+        return true;
+    }
+    r.last = r.channel->wait(kStreamPoll);
+    r.text += r.last.text;
+    std::string out;
+    if (r.last.done) {
+        out = dump_json(final_reply(r).second);  // a failure after the 200 went out is told in the body
+    } else if (Clock::now() - r.last_write >= kProbeInterval) {
+        out = " ";
+    }
+    if (!out.empty()) {
+        if (!sink.write(out.data(), out.size())) return false;
+        r.last_write = Clock::now();
+    }
+    if (r.last.done) sink.done();
+    return true;
+}
+
+}  // namespace
+
+void Api::completions(const httplib::Request &req, httplib::Response &res) {
+    const json body = parse_body(req);
+    check_model(body);
+    refuse_if_set(body, "echo", "the prompt is never echoed");
+    refuse_if_set(body, "suffix", "no insertion mode");
+    refuse_if_set(body, "logprobs", "no log probabilities");
+    (void)get_int(body, "best_of", 1, 1);  // one candidate per request
+    const auto prompt = body.find("prompt");
+    if (prompt == body.end() || prompt->is_null()) throw ApiError(400, "'prompt' is required", "missing_field");
+    Task task;
+    task.prompt = read_prompt(*prompt, "prompt", tokenizer_, limits_);
+    task.sampling = read_sampling(body, {.temperature = 1.0f, .top_p = 1.0f, .top_k = 0, .max_tokens = 16},
+                                  {"max_tokens"}, static_cast<int64_t>(task.prompt.size()), limits_);
+    const bool stream = get_bool(body, "stream").value_or(false);
+    const bool include_usage = read_include_usage(body);
+    generate(res, std::move(task), Dialect::completion, stream, include_usage);
+}
+
+void Api::chat_completions(const httplib::Request &req, httplib::Response &res) {
+    const json body = parse_body(req);
+    check_model(body);
+    refuse_if_set(body, "tools", "no tool calling");
+    refuse_if_set(body, "logprobs", "no log probabilities");
+    if (const auto rf = body.find("response_format"); rf != body.end() && !rf->is_null()) {
+        if (!rf->is_object() || get_string(*rf, "type").value_or("text") != "text") {
+            throw ApiError(400, "only response_format {\"type\": \"text\"} is supported", "unsupported_parameter");
+        }
+    }
+    sparrow::server::ChatOptions opts;
+    if (const auto kw = body.find("chat_template_kwargs"); kw != body.end() && !kw->is_null()) {
+        if (!kw->is_object()) throw ApiError(400, "'chat_template_kwargs' must be an object", "invalid_type");
+        opts.enable_thinking = get_bool(*kw, "enable_thinking");
+        if (!opts.enable_thinking) opts.enable_thinking = get_bool(*kw, "thinking");
+    }
+    if (tokenizer_.bos_id() >= 0) opts.bos_text = std::string(tokenizer_.token_text(tokenizer_.bos_id()));
+    if (tokenizer_.eos_id() >= 0) opts.eos_text = std::string(tokenizer_.token_text(tokenizer_.eos_id()));
+    const std::string text = sparrow::server::apply_chat_format(config_.chat_format, read_messages(body), opts);
+    Task task;
+    task.prompt = tokenizer_.encode(text, /*add_special=*/false, /*parse_special=*/true);
+    check_prompt_fits(task.prompt.size(), limits_);
+    task.sampling = read_sampling(body, {}, {"max_completion_tokens", "max_tokens"},
+                                  static_cast<int64_t>(task.prompt.size()), limits_);
+    const bool stream = get_bool(body, "stream").value_or(false);
+    const bool include_usage = read_include_usage(body);
+    generate(res, std::move(task), Dialect::chat, stream, include_usage);
+}
+
+void Api::completion(const httplib::Request &req, httplib::Response &res) {
+    const json body = parse_body(req);
+    check_model(body);
+    const auto prompt = body.find("prompt");
+    if (prompt == body.end() || prompt->is_null()) throw ApiError(400, "'prompt' is required", "missing_field");
+    Task task;
+    task.prompt = read_prompt(*prompt, "prompt", tokenizer_, limits_);
+    task.sampling = read_sampling(body, {.temperature = 0.8f, .top_p = 0.95f, .top_k = 40, .max_tokens = std::nullopt},
+                                  {"n_predict", "max_tokens"}, static_cast<int64_t>(task.prompt.size()), limits_);
+    generate(res, std::move(task), Dialect::llama, get_bool(body, "stream").value_or(false), false);
+}
+
+void Api::generate(httplib::Response &res, Task task, Dialect dialect, bool stream, bool include_usage) {
+    const uint64_t n = next_id_.fetch_add(1);
+    const std::string id = (dialect == Dialect::chat ? "chatcmpl-" : "cmpl-") + std::to_string(n);
+    const int64_t created = unix_time();
+    auto channel = submit(std::move(task));
+
+    if (!stream) {
+        // Short requests get a plain reply. A request still running after kDirectReplyWait is answered
+        // through a chunked reply that sends a space (leading whitespace is valid JSON) every kProbeInterval
+        // while it waits: a client that went away makes such a write fail, which cancels its request.
+        auto st = std::make_shared<PendingReply>();
+        st->channel = channel;
+        st->dialect = dialect;
+        st->id = id;
+        st->model = config_.model_id;
+        st->created = created;
+        const auto deadline = Clock::now() + kDirectReplyWait;
+        while (!st->last.done && Clock::now() < deadline) {
+            st->last = channel->wait(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()));
+            st->text += st->last.text;
+        }
+        if (st->last.done) {
+            const auto [status, body] = final_reply(*st);
+            send_json(res, body, status);
+            return;
+        }
+        const auto provider = [st](size_t, httplib::DataSink &sink) -> bool {
+            try {
+                return pending_step(*st, sink);
+            } catch (const std::exception &e) {
+                std::fprintf(stderr, "serve: reply %s failed: %s\n", st->id.c_str(), e.what());
+                return false;
+            }
+        };
+        res.status = 200;
+        res.set_chunked_content_provider("application/json", provider, [channel](bool) { channel->cancel(); });
+        return;
+    }
+
+    auto st = std::make_shared<StreamState>();
+    st->channel = channel;
+    st->dialect = dialect;
+    st->id = id;
+    st->model = config_.model_id;
+    st->created = created;
+    st->include_usage = include_usage;
+    const auto provider = [st](size_t, httplib::DataSink &sink) -> bool {
+        // An exception must not escape into httplib's thread: it ends this response (and the releaser
+        // cancels the task).
+        try {
+            return stream_step(*st, sink);
+        } catch (const std::exception &e) {
+            std::fprintf(stderr, "serve: stream %s failed: %s\n", st->id.c_str(), e.what());
+            return false;
+        }
+    };
+    res.status = 200;
+    res.set_chunked_content_provider("text/event-stream", provider, [channel](bool) { channel->cancel(); });
+    res.set_header("Cache-Control", "no-cache");
+}
+
+}  // namespace sparrow::tools::http

@@ -1,0 +1,173 @@
+#include "server/requests.h"
+
+#include <random>
+
+#include "core/error.h"
+#include "runtime/tokenizer.h"
+
+namespace sparrow::tools::http {
+
+namespace {
+std::vector<int32_t> read_ids(const json &arr, const char *key, const RequestLimits &lim) {
+    std::vector<int32_t> ids;
+    ids.reserve(arr.size());
+    for (const json &v : arr) {
+        if (!v.is_number_integer()) {
+            throw ApiError(400, strprintf("'%s' must be a string or an array of token ids", key), "invalid_type");
+        }
+        const int64_t id = v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(INT32_MAX) ? -1 : v.get<int64_t>();
+        if (id < 0 || id >= lim.n_vocab) {
+            throw ApiError(
+                400,
+                strprintf("'%s' holds token id %lld, outside the vocabulary [0, %d)", key, (long long)id, lim.n_vocab),
+                "invalid_value");
+        }
+        ids.push_back(static_cast<int32_t>(id));
+    }
+    return ids;
+}
+}  // namespace
+
+void check_prompt_fits(size_t n_prompt, const RequestLimits &lim) {
+    if (n_prompt == 0) throw ApiError(400, "the prompt is empty", "invalid_value");
+    if (static_cast<int64_t>(n_prompt) >= lim.n_ctx_per_slot) {
+        throw ApiError(400,
+                       strprintf("the prompt has %zu tokens; a request's context holds %lld tokens (prompt and "
+                                 "completion together)",
+                                 n_prompt, (long long)lim.n_ctx_per_slot),
+                       "context_length_exceeded");
+    }
+}
+
+std::vector<int32_t> read_prompt(const json &value, const char *key, const Tokenizer &tok, const RequestLimits &lim) {
+    std::vector<int32_t> ids;
+    if (value.is_string()) {
+        ids = tok.encode(value.get<std::string>(), /*add_special=*/true, /*parse_special=*/true);
+    } else if (value.is_array() && value.size() == 1 && (value[0].is_string() || value[0].is_array())) {
+        return read_prompt(value[0], key, tok, lim);
+    } else if (value.is_array() && !value.empty() && value[0].is_number()) {
+        ids = read_ids(value, key, lim);
+    } else if (value.is_array() && value.size() > 1) {
+        throw ApiError(400, strprintf("'%s': only one prompt per request is supported", key), "invalid_value");
+    } else if (value.is_array() && value.empty()) {
+        throw ApiError(400, strprintf("'%s' is empty", key), "invalid_value");
+    } else {
+        throw ApiError(400, strprintf("'%s' must be a string or an array of token ids", key), "invalid_type");
+    }
+    check_prompt_fits(ids.size(), lim);
+    return ids;
+}
+
+SamplingOptions read_sampling(const json &body, const SamplingDefaults &defaults,
+                              std::initializer_list<const char *> max_tokens_keys, int64_t n_prompt,
+                              const RequestLimits &lim) {
+    SamplingOptions s;
+    s.temperature = static_cast<float>(get_number(body, "temperature", 0.0, 100.0).value_or(defaults.temperature));
+    s.top_p = static_cast<float>(get_number(body, "top_p", 0.0, 1.0).value_or(defaults.top_p));
+    s.top_k = static_cast<int>(get_int(body, "top_k", 0, lim.n_vocab).value_or(defaults.top_k));
+    s.presence_penalty = static_cast<float>(get_number(body, "presence_penalty", -2.0, 2.0).value_or(0.0));
+    s.frequency_penalty = static_cast<float>(get_number(body, "frequency_penalty", -2.0, 2.0).value_or(0.0));
+    const std::optional<int64_t> seed = get_int(body, "seed", INT64_MIN, INT64_MAX);
+    s.seed = seed ? static_cast<uint64_t>(*seed) : std::random_device{}();
+    (void)get_int(body, "n", 1, 1);  // one choice per request
+
+    const int64_t room = lim.n_ctx_per_slot - n_prompt;
+    std::optional<int64_t> max_tokens;
+    for (const char *key : max_tokens_keys) {
+        // llama.cpp's n_predict = -1 means "until the context is full".
+        const bool llama_style = std::string_view(key) == "n_predict";
+        max_tokens = get_int(body, key, llama_style ? -1 : 1, INT64_MAX);
+        if (max_tokens && *max_tokens == 0) {
+            throw ApiError(400, strprintf("'%s' must be at least 1", key), "invalid_value");
+        }
+        if (max_tokens && *max_tokens == -1) max_tokens = room;
+        if (max_tokens) {
+            if (*max_tokens > lim.n_ctx_per_slot) {
+                throw ApiError(400,
+                               strprintf("'%s' is %lld; a request's context holds %lld tokens", key,
+                                         (long long)*max_tokens, (long long)lim.n_ctx_per_slot),
+                               "invalid_value");
+            }
+            if (*max_tokens > room) {
+                throw ApiError(
+                    400,
+                    strprintf("the prompt (%lld tokens) plus '%s' (%lld) exceeds a request's context "
+                              "of %lld tokens",
+                              (long long)n_prompt, key, (long long)*max_tokens, (long long)lim.n_ctx_per_slot),
+                    "context_length_exceeded");
+            }
+            break;
+        }
+    }
+    s.max_tokens = max_tokens.value_or(std::min(room, defaults.max_tokens.value_or(room)));
+
+    const auto stop_it = body.find("stop");
+    if (stop_it != body.end() && !stop_it->is_null()) {
+        const json &stop = *stop_it;
+        if (stop.is_string()) {
+            s.stop.push_back(stop.get<std::string>());
+        } else if (stop.is_array()) {
+            for (const json &v : stop) {
+                if (!v.is_string())
+                    throw ApiError(400, "'stop' must be a string or an array of strings", "invalid_type");
+                s.stop.push_back(v.get<std::string>());
+            }
+        } else {
+            throw ApiError(400, "'stop' must be a string or an array of strings", "invalid_type");
+        }
+        if (s.stop.size() > lim.max_stop_strings) {
+            throw ApiError(400, strprintf("at most %zu stop strings are allowed", lim.max_stop_strings),
+                           "invalid_value");
+        }
+        for (const std::string &str : s.stop) {
+            if (str.empty() || str.size() > lim.max_stop_bytes) {
+                throw ApiError(400, strprintf("stop strings must hold 1 to %zu bytes", lim.max_stop_bytes),
+                               "invalid_value");
+            }
+        }
+    }
+    return s;
+}
+
+std::vector<ChatMessage> read_messages(const json &body) {
+    const auto it = body.find("messages");
+    if (it == body.end() || it->is_null()) throw ApiError(400, "'messages' is required", "missing_field");
+    if (!it->is_array()) throw ApiError(400, "'messages' must be an array", "invalid_type");
+    if (it->empty()) throw ApiError(400, "'messages' is empty", "invalid_value");
+    std::vector<ChatMessage> out;
+    for (const json &m : *it) {
+        if (!m.is_object()) throw ApiError(400, "each message must be an object", "invalid_type");
+        ChatMessage msg;
+        const std::optional<std::string> role = get_string(m, "role");
+        if (!role) throw ApiError(400, "each message needs a 'role'", "missing_field");
+        if (*role != "system" && *role != "developer" && *role != "user" && *role != "assistant") {
+            throw ApiError(400, "message role '" + *role + "' is not supported (system, developer, user, assistant)",
+                           "invalid_value");
+        }
+        msg.role = *role;
+        const auto content = m.find("content");
+        if (content == m.end() || content->is_null()) {
+            if (*role != "assistant") throw ApiError(400, "a " + *role + " message needs 'content'", "missing_field");
+        } else if (content->is_string()) {
+            msg.content = content->get<std::string>();
+        } else if (content->is_array()) {
+            for (const json &part : *content) {
+                if (!part.is_object() || get_string(part, "type").value_or("") != "text" || !get_string(part, "text")) {
+                    throw ApiError(400, "only text content parts ({\"type\": \"text\", \"text\": ...}) are supported",
+                                   "invalid_value");
+                }
+                msg.content += part["text"].get<std::string>();
+            }
+        } else {
+            throw ApiError(400, "'content' must be a string or an array of text parts", "invalid_type");
+        }
+        msg.reasoning_content = get_string(m, "reasoning_content");
+        if (m.contains("tool_calls") && !m["tool_calls"].is_null()) {
+            throw ApiError(400, "tool calls are not supported", "invalid_value");
+        }
+        out.push_back(std::move(msg));
+    }
+    return out;
+}
+
+}  // namespace sparrow::tools::http

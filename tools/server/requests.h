@@ -1,0 +1,52 @@
+// Reading the generation and embedding requests: prompts, sampling parameters and chat messages, validated
+// against the model (vocabulary, per-slot context) with an ApiError for anything out of bounds.
+#pragma once
+
+#include <vector>
+
+#include "server/api_common.h"
+#include "server/chat_format.h"
+#include "server/scheduler.h"
+
+namespace sparrow {
+class Tokenizer;
+}
+
+namespace sparrow::tools::http {
+
+using sparrow::server::ChatMessage;
+using sparrow::server::SamplingOptions;
+
+// Limits on what one request may ask for.
+struct RequestLimits {
+    int64_t n_ctx_per_slot = 0;  // prompt + generated tokens of one request
+    int32_t n_vocab = 0;
+    size_t max_stop_strings = 16;
+    size_t max_stop_bytes = 256;
+};
+
+// A prompt: a string (tokenized with the model's BOS and special tokens parsed, like `sparrow run`), an
+// array of token ids, or a one-element array of either. Empty prompts are refused.
+std::vector<int32_t> read_prompt(const json &value, const char *key, const Tokenizer &tok, const RequestLimits &lim);
+
+// Defaults that differ between the OpenAI endpoints and llama.cpp's /completion.
+struct SamplingDefaults {
+    float temperature = 1.0f;
+    float top_p = 1.0f;
+    int top_k = 0;
+    std::optional<int64_t> max_tokens;  // nullopt: whatever the context leaves after the prompt
+};
+
+// temperature, top_p, top_k, seed, presence_penalty, frequency_penalty, stop, and max_tokens under the
+// names given (the first present wins), checked to fit the context with the prompt.
+SamplingOptions read_sampling(const json &body, const SamplingDefaults &defaults,
+                              std::initializer_list<const char *> max_tokens_keys, int64_t n_prompt,
+                              const RequestLimits &lim);
+
+// OpenAI chat messages: [{"role", "content": string | [{"type": "text", "text"}] | null, "reasoning_content"}].
+std::vector<ChatMessage> read_messages(const json &body);
+
+// Refuses a prompt that leaves no room in a slot's context.
+void check_prompt_fits(size_t n_prompt, const RequestLimits &lim);
+
+}  // namespace sparrow::tools::http
