@@ -46,21 +46,26 @@ ptrdiff_t last_user_index(const std::vector<ChatMessage> &messages) {
     return last;
 }
 
+// Every system message's content, joined by blank lines (both DeepSeek templates put it right after BOS).
+std::string joined_system_prompt(const std::vector<ChatMessage> &messages) {
+    std::string joined;
+    bool first = true;
+    for (const ChatMessage &m : messages) {
+        if (normalized_role(m) != "system") continue;
+        if (!first) joined += "\n\n";
+        joined += m.content;
+        first = false;
+    }
+    return joined;
+}
+
 // deepseek-ai-DeepSeek-V3.2.jinja: BOS, then every system message joined by blank lines, then the turns.
 // An assistant turn directly after a user turn opens with <｜Assistant｜> and the thinking block (only the
 // closing tag when thinking is off or the turn precedes the last user message); each ends with EOS.
 std::string render_deepseek3(const std::vector<ChatMessage> &messages, const ChatOptions &opts) {
     const bool thinking = opts.enable_thinking.value_or(false);
-    std::string system_prompt;
-    bool first_system = true;
-    for (const ChatMessage &m : messages) {
-        if (normalized_role(m) != "system") continue;
-        if (!first_system) system_prompt += "\n\n";
-        system_prompt += m.content;
-        first_system = false;
-    }
     const ptrdiff_t last_user = last_user_index(messages);
-    std::string out = opts.bos_text + system_prompt;
+    std::string out = opts.bos_text + joined_system_prompt(messages);
     bool pending_assistant_marker = false;
     for (size_t i = 0; i < messages.size(); ++i) {
         const ChatMessage &m = messages[i];
@@ -92,16 +97,8 @@ std::string render_deepseek3(const std::vector<ChatMessage> &messages, const Cha
 // only after the last user turn with thinking on; the generation prompt follows whatever came last.
 std::string render_deepseek4(const std::vector<ChatMessage> &messages, const ChatOptions &opts) {
     const bool thinking = opts.enable_thinking.value_or(false);
-    std::string system_prompt;
-    bool first_system = true;
-    for (const ChatMessage &m : messages) {
-        if (normalized_role(m) != "system") continue;
-        if (!first_system) system_prompt += "\n\n";
-        system_prompt += m.content;
-        first_system = false;
-    }
     const ptrdiff_t last_user = last_user_index(messages);
-    std::string out = opts.bos_text + system_prompt;
+    std::string out = opts.bos_text + joined_system_prompt(messages);
     bool in_user = false;
     for (size_t i = 0; i < messages.size(); ++i) {
         const ChatMessage &m = messages[i];
