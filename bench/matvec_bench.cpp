@@ -135,11 +135,12 @@ void bm_cached(benchmark::State &state, CachedMatvec *data) {
                                                      benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
 }
 
-// Matmul of T = 1, 2, 4, 8 tokens against one matrix, 2 threads, wall time: the cost of small batches
-// (parallel generation runs 8 sequences per step) relative to one token. Shapes: n_cols x n_rows =
-// 2048 x (4x LLC) (a DRAM-sized projection of the bench preset, n_embd 2048), and the bench preset's expert
-// matrices, 2048 x 768 (gate/up) and 768 x 2048 (down), which stay in cache across calls as an expert's do
-// while a step's tokens use it. The summary prints time(T) / time(1) from the same run.
+// Matmul of T = 1, 2, 4, 8 tokens against one matrix: the cost of small batches (parallel generation runs 8
+// sequences per step) relative to one token. One thread, CPU time, as the compute figures above: on a machine
+// shared with other jobs the wall time of 2 threads scattered these ratios by 2x between runs. Shapes: n_cols x n_rows
+// = 2048 x (4x LLC) (a DRAM-sized projection of the bench preset, n_embd 2048), and the bench preset's expert matrices,
+// 2048 x 768 (gate/up) and 768 x 2048 (down), which stay in cache across calls as an expert's do while a step's tokens
+// use it. The summary prints time(T) / time(1) from the same run.
 struct TokensMatmul {
     std::vector<uint8_t> bytes;
     WeightMatrix w;
@@ -168,15 +169,15 @@ struct TokensMatmul {
     }
 };
 
-void bm_tokens(benchmark::State &state, TokensMatmul *data, int64_t n_tokens, int n_threads) {
-    ThreadPool pool(n_threads);
+void bm_tokens(benchmark::State &state, TokensMatmul *data, int64_t n_tokens) {
+    ThreadPool pool(1);  // runs inline on this thread, so CPU time is the matmul's
     OpScratch scratch;
     for (auto _ : state) {
         matmul(pool, scratch, data->w, data->x.data(), n_tokens, data->y.data());
         benchmark::DoNotOptimize(data->y.data());
         benchmark::ClobberMemory();
     }
-    state.SetLabel(std::string(cpu::active_isa_name()) + ", " + std::to_string(n_threads) + " threads");
+    state.SetLabel(cpu::active_isa_name());
 }
 
 // Buffers for copy and read, shared by both benchmarks (filled, so every page is mapped before timing).
@@ -240,10 +241,10 @@ class RatioReporter : public benchmark::ConsoleReporter {
             if (run.error_occurred) continue;
             const std::string &fn = run.run_name.function_name;
             if (fn.rfind("tokens/", 0) == 0) {
-                // "tokens/<type>/<cols>x<rows>/T:<n>": wall time per call, by matrix and token count.
+                // "tokens/<type>/<cols>x<rows>/T:<n>": CPU time per call, by matrix and token count.
                 const size_t at = fn.rfind("/T:");
                 if (run.run_type == Run::RT_Iteration && at != std::string::npos) {
-                    tokens_[fn.substr(0, at)][std::atoi(fn.c_str() + at + 3)].push_back(run.GetAdjustedRealTime());
+                    tokens_[fn.substr(0, at)][std::atoi(fn.c_str() + at + 3)].push_back(run.GetAdjustedCPUTime());
                 }
                 continue;
             }
@@ -288,7 +289,8 @@ class RatioReporter : public benchmark::ConsoleReporter {
             std::sort(v.begin(), v.end());
             std::printf("  %-24s %6.3f ns per 32 weights per token\n", name.c_str(), v[v.size() / 2]);
         }
-        if (!tokens_.empty()) std::printf("\nsmall batches: time(T) / time(1), medians, same run\n");
+        if (!tokens_.empty())
+            std::printf("\nsmall batches (1 thread, CPU time): time(T) / time(1), medians, same run\n");
         for (const auto &[name, by_t] : tokens_) {
             const auto one = by_t.find(1);
             if (one == by_t.end()) continue;
@@ -317,7 +319,7 @@ class RatioReporter : public benchmark::ConsoleReporter {
     std::map<std::string, std::vector<double>> rates_;   // bytes/s of each repetition, by benchmark
     std::map<std::string, double> medians_;              // bytes/s of the median aggregate, when reported
     std::map<std::string, std::vector<double>> cached_;  // ns per 32 weights of each repetition (cached/*)
-    // Wall time per call of each repetition (tokens/*), by matrix name and token count.
+    // CPU time per call of each repetition (tokens/*), by matrix name and token count.
     std::map<std::string, std::map<int, std::vector<double>>> tokens_;
 };
 
@@ -369,8 +371,7 @@ int main(int argc, char **argv) {
             for (int64_t n_tok : {1, 2, 4, 8}) {
                 const std::string name = "tokens/" + std::string(dtype_name(t)) + "/" + std::to_string(n_cols) + "x" +
                                          std::to_string(n_rows) + "/T:" + std::to_string(n_tok);
-                benchmark::RegisterBenchmark(name.c_str(), bm_tokens, token_mats.back().get(), n_tok, n_threads)
-                    ->UseRealTime()
+                benchmark::RegisterBenchmark(name.c_str(), bm_tokens, token_mats.back().get(), n_tok)
                     ->Unit(benchmark::kMicrosecond);
             }
         }

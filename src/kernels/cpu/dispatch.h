@@ -21,12 +21,13 @@ enum class Isa : int {
 // Tokens (activation rows) one dot_tile call handles against one weight row: the weight row is loaded
 // once per tile, so prefill reads weights a quarter as often as a token-at-a-time loop.
 constexpr int kMaxTile = 4;
-// The same for Q8_0/Q4_0 weights: 8, so a step of parallel generation (8 sequences) is one tile and each
-// weight block is loaded, unpacked and its scale converted once for all 8 tokens (the integer kernels keep one
-// accumulator per token, which fits the 16 AVX2 registers; float kernels keep two and stay at 4).
+// The same for Q8_0 weights: 8, so a step of parallel generation (8 sequences) is one tile and each weight block
+// is loaded, unpacked and its scale converted once for all 8 tokens (the Q8_0 kernel keeps one accumulator per
+// token, which fits the 16 AVX2 registers). Q4_0 stays at 4: its kernel holds two records' nibbles, scales and
+// masks besides the accumulators, and measured slower at 8 tokens per tile than as two tiles of 4.
 constexpr int kMaxQuantTile = 8;
 // Largest n_x of the dot for weights of type t.
-constexpr int max_tile(DType t) { return t == DType::Q8_0 || t == DType::Q4_0 ? kMaxQuantTile : kMaxTile; }
+constexpr int max_tile(DType t) { return t == DType::Q8_0 ? kMaxQuantTile : kMaxTile; }
 
 // The activation row Q4_0 weights dot with: ceil(n / 64) BlockQ8_0x2 records (core/blocks.h), the Q8_0
 // quantisation of the row (bit-identical to quantize_row_q8_0) rearranged. Why: Q4_0 stores u = value + 8 in

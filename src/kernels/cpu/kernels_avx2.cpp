@@ -231,7 +231,7 @@ void dot_tile_q4_0_x2(const void *wv, const void *x, size_t x_stride, int64_t n,
     for (int j = 0; j < NT; ++j) {
         xs[j] = reinterpret_cast<const BlockQ8_0x2 *>(static_cast<const uint8_t *>(x) + j * x_stride);
     }
-    // One accumulator per token (NT up to 8 fit next to the weight registers). Two records' terms are summed
+    // One accumulator per token (as the Q8_0 kernel). Two records' terms are summed
     // first and then added to it, so the dependency chain through acc is one add per four blocks at NT = 1;
     // the order is the same for every NT (results do not depend on the tile).
     __m256 acc[NT];
@@ -265,11 +265,7 @@ void dot_tile_q4_0_any(const void *w, const void *x, size_t x_stride, int n_x, i
         case 1: dot_tile_q4_0_x2<1>(w, x, x_stride, n, out); return;
         case 2: dot_tile_q4_0_x2<2>(w, x, x_stride, n, out); return;
         case 3: dot_tile_q4_0_x2<3>(w, x, x_stride, n, out); return;
-        case 4: dot_tile_q4_0_x2<4>(w, x, x_stride, n, out); return;
-        case 5: dot_tile_q4_0_x2<5>(w, x, x_stride, n, out); return;
-        case 6: dot_tile_q4_0_x2<6>(w, x, x_stride, n, out); return;
-        case 7: dot_tile_q4_0_x2<7>(w, x, x_stride, n, out); return;
-        default: dot_tile_q4_0_x2<kMaxQuantTile>(w, x, x_stride, n, out); return;
+        default: dot_tile_q4_0_x2<kMaxTile>(w, x, x_stride, n, out); return;
     }
 }
 
