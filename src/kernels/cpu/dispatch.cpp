@@ -132,12 +132,15 @@ void KernelTable::quantize_dot_x(DType t, const float *x, void *y, int64_t n) co
     }
     if (n % QK8_0 != 0) throw_error("quantize_dot_x: n = %lld is not a multiple of %d", (long long)n, QK8_0);
     if (t == DType::Q8_0) {
-        // The blocks, then their scales as f32 (exact: every f16 is an f32).
-        auto *blocks = static_cast<BlockQ8_0 *>(y);
-        quantize_row_q8_0(x, blocks, n);
-        auto *scales = reinterpret_cast<uint8_t *>(blocks + n / QK8_0);
+        // The blocks, then their scales as f32 (exact: every f16 is an f32). Each block is quantised on the stack
+        // and copied, as y need not be aligned for BlockQ8_0.
+        auto *blocks = static_cast<uint8_t *>(y);
+        uint8_t *scales = blocks + (n / QK8_0) * static_cast<int64_t>(sizeof(BlockQ8_0));
         for (int64_t b = 0; b < n / QK8_0; ++b) {
-            const float d = fp16_to_f32(blocks[b].d);
+            BlockQ8_0 q;
+            quantize_row_q8_0(x + b * QK8_0, &q, QK8_0);
+            std::memcpy(blocks + b * static_cast<int64_t>(sizeof q), &q, sizeof q);
+            const float d = fp16_to_f32(q.d);
             std::memcpy(scales + b * static_cast<int64_t>(sizeof d), &d, sizeof d);
         }
         return;
