@@ -18,6 +18,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/dtype.h"
@@ -134,6 +135,51 @@ void bm_cached(benchmark::State &state, CachedMatvec *data) {
                                                      benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
 }
 
+// Matmul of T = 1, 2, 4, 8 tokens against one matrix: the cost of small batches (parallel generation runs 8
+// sequences per step) relative to one token. One thread, CPU time, as the compute figures above: on a machine
+// shared with other jobs the wall time of 2 threads scattered these ratios by 2x between runs. Shapes: n_cols x n_rows
+// = 2048 x (4x LLC) (a DRAM-sized projection of the bench preset, n_embd 2048), and the bench preset's expert matrices,
+// 2048 x 768 (gate/up) and 768 x 2048 (down), which stay in cache across calls as an expert's do while a step's tokens
+// use it. The summary prints time(T) / time(1) from the same run.
+struct TokensMatmul {
+    std::vector<uint8_t> bytes;
+    WeightMatrix w;
+    std::vector<float> x, y;
+    static constexpr int64_t kMaxTokens = 8;
+
+    TokensMatmul(DType t, int64_t n_cols, int64_t n_rows) {
+        const int64_t row_bytes = dtype_row_size(t, n_cols);
+        bytes.resize(static_cast<size_t>(n_rows * row_bytes));
+        std::mt19937 rng(3);
+        std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+        std::vector<float> row(static_cast<size_t>(n_cols));
+        const int64_t n_distinct = std::min<int64_t>(n_rows, 64);  // repeated, as in MatvecData
+        for (int64_t r = 0; r < n_distinct; ++r) {
+            for (auto &v : row) v = dist(rng);
+            quantize_row(t, row.data(), bytes.data() + r * row_bytes, n_cols);
+        }
+        for (int64_t r = n_distinct; r < n_rows; ++r) {
+            std::memcpy(bytes.data() + r * row_bytes, bytes.data() + (r % n_distinct) * row_bytes,
+                        static_cast<size_t>(row_bytes));
+        }
+        w = WeightMatrix{t, bytes.data(), n_rows, n_cols, row_bytes};
+        x.resize(static_cast<size_t>(n_cols * kMaxTokens));
+        for (auto &v : x) v = dist(rng);
+        y.resize(static_cast<size_t>(n_rows * kMaxTokens));
+    }
+};
+
+void bm_tokens(benchmark::State &state, TokensMatmul *data, int64_t n_tokens) {
+    ThreadPool pool(1);  // runs inline on this thread, so CPU time is the matmul's
+    OpScratch scratch;
+    for (auto _ : state) {
+        matmul(pool, scratch, data->w, data->x.data(), n_tokens, data->y.data());
+        benchmark::DoNotOptimize(data->y.data());
+        benchmark::ClobberMemory();
+    }
+    state.SetLabel(cpu::active_isa_name());
+}
+
 // Buffers for copy and read, shared by both benchmarks (filled, so every page is mapped before timing).
 struct Buffers {
     std::vector<uint8_t> src, dst;
@@ -193,6 +239,15 @@ class RatioReporter : public benchmark::ConsoleReporter {
     void ReportRuns(const std::vector<Run> &runs) override {
         for (const Run &run : runs) {
             if (run.error_occurred) continue;
+            const std::string &fn = run.run_name.function_name;
+            if (fn.rfind("tokens/", 0) == 0) {
+                // "tokens/<type>/<cols>x<rows>/T:<n>": CPU time per call, by matrix and token count.
+                const size_t at = fn.rfind("/T:");
+                if (run.run_type == Run::RT_Iteration && at != std::string::npos) {
+                    tokens_[fn.substr(0, at)][std::atoi(fn.c_str() + at + 3)].push_back(run.GetAdjustedCPUTime());
+                }
+                continue;
+            }
             if (const auto c = run.counters.find("ns_per_32"); c != run.counters.end()) {
                 if (run.run_type == Run::RT_Iteration) cached_[run.run_name.function_name].push_back(c->second.value);
                 continue;
@@ -234,9 +289,24 @@ class RatioReporter : public benchmark::ConsoleReporter {
             std::sort(v.begin(), v.end());
             std::printf("  %-24s %6.3f ns per 32 weights per token\n", name.c_str(), v[v.size() / 2]);
         }
+        if (!tokens_.empty())
+            std::printf("\nsmall batches (1 thread, CPU time): time(T) / time(1), medians, same run\n");
+        for (const auto &[name, by_t] : tokens_) {
+            const auto one = by_t.find(1);
+            if (one == by_t.end()) continue;
+            const double t1 = median_of(one->second);
+            std::printf("  %-28s", name.c_str());
+            for (const auto &[n_tok, times] : by_t) std::printf("  T=%d %5.2fx", n_tok, median_of(times) / t1);
+            std::printf("\n");
+        }
     }
 
   private:
+    static double median_of(std::vector<double> v) {
+        std::sort(v.begin(), v.end());
+        return v.empty() ? 0.0 : v[v.size() / 2];
+    }
+
     double median(const std::string &name) const {
         if (const auto m = medians_.find(name); m != medians_.end()) return m->second;
         const auto it = rates_.find(name);
@@ -249,6 +319,8 @@ class RatioReporter : public benchmark::ConsoleReporter {
     std::map<std::string, std::vector<double>> rates_;   // bytes/s of each repetition, by benchmark
     std::map<std::string, double> medians_;              // bytes/s of the median aggregate, when reported
     std::map<std::string, std::vector<double>> cached_;  // ns per 32 weights of each repetition (cached/*)
+    // CPU time per call of each repetition (tokens/*), by matrix name and token count.
+    std::map<std::string, std::map<int, std::vector<double>>> tokens_;
 };
 
 }  // namespace
@@ -289,6 +361,19 @@ int main(int argc, char **argv) {
             cached.push_back(std::make_unique<CachedMatvec>(t, n_tok));
             const std::string name = "cached/" + std::string(dtype_name(t)) + "/tokens:" + std::to_string(n_tok);
             benchmark::RegisterBenchmark(name.c_str(), bm_cached, cached.back().get())->Unit(benchmark::kMicrosecond);
+        }
+    }
+    std::vector<std::unique_ptr<TokensMatmul>> token_mats;
+    for (DType t : {DType::Q8_0, DType::Q4_0}) {
+        const int64_t dram_rows = (working_set_bytes() / dtype_row_size(t, 2048) + 63) / 64 * 64;
+        for (const auto &[n_cols, n_rows] : {std::pair<int64_t, int64_t>{2048, dram_rows}, {2048, 768}, {768, 2048}}) {
+            token_mats.push_back(std::make_unique<TokensMatmul>(t, n_cols, n_rows));
+            for (int64_t n_tok : {1, 2, 4, 8}) {
+                const std::string name = "tokens/" + std::string(dtype_name(t)) + "/" + std::to_string(n_cols) + "x" +
+                                         std::to_string(n_rows) + "/T:" + std::to_string(n_tok);
+                benchmark::RegisterBenchmark(name.c_str(), bm_tokens, token_mats.back().get(), n_tok)
+                    ->Unit(benchmark::kMicrosecond);
+            }
         }
     }
     RatioReporter reporter;

@@ -181,17 +181,18 @@ TEST_P(IsaTest, DotTileMatchesReferenceForEveryTypeLengthAndTile) {
             // kernel's dot type; and each row as plain Q8_0 (or f32) for the reference.
             const size_t x_row = static_cast<size_t>(x_row_bytes(t, n));
             const size_t stride = x_row + (tx == DType::F32 ? 12 : (t == DType::Q4_0 ? 104 : 34));
-            std::vector<uint8_t> x(stride * cpu::kMaxTile);
+            const int max_tile = cpu::max_tile(t);
+            std::vector<uint8_t> x(stride * static_cast<size_t>(max_tile));
             std::vector<std::vector<uint8_t>> ref_x;
-            for (int j = 0; j < cpu::kMaxTile; ++j) {
+            for (int j = 0; j < max_tile; ++j) {
                 // Rows of very different scale: a tile must not mix up which scale belongs to which row.
-                const float s = std::ldexp(1.0f, 4 * j - 6);
+                const float s = std::ldexp(1.0f, 3 * j - 9);
                 const auto xf = test::random_floats(rng, static_cast<size_t>(n), -s, s);
                 to_dot_x(*table, t, xf, x.data() + j * stride);
                 ref_x.push_back(to_row(tx, xf));
             }
-            for (int n_x = 1; n_x <= cpu::kMaxTile; ++n_x) {
-                float out[cpu::kMaxTile];
+            for (int n_x = 1; n_x <= max_tile; ++n_x) {
+                float out[cpu::kMaxQuantTile];
                 table->dot(t)(w.data(), x.data(), stride, n_x, n, out);
                 for (int j = 0; j < n_x; ++j) {
                     const void *xj = x.data() + j * stride;
@@ -279,14 +280,20 @@ TEST_P(IsaTest, QuantizeDotXWritesQ8_0AndForQ4_0PairedRecords) {
         const int64_t nb = n / QK8_0;
         std::vector<BlockQ8_0> expected(static_cast<size_t>(nb));
         ref::quantize_row_q8_0(x.data(), expected.data(), n);
-        ASSERT_EQ(KernelTable::dot_x_row_bytes(DType::Q8_0, n), nb * 34);
+        ASSERT_EQ(KernelTable::dot_x_row_bytes(DType::Q8_0, n), nb * (34 + 4));
         ASSERT_EQ(KernelTable::dot_x_row_bytes(DType::Q4_0, n), (nb + 1) / 2 * 104);
         for (DType t : {DType::Q8_0, DType::Q4_0}) {
             std::vector<uint8_t> y(static_cast<size_t>(KernelTable::dot_x_row_bytes(t, n)) + 2, 0xAB);
             table->quantize_dot_x(t, x.data(), y.data() + 2, n);
             const uint8_t *p = y.data() + 2;
             if (t == DType::Q8_0) {
+                // The blocks, then each block's scale as f32 (unaligned).
                 ASSERT_EQ(std::memcmp(p, expected.data(), static_cast<size_t>(nb) * 34), 0);
+                for (int64_t b = 0; b < nb; ++b) {
+                    float d;
+                    std::memcpy(&d, p + nb * 34 + 4 * b, sizeof d);
+                    ASSERT_EQ(d, fp16_to_f32(expected[static_cast<size_t>(b)].d)) << "block " << b;
+                }
                 continue;
             }
             for (int64_t b = 0; b < (nb + 1) / 2 * 2; ++b) {

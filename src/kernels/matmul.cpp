@@ -1,7 +1,7 @@
 // matmul: the hot op. Weight rows are split across the pool's threads in chunks; activations are quantised
 // once per call for Q8_0/Q4_0 weights (to Q8_0; for Q4_0 in BlockQ8_0x2 records with block sums, see dispatch.h);
-// tokens are taken kMaxTile at a time so each weight row is loaded once per tile. The ISA-specific inner loops come
-// from the dispatch table (kernels/cpu/).
+// tokens are taken max_tile(type) at a time (8 for Q8_0, 4 for Q4_0 and float weights) so each weight row is loaded
+// once per tile. The ISA-specific inner loops come from the dispatch table (kernels/cpu/).
 #include <algorithm>
 
 #include "core/error.h"
@@ -30,9 +30,10 @@ struct MatmulJob {
 // tiles, so for prefill each weight byte comes from memory once per matmul and from L2 once per tile.
 void matmul_rows(const MatmulJob &job, int64_t r0, int64_t r1) {
     const WeightMatrix &w = *job.w;
-    float out[cpu::kMaxTile];
-    for (int64_t t0 = 0; t0 < job.n_tokens; t0 += cpu::kMaxTile) {
-        const int n_x = static_cast<int>(std::min<int64_t>(cpu::kMaxTile, job.n_tokens - t0));
+    const int tile = cpu::max_tile(w.type);
+    float out[cpu::kMaxQuantTile];
+    for (int64_t t0 = 0; t0 < job.n_tokens; t0 += tile) {
+        const int n_x = static_cast<int>(std::min<int64_t>(tile, job.n_tokens - t0));
         const uint8_t *xt = job.xd + t0 * static_cast<int64_t>(job.xd_stride);
         float *yt = job.y + t0 * w.n_rows;
         for (int64_t r = r0; r < r1; ++r) {
@@ -47,7 +48,7 @@ int64_t matmul_grain(const WeightMatrix &w, int64_t n_tokens, int n_threads) {
     // Decode streams each row once: long contiguous chunks keep the hardware prefetchers running
     // (256 KiB measured ~5-8% faster than 32 KiB on the 2-core EPYC, DRAM-sized matrices). Prefill revisits
     // a chunk once per token tile, so it should stay in L2 alongside the activations (~128 KiB).
-    const int64_t target_bytes = n_tokens <= cpu::kMaxTile ? (int64_t(256) << 10) : (int64_t(128) << 10);
+    const int64_t target_bytes = n_tokens <= cpu::max_tile(w.type) ? (int64_t(256) << 10) : (int64_t(128) << 10);
     const int64_t by_size = std::max<int64_t>(1, target_bytes / w.row_bytes);
     // At least ~4 chunks per thread, so threads that run ahead (or share a core) even out.
     const int64_t by_balance = (w.n_rows + 4 * n_threads - 1) / (4 * n_threads);

@@ -120,9 +120,13 @@ int64_t q4_0_dot_x_row_bytes(int64_t n) {
     return n_pairs * static_cast<int64_t>(sizeof(BlockQ8_0x2));
 }
 
+int64_t q8_0_dot_x_row_bytes(int64_t n) {
+    return (n / QK8_0) * static_cast<int64_t>(sizeof(BlockQ8_0) + sizeof(float));
+}
+
 int64_t KernelTable::dot_x_row_bytes(DType t, int64_t n) {
     switch (t) {
-        case DType::Q8_0: return dtype_row_size(DType::Q8_0, n);
+        case DType::Q8_0: return q8_0_dot_x_row_bytes(n);
         case DType::Q4_0: return q4_0_dot_x_row_bytes(n);
         default: throw_error("no quantised activation type for weight type %s", std::string(dtype_name(t)).c_str());
     }
@@ -134,7 +138,17 @@ void KernelTable::quantize_dot_x(DType t, const float *x, void *y, int64_t n) co
     }
     if (n % QK8_0 != 0) throw_error("quantize_dot_x: n = %lld is not a multiple of %d", (long long)n, QK8_0);
     if (t == DType::Q8_0) {
-        quantize_row_q8_0(x, static_cast<BlockQ8_0 *>(y), n);
+        // The blocks, then their scales as f32 (exact: every f16 is an f32). Each block is quantised on the stack
+        // and copied, as y need not be aligned for BlockQ8_0.
+        auto *blocks = static_cast<uint8_t *>(y);
+        uint8_t *scales = blocks + (n / QK8_0) * static_cast<int64_t>(sizeof(BlockQ8_0));
+        for (int64_t b = 0; b < n / QK8_0; ++b) {
+            BlockQ8_0 q;
+            quantize_row_q8_0(x + b * QK8_0, &q, QK8_0);
+            std::memcpy(blocks + b * static_cast<int64_t>(sizeof q), &q, sizeof q);
+            const float d = fp16_to_f32(q.d);
+            std::memcpy(scales + b * static_cast<int64_t>(sizeof d), &d, sizeof d);
+        }
         return;
     }
     // Q4_0: each pair of blocks quantised as Q8_0, then placed in its record (layout in core/blocks.h). Once

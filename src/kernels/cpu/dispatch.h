@@ -21,6 +21,13 @@ enum class Isa : int {
 // Tokens (activation rows) one dot_tile call handles against one weight row: the weight row is loaded
 // once per tile, so prefill reads weights a quarter as often as a token-at-a-time loop.
 constexpr int kMaxTile = 4;
+// The same for Q8_0 weights: 8, so a step of parallel generation (8 sequences) is one tile and each weight block
+// is loaded, unpacked and its scale converted once for all 8 tokens (the Q8_0 kernel keeps one accumulator per
+// token, which fits the 16 AVX2 registers). Q4_0 stays at 4: its kernel holds two records' nibbles, scales and
+// masks besides the accumulators, and measured slower at 8 tokens per tile than as two tiles of 4.
+constexpr int kMaxQuantTile = 8;
+// Largest n_x of the dot for weights of type t.
+constexpr int max_tile(DType t) { return t == DType::Q8_0 ? kMaxQuantTile : kMaxTile; }
 
 // The activation row Q4_0 weights dot with: ceil(n / 64) BlockQ8_0x2 records (core/blocks.h), the Q8_0
 // quantisation of the row (bit-identical to quantize_row_q8_0) rearranged. Why: Q4_0 stores u = value + 8 in
@@ -30,10 +37,16 @@ constexpr int kMaxTile = 4;
 // ordered as the nibbles come out of the weight bytes, two blocks share each unpack, multiply and scaling.
 int64_t q4_0_dot_x_row_bytes(int64_t n);
 
-// out[j] = sum_i w[i] * x_j[i] for j < n_x, 1 <= n_x <= kMaxTile.
+// The activation row Q8_0 weights dot with: the n / 32 Q8_0 blocks of quantize_row_q8_0, followed by the same
+// blocks' scales as f32 (n / 32 floats, unaligned). Why: with several tokens per weight row, converting each
+// token's f16 scale in the inner loop cost as much as a third of the multiply work; converted once per token
+// per matmul, the inner loop broadcasts the f32 straight from memory.
+int64_t q8_0_dot_x_row_bytes(int64_t n);
+
+// out[j] = sum_i w[i] * x_j[i] for j < n_x, 1 <= n_x <= max_tile(weight type).
 //   w: one weight row of n elements (n % 32 == 0 for Q8_0/Q4_0)
 //   x: n_x rows of the weight type's dot type, x_j = (const uint8_t *)x + j * x_stride:
-//      f32 for F32/F16/BF16 weights, Q8_0 blocks for Q8_0 weights (quantize_row_q8_0), BlockQ8_0x2 records for
+//      f32 for F32/F16/BF16 weights, Q8_0 blocks + f32 scales for Q8_0 weights (above), BlockQ8_0x2 records for
 //      Q4_0 weights (above; rows 4-byte aligned). KernelTable::quantize_dot_x writes both.
 //   out: [n_x] f32. Accumulates in f32; Q8_0/Q4_0 sums are integer within each 32-block, as ggml.
 using DotTileFn = void (*)(const void *w, const void *x, size_t x_stride, int n_x, int64_t n, float *out);

@@ -18,7 +18,9 @@ namespace sparrow::cpu::avx2 {
 
 namespace {
 
-constexpr int kMaxTile = 4;  // = cpu::kMaxTile (dispatch.h is not included here: it pulls in inline code)
+// = cpu::kMaxTile and cpu::kMaxQuantTile (dispatch.h is not included here: it pulls in inline code)
+constexpr int kMaxTile = 4;
+constexpr int kMaxQuantTile = 8;
 
 // Sum of the 8 lanes.
 inline float hsum(__m256 v) {
@@ -121,59 +123,71 @@ inline __m256i block_dot(__m256i w_abs, __m256i w, __m256i x) {
     return _mm256_madd_epi16(p16, _mm256_set1_epi16(1));
 }
 
-template <typename Block, int NT>
-void dot_tile_quant(const void *wv, const void *x, size_t x_stride, int64_t n, float *out) {
-    const Block *w = static_cast<const Block *>(wv);
+// An f32 from memory that need not be aligned (the scales follow 34-byte blocks), in all 8 lanes.
+inline __m256 broadcast_f32(const uint8_t *p) {
+    float v;
+    std::memcpy(&v, p, sizeof v);
+    return _mm256_set1_ps(v);
+}
+
+// Q8_0 weights against activation rows of Q8_0 blocks followed by their f32 scales (cpu::q8_0_dot_x_row_bytes).
+// Per weight block, the unpack, |w| and the weight scale's conversion are done once for all NT (<= 8) tokens;
+// per token and block the loop spends sign, maddubs, madd, cvt, one scale multiply (dw * dx, the product
+// ggml forms) and one multiply-add. One accumulator per token (8 accumulators fit next to the weight
+// registers): blocks go in pairs, s = d0 c0 + d1 c1 and then acc += s, so the dependency chain through acc is
+// one add per two blocks even at NT = 1. The order is the same for every NT, so a token's result does not
+// depend on which tile it shares: batched and single-sequence runs agree bit for bit.
+template <int NT>
+void dot_tile_q8_0_rows(const void *wv, const void *x, size_t x_stride, int64_t n, float *out) {
+    const BlockQ8_0 *w = static_cast<const BlockQ8_0 *>(wv);
+    const int64_t nb = n / QK8_0;
     const BlockQ8_0 *xs[NT];
+    const uint8_t *dxs[NT];  // token j's f32 scales, block b at dxs[j] + 4 b
     for (int j = 0; j < NT; ++j) {
         xs[j] = reinterpret_cast<const BlockQ8_0 *>(static_cast<const uint8_t *>(x) + j * x_stride);
+        dxs[j] = reinterpret_cast<const uint8_t *>(xs[j] + nb);
     }
-    const int64_t nb = n / QK8_0;
-    // Two accumulators per token (even and odd blocks) to halve the FMA dependency chain at NT = 1.
-    __m256 acc[NT][2];
-    for (int j = 0; j < NT; ++j) acc[j][0] = acc[j][1] = _mm256_setzero_ps();
+    __m256 acc[NT];
+    for (int j = 0; j < NT; ++j) acc[j] = _mm256_setzero_ps();
     int64_t b = 0;
     for (; b + 2 <= nb; b += 2) {
-        // The pair's scales in one conversion each: [dw0, dw1] and per token [dx0, dx1], multiplied in f32
-        // exactly as the single-block path does (so results do not depend on the pairing).
+        const __m256i qw0 = unpack_block(w[b]), qw1 = unpack_block(w[b + 1]);
+        const __m256i qa0 = _mm256_sign_epi8(qw0, qw0), qa1 = _mm256_sign_epi8(qw1, qw1);
         const __m128 dw = _mm_cvtph_ps(_mm_insert_epi16(_mm_cvtsi32_si128(w[b].d), w[b + 1].d, 1));
-        __m256 d[NT][2];
+        const __m256 dw0 = _mm256_broadcastss_ps(dw),
+                     dw1 = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(dw), _mm256_set1_epi32(1));
         for (int j = 0; j < NT; ++j) {
-            const __m128i dx_half = _mm_insert_epi16(_mm_cvtsi32_si128(xs[j][b].d), xs[j][b + 1].d, 1);
-            const __m128 dwx = _mm_mul_ps(dw, _mm_cvtph_ps(dx_half));
-            d[j][0] = _mm256_broadcastss_ps(dwx);
-            d[j][1] = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(dwx), _mm256_set1_epi32(1));
-        }
-        for (int u = 0; u < 2; ++u) {
-            const __m256i qw = unpack_block(w[b + u]);
-            const __m256i qw_abs = _mm256_sign_epi8(qw, qw);
-            for (int j = 0; j < NT; ++j) {
-                const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(xs[j][b + u].qs));
-                acc[j][u] = _mm256_fmadd_ps(d[j][u], _mm256_cvtepi32_ps(block_dot(qw_abs, qw, q)), acc[j][u]);
-            }
+            const __m256i q0 = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(xs[j][b].qs));
+            const __m256i q1 = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(xs[j][b + 1].qs));
+            const __m256 d0 = _mm256_mul_ps(dw0, broadcast_f32(dxs[j] + 4 * b));
+            const __m256 d1 = _mm256_mul_ps(dw1, broadcast_f32(dxs[j] + 4 * (b + 1)));
+            const __m256 s = _mm256_mul_ps(d0, _mm256_cvtepi32_ps(block_dot(qa0, qw0, q0)));
+            acc[j] = _mm256_add_ps(acc[j], _mm256_fmadd_ps(d1, _mm256_cvtepi32_ps(block_dot(qa1, qw1, q1)), s));
         }
     }
     if (b < nb) {
         const __m256i qw = unpack_block(w[b]);
-        const __m256i qw_abs = _mm256_sign_epi8(qw, qw);
-        const float dw = fp16_to_f32(w[b].d);
+        const __m256i qa = _mm256_sign_epi8(qw, qw);
+        const __m256 dw = _mm256_set1_ps(fp16_to_f32(w[b].d));
         for (int j = 0; j < NT; ++j) {
-            const BlockQ8_0 &xb = xs[j][b];
-            const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(xb.qs));
-            const __m256 d = _mm256_set1_ps(dw * fp16_to_f32(xb.d));
-            acc[j][0] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(block_dot(qw_abs, qw, q)), acc[j][0]);
+            const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(xs[j][b].qs));
+            const __m256 d = _mm256_mul_ps(dw, broadcast_f32(dxs[j] + 4 * b));
+            acc[j] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(block_dot(qa, qw, q)), acc[j]);
         }
     }
-    for (int j = 0; j < NT; ++j) out[j] = hsum(_mm256_add_ps(acc[j][0], acc[j][1]));
+    for (int j = 0; j < NT; ++j) out[j] = hsum(acc[j]);
 }
 
-template <typename Block>
-void dot_tile_quant_any(const void *w, const void *x, size_t x_stride, int n_x, int64_t n, float *out) {
+void dot_tile_q8_0_any(const void *w, const void *x, size_t x_stride, int n_x, int64_t n, float *out) {
     switch (n_x) {
-        case 1: dot_tile_quant<Block, 1>(w, x, x_stride, n, out); return;
-        case 2: dot_tile_quant<Block, 2>(w, x, x_stride, n, out); return;
-        case 3: dot_tile_quant<Block, 3>(w, x, x_stride, n, out); return;
-        default: dot_tile_quant<Block, kMaxTile>(w, x, x_stride, n, out); return;
+        case 1: dot_tile_q8_0_rows<1>(w, x, x_stride, n, out); return;
+        case 2: dot_tile_q8_0_rows<2>(w, x, x_stride, n, out); return;
+        case 3: dot_tile_q8_0_rows<3>(w, x, x_stride, n, out); return;
+        case 4: dot_tile_q8_0_rows<4>(w, x, x_stride, n, out); return;
+        case 5: dot_tile_q8_0_rows<5>(w, x, x_stride, n, out); return;
+        case 6: dot_tile_q8_0_rows<6>(w, x, x_stride, n, out); return;
+        case 7: dot_tile_q8_0_rows<7>(w, x, x_stride, n, out); return;
+        default: dot_tile_q8_0_rows<kMaxQuantTile>(w, x, x_stride, n, out); return;
     }
 }
 
@@ -217,16 +231,23 @@ void dot_tile_q4_0_x2(const void *wv, const void *x, size_t x_stride, int64_t n,
     for (int j = 0; j < NT; ++j) {
         xs[j] = reinterpret_cast<const BlockQ8_0x2 *>(static_cast<const uint8_t *>(x) + j * x_stride);
     }
-    // Two accumulators per token (even and odd records) to halve the FMA dependency chain at NT = 1.
-    __m256 acc[NT][2];
-    for (int j = 0; j < NT; ++j) acc[j][0] = acc[j][1] = _mm256_setzero_ps();
+    // One accumulator per token (as the Q8_0 kernel). Two records' terms are summed
+    // first and then added to it, so the dependency chain through acc is one add per four blocks at NT = 1;
+    // the order is the same for every NT (results do not depend on the tile).
+    __m256 acc[NT];
+    for (int j = 0; j < NT; ++j) acc[j] = _mm256_setzero_ps();
     int64_t p = 0;  // record index; blocks 2p and 2p + 1
     for (; 2 * p + 4 <= nb; p += 2) {
+        __m256i wb[2];
+        __m128 dw[2];
         for (int u = 0; u < 2; ++u) {
             const BlockQ4_0 &b0 = w[2 * (p + u)], &b1 = w[2 * (p + u) + 1];
-            const __m256i wb = load_nibble_bytes(b0, b1);
-            const __m128 dw = _mm_cvtph_ps(_mm_insert_epi16(_mm_cvtsi32_si128(b0.d), b1.d, 1));
-            for (int j = 0; j < NT; ++j) acc[j][u] = record_dot(acc[j][u], wb, dw, xs[j][p + u]);
+            wb[u] = load_nibble_bytes(b0, b1);
+            dw[u] = _mm_cvtph_ps(_mm_insert_epi16(_mm_cvtsi32_si128(b0.d), b1.d, 1));
+        }
+        for (int j = 0; j < NT; ++j) {
+            const __m256 s = record_dot(_mm256_setzero_ps(), wb[0], dw[0], xs[j][p]);
+            acc[j] = _mm256_add_ps(acc[j], record_dot(s, wb[1], dw[1], xs[j][p + 1]));
         }
     }
     for (; 2 * p < nb; ++p) {
@@ -234,9 +255,9 @@ void dot_tile_q4_0_x2(const void *wv, const void *x, size_t x_stride, int64_t n,
         const bool pair = 2 * p + 1 < nb;
         const __m256i wb = pair ? load_nibble_bytes(b0, w[2 * p + 1]) : load_nibble_bytes(b0);
         const __m128 dw = _mm_cvtph_ps(_mm_insert_epi16(_mm_cvtsi32_si128(b0.d), pair ? w[2 * p + 1].d : 0, 1));
-        for (int j = 0; j < NT; ++j) acc[j][p % 2] = record_dot(acc[j][p % 2], wb, dw, xs[j][p]);
+        for (int j = 0; j < NT; ++j) acc[j] = record_dot(acc[j], wb, dw, xs[j][p]);
     }
-    for (int j = 0; j < NT; ++j) out[j] = hsum(_mm256_add_ps(acc[j][0], acc[j][1]));
+    for (int j = 0; j < NT; ++j) out[j] = hsum(acc[j]);
 }
 
 void dot_tile_q4_0_any(const void *w, const void *x, size_t x_stride, int n_x, int64_t n, float *out) {
@@ -269,7 +290,7 @@ void dot_tile_bf16(const void *w, const void *x, size_t x_stride, int n_x, int64
     dot_tile_float_any<FloatKind::bf16>(w, x, x_stride, n_x, n, out);
 }
 void dot_tile_q8_0(const void *w, const void *x, size_t x_stride, int n_x, int64_t n, float *out) {
-    dot_tile_quant_any<BlockQ8_0>(w, x, x_stride, n_x, n, out);
+    dot_tile_q8_0_any(w, x, x_stride, n_x, n, out);
 }
 void dot_tile_q4_0(const void *w, const void *x, size_t x_stride, int n_x, int64_t n, float *out) {
     dot_tile_q4_0_any(w, x, x_stride, n_x, n, out);

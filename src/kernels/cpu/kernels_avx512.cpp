@@ -209,6 +209,15 @@ void dot_tile_bf16(const void *w, const void *x, size_t x_stride, int n_x, int64
     dot_tile_float_any<FloatKind::bf16>(w, x, x_stride, n_x, n, out);
 }
 void dot_tile_q8_0(const void *w, const void *x, size_t x_stride, int n_x, int64_t n, float *out) {
+    // Q8_0 tiles hold up to 8 tokens (cpu::kMaxQuantTile); this level runs them as tiles of 4. Each token's sum
+    // does not depend on its tile, so the split changes no result. The activation rows start with the Q8_0
+    // blocks this kernel reads (their f32 copies of the scales follow, unused here).
+    if (n_x > kMaxTile) {
+        dot_tile_quant_any<BlockQ8_0>(w, x, x_stride, kMaxTile, n, out);
+        x = static_cast<const uint8_t *>(x) + kMaxTile * x_stride;
+        n_x -= kMaxTile;
+        out += kMaxTile;
+    }
     dot_tile_quant_any<BlockQ8_0>(w, x, x_stride, n_x, n, out);
 }
 

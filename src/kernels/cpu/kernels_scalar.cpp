@@ -49,11 +49,11 @@ inline int32_t block_dot(const int8_t *qw, const int8_t *qx) {
 // returns its scale.
 template <typename Block, typename Unpack>
 void dot_tile_quant(const Block *w, const void *x, size_t x_stride, int n_x, int64_t n, float *out, Unpack unpack) {
-    const BlockQ8_0 *xs[kMaxTile];
+    const BlockQ8_0 *xs[kMaxQuantTile];
     for (int j = 0; j < n_x; ++j) {
         xs[j] = reinterpret_cast<const BlockQ8_0 *>(static_cast<const uint8_t *>(x) + j * x_stride);
     }
-    float acc[kMaxTile] = {};
+    float acc[kMaxQuantTile] = {};
     int8_t qw[QK8_0];
     for (int64_t b = 0; b < n / QK8_0; ++b) {
         const float dw = unpack(w[b], qw);
@@ -92,7 +92,7 @@ void dot_tile_q4_0(const void *wv, const void *x, size_t x_stride, int n_x, int6
     const auto *w = static_cast<const BlockQ4_0 *>(wv);
     const int64_t nb = n / QK4_0;
     constexpr int kHalf = QK4_0 / 2;
-    float acc[kMaxTile] = {};
+    float acc[kMaxQuantTile] = {};
     for (int64_t b = 0; b < nb; ++b) {
         const float dw = fp16_to_f32(w[b].d);
         const int h = static_cast<int>(b % 2);  // which block of its record
