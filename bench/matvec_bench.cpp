@@ -48,8 +48,26 @@ int64_t llc_bytes() {
 // Bytes every benchmark buffer has at least: 4x the LLC.
 int64_t working_set_bytes() { return 4 * llc_bytes(); }
 
-// A weight matrix of type t with 4096 inputs and enough rows to span the working set. Only a few rows are
-// really quantised and then repeated: the contents do not change the speed, and this keeps set-up short.
+// Fills `bytes` with n_rows rows of type t: only the first 64 are really quantised, the rest repeat them (the
+// contents do not change the speed, and this keeps set-up short). Returns the matrix over `bytes`.
+WeightMatrix repeated_weights(DType t, int64_t n_cols, int64_t n_rows, std::mt19937 &rng, std::vector<uint8_t> &bytes) {
+    const int64_t row_bytes = dtype_row_size(t, n_cols);
+    bytes.resize(static_cast<size_t>(n_rows * row_bytes));
+    std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+    std::vector<float> row(static_cast<size_t>(n_cols));
+    const int64_t n_distinct = std::min<int64_t>(n_rows, 64);
+    for (int64_t r = 0; r < n_distinct; ++r) {
+        for (auto &v : row) v = dist(rng);
+        quantize_row(t, row.data(), bytes.data() + r * row_bytes, n_cols);
+    }
+    for (int64_t r = n_distinct; r < n_rows; ++r) {
+        std::memcpy(bytes.data() + r * row_bytes, bytes.data() + (r % n_distinct) * row_bytes,
+                    static_cast<size_t>(row_bytes));
+    }
+    return WeightMatrix{t, bytes.data(), n_rows, n_cols, row_bytes};
+}
+
+// A weight matrix of type t with 4096 inputs and enough rows to span the working set.
 struct MatvecData {
     std::vector<uint8_t> bytes;
     WeightMatrix w;
@@ -57,22 +75,10 @@ struct MatvecData {
 
     explicit MatvecData(DType t) {
         const int64_t n_cols = 4096;
-        const int64_t row_bytes = dtype_row_size(t, n_cols);
-        const int64_t n_rows = (working_set_bytes() / row_bytes + 63) / 64 * 64;
-        bytes.resize(static_cast<size_t>(n_rows * row_bytes));
+        const int64_t n_rows = (working_set_bytes() / dtype_row_size(t, n_cols) + 63) / 64 * 64;
         std::mt19937 rng(1);
         std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-        std::vector<float> row(static_cast<size_t>(n_cols));
-        const int64_t n_distinct = 64;
-        for (int64_t r = 0; r < n_distinct; ++r) {
-            for (auto &v : row) v = dist(rng);
-            quantize_row(t, row.data(), bytes.data() + r * row_bytes, n_cols);
-        }
-        for (int64_t r = n_distinct; r < n_rows; ++r) {
-            std::memcpy(bytes.data() + r * row_bytes, bytes.data() + (r % n_distinct) * row_bytes,
-                        static_cast<size_t>(row_bytes));
-        }
-        w = WeightMatrix{t, bytes.data(), n_rows, n_cols, row_bytes};
+        w = repeated_weights(t, n_cols, n_rows, rng, bytes);
         x.resize(static_cast<size_t>(n_cols));
         for (auto &v : x) v = dist(rng);
         y.resize(static_cast<size_t>(n_rows));
@@ -148,21 +154,9 @@ struct TokensMatmul {
     static constexpr int64_t kMaxTokens = 8;
 
     TokensMatmul(DType t, int64_t n_cols, int64_t n_rows) {
-        const int64_t row_bytes = dtype_row_size(t, n_cols);
-        bytes.resize(static_cast<size_t>(n_rows * row_bytes));
         std::mt19937 rng(3);
         std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-        std::vector<float> row(static_cast<size_t>(n_cols));
-        const int64_t n_distinct = std::min<int64_t>(n_rows, 64);  // repeated, as in MatvecData
-        for (int64_t r = 0; r < n_distinct; ++r) {
-            for (auto &v : row) v = dist(rng);
-            quantize_row(t, row.data(), bytes.data() + r * row_bytes, n_cols);
-        }
-        for (int64_t r = n_distinct; r < n_rows; ++r) {
-            std::memcpy(bytes.data() + r * row_bytes, bytes.data() + (r % n_distinct) * row_bytes,
-                        static_cast<size_t>(row_bytes));
-        }
-        w = WeightMatrix{t, bytes.data(), n_rows, n_cols, row_bytes};
+        w = repeated_weights(t, n_cols, n_rows, rng, bytes);
         x.resize(static_cast<size_t>(n_cols * kMaxTokens));
         for (auto &v : x) v = dist(rng);
         y.resize(static_cast<size_t>(n_rows * kMaxTokens));

@@ -5,7 +5,6 @@
 // generates for one sequence alone, stepped in turn with the batch, and prints the speed ratio.
 #include <cstdio>
 #include <memory>
-#include <random>
 #include <vector>
 
 #include "commands.h"
@@ -23,10 +22,7 @@ struct BatchedFlags {
     std::string prompt;
     int64_t n_parallel = 4;
     int64_t n_predict = 64;
-    float temp = 0.8f;
-    int top_k = 40;
-    float top_p = 0.95f;
-    int64_t seed = -1;
+    SamplingFlags sampling;
     bool compare_single = false;
     bool quiet = false;  // speeds only, no texts
 };
@@ -61,7 +57,7 @@ class Generation {
           tokens_(static_cast<size_t>(n_seq)),
           logits_index_(static_cast<size_t>(n_seq), last),
           done_(static_cast<size_t>(n_seq), false) {
-        for (int64_t s = 0; s < n_seq; ++s) samplers_.emplace_back(SamplerParams{f.temp, f.top_k, f.top_p, seed + s});
+        for (int64_t s = 0; s < n_seq; ++s) samplers_.emplace_back(f.sampling.params(seed + s));
     }
 
     // Step `step` (0-based) of n_predict; returns false once every sequence has finished.
@@ -122,11 +118,12 @@ int run_batched(const BatchedFlags &f) {
     cp.n_batch = std::max(cp.n_batch, n_seq);
     Context ctx(model, cp);
     print_context_summary(ctx);
-    const uint64_t seed = f.seed >= 0 ? static_cast<uint64_t>(f.seed) : std::random_device{}();
+    const uint64_t seed = f.sampling.resolved_seed();
     std::fprintf(stderr,
                  "batched: %lld sequences x %lld tokens; sampling: temp %.2f, top-k %d, top-p %.2f, seed %llu"
                  " (+ sequence index)\n",
-                 (long long)n_seq, (long long)f.n_predict, f.temp, f.top_k, f.top_p, (unsigned long long)seed);
+                 (long long)n_seq, (long long)f.n_predict, f.sampling.temp, f.sampling.top_k, f.sampling.top_p,
+                 (unsigned long long)seed);
 
     const auto n_prompt = static_cast<int32_t>(prompt.size());
     const size_t last = (prompt.size() - 1) % static_cast<size_t>(ctx.params().n_batch);
@@ -182,10 +179,7 @@ Command register_batched(CLI::App &app) {
     cmd->add_option("--parallel", f->n_parallel, "Sequences generated side by side (-np)")
         ->check(CLI::Range(int64_t(1), int64_t(256)));
     cmd->add_option("-n,--n-predict", f->n_predict, "Tokens to generate per sequence")->check(CLI::PositiveNumber);
-    cmd->add_option("--temp", f->temp, "Temperature (0 = greedy)")->check(CLI::NonNegativeNumber);
-    cmd->add_option("--top-k", f->top_k, "Keep the k most likely tokens (0 = all)")->check(CLI::NonNegativeNumber);
-    cmd->add_option("--top-p", f->top_p, "Nucleus sampling threshold (1 = off)")->check(CLI::Range(0.0f, 1.0f));
-    cmd->add_option("-s,--seed", f->seed, "Random seed of sequence 0; sequence i uses seed + i (-1 = random)");
+    f->sampling.add_to(*cmd, "Random seed of sequence 0; sequence i uses seed + i (-1 = random)");
     cmd->add_flag("--compare-single", f->compare_single,
                   "Then generate for one sequence alone and print the aggregate speed ratio");
     cmd->add_flag("--quiet", f->quiet, "Print only the speeds, not the texts");

@@ -1,7 +1,6 @@
 // `sparrow run`: tokenize a prompt, evaluate it, then sample and stream a continuation.
 #include <cctype>
 #include <cstdio>
-#include <random>
 #include <vector>
 
 #include "commands.h"
@@ -18,10 +17,7 @@ struct RunFlags {
     ModelFlags model;
     std::string prompt;
     int64_t n_predict = 64;
-    float temp = 0.8f;
-    int top_k = 40;
-    float top_p = 0.95f;
-    int64_t seed = -1;
+    SamplingFlags sampling;
     std::string prompt_ids_path;      // ids used verbatim (no BOS added)
     std::string dump_logits_path;     // logits of the last prompt position, as .npy
     std::string dump_selection_path;  // per layer, the keys the last prompt queries attended (JSON)
@@ -86,13 +82,13 @@ int run(const RunFlags &f) {
             "(raise -c or lower -n)",
             prompt.size(), (long long)f.n_predict, (long long)ctx.n_ctx());
     }
-    const uint64_t seed = f.seed >= 0 ? static_cast<uint64_t>(f.seed) : std::random_device{}();
+    const uint64_t seed = f.sampling.resolved_seed();
     std::fprintf(stderr,
                  "context: %lld cells, batch %lld, ubatch %lld, cache %s/%s; sampling: temp %.2f, top-k %d, "
                  "top-p %.2f, seed %llu\n",
                  (long long)ctx.n_ctx(), (long long)ctx.params().n_batch, (long long)ctx.params().n_ubatch,
-                 cache_type_name(ctx.params().cache_type_k), cache_type_name(ctx.params().cache_type_v), f.temp,
-                 f.top_k, f.top_p, (unsigned long long)seed);
+                 cache_type_name(ctx.params().cache_type_k), cache_type_name(ctx.params().cache_type_v),
+                 f.sampling.temp, f.sampling.top_k, f.sampling.top_p, (unsigned long long)seed);
 
     std::fputs(f.prompt_ids_path.empty() ? f.prompt.c_str() : tok.decode(prompt).c_str(), stdout);
     std::fflush(stdout);
@@ -115,7 +111,7 @@ int run(const RunFlags &f) {
     }
     if (!f.dump_selection_path.empty()) write_selection_json(f.dump_selection_path, ctx.last_selections());
 
-    Sampler sampler({f.temp, f.top_k, f.top_p, seed});
+    Sampler sampler(f.sampling.params(seed));
     const Stopwatch gen_clock;
     int64_t n_generated = 0;
     int32_t pos = static_cast<int32_t>(prompt.size());
@@ -158,10 +154,7 @@ Command register_run(CLI::App &app) {
     cmd->add_option("--dump-selection", f->dump_selection_path,
                     "Write, per layer, the keys the last prompt queries attended (.json; sparse-attention models)");
     cmd->add_option("-n,--n-predict", f->n_predict, "Tokens to generate")->check(CLI::NonNegativeNumber);
-    cmd->add_option("--temp", f->temp, "Temperature (0 = greedy)")->check(CLI::NonNegativeNumber);
-    cmd->add_option("--top-k", f->top_k, "Keep the k most likely tokens (0 = all)")->check(CLI::NonNegativeNumber);
-    cmd->add_option("--top-p", f->top_p, "Nucleus sampling threshold (1 = off)")->check(CLI::Range(0.0f, 1.0f));
-    cmd->add_option("-s,--seed", f->seed, "Random seed (-1 = random)");
+    f->sampling.add_to(*cmd);
     return [f, prompt, ids] {
         if (prompt->count() == 0 && ids->count() == 0) throw_error("run: give a prompt (-p) or --prompt-ids");
         return run(*f);

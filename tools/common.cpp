@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <fstream>
+#include <random>
 #include <sstream>
 
 #include "core/error.h"
@@ -59,6 +60,17 @@ ContextParams ModelFlags::context_params() const {
     p.cache_rotation = cache_rotation_from_name(cache_rotation);
     p.indexer_fast = indexer_precision == "fast";
     return p;
+}
+
+void SamplingFlags::add_to(CLI::App &cmd, const std::string &seed_help) {
+    cmd.add_option("--temp", temp, "Temperature (0 = greedy)")->check(CLI::NonNegativeNumber);
+    cmd.add_option("--top-k", top_k, "Keep the k most likely tokens (0 = all)")->check(CLI::NonNegativeNumber);
+    cmd.add_option("--top-p", top_p, "Nucleus sampling threshold (1 = off)")->check(CLI::Range(0.0f, 1.0f));
+    cmd.add_option("-s,--seed", seed, seed_help);
+}
+
+uint64_t SamplingFlags::resolved_seed() const {
+    return seed >= 0 ? static_cast<uint64_t>(seed) : std::random_device{}();
 }
 
 std::shared_ptr<const Model> load_model_verbose(const std::string &path) {

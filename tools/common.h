@@ -6,6 +6,7 @@
 #include <memory>
 #include <string>
 
+#include "runtime/sampler.h"
 #include "sparrow/sparrow.h"
 
 namespace sparrow::tools {
@@ -30,6 +31,18 @@ struct ModelFlags {
     // with_dsa_flag = false.
     void add_to(CLI::App &cmd, int64_t default_ctx, bool with_dsa_flag = true);
     ContextParams context_params() const;
+};
+
+// Sampling flags of the commands that generate text (run, batched): --temp, --top-k, --top-p, -s/--seed.
+struct SamplingFlags {
+    float temp = 0.8f;
+    int top_k = 40;
+    float top_p = 0.95f;
+    int64_t seed = -1;  // -1: a random seed, drawn by resolved_seed()
+
+    void add_to(CLI::App &cmd, const std::string &seed_help = "Random seed (-1 = random)");
+    uint64_t resolved_seed() const;
+    SamplerParams params(uint64_t used_seed) const { return {temp, top_k, top_p, used_seed}; }
 };
 
 // Loads the model and prints one line about it to stderr.

@@ -174,6 +174,7 @@ class Selector {
     void finish(Scratch &s, int64_t pos, std::vector<int32_t> &out);
     // Replaces the scores of entries e[0, n) of scored query `sq` by exact (f32) ones.
     void rescore_exact(Scratch &s, const ScoredQuery &sq, Entry *e, int64_t n);
+    void rows_to_f32(Scratch &s, int64_t n) const;
 
     TopK &heap(int64_t pos, int64_t split) { return heaps_[static_cast<size_t>(pos * n_split_ + split)]; }
 
@@ -283,29 +284,36 @@ void Selector::prepare_query(Scratch &s, int64_t slot, const ScoredQuery &sq) co
     }
 }
 
+// s.rows_f32[j] for the key rows s.rows[0..n): the rows themselves when stored as f32, else converted into
+// s.tile_f32 (f16 / bf16 by the indexer's converter, Q8_0 / Q4_0 by ops.h's dequantiser).
+void Selector::rows_to_f32(Scratch &s, int64_t n) const {
+    const DType type = keys_.type();
+    for (int64_t j = 0; j < n; ++j) {
+        float *dst = s.tile_f32.data() + j * d_;
+        if (type == DType::F32) {
+            s.rows_f32[static_cast<size_t>(j)] = static_cast<const float *>(s.rows[static_cast<size_t>(j)]);
+            continue;
+        }
+        if (dtype_is_quantized(type)) convert_row_to_f32(type, s.rows[static_cast<size_t>(j)], dst, d_);
+        s.rows_f32[static_cast<size_t>(j)] = dst;
+    }
+    if (type == DType::F16 || type == DType::BF16) {
+        k_.convert_rows(static_cast<uint32_t>(type), s.rows.data(), n, d_, s.tile_f32.data());
+    }
+}
+
 void Selector::score_tile(Scratch &s, const Chunk &c, int64_t split, std::span<const int32_t> cells, int64_t k0,
                           int64_t k1, int64_t m0, int64_t m1, bool tail) {
     const int64_t n = k1 - k0;
     for (int64_t j = 0; j < n; ++j) s.rows[static_cast<size_t>(j)] = keys_.row(cells[static_cast<size_t>(k0 + j)]);
     const bool fast = scored_[static_cast<size_t>(c.begin)].fast;
-    auto row_type = static_cast<uint32_t>(keys_.type());
     const bool quantized = dtype_is_quantized(keys_.type());
-    if (quantized) {  // Q8_0 / Q4_0 keys: dequantised once per tile (ops.h), then used as f32 rows
-        for (int64_t j = 0; j < n; ++j) {
-            float *dst = s.tile_f32.data() + j * d_;
-            convert_row_to_f32(keys_.type(), s.rows[static_cast<size_t>(j)], dst, d_);
-            s.rows[static_cast<size_t>(j)] = dst;
-        }
-        row_type = indexer::kRowF32;
-    }
+    // Exact mode scores f32 rows; fast mode re-quantises the keys to int8, from f32 rows when they are Q8_0/Q4_0.
+    if (!fast || quantized) rows_to_f32(s, n);
     if (fast) {
-        k_.quantize_keys(row_type, s.rows.data(), n, d_, dp_, s.tile_i8.data(), s.kscale.data(), s.ksum.data());
-    } else if (keys_.type() == DType::F32 || quantized) {
-        for (int64_t j = 0; j < n; ++j)
-            s.rows_f32[static_cast<size_t>(j)] = static_cast<const float *>(s.rows[static_cast<size_t>(j)]);
-    } else {
-        k_.convert_rows(row_type, s.rows.data(), n, d_, s.tile_f32.data());
-        for (int64_t j = 0; j < n; ++j) s.rows_f32[static_cast<size_t>(j)] = s.tile_f32.data() + j * d_;
+        if (quantized) std::copy_n(s.rows_f32.begin(), n, s.rows.begin());
+        k_.quantize_keys(quantized ? indexer::kRowF32 : static_cast<uint32_t>(keys_.type()), s.rows.data(), n, d_, dp_,
+                         s.tile_i8.data(), s.kscale.data(), s.ksum.data());
     }
     for (int64_t m = m0; m < m1; ++m) {
         const ScoredQuery &sq = scored_[static_cast<size_t>(m)];
@@ -353,19 +361,7 @@ void Selector::rescore_exact(Scratch &s, const ScoredQuery &sq, Entry *e, int64_
         const int64_t nt = std::min(kTileKeys, n - j0);
         for (int64_t j = 0; j < nt; ++j)
             s.rows[static_cast<size_t>(j)] = keys_.row(list[static_cast<size_t>(e[j0 + j].idx)]);
-        if (keys_.type() == DType::F32) {
-            for (int64_t j = 0; j < nt; ++j)
-                s.rows_f32[static_cast<size_t>(j)] = static_cast<const float *>(s.rows[static_cast<size_t>(j)]);
-        } else if (dtype_is_quantized(keys_.type())) {  // Q8_0 / Q4_0 keys, dequantised as in score_tile
-            for (int64_t j = 0; j < nt; ++j) {
-                float *dst = s.tile_f32.data() + j * d_;
-                convert_row_to_f32(keys_.type(), s.rows[static_cast<size_t>(j)], dst, d_);
-                s.rows_f32[static_cast<size_t>(j)] = dst;
-            }
-        } else {
-            k_.convert_rows(static_cast<uint32_t>(keys_.type()), s.rows.data(), nt, d_, s.tile_f32.data());
-            for (int64_t j = 0; j < nt; ++j) s.rows_f32[static_cast<size_t>(j)] = s.tile_f32.data() + j * d_;
-        }
+        rows_to_f32(s, nt);
         k_.score_f32(s.qT.data(), s.w.data(), hp_, d_, s.rows_f32.data(), nt, s.scores.data());
         for (int64_t j = 0; j < nt; ++j) {
             const float v = s.scores[static_cast<size_t>(j)];

@@ -385,7 +385,8 @@ void Context::defrag() {
 // Little-endian, version 1:
 //   "SPRWSEQ\0"  u32 version
 //   str arch, i64 n_layer, i64 n_embd, i64 n_vocab          (str = u32 length + bytes)
-//   u32 n_stores; per store: str name, u32 dtype, i64 width, i64 row_bytes, i64 has_rows (0/1)
+//   u32 n_stores; per store: str name, u32 dtype, i64 width, i64 row_bytes, i64 has_rows (0/1),
+//                 i64 rotated (0/1: rows Hadamard-rotated before encoding)
 //   u32 n_cells;  per cell, in position order: i32 pos, then the raw row bytes of each store that has rows
 //   u64 FNV-1a checksum of every byte before it
 namespace {

@@ -40,6 +40,17 @@ def rel_error(a, b):
     return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-30))
 
 
+# A small vocabulary of plain words: perplexity tests write texts of random picks from it.
+TEXT_WORDS = ["the", "little", "bird", "sang", "a", "song", "and", "flew", "over", "house", "girl", "smiled", "one",
+              "day", "tree", "river", "found", "big", "red", "ball"]
+
+
+def write_word_text(path, rng, n_words):
+    """Writes n_words random picks of TEXT_WORDS (drawn from the numpy Generator rng), space-separated."""
+    with open(path, "w") as f:
+        f.write(" ".join(rng.choice(TEXT_WORDS, size=n_words)))
+
+
 def write_ids(path, ids):
     with open(path, "w") as f:
         f.write(" ".join(str(int(i)) for i in ids))

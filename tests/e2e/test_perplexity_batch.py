@@ -16,11 +16,7 @@ checks = harness.Checks()
 tmp = harness.temp_dir()
 
 text = os.path.join(tmp, "text.txt")
-rng = np.random.default_rng(3)
-words = ["the", "little", "bird", "sang", "a", "song", "and", "flew", "over", "house", "girl", "smiled", "one",
-         "day", "tree", "river", "found", "big", "red", "ball"]
-with open(text, "w") as f:
-    f.write(" ".join(rng.choice(words, size=4000)))
+harness.write_word_text(text, np.random.default_rng(3), 4000)
 
 llama = os.path.join(tmp, "llama.gguf")
 harness.run(["make-model", "--arch", "llama", "--type", "q4_0", "-o", llama])

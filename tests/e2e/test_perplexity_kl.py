@@ -14,13 +14,9 @@ tmp = harness.temp_dir()
 
 text = os.path.join(tmp, "text.txt")
 rng = np.random.default_rng(5)
-words = ["the", "little", "bird", "sang", "a", "song", "and", "flew", "over", "house", "girl", "smiled", "one",
-         "day", "tree", "river", "found", "big", "red", "ball"]
-with open(text, "w") as f:
-    f.write(" ".join(rng.choice(words, size=3000)))
+harness.write_word_text(text, rng, 3000)
 other_text = os.path.join(tmp, "other.txt")
-with open(other_text, "w") as f:
-    f.write(" ".join(rng.choice(words, size=3000)))
+harness.write_word_text(other_text, rng, 3000)
 
 ds = os.path.join(tmp, "ds.gguf")
 harness.run(["make-model", "--arch", "deepseek32", "--top-k", 64, "-o", ds])
