@@ -146,7 +146,7 @@ TEST(AttentionKernels, Avx2MatchesScalar) {
     if (!cpu::cpu_supports(cpu::Isa::avx2)) GTEST_SKIP() << "no AVX2";
     std::mt19937 rng(11);
     for (int64_t n_q : {1, 3, 4, 5, 9, 16}) {
-        for (int64_t n_k : {1, 2, 3, 15, 16}) {
+        for (int64_t n_k : {1, 2, 3, 5, 15, 16, 18}) {
             for (int64_t d : {1, 7, 8, 9, 17, 72, 130}) {
                 const int64_t q_stride = d + 3, k_stride = d + 5, ld = n_k + 2;
                 const auto q = test::random_floats(rng, static_cast<size_t>(n_q * q_stride), -1, 1);

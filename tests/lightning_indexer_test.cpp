@@ -470,5 +470,39 @@ TEST(IndexerKernels, Int8Avx2MatchesScalar) {
     }
 }
 
+// The f32 (exact-mode) kernel: the AVX2 scores equal the scalar ones up to f32 summation order for f32, f16
+// and bf16 key rows read in place, on awkward sizes: key counts around its 3-key blocks, heads that take 1 to 4
+// vectors and a second pass, and rows wider than its 512-element widening buffer.
+TEST(IndexerKernels, F32Avx2MatchesScalar) {
+    if (!cpu::cpu_supports(cpu::Isa::avx2)) GTEST_SKIP() << "no AVX2";
+    std::mt19937 rng(78);
+    for (const DType type : {DType::F32, DType::F16, DType::BF16}) {
+        for (int64_t d : {1, 7, 32, 128, 515, 1100}) {
+            for (int64_t hp : {8, 24, 40}) {
+                for (int64_t n : {1, 2, 3, 4, 5, 7}) {
+                    const auto x = test::random_floats(rng, static_cast<size_t>(n * d), -3, 3);
+                    const int64_t row_bytes = dtype_row_size(type, d);
+                    std::vector<uint8_t> data(static_cast<size_t>(n * row_bytes));
+                    std::vector<const void *> rows(static_cast<size_t>(n));
+                    for (int64_t j = 0; j < n; ++j) {
+                        quantize_row(type, x.data() + j * d, data.data() + j * row_bytes, d);
+                        rows[static_cast<size_t>(j)] = data.data() + j * row_bytes;
+                    }
+                    const auto qT = test::random_floats(rng, static_cast<size_t>(d * hp), -1, 1);
+                    const auto w = test::random_floats(rng, static_cast<size_t>(hp), -1, 1);
+                    std::vector<float> s_ref(static_cast<size_t>(n)), s_got(static_cast<size_t>(n), -7.0f);
+                    const auto row_type = static_cast<uint32_t>(type);
+                    indexer::scalar::score_f32(row_type, qT.data(), w.data(), hp, d, rows.data(), n, s_ref.data());
+                    indexer::avx2::score_f32(row_type, qT.data(), w.data(), hp, d, rows.data(), n, s_got.data());
+                    for (int64_t j = 0; j < n; ++j) {
+                        ASSERT_NEAR(s_got[j], s_ref[j], 1e-4f * (1 + std::fabs(s_ref[j])))
+                            << dtype_name(type) << " d " << d << " hp " << hp << " n " << n << " j " << j;
+                    }
+                }
+            }
+        }
+    }
+}
+
 }  // namespace
 }  // namespace sparrow

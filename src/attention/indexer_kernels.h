@@ -5,7 +5,7 @@
 //
 // Layouts (hp = heads padded to a multiple of 8; padded heads carry q = 0 and w = 0, so they add 0):
 //   exact:  qT   [d, hp] f32           query heads transposed, so 8 heads are one vector
-//           keys n_keys pointers to rows of d f32
+//           keys n_keys pointers to rows of d elements of the row type (f32, f16 or bf16)
 //   fast:   qT4  [dp / 4, hp, 4] uint8 q[h, 4g .. 4g + 3] of head h at (g * hp + h) * 4, each stored as
 //                                      q_int + kQueryOffset with q_int in [-kQueryQuantMax, kQueryQuantMax]: one
 //                                      dword per head, 8 heads per vector, so one broadcast dword (four elements)
@@ -36,7 +36,8 @@ constexpr uint32_t kRowBF16 = 30;
 }  // namespace sparrow::indexer
 
 // One set per ISA:
-//   score_f32:     scores[j] = sum_h w[h] * relu(qT[:, h] . keys[j])        j < n_keys (exact mode)
+//   score_f32:     scores[j] = sum_h w[h] * relu(qT[:, h] . keys[j])        j < n_keys (exact mode; keys widened
+//                  to f32, products and sums in f32)
 //   score_i8:      scores[j] = kscale[j] * sum_h wq[h] * relu((qT4[:, h] - kQueryOffset) . keys[j])   (fast mode;
 //                  the dot in int32 as qT4[:, h] . keys[j] - kQueryOffset * ksum[j])
 //   convert_rows:  out[j, :] = rows[j] (row_type) widened to f32, j < n_rows
@@ -45,8 +46,8 @@ constexpr uint32_t kRowBF16 = 30;
 //                  (its score is NaN) and zeros
 // relu(NaN) is NaN: a NaN product is never turned into a 0 score.
 #define SPARROW_INDEXER_KERNELS                                                                                        \
-    void score_f32(const float *qT, const float *w, int64_t hp, int64_t d, const float *const *keys, int64_t n_keys,   \
-                   float *scores);                                                                                     \
+    void score_f32(uint32_t row_type, const float *qT, const float *w, int64_t hp, int64_t d,                          \
+                   const void *const *keys, int64_t n_keys, float *scores);                                            \
     void score_i8(const uint8_t *qT4, const float *wq, int64_t hp, int64_t dp, const int8_t *keys,                     \
                   const int32_t *ksum, const float *kscale, int64_t n_keys, float *scores);                            \
     void convert_rows(uint32_t row_type, const void *const *rows, int64_t n_rows, int64_t d, float *out);              \

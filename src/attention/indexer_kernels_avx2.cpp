@@ -70,48 +70,81 @@ inline float load1(const void *row, int64_t i) {
 }
 
 // --- exact: f32 ------------------------------------------------------------------------------------------
-// NV head vectors (8 * NV heads starting at qT's column 0, row stride hp) against every key; the scores
-// are written (first pass) or added (later passes over more heads).
-template <int NV>
-void score_pass_f32(const float *qT, const float *w, int64_t hp, int64_t d, const float *const *keys, int64_t n,
-                    float *scores, bool add) {
-    __m256 wv[NV];
-    for (int v = 0; v < NV; ++v) wv[v] = _mm256_loadu_ps(w + 8 * v);
-    int64_t j = 0;
-    for (; j + 2 <= n; j += 2) {
-        const float *k0 = keys[j], *k1 = keys[j + 1];
-        __m256 a0[NV], a1[NV];
-        for (int v = 0; v < NV; ++v) a0[v] = a1[v] = _mm256_setzero_ps();
-        const float *qp = qT;
-        for (int64_t i = 0; i < d; ++i, qp += hp) {
-            const __m256 b0 = _mm256_broadcast_ss(k0 + i), b1 = _mm256_broadcast_ss(k1 + i);
+// Rows up to this width are widened to f32 once, into a stack buffer, and read back from L1 (the f16 / bf16
+// keys of score_pass_f32, and quantize_keys' second pass); wider rows go through the buffer in pieces.
+constexpr int64_t kQuantBuf = 512;
+
+// Widens elements [i0, i1) of a key row into buf[0, i1 - i0) (a no-op for f32 rows, which are read in place).
+template <uint32_t R>
+inline const float *widen(const void *row, int64_t i0, int64_t i1, float *buf) {
+    if constexpr (R == kRowF32) {
+        return static_cast<const float *>(row) + i0;
+    } else {
+        int64_t i = i0;
+        for (; i + 8 <= i1; i += 8) _mm256_store_ps(buf + (i - i0), load8<R>(row, i));
+        for (; i < i1; ++i) buf[i - i0] = load1<R>(row, i);
+        return buf;
+    }
+}
+
+// NK keys from keys[j] against NV head vectors (8 * NV heads starting at qT's column 0, row stride hp): their
+// scores are written (first pass) or added (later passes over more heads). f16 / bf16 keys are widened into
+// stack buffers just before their dot products: the buffers stay in L1, where a separate conversion pass over
+// a tile of keys would push q (hp * d floats) out of it. NK * NV accumulators: 12 at 3 keys x 4 vectors, more
+// than the 8 that FMA latency x throughput needs on Zen 3, so the loop runs near two FMAs a cycle.
+template <uint32_t R, int NV, int NK>
+inline void score_keys_f32(const float *qT, const __m256 *wv, int64_t hp, int64_t d, const void *const *keys,
+                           float *scores, bool add, float (*buf)[kQuantBuf]) {
+    __m256 a[NK][NV];
+    for (int k = 0; k < NK; ++k) {
+        for (int v = 0; v < NV; ++v) a[k][v] = _mm256_setzero_ps();
+    }
+    for (int64_t i0 = 0; i0 < d; i0 += kQuantBuf) {
+        const int64_t i1 = i0 + kQuantBuf < d ? i0 + kQuantBuf : d;
+        const float *kp[NK];
+        for (int k = 0; k < NK; ++k) kp[k] = widen<R>(keys[k], i0, i1, buf[k]);
+        const float *qp = qT + i0 * hp;
+        for (int64_t i = 0; i < i1 - i0; ++i, qp += hp) {
+            __m256 b[NK];
+            for (int k = 0; k < NK; ++k) b[k] = _mm256_broadcast_ss(kp[k] + i);
             for (int v = 0; v < NV; ++v) {
                 __m256 qv = _mm256_loadu_ps(qp + 8 * v);
                 pin(qv);
-                a0[v] = _mm256_fmadd_ps(b0, qv, a0[v]);
-                a1[v] = _mm256_fmadd_ps(b1, qv, a1[v]);
+                for (int k = 0; k < NK; ++k) a[k][v] = _mm256_fmadd_ps(b[k], qv, a[k][v]);
             }
         }
-        __m256 s0 = _mm256_mul_ps(wv[0], relu(a0[0])), s1 = _mm256_mul_ps(wv[0], relu(a1[0]));
-        for (int v = 1; v < NV; ++v) {
-            s0 = _mm256_fmadd_ps(wv[v], relu(a0[v]), s0);
-            s1 = _mm256_fmadd_ps(wv[v], relu(a1[v]), s1);
-        }
-        scores[j] = add ? scores[j] + hsum(s0) : hsum(s0);
-        scores[j + 1] = add ? scores[j + 1] + hsum(s1) : hsum(s1);
     }
-    if (j < n) {
-        const float *k0 = keys[j];
-        __m256 a0[NV];
-        for (int v = 0; v < NV; ++v) a0[v] = _mm256_setzero_ps();
-        const float *qp = qT;
-        for (int64_t i = 0; i < d; ++i, qp += hp) {
-            const __m256 b0 = _mm256_broadcast_ss(k0 + i);
-            for (int v = 0; v < NV; ++v) a0[v] = _mm256_fmadd_ps(b0, _mm256_loadu_ps(qp + 8 * v), a0[v]);
+    for (int k = 0; k < NK; ++k) {
+        __m256 s = _mm256_mul_ps(wv[0], relu(a[k][0]));
+        for (int v = 1; v < NV; ++v) s = _mm256_fmadd_ps(wv[v], relu(a[k][v]), s);
+        scores[k] = add ? scores[k] + hsum(s) : hsum(s);
+    }
+}
+
+template <uint32_t R, int NV>
+void score_pass_f32(const float *qT, const float *w, int64_t hp, int64_t d, const void *const *keys, int64_t n,
+                    float *scores, bool add) {
+    alignas(32) float buf[3][kQuantBuf];
+    __m256 wv[NV];
+    for (int v = 0; v < NV; ++v) wv[v] = _mm256_loadu_ps(w + 8 * v);
+    int64_t j = 0;
+    for (; j + 3 <= n; j += 3) score_keys_f32<R, NV, 3>(qT, wv, hp, d, keys + j, scores + j, add, buf);
+    if (n - j == 2) score_keys_f32<R, NV, 2>(qT, wv, hp, d, keys + j, scores + j, add, buf);
+    if (n - j == 1) score_keys_f32<R, NV, 1>(qT, wv, hp, d, keys + j, scores + j, add, buf);
+}
+
+template <uint32_t R>
+void score_f32_t(const float *qT, const float *w, int64_t hp, int64_t d, const void *const *keys, int64_t n_keys,
+                 float *scores) {
+    for (int64_t h0 = 0; h0 < hp; h0 += 8 * kMaxVec) {
+        const int64_t nv = (hp - h0) / 8 < kMaxVec ? (hp - h0) / 8 : kMaxVec;
+        const bool add = h0 > 0;
+        switch (nv) {
+            case 1: score_pass_f32<R, 1>(qT + h0, w + h0, hp, d, keys, n_keys, scores, add); break;
+            case 2: score_pass_f32<R, 2>(qT + h0, w + h0, hp, d, keys, n_keys, scores, add); break;
+            case 3: score_pass_f32<R, 3>(qT + h0, w + h0, hp, d, keys, n_keys, scores, add); break;
+            default: score_pass_f32<R, 4>(qT + h0, w + h0, hp, d, keys, n_keys, scores, add); break;
         }
-        __m256 s0 = _mm256_mul_ps(wv[0], relu(a0[0]));
-        for (int v = 1; v < NV; ++v) s0 = _mm256_fmadd_ps(wv[v], relu(a0[v]), s0);
-        scores[j] = add ? scores[j] + hsum(s0) : hsum(s0);
     }
 }
 
@@ -183,10 +216,6 @@ void convert_rows_t(const void *const *rows, int64_t n_rows, int64_t d, float *o
         for (; i < d; ++i) out[i] = load1<R>(rows[j], i);
     }
 }
-
-// Rows up to this width are widened to f32 once, into a stack buffer, and read back from L1 by the second
-// pass; wider rows are widened twice.
-constexpr int64_t kQuantBuf = 512;
 
 // Decode quantises every key it scores (one query per key tile), so this is a sizeable share of fast mode:
 // one widening per element, and four vectors narrowed to bytes per store.
@@ -268,17 +297,12 @@ void quantize_keys_t(const void *const *rows, int64_t n_rows, int64_t d, int64_t
 
 }  // namespace
 
-void score_f32(const float *qT, const float *w, int64_t hp, int64_t d, const float *const *keys, int64_t n_keys,
-               float *scores) {
-    for (int64_t h0 = 0; h0 < hp; h0 += 8 * kMaxVec) {
-        const int64_t nv = (hp - h0) / 8 < kMaxVec ? (hp - h0) / 8 : kMaxVec;
-        const bool add = h0 > 0;
-        switch (nv) {
-            case 1: score_pass_f32<1>(qT + h0, w + h0, hp, d, keys, n_keys, scores, add); break;
-            case 2: score_pass_f32<2>(qT + h0, w + h0, hp, d, keys, n_keys, scores, add); break;
-            case 3: score_pass_f32<3>(qT + h0, w + h0, hp, d, keys, n_keys, scores, add); break;
-            default: score_pass_f32<4>(qT + h0, w + h0, hp, d, keys, n_keys, scores, add); break;
-        }
+void score_f32(uint32_t row_type, const float *qT, const float *w, int64_t hp, int64_t d, const void *const *keys,
+               int64_t n_keys, float *scores) {
+    switch (row_type) {
+        case kRowF16: score_f32_t<kRowF16>(qT, w, hp, d, keys, n_keys, scores); return;
+        case kRowBF16: score_f32_t<kRowBF16>(qT, w, hp, d, keys, n_keys, scores); return;
+        default: score_f32_t<kRowF32>(qT, w, hp, d, keys, n_keys, scores); return;
     }
 }
 

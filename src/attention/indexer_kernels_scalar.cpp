@@ -23,14 +23,13 @@ inline float load(uint32_t row_type, const void *row, int64_t i) {
 
 }  // namespace
 
-void score_f32(const float *qT, const float *w, int64_t hp, int64_t d, const float *const *keys, int64_t n_keys,
-               float *scores) {
+void score_f32(uint32_t row_type, const float *qT, const float *w, int64_t hp, int64_t d, const void *const *keys,
+               int64_t n_keys, float *scores) {
     for (int64_t j = 0; j < n_keys; ++j) {
-        const float *k = keys[j];
         float score = 0.0f;
         for (int64_t h = 0; h < hp; ++h) {
             float dot = 0.0f;
-            for (int64_t i = 0; i < d; ++i) dot += qT[i * hp + h] * k[i];
+            for (int64_t i = 0; i < d; ++i) dot += qT[i * hp + h] * load(row_type, keys[j], i);
             score += w[h] * relu(dot);
         }
         scores[j] = score;

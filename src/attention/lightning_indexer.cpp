@@ -69,6 +69,9 @@ struct Entry {
 inline bool better(const Entry &a, const Entry &b) {
     return a.score > b.score || (a.score == b.score && a.idx < b.idx);
 }
+// `better` as a function object: std::nth_element inlines its calls (given the function, it would call
+// through a pointer for every comparison).
+constexpr auto kBetter = [](const Entry &a, const Entry &b) { return better(a, b); };
 
 // A bounded top-k over 2 * k entries of caller-owned storage: keys that beat the threshold are appended;
 // when the buffer fills, nth_element keeps the best k and the k-th best becomes the new threshold. Most
@@ -85,7 +88,7 @@ struct TopK {
         if (threshold.idx >= 0 && !better(e, threshold)) return;
         data[size++] = e;
         if (size == 2 * k) {
-            std::nth_element(data, data + k - 1, data + size, better);
+            std::nth_element(data, data + k - 1, data + size, kBetter);
             size = k;
             threshold = data[k - 1];
         }
@@ -111,28 +114,28 @@ bool all_finite(const float *x, int64_t n) {
 
 int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
-// Per-thread buffers, sized once per call.
+// Per-thread buffers, sized once per call for the largest chunk (`members` queries; 1 in decode).
 struct Scratch {
-    // exact: [kTileQueries, d, hp] transposed q and [kTileQueries, hp] w
+    // exact: [members, d, hp] transposed q and [members, hp] w
     std::vector<float> qT, w;
-    // fast: [kTileQueries, dp / 4, hp, 4] offset uint8 q and [kTileQueries, hp] w * q scale
+    // fast: [members, dp / 4, hp, 4] offset uint8 q and [members, hp] w * q scale
     std::vector<uint8_t> qT4;
     std::vector<float> wq;
     // one key tile: row pointers, f32 rows [kTileKeys, d], int8 rows [kTileKeys, dp] with scales and sums,
     // scores
     std::vector<const void *> rows;
-    std::vector<const float *> rows_f32;
+    std::vector<const void *> rows_f32;  // the rows as f32 (rows_to_f32)
     std::vector<float> tile_f32;
     std::vector<int8_t> tile_i8;
     std::vector<float> kscale;
     std::vector<int32_t> ksum;
     std::vector<float> scores;
 
-    Scratch(int64_t d, int64_t dp, int64_t hp)
-        : qT(static_cast<size_t>(kTileQueries * d * hp)),
-          w(static_cast<size_t>(kTileQueries * hp)),
-          qT4(static_cast<size_t>(kTileQueries * dp * hp)),
-          wq(static_cast<size_t>(kTileQueries * hp)),
+    Scratch(int64_t d, int64_t dp, int64_t hp, int64_t members)
+        : qT(static_cast<size_t>(members * d * hp)),
+          w(static_cast<size_t>(members * hp)),
+          qT4(static_cast<size_t>(members * dp * hp)),
+          wq(static_cast<size_t>(members * hp)),
           rows(kTileKeys),
           rows_f32(kTileKeys),
           tile_f32(static_cast<size_t>(kTileKeys * d)),
@@ -188,6 +191,7 @@ class Selector {
 
     std::vector<ScoredQuery> scored_;  // sorted into chunks
     std::vector<Chunk> chunks_;
+    int64_t max_members_ = 1;  // queries in the largest chunk
     int64_t n_split_ = 1;
     std::vector<Entry> entries_;  // [n_scored, n_split, 2 * top_k]: storage of the top-k buffers
     std::vector<TopK> heaps_;     // [n_scored, n_split]
@@ -226,6 +230,7 @@ void Selector::plan(IndexerPrecision precision, int64_t n_tokens, int n_threads)
             ++c.end;
         }
         max_len = std::max(max_len, static_cast<int64_t>(lead_list.size()));
+        max_members_ = std::max(max_members_, c.end - c.begin);
         chunks_.push_back(c);
         i = c.end;
     }
@@ -308,13 +313,19 @@ void Selector::score_tile(Scratch &s, const Chunk &c, int64_t split, std::span<c
     for (int64_t j = 0; j < n; ++j) s.rows[static_cast<size_t>(j)] = keys_.row(cells[static_cast<size_t>(k0 + j)]);
     const bool fast = scored_[static_cast<size_t>(c.begin)].fast;
     const bool quantized = dtype_is_quantized(keys_.type());
-    // Exact mode scores f32 rows; fast mode re-quantises the keys to int8, from f32 rows when they are Q8_0/Q4_0.
-    if (!fast || quantized) rows_to_f32(s, n);
+    // Exact mode: the score kernel widens f32 / f16 / bf16 rows itself, key by key, which suits a tile scored by
+    // one query (decode); a tile several queries share is widened to f32 once, as are Q8_0 / Q4_0 rows.
+    // Fast mode re-quantises the keys to int8, from f32 rows when they are Q8_0 / Q4_0.
+    const bool shared = m1 - m0 > 1;
+    const bool widen_tile = fast ? quantized : (quantized || shared);
+    if (widen_tile) rows_to_f32(s, n);
     if (fast) {
         if (quantized) std::copy_n(s.rows_f32.begin(), n, s.rows.begin());
         k_.quantize_keys(quantized ? indexer::kRowF32 : static_cast<uint32_t>(keys_.type()), s.rows.data(), n, d_, dp_,
                          s.tile_i8.data(), s.kscale.data(), s.ksum.data());
     }
+    const uint32_t row_type = widen_tile ? indexer::kRowF32 : static_cast<uint32_t>(keys_.type());
+    const void *const *rows = widen_tile ? s.rows_f32.data() : s.rows.data();
     for (int64_t m = m0; m < m1; ++m) {
         const ScoredQuery &sq = scored_[static_cast<size_t>(m)];
         const int64_t limit = tail ? k1 : std::min(k1, sq.prefix);
@@ -325,7 +336,7 @@ void Selector::score_tile(Scratch &s, const Chunk &c, int64_t split, std::span<c
             k_.score_i8(s.qT4.data() + slot * dp_ * hp_, s.wq.data() + slot * hp_, hp_, dp_, s.tile_i8.data(),
                         s.ksum.data(), s.kscale.data(), nm, s.scores.data());
         } else {
-            k_.score_f32(s.qT.data() + slot * d_ * hp_, s.w.data() + slot * hp_, hp_, d_, s.rows_f32.data(), nm,
+            k_.score_f32(row_type, s.qT.data() + slot * d_ * hp_, s.w.data() + slot * hp_, hp_, d_, rows, nm,
                          s.scores.data());
         }
         TopK &h = heap(m, split);
@@ -361,8 +372,10 @@ void Selector::rescore_exact(Scratch &s, const ScoredQuery &sq, Entry *e, int64_
         const int64_t nt = std::min(kTileKeys, n - j0);
         for (int64_t j = 0; j < nt; ++j)
             s.rows[static_cast<size_t>(j)] = keys_.row(list[static_cast<size_t>(e[j0 + j].idx)]);
-        rows_to_f32(s, nt);
-        k_.score_f32(s.qT.data(), s.w.data(), hp_, d_, s.rows_f32.data(), nt, s.scores.data());
+        const bool quantized = dtype_is_quantized(keys_.type());
+        if (quantized) rows_to_f32(s, nt);
+        k_.score_f32(quantized ? indexer::kRowF32 : static_cast<uint32_t>(keys_.type()), s.qT.data(), s.w.data(), hp_,
+                     d_, quantized ? s.rows_f32.data() : s.rows.data(), nt, s.scores.data());
         for (int64_t j = 0; j < nt; ++j) {
             const float v = s.scores[static_cast<size_t>(j)];
             e[j0 + j].score = v == v ? v : -std::numeric_limits<float>::infinity();
@@ -383,15 +396,15 @@ void Selector::finish(Scratch &s, int64_t pos, std::vector<int32_t> &out) {
     SPARROW_ASSERT(total >= top_k_);
     const ScoredQuery &sq = scored_[static_cast<size_t>(pos)];
     if (!sq.fast) {
-        if (total > top_k_) std::nth_element(base, base + top_k_ - 1, base + total, better);
+        if (total > top_k_) std::nth_element(base, base + top_k_ - 1, base + total, kBetter);
     } else {
         // int8 ranks: [0, sure) are taken, [sure, keep) are re-scored exactly and the best m of them taken.
         const int64_t keep = std::min(total, top_k_ + margin_);
         const int64_t sure = top_k_ - margin_;
-        if (total > keep) std::nth_element(base, base + keep - 1, base + total, better);
-        if (sure > 0) std::nth_element(base, base + sure - 1, base + keep, better);
+        if (total > keep) std::nth_element(base, base + keep - 1, base + total, kBetter);
+        if (sure > 0) std::nth_element(base, base + sure - 1, base + keep, kBetter);
         rescore_exact(s, sq, base + sure, keep - sure);
-        if (keep > top_k_) std::nth_element(base + sure, base + top_k_ - 1, base + keep, better);
+        if (keep > top_k_) std::nth_element(base + sure, base + top_k_ - 1, base + keep, kBetter);
     }
     std::sort(base, base + top_k_, [](const Entry &a, const Entry &b) { return a.idx < b.idx; });
     const auto list = cand_[static_cast<size_t>(sq.t)];
@@ -413,7 +426,7 @@ void Selector::run(ThreadPool &pool, IndexerPrecision precision, int64_t n_token
     const int64_t n_items = static_cast<int64_t>(chunks_.size()) * n_split_;
     std::atomic<int64_t> next{0};
     auto worker = [&](int, int) {
-        Scratch s(d_, dp_, hp_);
+        Scratch s(d_, dp_, hp_, max_members_);
         for (int64_t item; (item = next.fetch_add(1, std::memory_order_relaxed)) < n_items;) run_item(s, item);
     };
     if (parallel) {
@@ -424,7 +437,7 @@ void Selector::run(ThreadPool &pool, IndexerPrecision precision, int64_t n_token
 
     const int64_t n_scored = static_cast<int64_t>(scored_.size());
     auto finish_range = [&](int64_t begin, int64_t end) {
-        Scratch s(d_, dp_, hp_);
+        Scratch s(d_, dp_, hp_, max_members_);
         for (int64_t pos = begin; pos < end; ++pos) {
             finish(s, pos, selected[static_cast<size_t>(scored_[static_cast<size_t>(pos)].t)]);
         }
