@@ -1,5 +1,6 @@
 // Lightning-indexer selection speed: decode (1 query) and prefill (512 queries, the last 512 positions of
-// the context, causal) against 4K and 16K f16 keys; H 32, D 128, top_k 2048; exact and fast mode.
+// the context, causal) against 4K and 16K keys in an f16 or a Q8_0 store; H 32, D 128, top_k 2048; exact and
+// fast mode (fast over Q8_0 reads the stored int8 blocks in place).
 //
 //   ./build/bench/sparrow_indexer_bench [--threads=N] [google benchmark flags]
 //
@@ -34,7 +35,7 @@ struct Data {
     std::vector<float> q, w;
     int64_t n_tokens = 0, pairs = 0;
 
-    Data(int64_t context, int64_t n_tokens_) : keys(DType::F16, context, kDim), n_tokens(n_tokens_) {
+    Data(int64_t context, int64_t n_tokens_, DType key_type) : keys(key_type, context, kDim), n_tokens(n_tokens_) {
         std::mt19937 rng(7);
         std::normal_distribution<float> gauss(0.0f, 1.0f);
         std::vector<float> row(kDim);
@@ -56,11 +57,12 @@ struct Data {
     }
 };
 
-void BM_indexer(benchmark::State &state, IndexerPrecision precision, int64_t context, int64_t n_tokens) {
+void BM_indexer(benchmark::State &state, IndexerPrecision precision, int64_t context, int64_t n_tokens,
+                DType key_type) {
     static std::unique_ptr<Data> cached;  // the largest set-up is reused between benchmarks of the same shape
-    if (!cached || cached->keys.width() != kDim || static_cast<int64_t>(cached->cells.size()) != context ||
+    if (!cached || cached->keys.type() != key_type || static_cast<int64_t>(cached->cells.size()) != context ||
         cached->n_tokens != n_tokens) {
-        cached = std::make_unique<Data>(context, n_tokens);
+        cached = std::make_unique<Data>(context, n_tokens, key_type);
     }
     Data &d = *cached;
     ThreadPool pool(g_threads);
@@ -79,14 +81,17 @@ void BM_indexer(benchmark::State &state, IndexerPrecision precision, int64_t con
 void register_all() {
     for (int64_t n_tokens : {int64_t(1), int64_t(512)}) {
         for (int64_t context : {int64_t(4096), int64_t(16384)}) {
-            for (auto [precision, name] :
-                 {std::pair{IndexerPrecision::exact, "exact"}, std::pair{IndexerPrecision::fast, "fast"}}) {
-                const std::string label = std::string(n_tokens == 1 ? "decode" : "prefill512") + "/ctx" +
-                                          std::to_string(context) + "/" + name + "/f16";
-                benchmark::RegisterBenchmark(label.c_str(), BM_indexer, precision, context, n_tokens)
-                    ->Unit(benchmark::kMillisecond)
-                    ->UseRealTime()
-                    ->MinTime(n_tokens == 1 ? 0.5 : 0.1);
+            for (DType key_type : {DType::F16, DType::Q8_0}) {
+                for (auto [precision, name] :
+                     {std::pair{IndexerPrecision::exact, "exact"}, std::pair{IndexerPrecision::fast, "fast"}}) {
+                    const std::string label = std::string(n_tokens == 1 ? "decode" : "prefill512") + "/ctx" +
+                                              std::to_string(context) + "/" + name + "/" +
+                                              std::string(dtype_name(key_type));
+                    benchmark::RegisterBenchmark(label.c_str(), BM_indexer, precision, context, n_tokens, key_type)
+                        ->Unit(benchmark::kMillisecond)
+                        ->UseRealTime()
+                        ->MinTime(n_tokens == 1 ? 0.5 : 0.1);
+                }
             }
         }
     }

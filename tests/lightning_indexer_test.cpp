@@ -397,15 +397,20 @@ TEST(Indexer, ThreadCountsAgree) {
     }
 }
 
-// Fast mode keeps the selection: mean Jaccard with exact mode >= 0.98 at H 32, D 128, contexts to 16K.
+// Fast mode keeps the selection: mean Jaccard with exact mode >= 0.98 at H 32, D 128, contexts to 16K, over an
+// f16 key store (keys re-quantised to int8 per use) and a Q8_0 one (its int8 blocks read in place; exact mode
+// scores the same stored keys widened to f32).
 TEST(Indexer, FastModeJaccardAgainstExact) {
     struct Case {
         int64_t n_tokens, context, top_k;
+        DType key_type;
     };
     std::mt19937 rng(2024);
     ThreadPool pool(2);
-    for (const Case &c : {Case{8, 4096, 64}, Case{8, 4096, 2048}, Case{4, 16384, 64}, Case{4, 16384, 2048}}) {
-        Problem p = make_problem(rng, c.n_tokens, 1, c.context, 32, 128, DType::F16);
+    for (const Case &c : {Case{8, 4096, 64, DType::F16}, Case{8, 4096, 2048, DType::F16}, Case{4, 16384, 64, DType::F16},
+                          Case{4, 16384, 2048, DType::F16}, Case{8, 4096, 64, DType::Q8_0},
+                          Case{4, 16384, 2048, DType::Q8_0}}) {
+        Problem p = make_problem(rng, c.n_tokens, 1, c.context, 32, 128, c.key_type);
         fill_structured(rng, p);
         for (cpu::Isa isa : levels()) {
             if (isa == cpu::Isa::scalar && c.context > 4096) continue;  // the scalar loops are slow under ASan
@@ -415,10 +420,12 @@ TEST(Indexer, FastModeJaccardAgainstExact) {
             for (int64_t t = 0; t < c.n_tokens; ++t)
                 sum += jaccard(exact[static_cast<size_t>(t)], fast[static_cast<size_t>(t)]);
             const double mean = sum / double(c.n_tokens);
-            RecordProperty("jaccard_" + std::to_string(c.context) + "_" + std::to_string(c.top_k),
+            RecordProperty("jaccard_" + std::string(dtype_name(c.key_type)) + "_" + std::to_string(c.context) + "_" +
+                               std::to_string(c.top_k),
                            std::to_string(mean));
-            std::printf("fast vs exact (%s): context %lld top_k %lld: mean Jaccard %.4f\n", cpu::isa_name(isa),
-                        static_cast<long long>(c.context), static_cast<long long>(c.top_k), mean);
+            std::printf("fast vs exact (%s, %s keys): context %lld top_k %lld: mean Jaccard %.4f\n", cpu::isa_name(isa),
+                        std::string(dtype_name(c.key_type)).c_str(), static_cast<long long>(c.context),
+                        static_cast<long long>(c.top_k), mean);
             EXPECT_GE(mean, 0.98) << "context " << c.context << " top_k " << c.top_k;
         }
     }
@@ -499,6 +506,42 @@ TEST(IndexerKernels, F32Avx2MatchesScalar) {
                             << dtype_name(type) << " d " << d << " hp " << hp << " n " << n << " j " << j;
                     }
                 }
+            }
+        }
+    }
+}
+
+// The fast kernel over Q8_0 rows read in place: AVX2 equals scalar up to f32 summation order, on widths of 1 to
+// 5 blocks, heads that take 1 to 4 vectors and a second pass, odd key counts, extreme queries and keys (+-127).
+TEST(IndexerKernels, Q8_0Avx2MatchesScalar) {
+    if (!cpu::cpu_supports(cpu::Isa::avx2)) GTEST_SKIP() << "no AVX2";
+    std::mt19937 rng(79);
+    for (int64_t d : {32, 64, 128, 160}) {
+        for (int64_t hp : {8, 24, 40}) {
+            for (int64_t n : {1, 2, 5}) {
+                auto x = test::random_floats(rng, static_cast<size_t>(n * d), -3, 3);
+                x[0] = 50.0f;  // a block whose scale puts other elements at +-127 after rounding
+                const int64_t row_bytes = dtype_row_size(DType::Q8_0, d);
+                std::vector<uint8_t> data(static_cast<size_t>(n * row_bytes));
+                std::vector<const void *> rows(static_cast<size_t>(n));
+                for (int64_t j = 0; j < n; ++j) {
+                    quantize_row(DType::Q8_0, x.data() + j * d, data.data() + j * row_bytes, d);
+                    rows[static_cast<size_t>(j)] = data.data() + j * row_bytes;
+                }
+                std::uniform_int_distribution<int> qd(-indexer::kQueryQuantMax, indexer::kQueryQuantMax);
+                std::vector<uint8_t> qT4(static_cast<size_t>(d * hp));
+                for (auto &v : qT4) {
+                    const int r = rng() % 8;
+                    const int q =
+                        r == 0 ? indexer::kQueryQuantMax : (r == 1 ? -indexer::kQueryQuantMax : (r == 2 ? 0 : qd(rng)));
+                    v = static_cast<uint8_t>(q + indexer::kQueryOffset);
+                }
+                const auto wq = test::random_floats(rng, static_cast<size_t>(hp), -1, 1);
+                std::vector<float> s_ref(static_cast<size_t>(n)), s_got(static_cast<size_t>(n), -7.0f);
+                indexer::scalar::score_q8_0(qT4.data(), wq.data(), hp, d, rows.data(), n, s_ref.data());
+                indexer::avx2::score_q8_0(qT4.data(), wq.data(), hp, d, rows.data(), n, s_got.data());
+                for (int64_t j = 0; j < n; ++j)
+                    ASSERT_NEAR(s_got[j], s_ref[j], 1e-5f * (1 + std::fabs(s_ref[j]))) << d << " " << hp << " " << n;
             }
         }
     }

@@ -13,6 +13,9 @@
 //           keys [n_keys, dp] int8     keys quantised per row to [-kKeyQuantMax, kKeyQuantMax], with per row the
 //                                      scale kscale and the sum ksum of its int8 values
 //           dp = d rounded up to a multiple of 4; the padding is 0 in keys and kQueryOffset (q 0) in qT4.
+//   fast, Q8_0 keys: qT4 as above (d % 32 == 0, so dp = d), keys n_keys pointers to rows of d / 32 Q8_0 blocks
+//                  (a Q8_0 indexer cache, read in place: its int8 values meet maddubs as stored, each block's
+//                  int32 dot is scaled by the block's d, and nothing is re-quantised per use)
 #pragma once
 
 #include <cstddef>
@@ -40,6 +43,8 @@ constexpr uint32_t kRowBF16 = 30;
 //                  to f32, products and sums in f32)
 //   score_i8:      scores[j] = kscale[j] * sum_h wq[h] * relu((qT4[:, h] - kQueryOffset) . keys[j])   (fast mode;
 //                  the dot in int32 as qT4[:, h] . keys[j] - kQueryOffset * ksum[j])
+//   score_q8_0:    scores[j] = sum_h wq[h] * relu(sum_b d_jb * ((qT4[b, h] - kQueryOffset) . keys[j][b]))  (fast mode
+//                  over Q8_0 rows; each block's dot in int32 as qT4 . qs - kQueryOffset * sum(qs))
 //   convert_rows:  out[j, :] = rows[j] (row_type) widened to f32, j < n_rows
 //   quantize_keys: out[j, :] = round(rows[j] / kscale[j]) with kscale[j] = max|rows[j]| / kKeyQuantMax
 //                  (nearest even), ksum[j] = sum of out[j, :]; a row with a non-finite element gets kscale NaN
@@ -50,6 +55,8 @@ constexpr uint32_t kRowBF16 = 30;
                    const void *const *keys, int64_t n_keys, float *scores);                                            \
     void score_i8(const uint8_t *qT4, const float *wq, int64_t hp, int64_t dp, const int8_t *keys,                     \
                   const int32_t *ksum, const float *kscale, int64_t n_keys, float *scores);                            \
+    void score_q8_0(const uint8_t *qT4, const float *wq, int64_t hp, int64_t d, const void *const *keys,              \
+                    int64_t n_keys, float *scores);                                                                    \
     void convert_rows(uint32_t row_type, const void *const *rows, int64_t n_rows, int64_t d, float *out);              \
     void quantize_keys(uint32_t row_type, const void *const *rows, int64_t n_rows, int64_t d, int64_t dp, int8_t *out, \
                        float *kscale, int32_t *ksum);

@@ -17,6 +17,7 @@
 #include <cstring>
 
 #include "attention/indexer_kernels.h"
+#include "core/blocks.h"
 
 namespace sparrow::indexer::avx2 {
 
@@ -208,6 +209,52 @@ void score_pass_i8(const uint8_t *qT4, const float *wq, int64_t hp, int64_t dp, 
     }
 }
 
+// NV head vectors against Q8_0 key rows read in place, one key at a time. Per block: eight broadcast dwords of
+// the key meet the heads as in score_pass_i8 (int32 sums), the query offset comes off with the block's byte sum
+// (sad of the bytes biased to unsigned), and the block's scale turns the int32 dot into f32 before the next
+// block's is added: 4 accumulators of each kind, so one key's 32 heads fit the registers.
+template <int NV>
+void score_pass_q8_0(const uint8_t *qT4, const float *wq, int64_t hp, int64_t d, const void *const *keys, int64_t n,
+                     float *scores, bool add) {
+    const __m256i ones = _mm256_set1_epi16(1);
+    const __m256i bias = _mm256_set1_epi8(static_cast<char>(0x80));
+    const int64_t nb = d / QK8_0;
+    const int64_t q_stride = hp * 4;  // bytes from one group of four elements to the next
+    for (int64_t j = 0; j < n; ++j) {
+        const auto *blocks = static_cast<const BlockQ8_0 *>(keys[j]);
+        __m256 f[NV];
+        for (int v = 0; v < NV; ++v) f[v] = _mm256_setzero_ps();
+        const uint8_t *qp = qT4;
+        for (int64_t b = 0; b < nb; ++b) {
+            const int8_t *kq = blocks[b].qs;
+            __m256i a[NV];
+            for (int v = 0; v < NV; ++v) a[v] = _mm256_setzero_si256();
+            for (int g = 0; g < QK8_0 / 4; ++g, qp += q_stride) {
+                int32_t x;
+                std::memcpy(&x, kq + 4 * g, 4);
+                const __m256i kb = _mm256_set1_epi32(x);
+                for (int v = 0; v < NV; ++v) {
+                    const __m256i qv = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(qp + 32 * v));
+                    a[v] = _mm256_add_epi32(a[v], _mm256_madd_epi16(_mm256_maddubs_epi16(qv, kb), ones));
+                }
+            }
+            // sum(k) = sum(k + 128) - 32 * 128: sad adds the biased bytes into four 64-bit lanes.
+            const __m256i biased = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(kq)), bias);
+            const __m256i sad = _mm256_sad_epu8(biased, _mm256_setzero_si256());
+            const __m128i s2 = _mm_add_epi64(_mm256_castsi256_si128(sad), _mm256_extracti128_si256(sad, 1));
+            const int32_t ksum =
+                static_cast<int32_t>(_mm_cvtsi128_si64(_mm_add_epi64(s2, _mm_unpackhi_epi64(s2, s2)))) - 32 * 128;
+            const __m256i offset = _mm256_set1_epi32(kQueryOffset * ksum);
+            const __m256 db = _mm256_set1_ps(_cvtsh_ss(blocks[b].d));
+            for (int v = 0; v < NV; ++v) f[v] = _mm256_fmadd_ps(db, _mm256_cvtepi32_ps(_mm256_sub_epi32(a[v], offset)), f[v]);
+        }
+        // The head weights are loaded here, not kept in registers across the key: the loop needs them all.
+        __m256 s0 = _mm256_mul_ps(_mm256_loadu_ps(wq), relu(f[0]));
+        for (int v = 1; v < NV; ++v) s0 = _mm256_fmadd_ps(_mm256_loadu_ps(wq + 8 * v), relu(f[v]), s0);
+        scores[j] = add ? scores[j] + hsum(s0) : hsum(s0);
+    }
+}
+
 template <uint32_t R>
 void convert_rows_t(const void *const *rows, int64_t n_rows, int64_t d, float *out) {
     for (int64_t j = 0; j < n_rows; ++j, out += d) {
@@ -317,6 +364,21 @@ void score_i8(const uint8_t *qT4, const float *wq, int64_t hp, int64_t dp, const
             case 2: score_pass_i8<2>(q, wq + h0, hp, dp, keys, ksum, kscale, n_keys, scores, add); break;
             case 3: score_pass_i8<3>(q, wq + h0, hp, dp, keys, ksum, kscale, n_keys, scores, add); break;
             default: score_pass_i8<4>(q, wq + h0, hp, dp, keys, ksum, kscale, n_keys, scores, add); break;
+        }
+    }
+}
+
+void score_q8_0(const uint8_t *qT4, const float *wq, int64_t hp, int64_t d, const void *const *keys, int64_t n_keys,
+                float *scores) {
+    for (int64_t h0 = 0; h0 < hp; h0 += 8 * kMaxVec) {
+        const int64_t nv = (hp - h0) / 8 < kMaxVec ? (hp - h0) / 8 : kMaxVec;
+        const bool add = h0 > 0;
+        const uint8_t *q = qT4 + 4 * h0;
+        switch (nv) {
+            case 1: score_pass_q8_0<1>(q, wq + h0, hp, d, keys, n_keys, scores, add); break;
+            case 2: score_pass_q8_0<2>(q, wq + h0, hp, d, keys, n_keys, scores, add); break;
+            case 3: score_pass_q8_0<3>(q, wq + h0, hp, d, keys, n_keys, scores, add); break;
+            default: score_pass_q8_0<4>(q, wq + h0, hp, d, keys, n_keys, scores, add); break;
         }
     }
 }

@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "attention/indexer_kernels.h"
+#include "core/blocks.h"
 #include "core/dtype.h"
 
 namespace sparrow::indexer::scalar {
@@ -49,6 +50,29 @@ void score_i8(const uint8_t *qT4, const float *wq, int64_t hp, int64_t dp, const
             score += wq[h] * relu(static_cast<float>(dot - kQueryOffset * ksum[j]));
         }
         scores[j] = kscale[j] * score;
+    }
+}
+
+void score_q8_0(const uint8_t *qT4, const float *wq, int64_t hp, int64_t d, const void *const *keys, int64_t n_keys,
+                float *scores) {
+    const int64_t nb = d / QK8_0;
+    for (int64_t j = 0; j < n_keys; ++j) {
+        const auto *blocks = static_cast<const BlockQ8_0 *>(keys[j]);
+        float score = 0.0f;
+        for (int64_t h = 0; h < hp; ++h) {
+            float dot = 0.0f;
+            for (int64_t b = 0; b < nb; ++b) {
+                int32_t acc = 0, sum = 0;  // sum (q + offset) k and sum k over the block, as the AVX2 kernel
+                for (int64_t i = 0; i < QK8_0; ++i) {
+                    const int64_t e = b * QK8_0 + i;
+                    acc += int32_t(qT4[((e / 4) * hp + h) * 4 + e % 4]) * blocks[b].qs[i];
+                    sum += blocks[b].qs[i];
+                }
+                dot += fp16_to_f32(blocks[b].d) * static_cast<float>(acc - kQueryOffset * sum);
+            }
+            score += wq[h] * relu(dot);
+        }
+        scores[j] = score;
     }
 }
 

@@ -53,13 +53,14 @@ constexpr int64_t kMinParallelWork = int64_t(1) << 21;
 struct Kernels {
     decltype(&indexer::scalar::score_f32) score_f32;
     decltype(&indexer::scalar::score_i8) score_i8;
+    decltype(&indexer::scalar::score_q8_0) score_q8_0;
     decltype(&indexer::scalar::convert_rows) convert_rows;
     decltype(&indexer::scalar::quantize_keys) quantize_keys;
 };
-constexpr Kernels kScalarKernels = {indexer::scalar::score_f32, indexer::scalar::score_i8,
+constexpr Kernels kScalarKernels = {indexer::scalar::score_f32, indexer::scalar::score_i8, indexer::scalar::score_q8_0,
                                     indexer::scalar::convert_rows, indexer::scalar::quantize_keys};
-constexpr Kernels kAvx2Kernels = {indexer::avx2::score_f32, indexer::avx2::score_i8, indexer::avx2::convert_rows,
-                                  indexer::avx2::quantize_keys};
+constexpr Kernels kAvx2Kernels = {indexer::avx2::score_f32, indexer::avx2::score_i8, indexer::avx2::score_q8_0,
+                                  indexer::avx2::convert_rows, indexer::avx2::quantize_keys};
 
 struct Entry {
     float score;  // NaN already replaced by -inf
@@ -315,11 +316,13 @@ void Selector::score_tile(Scratch &s, const Chunk &c, int64_t split, std::span<c
     const bool quantized = dtype_is_quantized(keys_.type());
     // Exact mode: the score kernel widens f32 / f16 / bf16 rows itself, key by key, which suits a tile scored by
     // one query (decode); a tile several queries share is widened to f32 once, as are Q8_0 / Q4_0 rows.
-    // Fast mode re-quantises the keys to int8, from f32 rows when they are Q8_0 / Q4_0.
+    // Fast mode reads Q8_0 rows as stored (int8 with block scales); other rows are re-quantised to int8, from
+    // f32 rows when they are Q4_0.
     const bool shared = m1 - m0 > 1;
-    const bool widen_tile = fast ? quantized : (quantized || shared);
+    const bool q8_direct = fast && keys_.type() == DType::Q8_0;
+    const bool widen_tile = fast ? (quantized && !q8_direct) : (quantized || shared);
     if (widen_tile) rows_to_f32(s, n);
-    if (fast) {
+    if (fast && !q8_direct) {
         if (quantized) std::copy_n(s.rows_f32.begin(), n, s.rows.begin());
         k_.quantize_keys(quantized ? indexer::kRowF32 : static_cast<uint32_t>(keys_.type()), s.rows.data(), n, d_, dp_,
                          s.tile_i8.data(), s.kscale.data(), s.ksum.data());
@@ -332,7 +335,10 @@ void Selector::score_tile(Scratch &s, const Chunk &c, int64_t split, std::span<c
         const int64_t nm = limit - k0;
         if (nm <= 0) continue;
         const int64_t slot = m - c.begin;
-        if (fast) {
+        if (q8_direct) {
+            k_.score_q8_0(s.qT4.data() + slot * dp_ * hp_, s.wq.data() + slot * hp_, hp_, d_, s.rows.data(), nm,
+                          s.scores.data());
+        } else if (fast) {
             k_.score_i8(s.qT4.data() + slot * dp_ * hp_, s.wq.data() + slot * hp_, hp_, dp_, s.tile_i8.data(),
                         s.ksum.data(), s.kscale.data(), nm, s.scores.data());
         } else {
