@@ -3,7 +3,8 @@
 
 Starts the server itself (or uses --url), then for each client count runs that many threads, each sending
 streaming /v1/completions requests (distinct prompts, a fixed number of tokens) until it has sent
---requests or the phase's --time-limit passes. Reports per phase: requests, generated tokens, aggregate
+--requests or the phase's --time-limit passes. Prompts are --prompt-tokens token ids (distinct per request,
+the same length whatever the model's tokenizer), or with --prompt-tokens 0 text of --prompt-words words. Reports per phase: requests, generated tokens, aggregate
 tokens/s, time to first token and per-request latency (median and p90), and the speed-up over one client.
 Standard library only.
 
@@ -29,6 +30,21 @@ WORDS = ("river stone cloud dragon lamp forest tiny blue seven apple mountain qu
 
 def prompt_for(i, n_words):
     return " ".join(WORDS[(i * 7 + j * 3 + j * j) % len(WORDS)] for j in range(n_words)) + f" ({i})"
+
+
+def prompt_ids(i, n_tokens, n_vocab):
+    """n_tokens ids, distinct per request index i, away from the low ids where special tokens usually sit."""
+    lo, span = 100, max(1, min(n_vocab, 30000) - 100)
+    return [lo + (i * 7919 + j * 104729 + j * j * 31) % span for j in range(n_tokens)]
+
+
+def model_vocab(host, port):
+    conn = http.client.HTTPConnection(host, port, timeout=30)
+    try:
+        conn.request("GET", "/v1/models")
+        return int(json.loads(conn.getresponse().read())["data"][0]["meta"]["n_vocab"])
+    finally:
+        conn.close()
 
 
 def stream_one(host, port, body, timeout):
@@ -87,8 +103,9 @@ def run_phase(host, port, n_clients, args, first_index):
             if time.perf_counter() > deadline:
                 return
             i = first_index + c * args.requests + r
-            body = {"prompt": prompt_for(i, args.prompt_words), "max_tokens": args.max_tokens,
-                    "temperature": 0, "stream": True}
+            prompt = prompt_ids(i, args.prompt_tokens, args.n_vocab) if args.prompt_tokens > 0 \
+                else prompt_for(i, args.prompt_words)
+            body = {"prompt": prompt, "max_tokens": args.max_tokens, "temperature": 0, "stream": True}
             try:
                 res = stream_one(host, port, body, timeout=args.time_limit + 600)
                 with lock:
@@ -155,8 +172,10 @@ def main():
     ap.add_argument("--rounds", type=int, default=1,
                     help="run the client counts this many times, interleaved; the summary takes medians (a shared "
                          "machine's load changes over time)")
-    ap.add_argument("--max-tokens", type=int, default=48, help="tokens per request")
-    ap.add_argument("--prompt-words", type=int, default=24, help="words per prompt")
+    ap.add_argument("--max-tokens", type=int, default=128, help="tokens per request")
+    ap.add_argument("--prompt-tokens", type=int, default=32,
+                    help="prompt length in token ids (0: text prompts of --prompt-words words instead)")
+    ap.add_argument("--prompt-words", type=int, default=24, help="words per text prompt (with --prompt-tokens 0)")
     ap.add_argument("--time-limit", type=float, default=240, help="seconds per phase after which no request starts")
     ap.add_argument("-np", "--parallel", type=int, default=8, help="server slots")
     ap.add_argument("-c", "--ctx", type=int, default=2048, help="server context")
@@ -174,6 +193,7 @@ def main():
         proc, port, log = start_server(args)
         host = "127.0.0.1"
     try:
+        args.n_vocab = model_vocab(host, port) if args.prompt_tokens > 0 else 0
         # Warm-up: one short request (page in the weights).
         stream_one(host, port, {"prompt": "warm up", "max_tokens": 4, "temperature": 0, "stream": True}, 600)
         phases = []
