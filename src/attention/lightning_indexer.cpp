@@ -12,8 +12,8 @@
 //     bounded top-k for this split. The last split also scores each member's own tail (the candidates
 //     past its shared prefix), one query at a time. Splits exist only to give threads work when there are
 //     few chunks (decode); with many chunks there is one split per chunk.
-//  3. Per scored query, the splits' top-k sets are merged (nth_element), the winners sorted into candidate
-//     order and mapped to cells.
+//  3. Per scored query, the splits' top-k sets are merged (select_best, a radix select), the winners put
+//     into candidate order and mapped to cells.
 // Fast mode (int8 products) is two-stage, so that its selection stays that of exact mode except where the
 // int8 rounding moves a key by more than a margin m of ranks: the int8 scores keep the best top_k + m keys
 // per query; of those, the best top_k - m by int8 score are taken, and the 2m around the cut are re-scored
@@ -38,6 +38,7 @@
 #include "attention/indexer_internal.h"
 #include "attention/indexer_kernels.h"
 #include "attention/lightning_indexer.h"
+#include "attention/top_k_select.h"
 #include "core/error.h"
 #include "kernels/ops.h"
 
@@ -62,34 +63,25 @@ constexpr Kernels kScalarKernels = {indexer::scalar::score_f32, indexer::scalar:
 constexpr Kernels kAvx2Kernels = {indexer::avx2::score_f32, indexer::avx2::score_i8, indexer::avx2::score_q8_0,
                                   indexer::avx2::convert_rows, indexer::avx2::quantize_keys};
 
-struct Entry {
-    float score;  // NaN already replaced by -inf
-    int32_t idx;  // index into the query's candidate list
-};
-
-inline bool better(const Entry &a, const Entry &b) {
-    return a.score > b.score || (a.score == b.score && a.idx < b.idx);
-}
-// `better` as a function object: std::nth_element inlines its calls (given the function, it would call
-// through a pointer for every comparison).
-constexpr auto kBetter = [](const Entry &a, const Entry &b) { return better(a, b); };
+using Entry = indexer::ScoredIndex;  // score (NaN already replaced by -inf), index into the query's candidates
+using indexer::ranks_before;
 
 // A bounded top-k over 2 * k entries of caller-owned storage: keys that beat the threshold are appended;
-// when the buffer fills, nth_element keeps the best k and the k-th best becomes the new threshold. Most
-// keys are rejected by one comparison with the threshold, and an accepted one costs O(1) amortised (a heap
-// would pay log k, with unpredictable branches, per accepted key).
+// when the buffer fills, select_best (a radix select) keeps the best k and the k-th best becomes the new
+// threshold. Most keys are rejected by one comparison with the threshold, and an accepted one costs O(1)
+// amortised (a heap would pay log k, with unpredictable branches, per accepted key).
 struct TopK {
     Entry *data = nullptr;
     int64_t k = 0;
     int64_t size = 0;
     Entry threshold{-std::numeric_limits<float>::infinity(), -1};  // idx -1: none yet, accept everything
 
-    void push(float score, int32_t idx) {
+    void push(float score, int32_t idx, std::vector<uint64_t> &scratch) {
         const Entry e{score == score ? score : -std::numeric_limits<float>::infinity(), idx};
-        if (threshold.idx >= 0 && !better(e, threshold)) return;
+        if (threshold.idx >= 0 && !ranks_before(e, threshold)) return;
         data[size++] = e;
         if (size == 2 * k) {
-            std::nth_element(data, data + k - 1, data + size, kBetter);
+            indexer::select_best(data, size, k, scratch);
             size = k;
             threshold = data[k - 1];
         }
@@ -131,6 +123,7 @@ struct Scratch {
     std::vector<float> kscale;
     std::vector<int32_t> ksum;
     std::vector<float> scores;
+    std::vector<uint64_t> select;  // select_best's keys, indices_in_order's bitmap
 
     Scratch(int64_t d, int64_t dp, int64_t hp, int64_t members)
         : qT(static_cast<size_t>(members * d * hp)),
@@ -346,7 +339,7 @@ void Selector::score_tile(Scratch &s, const Chunk &c, int64_t split, std::span<c
                          s.scores.data());
         }
         TopK &h = heap(m, split);
-        for (int64_t j = 0; j < nm; ++j) h.push(s.scores[static_cast<size_t>(j)], static_cast<int32_t>(k0 + j));
+        for (int64_t j = 0; j < nm; ++j) h.push(s.scores[static_cast<size_t>(j)], static_cast<int32_t>(k0 + j), s.select);
     }
 }
 
@@ -402,20 +395,20 @@ void Selector::finish(Scratch &s, int64_t pos, std::vector<int32_t> &out) {
     SPARROW_ASSERT(total >= top_k_);
     const ScoredQuery &sq = scored_[static_cast<size_t>(pos)];
     if (!sq.fast) {
-        if (total > top_k_) std::nth_element(base, base + top_k_ - 1, base + total, kBetter);
+        if (total > top_k_) indexer::select_best(base, total, top_k_, s.select);
     } else {
         // int8 ranks: [0, sure) are taken, [sure, keep) are re-scored exactly and the best m of them taken.
         const int64_t keep = std::min(total, top_k_ + margin_);
         const int64_t sure = top_k_ - margin_;
-        if (total > keep) std::nth_element(base, base + keep - 1, base + total, kBetter);
-        if (sure > 0) std::nth_element(base, base + sure - 1, base + keep, kBetter);
+        if (total > keep) indexer::select_best(base, total, keep, s.select);
+        if (sure > 0) indexer::select_best(base, keep, sure, s.select);
         rescore_exact(s, sq, base + sure, keep - sure);
-        if (keep > top_k_) std::nth_element(base + sure, base + top_k_ - 1, base + keep, kBetter);
+        if (keep > top_k_) indexer::select_best(base + sure, keep - sure, top_k_ - sure, s.select);
     }
-    std::sort(base, base + top_k_, [](const Entry &a, const Entry &b) { return a.idx < b.idx; });
     const auto list = cand_[static_cast<size_t>(sq.t)];
     out.resize(static_cast<size_t>(top_k_));
-    for (int64_t i = 0; i < top_k_; ++i) out[static_cast<size_t>(i)] = list[static_cast<size_t>(base[i].idx)];
+    indexer::indices_in_order(base, top_k_, static_cast<int64_t>(list.size()), out.data(), s.select);
+    for (int32_t &i : out) i = list[static_cast<size_t>(i)];
 }
 
 void Selector::run(ThreadPool &pool, IndexerPrecision precision, int64_t n_tokens,

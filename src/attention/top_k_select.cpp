@@ -1,0 +1,98 @@
+#include "attention/top_k_select.h"
+
+#include <algorithm>
+#include <array>
+#include <cstring>
+
+#include "core/error.h"
+
+namespace sparrow::indexer {
+
+namespace {
+
+// The 64-bit key: larger means ranked earlier.
+inline uint64_t rank_key(const ScoredIndex &e) {
+    const float s = e.score + 0.0f;  // -0 + 0 = +0: equal scores get equal bits
+    uint32_t u;
+    std::memcpy(&u, &s, sizeof u);
+    u = (u & 0x80000000u) ? ~u : (u | 0x80000000u);  // negative floats reversed below the positive ones
+    return (uint64_t(u) << 32) | uint64_t(0xFFFFFFFFu - static_cast<uint32_t>(e.idx));
+}
+
+constexpr int kDigitBits = 11;
+constexpr uint64_t kDigitMask = (uint64_t(1) << kDigitBits) - 1;
+
+// The k-th largest of the unique keys keys[0, n) (1 <= k <= n); reorders keys.
+uint64_t kth_largest(uint64_t *keys, int64_t n, int64_t k) {
+    std::array<uint32_t, size_t(1) << kDigitBits> hist;
+    for (int shift = 64 - kDigitBits;; shift -= kDigitBits) {
+        const int s = std::max(shift, 0);
+        hist.fill(0);
+        for (int64_t i = 0; i < n; ++i) ++hist[(keys[i] >> s) & kDigitMask];
+        // The digit, from the top, whose bucket holds the k-th key; k becomes its rank inside the bucket.
+        uint64_t digit = kDigitMask;
+        for (;; --digit) {
+            if (hist[digit] >= k) break;
+            k -= hist[digit];
+        }
+        int64_t m = 0;
+        for (int64_t i = 0; i < n; ++i) {
+            if (((keys[i] >> s) & kDigitMask) == digit) keys[m++] = keys[i];
+        }
+        n = m;
+        if (n == 1 || s == 0) {
+            SPARROW_ASSERT(n == 1 && k == 1);  // unique keys: the last digit leaves one
+            return keys[0];
+        }
+    }
+}
+
+}  // namespace
+
+void select_best(ScoredIndex *e, int64_t n, int64_t k, std::vector<uint64_t> &scratch) {
+    SPARROW_ASSERT(k >= 1 && k <= n);
+    if (k == n) {
+        // Still put the k-th best last among the first k.
+        int64_t worst = 0;
+        for (int64_t i = 1; i < n; ++i) worst = ranks_before(e[worst], e[i]) ? i : worst;
+        std::swap(e[worst], e[n - 1]);
+        return;
+    }
+    if (scratch.size() < static_cast<size_t>(n)) scratch.resize(static_cast<size_t>(n));
+    uint64_t *keys = scratch.data();
+    for (int64_t i = 0; i < n; ++i) keys[i] = rank_key(e[i]);
+    const uint64_t kth = kth_largest(keys, n, k);
+    // Partition: the k - 1 keys above kth to the front, kth itself to k - 1.
+    int64_t front = 0, at = -1;
+    for (int64_t i = 0; i < n; ++i) {
+        const uint64_t key = rank_key(e[i]);
+        if (key > kth) {
+            std::swap(e[front], e[i]);
+            if (at == front) at = i;  // the k-th best was just moved out of the way
+            ++front;
+        } else if (key == kth) {
+            at = i;
+        }
+    }
+    SPARROW_ASSERT(front == k - 1 && at >= front);
+    std::swap(e[front], e[at]);
+}
+
+void indices_in_order(const ScoredIndex *e, int64_t n, int64_t bound, int32_t *out, std::vector<uint64_t> &scratch) {
+    const size_t words = static_cast<size_t>((bound + 63) / 64);
+    if (scratch.size() < words) scratch.resize(words);
+    uint64_t *bits = scratch.data();
+    std::fill(bits, bits + words, uint64_t(0));
+    for (int64_t i = 0; i < n; ++i) {
+        const auto v = static_cast<uint64_t>(e[i].idx);
+        SPARROW_ASSERT(e[i].idx >= 0 && e[i].idx < bound);
+        bits[v / 64] |= uint64_t(1) << (v % 64);
+    }
+    int64_t o = 0;
+    for (size_t w = 0; w < words; ++w) {
+        for (uint64_t b = bits[w]; b != 0; b &= b - 1) out[o++] = static_cast<int32_t>(w * 64 + __builtin_ctzll(b));
+    }
+    SPARROW_ASSERT(o == n);  // indices were unique
+}
+
+}  // namespace sparrow::indexer
