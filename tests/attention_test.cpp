@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <random>
 
 #include "attention/attention.h"
@@ -168,6 +169,37 @@ TEST(AttentionKernels, Avx2MatchesScalar) {
             }
         }
     }
+}
+
+// exp_sum: the AVX2 polynomial against std::exp, element by element (within 2 ulp, relative) and in the
+// sum, on every tail length, over the range softmax arguments take (s - max <= 0) and beyond: far below
+// -87.3 (0 where std::exp gives a subnormal or 0), -inf (0) and NaN (kept).
+TEST(AttentionKernels, ExpSumAvx2MatchesScalar) {
+    if (!cpu::cpu_supports(cpu::Isa::avx2)) GTEST_SKIP() << "no AVX2";
+    std::mt19937 rng(12);
+    for (int64_t n : {1, 5, 8, 13, 18, 64}) {
+        auto s = test::random_floats(rng, static_cast<size_t>(n), -90, 5);
+        s[0] = 3.0f;  // the maximum: exp(0) = 1
+        const float m = 3.0f;
+        auto ref = s, got = s;
+        const float sum_ref = attn::scalar::exp_sum(ref.data(), n, m);
+        const float sum_got = attn::avx2::exp_sum(got.data(), n, m);
+        for (int64_t j = 0; j < n; ++j) {
+            if (s[j] - m < -87.3f) {
+                EXPECT_LE(got[j], 1.2e-38f) << s[j];
+            } else {
+                EXPECT_NEAR(got[j], ref[j], 2.5e-7f * ref[j]) << "x " << s[j] - m;
+            }
+        }
+        EXPECT_NEAR(sum_got, sum_ref, 1e-6f * sum_ref) << n;
+    }
+    std::vector<float> special = {0.0f, -std::numeric_limits<float>::infinity(), std::nanf(""), -1000.0f, 0.5f};
+    attn::avx2::exp_sum(special.data(), 5, 0.0f);
+    EXPECT_EQ(special[0], 1.0f);
+    EXPECT_EQ(special[1], 0.0f);
+    EXPECT_TRUE(std::isnan(special[2]));
+    EXPECT_EQ(special[3], 0.0f);
+    EXPECT_NEAR(special[4], std::exp(0.5f), 2.5e-7f * std::exp(0.5f));
 }
 
 TEST(ConvertRow, EveryIsaMatchesDequantize) {

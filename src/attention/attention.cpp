@@ -23,9 +23,10 @@ constexpr int64_t kMinSplitRows = 256;
 struct Kernels {
     decltype(&attn::scalar::scores) scores;
     decltype(&attn::scalar::pv) pv;
+    decltype(&attn::scalar::exp_sum) exp_sum;
 };
-constexpr Kernels kScalarKernels = {attn::scalar::scores, attn::scalar::pv};
-constexpr Kernels kAvx2Kernels = {attn::avx2::scores, attn::avx2::pv};
+constexpr Kernels kScalarKernels = {attn::scalar::scores, attn::scalar::pv, attn::scalar::exp_sum};
+constexpr Kernels kAvx2Kernels = {attn::avx2::scores, attn::avx2::pv, attn::avx2::exp_sum};
 
 // Asks the memory system for the bytes of a row that the next tile will read (rows are gathered from
 // anywhere in the cache, so the hardware prefetcher cannot guess the next one).
@@ -120,10 +121,7 @@ void attention(ThreadPool &pool, const AttentionShape &shape, const float *q, in
                         run_sum[g] *= factor;
                         run_max[g] = tile_max;
                     }
-                    for (int64_t j = 0; j < n; ++j) {
-                        s_g[j] = std::exp(s_g[j] - run_max[g]);
-                        run_sum[g] += s_g[j];
-                    }
+                    run_sum[g] += kern.exp_sum(s_g, n, run_max[g]);
                 }
                 const float *v_base = v_in_k ? k_tile.data() + shape.v_offset : v_tile.data();
                 kern.pv(s.data(), kTileRows, group, v_base, v_in_k ? Dk : Dv, n, Dv, acc.data());

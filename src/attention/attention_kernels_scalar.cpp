@@ -2,6 +2,8 @@
 // AVX2 kernels are tested against, and what runs on CPUs without AVX2.
 #include "attention/attention_kernels.h"
 
+#include <cmath>
+
 namespace sparrow::attn::scalar {
 
 void scores(const float *q, int64_t q_stride, int64_t n_q, const float *k, int64_t k_stride, int64_t n_k, int64_t d,
@@ -23,6 +25,15 @@ void pv(const float *p, int64_t ld_p, int64_t n_q, const float *v, int64_t v_str
             for (int64_t i = 0; i < dv; ++i) acc[g * dv + i] += pj * v[j * v_stride + i];
         }
     }
+}
+
+float exp_sum(float *s, int64_t n, float m) {
+    float sum = 0.0f;
+    for (int64_t j = 0; j < n; ++j) {
+        s[j] = std::exp(s[j] - m);
+        sum += s[j];
+    }
+    return sum;
 }
 
 }  // namespace sparrow::attn::scalar
