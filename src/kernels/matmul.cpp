@@ -1,7 +1,8 @@
 // matmul: the hot op. Weight rows are split across the pool's threads in chunks; activations are quantised
 // once per call for Q8_0/Q4_0 weights (to Q8_0; for Q4_0 in BlockQ8_0x2 records with block sums, see dispatch.h);
 // tokens are taken max_tile(type) at a time (8 for Q8_0, 4 for Q4_0 and float weights) so each weight row is loaded
-// once per tile. The ISA-specific inner loops come from the dispatch table (kernels/cpu/).
+// once per tile. The ISA-specific inner loops come from the dispatch table (kernels/cpu/); where the level has a
+// multi-row kernel for the type (DotRowsFn: Q8_0), a worker's whole row range goes to it in one call per tile.
 #include <algorithm>
 
 #include "core/error.h"

@@ -156,6 +156,8 @@ inline void q8_0_row(const BlockQ8_0 *w, const uint8_t *x, size_t x_stride, int6
     const __m256i ones = _mm256_set1_epi16(1);
     __m256 acc[NT];
     for (int j = 0; j < NT; ++j) acc[j] = _mm256_setzero_ps();
+    // Two blocks per trip: less loop overhead (measured ~5-10% at NT = 1, no change at NT = 8); same order.
+#pragma GCC unroll 2
     for (int64_t b = 0; b < nb; ++b) {
         const size_t db = dx_offset + static_cast<size_t>(b) * sizeof(float);
         const __m256i qw = unpack_block(w[b]);
