@@ -144,7 +144,7 @@ inline __m256 broadcast_scale(const BlockQ8_0 &b) { return _mm256_cvtph_ps(_mm_s
 // (x2) times [dx0 dx0 dx1 dx1] (x2), the products ggml forms. The second multiply comes from a table of the
 // tile's activation scales laid out that way (PairScales), built once per call, so the inner loop loads it with
 // one broadcast. Per (token, block) that is 3 integer ops + 2.5 others, against 3 + 3 one block at a time
-// (a measured ~9% less time per token at 8 tokens). An odd last block pairs with zeros (its scale lanes 0).
+// (measured 5-9% less time per token at 8 tokens). An odd last block pairs with zeros (its scale lanes 0).
 //
 // The order, which defines the result: for each token, acc = fma(d, float(hadd(m0, m1)), acc) for pairs
 // p = 0, 1, ... in one 8-lane accumulator, then the lanes added as hsum does. It does not depend on NT or on
