@@ -122,21 +122,10 @@ inline __m256i block_dot(__m256i w_abs, __m256i w, __m256i x, __m256i ones) {
     return _mm256_madd_epi16(p16, ones);
 }
 
-// An f32 from memory that need not be aligned (the scales follow 34-byte blocks), in all 8 lanes.
-inline __m256 broadcast_f32(const uint8_t *p) {
-    float v;
-    std::memcpy(&v, p, sizeof v);
-    return _mm256_set1_ps(v);
-}
-
-// A weight block's f16 scale as f32 in all 8 lanes, converted as a vector (vpbroadcastw + vcvtph2ps) so the
-// compiler keeps dw * dx a vector multiply by a broadcast load of dx rather than a scalar multiply and a
-// broadcast per (row, token).
-inline __m256 broadcast_scale(const BlockQ8_0 &b) { return _mm256_cvtph_ps(_mm_set1_epi16(static_cast<short>(b.d))); }
-
 // Q8_0 weights against activation rows of Q8_0 blocks followed by their f32 scales (cpu::q8_0_dot_x_row_bytes):
-// one weight row against NT <= 8 tokens, one accumulator per token (8 accumulators leave registers for two
-// blocks, their |w|, their scales, the madd ones and the per-token temporaries: 16 ymm registers, no spills).
+// one weight row against NT <= 8 tokens, one accumulator per token. With two blocks, their |w|, the pair's
+// weight scales and the madd ones that is 14 of the 16 ymm registers; at NT = 8 GCC keeps one accumulator on
+// the stack (a load and a store per pair of blocks), nothing else.
 //
 // Blocks go in pairs (b, b + 1). Per pair of a token: sign, maddubs and madd per block give each block's 8 int32
 // partial sums m0 and m1; hadd(m0, m1) folds them into one register, 4 lanes per block ([m0 m0 m1 m1] in each
