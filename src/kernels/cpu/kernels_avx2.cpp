@@ -131,8 +131,9 @@ inline __m256i block_dot(__m256i w_abs, __m256i w, __m256i x, __m256i ones) {
 // partial sums m0 and m1; hadd(m0, m1) folds them into one register, 4 lanes per block ([m0 m0 m1 m1] in each
 // 128-bit half), so one cvt, one scale multiply and one fma serve both blocks. The scales: d = [dw0 dw0 dw1 dw1]
 // (x2) times [dx0 dx0 dx1 dx1] (x2), the products ggml forms. The second multiply comes from a table of the
-// tile's activation scales laid out that way (PairScales), built once per call, so the inner loop loads it with
-// one broadcast. Per (token, block) that is 3 integer ops + 2.5 others, against 3 + 3 one block at a time
+// tile's activation scales laid out that way (lay_out_pair_scales), built once per call, so the inner loop loads it with
+// one broadcast. Per (token, block) that is 3 integer ops + 2 others (hadd, cvt, mul, fma per pair), against
+// 3 + 3 one block at a time
 // (measured 5-9% less time per token at 8 tokens). An odd last block pairs with zeros (its scale lanes 0).
 //
 // The order, which defines the result: for each token, acc = fma(d, float(hadd(m0, m1)), acc) for pairs
@@ -144,7 +145,7 @@ inline __m256i block_dot(__m256i w_abs, __m256i w, __m256i x, __m256i ones) {
 // four or eight rows walked side by side (each a stream of 34-byte steps, rows 2 KiB apart) measured 15-55% slower
 // on the 2-core EPYC than one row after another, which the prefetchers follow.
 
-// Block pairs whose activation scales one table holds (PairScales below): 32 KiB per token of stack at most.
+// Block pairs whose activation scales one table holds (lay_out_pair_scales): 8 KiB of stack per token.
 constexpr int64_t kPairChunk = 512;
 
 // The activation scales of NT tokens for block pairs [p0, p0 + n_pairs): at [(p - p0) * NT + j], token j's
