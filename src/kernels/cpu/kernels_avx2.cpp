@@ -130,11 +130,10 @@ inline __m256i block_dot(__m256i w_abs, __m256i w, __m256i x, __m256i ones) {
 // Blocks go in pairs (b, b + 1). Per pair of a token: sign, maddubs and madd per block give each block's 8 int32
 // partial sums m0 and m1; hadd(m0, m1) folds them into one register, 4 lanes per block ([m0 m0 m1 m1] in each
 // 128-bit half), so one cvt, one scale multiply and one fma serve both blocks. The scales: d = [dw0 dw0 dw1 dw1]
-// (x2) times [dx0 dx0 dx1 dx1] (x2), the products ggml forms. The second multiply comes from a table of the
-// tile's activation scales laid out that way (lay_out_pair_scales), built once per call, so the inner loop loads it with
-// one broadcast. Per (token, block) that is 3 integer ops + 2 others (hadd, cvt, mul, fma per pair), against
-// 3 + 3 one block at a time
-// (measured 5-9% less time per token at 8 tokens). An odd last block pairs with zeros (its scale lanes 0).
+// (x2) times [dx0 dx0 dx1 dx1] (x2), the products ggml forms; the second factor comes from a table of the tile's
+// activation scales laid out that way (lay_out_pair_scales), built once per call, one broadcast load in the loop.
+// Per (token, block) that is 3 integer ops + 2 others (hadd, cvt, mul, fma per pair), against 3 + 3 one block
+// at a time (measured 5-9% less time per token at 8 tokens). An odd last block pairs with zeros (scale lanes 0).
 //
 // The order, which defines the result: for each token, acc = fma(d, float(hadd(m0, m1)), acc) for pairs
 // p = 0, 1, ... in one 8-lane accumulator, then the lanes added as hsum does. It does not depend on NT or on
