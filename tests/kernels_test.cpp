@@ -210,6 +210,72 @@ TEST_P(IsaTest, DotTileMatchesReferenceForEveryTypeLengthAndTile) {
     }
 }
 
+TEST_P(IsaTest, DotRowsQ8_0MatchesDotTileBitForBitOnAwkwardShapes) {
+    // The multi-row Q8_0 entry (DotRowsFn): every output must be the bits dot_q8_0 gives for that row and token
+    // alone (matmul uses either, and batched runs rely on it), and near the double-precision reference. Awkward
+    // shapes: row counts that fill no register block, odd and single-block rows, every tile size 1..8, tokens of
+    // very different scale, rows and outputs with gaps after them (w_stride > row bytes, y_stride > n_rows).
+    const KernelTable *table = cpu::kernels_for(GetParam());
+    if (!table) GTEST_SKIP() << skip_message(GetParam());
+    const cpu::DotRowsFn dot_rows = table->dot_rows(DType::Q8_0);
+    ASSERT_NE(dot_rows, nullptr);
+    std::mt19937 rng(5);
+    // 1027 blocks: longer than the AVX2 kernel's table of activation scales (1024 blocks), which it then
+    // rebuilds per chunk and row; the same bits are expected.
+    for (int64_t nb : {1, 2, 3, 5, 7, 24, 25, 64, 67, 1027}) {
+        const int64_t n = nb * QK8_0;
+        const int64_t row_bytes = dtype_row_size(DType::Q8_0, n);
+        for (int64_t n_rows : {1, 2, 3, 5, 9, 17}) {
+            if (nb > 100 && n_rows > 3) continue;  // keep the long rows quick
+            const size_t w_stride = static_cast<size_t>(row_bytes + (n_rows % 2 == 0 ? 0 : 70));
+            std::vector<uint8_t> w(w_stride * static_cast<size_t>(n_rows));
+            for (int64_t r = 0; r < n_rows; ++r) {
+                const auto wf = test::random_floats(rng, static_cast<size_t>(n), -2.0f, 2.0f);
+                quantize_row(DType::Q8_0, wf.data(), w.data() + r * w_stride, n);
+            }
+            const size_t x_stride = static_cast<size_t>(cpu::q8_0_dot_x_row_bytes(n) + 34);
+            std::vector<uint8_t> x(x_stride * cpu::kMaxQuantTile);
+            std::vector<std::vector<uint8_t>> ref_x;
+            for (int j = 0; j < cpu::kMaxQuantTile; ++j) {
+                const float s = std::ldexp(1.0f, 3 * j - 9);
+                const auto xf = test::random_floats(rng, static_cast<size_t>(n), -s, s);
+                table->quantize_dot_x(DType::Q8_0, xf.data(), x.data() + j * x_stride, n);
+                ref_x.push_back(to_row(DType::Q8_0, xf));
+            }
+            for (int n_x = 1; n_x <= cpu::kMaxQuantTile; ++n_x) {
+                const size_t y_stride = static_cast<size_t>(n_rows + 3);
+                std::vector<float> y(y_stride * static_cast<size_t>(n_x), NAN);
+                dot_rows(w.data(), w_stride, n_rows, x.data(), x_stride, n_x, n, y.data(), y_stride);
+                for (int64_t r = 0; r < n_rows; ++r) {
+                    const uint8_t *wr = w.data() + r * w_stride;
+                    float tile[cpu::kMaxQuantTile];
+                    table->dot_q8_0(wr, x.data(), x_stride, n_x, n, tile);
+                    for (int j = 0; j < n_x; ++j) {
+                        const float got = y[static_cast<size_t>(j) * y_stride + static_cast<size_t>(r)];
+                        const std::string where = "nb=" + std::to_string(nb) + " rows=" + std::to_string(n_rows) +
+                                                  " n_x=" + std::to_string(n_x) + " row " + std::to_string(r) +
+                                                  " token " + std::to_string(j);
+                        ASSERT_EQ(got, tile[j]) << where;
+                        float alone;  // the token by itself: the same bits at every tile size
+                        table->dot_q8_0(wr, x.data() + j * x_stride, 0, 1, n, &alone);
+                        ASSERT_EQ(got, alone) << where;
+                        const void *rj = ref_x[static_cast<size_t>(j)].data();
+                        const double expected = ref::dot_weight_row(DType::Q8_0, wr, rj, n);
+                        ASSERT_NEAR(got, expected, kDotRelTol * magnitude(DType::Q8_0, wr, DType::Q8_0, rj, n) + 1e-30)
+                            << where;
+                    }
+                    // The gap after each output row is left alone.
+                    for (int j = 0; j < n_x; ++j) {
+                        for (size_t g = static_cast<size_t>(n_rows); g < y_stride; ++g) {
+                            ASSERT_TRUE(std::isnan(y[static_cast<size_t>(j) * y_stride + g]));
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
 TEST_P(IsaTest, DotQuantExtremesStayExact) {
     // Every weight and activation at the ends of their ranges: -127/127 activations with -8/7 (Q4_0) or
     // -127/127 (Q8_0) weights, where the maddubs sign trick would saturate if it were wrong. The integer

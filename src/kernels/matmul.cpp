@@ -1,7 +1,8 @@
 // matmul: the hot op. Weight rows are split across the pool's threads in chunks; activations are quantised
 // once per call for Q8_0/Q4_0 weights (to Q8_0; for Q4_0 in BlockQ8_0x2 records with block sums, see dispatch.h);
 // tokens are taken max_tile(type) at a time (8 for Q8_0, 4 for Q4_0 and float weights) so each weight row is loaded
-// once per tile. The ISA-specific inner loops come from the dispatch table (kernels/cpu/).
+// once per tile. The ISA-specific inner loops come from the dispatch table (kernels/cpu/); where the level has a
+// multi-row kernel for the type (DotRowsFn: Q8_0), a worker's whole row range goes to it in one call per tile.
 #include <algorithm>
 
 #include "core/error.h"
@@ -17,6 +18,7 @@ namespace {
 struct MatmulJob {
     const WeightMatrix *w = nullptr;
     cpu::DotTileFn dot = nullptr;
+    cpu::DotRowsFn dot_rows = nullptr;  // the multi-row kernel where the level has one for the type, else null
     const cpu::KernelTable *kernels = nullptr;
     const float *x = nullptr;     // [n_tokens, n_cols] f32
     const uint8_t *xd = nullptr;  // activations in the dot type: n_tokens rows, xd_stride bytes apart
@@ -36,6 +38,11 @@ void matmul_rows(const MatmulJob &job, int64_t r0, int64_t r1) {
         const int n_x = static_cast<int>(std::min<int64_t>(tile, job.n_tokens - t0));
         const uint8_t *xt = job.xd + t0 * static_cast<int64_t>(job.xd_stride);
         float *yt = job.y + t0 * w.n_rows;
+        if (job.dot_rows) {
+            job.dot_rows(w.row(r0), static_cast<size_t>(w.row_bytes), r1 - r0, xt, job.xd_stride, n_x, w.n_cols,
+                         yt + r0, static_cast<size_t>(w.n_rows));
+            continue;
+        }
         for (int64_t r = r0; r < r1; ++r) {
             job.dot(w.row(r), xt, job.xd_stride, n_x, w.n_cols, out);
             for (int j = 0; j < n_x; ++j) yt[j * w.n_rows + r] = out[j];
@@ -82,6 +89,7 @@ void matmul(ThreadPool &pool, OpScratch &scratch, const WeightMatrix &w, const f
     MatmulJob job;
     job.w = &w;
     job.dot = k.dot(w.type);
+    job.dot_rows = k.dot_rows(w.type);
     job.x = x;
     job.n_tokens = n_tokens;
     job.y = y;

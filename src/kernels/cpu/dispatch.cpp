@@ -13,6 +13,17 @@ namespace sparrow::cpu {
 
 namespace {
 
+// DotRowsFn for a level whose kernel sees one row at a time: the rows in turn through its DotTileFn F.
+template <DotTileFn F>
+void rows_by_tile(const void *w, size_t w_stride, int64_t n_rows, const void *x, size_t x_stride, int n_x, int64_t n,
+                  float *y, size_t y_stride) {
+    float out[kMaxQuantTile];
+    for (int64_t r = 0; r < n_rows; ++r) {
+        F(static_cast<const uint8_t *>(w) + r * w_stride, x, x_stride, n_x, n, out);
+        for (int j = 0; j < n_x; ++j) y[j * y_stride + r] = out[j];
+    }
+}
+
 // One table per level, built from each ISA file's exported functions. Constant data: nothing here changes
 // after start-up, and a table is only handed out when cpu_supports() says its code can run.
 constexpr KernelTable kScalarTable = {
@@ -23,6 +34,7 @@ constexpr KernelTable kScalarTable = {
     .dot_bf16 = scalar::dot_tile_bf16,
     .dot_q8_0 = scalar::dot_tile_q8_0,
     .dot_q4_0 = scalar::dot_tile_q4_0,
+    .dot_rows_q8_0 = rows_by_tile<scalar::dot_tile_q8_0>,
     .axpy_f32 = scalar::axpy_f32,
     .axpy_f16 = scalar::axpy_f16,
     .axpy_bf16 = scalar::axpy_bf16,
@@ -40,6 +52,7 @@ constexpr KernelTable kAvx2Table = {
     .dot_bf16 = avx2::dot_tile_bf16,
     .dot_q8_0 = avx2::dot_tile_q8_0,
     .dot_q4_0 = avx2::dot_tile_q4_0,
+    .dot_rows_q8_0 = avx2::dot_rows_q8_0,
     .axpy_f32 = avx2::axpy_f32,
     .axpy_f16 = avx2::axpy_f16,
     .axpy_bf16 = avx2::axpy_bf16,
@@ -59,6 +72,7 @@ constexpr KernelTable kAvx512Table = {
     // The AVX2 kernel: its records hold two blocks (one 256-bit register of nibbles), and a matvec streams
     // weights far slower than either width computes; one tested kernel beats an untested wider one.
     .dot_q4_0 = avx2::dot_tile_q4_0,
+    .dot_rows_q8_0 = rows_by_tile<avx512::dot_tile_q8_0>,
     .axpy_f32 = avx512::axpy_f32,
     .axpy_f16 = avx512::axpy_f16,
     .axpy_bf16 = avx512::axpy_bf16,
@@ -104,6 +118,11 @@ DotTileFn KernelTable::dot(DType t) const {
         case DType::Q4_0: return dot_q4_0;
         default: throw_error("no dot product kernel for weight type %s", std::string(dtype_name(t)).c_str());
     }
+}
+
+DotRowsFn KernelTable::dot_rows(DType t) const {
+    dot(t);  // throws for unsupported types
+    return t == DType::Q8_0 ? dot_rows_q8_0 : nullptr;
 }
 
 AxpyFn KernelTable::axpy(DType t) const {

@@ -50,6 +50,14 @@ int64_t q8_0_dot_x_row_bytes(int64_t n);
 //      Q4_0 weights (above; rows 4-byte aligned). KernelTable::quantize_dot_x writes both.
 //   out: [n_x] f32. Accumulates in f32; Q8_0/Q4_0 sums are integer within each 32-block, as ggml.
 using DotTileFn = void (*)(const void *w, const void *x, size_t x_stride, int n_x, int64_t n, float *out);
+// Several weight rows against a tile of tokens: y[j * y_stride + r] = w_r . x_j for r < n_rows, j < n_x
+// (1 <= n_x <= max_tile(weight type)), w_r = (const uint8_t *)w + r * w_stride, x as DotTileFn. Every output has
+// the bits the table's DotTileFn gives for that row and token alone, so a caller may use either (and split rows or
+// tokens any way). Why: a kernel that sees several rows can keep a register block of rows x tokens, sharing
+// each activation load and scale across rows and each weight block across tokens, with the per-call set-up
+// paid once per row range rather than once per row.
+using DotRowsFn = void (*)(const void *w, size_t w_stride, int64_t n_rows, const void *x, size_t x_stride, int n_x,
+                           int64_t n, float *y, size_t y_stride);
 // y[0..n) += a * row[0..n), row of the table entry's type (F32, F16 or BF16); y must not alias row.
 using AxpyFn = void (*)(const void *row, float a, float *y, int64_t n);
 // n floats (n % 32 == 0) to n/32 Q8_0 blocks, bit-identical to ggml's reference quantiser
@@ -65,6 +73,7 @@ struct KernelTable {
     DotTileFn dot_bf16 = nullptr;
     DotTileFn dot_q8_0 = nullptr;  // weights Q8_0, activations Q8_0
     DotTileFn dot_q4_0 = nullptr;  // weights Q4_0, activations BlockQ8_0x2
+    DotRowsFn dot_rows_q8_0 = nullptr;
     AxpyFn axpy_f32 = nullptr;
     AxpyFn axpy_f16 = nullptr;
     AxpyFn axpy_bf16 = nullptr;
@@ -76,6 +85,8 @@ struct KernelTable {
 
     // The dot for weights of type t (a supported type), or throws sparrow::Error.
     DotTileFn dot(DType t) const;
+    // The multi-row dot for weights of type t (a supported type), or nullptr where the level has none for t.
+    DotRowsFn dot_rows(DType t) const;
     // The axpy for cache rows of type t (F32, F16, BF16), or throws sparrow::Error.
     AxpyFn axpy(DType t) const;
     // Bytes of one activation row of n elements in the dot type of quantised weights of type t (Q8_0: the Q8_0
