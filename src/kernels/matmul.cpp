@@ -11,8 +11,6 @@
 
 namespace sparrow {
 
-namespace {
-
 // Everything the row workers need, behind one reference: a lambda capturing a single reference fits in
 // std::function's inline storage, so handing the job to the pool does not allocate.
 struct MatmulJob {
@@ -26,7 +24,24 @@ struct MatmulJob {
     uint8_t *xq = nullptr;  // where quantised activations are written (scratch), or null for float weights
     int64_t n_tokens = 0;
     float *y = nullptr;  // [n_tokens, n_rows]
+    // matmul_many only: where the job's quantised activations sit in the scratch, whether this job writes them
+    // (else an earlier job with the same activations does), and the rows per chunk.
+    size_t xd_offset = 0;
+    bool quantize = false;
+    int64_t grain = 0;
 };
+
+// Rows [r0, r1) of job `job` (matmul_many).
+struct MatmulChunk {
+    int64_t job = 0, r0 = 0, r1 = 0;
+};
+
+OpScratch::OpScratch() = default;
+OpScratch::~OpScratch() = default;
+OpScratch::OpScratch(OpScratch &&) noexcept = default;
+OpScratch &OpScratch::operator=(OpScratch &&) noexcept = default;
+
+namespace {
 
 // Rows [r0, r1) for every token. The token tiles are the outer loop: a chunk's rows stay in L2 between
 // tiles, so for prefill each weight byte comes from memory once per matmul and from L2 once per tile.
@@ -78,6 +93,9 @@ void check_weights(const WeightMatrix &w) {
     if (w.n_rows > 0 && !w.data) throw_error("matmul: weight data is null");
 }
 
+// Tiny products (small models, decode) cost less than waking the pool: run them on this thread.
+constexpr int64_t kMinParallelWork = int64_t(256) << 10;  // weight bytes x tokens
+
 }  // namespace
 
 void matmul(ThreadPool &pool, OpScratch &scratch, const WeightMatrix &w, const float *x, int64_t n_tokens, float *y) {
@@ -115,11 +133,101 @@ void matmul(ThreadPool &pool, OpScratch &scratch, const WeightMatrix &w, const f
         job.xd_stride = static_cast<size_t>(w.n_cols) * sizeof(float);
     }
 
-    // Tiny products (small models, decode) cost less than waking the pool: run them on this thread.
-    constexpr int64_t kMinParallelWork = int64_t(256) << 10;  // weight bytes x tokens
     const int64_t grain =
         w.n_rows * w.row_bytes * n_tokens < kMinParallelWork ? w.n_rows : matmul_grain(w, n_tokens, pool.n_threads());
     pool.parallel_for(w.n_rows, grain, [&job](int64_t r0, int64_t r1) { matmul_rows(job, r0, r1); });
+}
+
+void matmul_many(ThreadPool &pool, OpScratch &scratch, const MatmulTask *tasks, int64_t n_tasks) {
+    const cpu::KernelTable &k = cpu::kernels();
+    std::vector<MatmulJob> &jobs = scratch.jobs;
+    jobs.clear();
+    // Activations: each quantised job gets a region of the scratch (at xd_offset), unless it repeats an
+    // earlier job's activations (same x, tokens, type and width: a MoE expert's gate and up), which it reads.
+    size_t bytes = 0;
+    int64_t work = 0;  // weight bytes x tokens
+    for (int64_t i = 0; i < n_tasks; ++i) {
+        const MatmulTask &t = tasks[i];
+        check_weights(*t.w);
+        if (t.n_tokens < 0) throw_error("matmul: n_tokens = %lld", (long long)t.n_tokens);
+        if (t.n_tokens == 0 || t.w->n_rows == 0) continue;
+        MatmulJob job;
+        job.w = t.w;
+        job.dot = k.dot(t.w->type);
+        job.dot_rows = k.dot_rows(t.w->type);
+        job.kernels = &k;
+        job.x = t.x;
+        job.n_tokens = t.n_tokens;
+        job.y = t.y;
+        if (dtype_is_quantized(t.w->type)) {
+            job.xd_stride = static_cast<size_t>(cpu::KernelTable::dot_x_row_bytes(t.w->type, t.w->n_cols));
+            job.quantize = true;
+            for (const MatmulJob &o : jobs) {
+                if (o.quantize && o.x == t.x && o.n_tokens == t.n_tokens && o.w->type == t.w->type &&
+                    o.w->n_cols == t.w->n_cols) {
+                    job.xd_offset = o.xd_offset;
+                    job.quantize = false;
+                    break;
+                }
+            }
+            if (job.quantize) {
+                job.xd_offset = bytes;
+                bytes += job.xd_stride * static_cast<size_t>(t.n_tokens);
+            }
+        } else {
+            job.xd = reinterpret_cast<const uint8_t *>(t.x);
+            job.xd_stride = static_cast<size_t>(t.w->n_cols) * sizeof(float);
+        }
+        work += t.w->n_rows * t.w->row_bytes * t.n_tokens;
+        jobs.push_back(job);
+    }
+    if (jobs.empty()) return;
+    if (scratch.quantized_x.size() < bytes) scratch.quantized_x.resize(bytes);
+    bool any_quantize = false;
+    for (MatmulJob &job : jobs) {
+        if (!dtype_is_quantized(job.w->type)) continue;
+        job.xd = scratch.quantized_x.data() + job.xd_offset;
+        if (job.quantize) job.xq = scratch.quantized_x.data() + job.xd_offset;
+        any_quantize = any_quantize || job.quantize;
+    }
+    const bool parallel = pool.n_threads() > 1 && work >= kMinParallelWork;
+    if (any_quantize) {
+        // Every (job, token) row that needs it, in one section.
+        pool.parallel_for(static_cast<int64_t>(jobs.size()), parallel ? 4 : static_cast<int64_t>(jobs.size()),
+                          [&jobs](int64_t j0, int64_t j1) {
+                              for (int64_t j = j0; j < j1; ++j) {
+                                  const MatmulJob &job = jobs[static_cast<size_t>(j)];
+                                  if (!job.quantize) continue;
+                                  for (int64_t t = 0; t < job.n_tokens; ++t) {
+                                      job.kernels->quantize_dot_x(job.w->type, job.x + t * job.w->n_cols,
+                                                                  job.xq + t * static_cast<int64_t>(job.xd_stride),
+                                                                  job.w->n_cols);
+                                  }
+                              }
+                          });
+    }
+    // Row chunks, dealt round-robin across jobs (chunk 0 of every job, then chunk 1, ...), so the threads work
+    // on memory-bound and compute-bound products at the same time.
+    std::vector<MatmulChunk> &chunks = scratch.chunks;
+    chunks.clear();
+    for (MatmulJob &job : jobs) job.grain = parallel ? matmul_grain(*job.w, job.n_tokens, pool.n_threads()) : job.w->n_rows;
+    for (int64_t round = 0;; ++round) {
+        bool any = false;
+        for (size_t j = 0; j < jobs.size(); ++j) {
+            const int64_t r0 = round * jobs[j].grain, n_rows = jobs[j].w->n_rows;
+            if (r0 >= n_rows) continue;
+            chunks.push_back({static_cast<int64_t>(j), r0, std::min(n_rows, r0 + jobs[j].grain)});
+            any = true;
+        }
+        if (!any) break;
+    }
+    const auto n_chunks = static_cast<int64_t>(chunks.size());
+    pool.parallel_for(n_chunks, parallel ? 1 : n_chunks, [&scratch](int64_t c0, int64_t c1) {
+        for (int64_t c = c0; c < c1; ++c) {
+            const MatmulChunk &ch = scratch.chunks[static_cast<size_t>(c)];
+            matmul_rows(scratch.jobs[static_cast<size_t>(ch.job)], ch.r0, ch.r1);
+        }
+    });
 }
 
 }  // namespace sparrow

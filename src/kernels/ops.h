@@ -25,8 +25,16 @@ struct WeightMatrix {
 
 // Scratch owned by whoever runs the ops (a model context): sized on first use, then reused, so the hot
 // path does not allocate once warmed up.
+struct MatmulJob;
+struct MatmulChunk;
 struct OpScratch {
     std::vector<uint8_t> quantized_x;  // activations quantised to the weight type's dot type
+    std::vector<MatmulJob> jobs;       // matmul_many: one per task
+    std::vector<MatmulChunk> chunks;   // matmul_many: the row chunks of every task, as dealt to the threads
+    OpScratch();
+    ~OpScratch();
+    OpScratch(OpScratch &&) noexcept;
+    OpScratch &operator=(OpScratch &&) noexcept;
 };
 
 // y[t, r] = sum_c w[r, c] * x[t, c]
@@ -37,6 +45,21 @@ struct OpScratch {
 // Rows are split across the pool's threads; tokens are processed in tiles so that each weight row is
 // read once per tile, not once per token.
 void matmul(ThreadPool &pool, OpScratch &scratch, const WeightMatrix &w, const float *x, int64_t n_tokens, float *y);
+
+// One product of matmul_many: y = matmul(w, x, n_tokens).
+struct MatmulTask {
+    const WeightMatrix *w = nullptr;
+    const float *x = nullptr;
+    int64_t n_tokens = 0;
+    float *y = nullptr;
+};
+// Several independent products in one parallel section, each output bit-identical to its own matmul call.
+// The tasks' row chunks are dealt to the threads together, round-robin across tasks: the experts of a MoE
+// layer (a few tokens each, bound by memory bandwidth) then share one wake-up and one barrier instead of one
+// per matrix, and their weight streaming overlaps the compute-bound products of the shared expert (every
+// token). No task's y may overlap another task's x or y. Tasks with the same x, n_tokens, weight type and
+// width quantise their activations once.
+void matmul_many(ThreadPool &pool, OpScratch &scratch, const MatmulTask *tasks, int64_t n_tasks);
 
 // out[t, :] = dequantised row ids[t] of table (an embedding lookup, ggml get_rows).
 //   table: [n_rows, n_cols] any supported type; ids: [n] in [0, n_rows); out: [n, n_cols] f32

@@ -177,31 +177,47 @@ void moe_ffn(ThreadPool &pool, OpScratch &op, MoeScratch &s, const MoeParams &p,
     for (int64_t i = 0; i < T * K; ++i) {
         std::memcpy(xg + i * D, x + static_cast<int64_t>(slot_token[i]) * D, static_cast<size_t>(D) * sizeof(float));
     }
-    const int64_t width = std::max(F, n_sh);
-    const size_t rows = std::max(n_slots, static_cast<size_t>(T));
-    float *gate = grow(s.gate, rows * static_cast<size_t>(width));
-    float *up = grow(s.up, rows * static_cast<size_t>(width));
+    // gate / up: the routed slots' rows [n_slots, F] first, then the shared expert's [T, n_sh].
+    const size_t sh_at = n_slots * static_cast<size_t>(F);
+    float *gate = grow(s.gate, sh_at + static_cast<size_t>(T * n_sh));
+    float *up = grow(s.up, sh_at + static_cast<size_t>(T * n_sh));
 
-    // 4. Shared expert over all tokens first (it initialises out), or zeros.
-    if (n_sh > 0) {
-        matmul(pool, op, w.gate_shexp, x, T, gate);
-        matmul(pool, op, w.up_shexp, x, T, up);
-        swiglu(gate, up, gate, T * n_sh);
-        matmul(pool, op, w.down_shexp, gate, T, out);
-    } else {
-        std::fill(out, out + T * D, 0.0f);
-    }
-
-    // 5. Each routed expert on its own tokens; its output overwrites its gathered inputs, then is added.
+    // 4. Every expert's gate and up in one parallel section (matmul_many), the shared expert's over all
+    // tokens among them; then their downs in a second one. A routed expert sees only its own tokens, and its
+    // down output overwrites its gathered inputs (no longer needed). The shared expert's down writes out.
+    std::vector<MatmulTask> &tasks = s.tasks;
+    std::vector<WeightMatrix> &blocks = s.blocks;  // the routed experts' slices of the stacks
+    tasks.clear();
+    blocks.clear();
+    blocks.reserve(static_cast<size_t>(3 * E));  // no reallocation: tasks point into it
     for (int64_t e = 0; e < E; ++e) {
         const int64_t b = begin[e], n = begin[e + 1] - b;
         if (n == 0) continue;
-        float *xe = xg + b * D;
-        matmul(pool, op, moe_expert_block(w.gate_exps, e, F), xe, n, gate);
-        matmul(pool, op, moe_expert_block(w.up_exps, e, F), xe, n, up);
-        swiglu(gate, up, gate, n * F);
-        matmul(pool, op, moe_expert_block(w.down_exps, e, D), gate, n, xe);
+        blocks.push_back(moe_expert_block(w.gate_exps, e, F));
+        tasks.push_back({&blocks.back(), xg + b * D, n, gate + b * F});
+        blocks.push_back(moe_expert_block(w.up_exps, e, F));
+        tasks.push_back({&blocks.back(), xg + b * D, n, up + b * F});
     }
+    if (n_sh > 0) {
+        tasks.push_back({&w.gate_shexp, x, T, gate + sh_at});
+        tasks.push_back({&w.up_shexp, x, T, up + sh_at});
+    }
+    matmul_many(pool, op, tasks.data(), static_cast<int64_t>(tasks.size()));
+    swiglu(gate, up, gate, static_cast<int64_t>(sh_at) + T * n_sh);
+    tasks.clear();
+    for (int64_t e = 0; e < E; ++e) {
+        const int64_t b = begin[e], n = begin[e + 1] - b;
+        if (n == 0) continue;
+        blocks.push_back(moe_expert_block(w.down_exps, e, D));
+        tasks.push_back({&blocks.back(), gate + b * F, n, xg + b * D});
+    }
+    if (n_sh > 0) {
+        tasks.push_back({&w.down_shexp, gate + sh_at, T, out});
+    } else {
+        std::fill(out, out + T * D, 0.0f);
+    }
+    matmul_many(pool, op, tasks.data(), static_cast<int64_t>(tasks.size()));
+
     // 6. Weighted sum into out, in expert order.
     for (int64_t e = 0; e < E; ++e) {
         for (int64_t j = begin[e]; j < begin[e + 1]; ++j) {

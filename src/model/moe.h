@@ -63,7 +63,9 @@ struct MoeScratch {
     std::vector<int32_t> slot_token;    // [T * n_expert_used] token of each grouped slot
     std::vector<float> slot_weight;     // [T * n_expert_used]
     std::vector<float> xg;              // [T * n_expert_used, n_embd] gathered inputs, then expert outputs
-    std::vector<float> gate, up;        // [max(T * n_expert_used, T), max(n_ff_exp, n_ff_sh)]
+    std::vector<float> gate, up;        // [T * n_expert_used, n_ff_exp] routed, then [T, n_ff_sh] shared
+    std::vector<WeightMatrix> blocks;   // the routed experts' gate / up / down slices of this call
+    std::vector<MatmulTask> tasks;      // one matmul_many section's products
 };
 
 // Throws sparrow::Error when the parameters are inconsistent with each other or with the weights' shapes.

@@ -92,7 +92,8 @@ struct DsaState final : ArchState {
     std::vector<std::vector<int32_t>> chunk_selected;     // the indexer's output for one chunk (swapped in)
     std::vector<std::span<const int32_t>> selected_rows;  // spans over `selected`
     OpScratch op;
-    std::vector<OpScratch> head_op;  // per pool thread: decode's per-head W_UK / W_UV products
+    std::vector<WeightMatrix> head_blocks;  // one layer's W_UK or W_UV slices, one per head
+    std::vector<MatmulTask> head_tasks;     // their products, in one matmul_many section
     MoeScratch moe;
     bool record_selections = false;
     std::vector<LayerSelection> debug_selections;  // the last queries' attended keys, per layer
@@ -283,9 +284,9 @@ class DsaModel final : public ArchModel {
         s->kv.resize(n * lat);
         s->q_abs.resize(n * hp_.n_head * lat);
         s->pe.resize(n * hp_.n_head * hp_.n_rot);
-        s->nope_in.resize(n * std::max(hp_.nope, hp_.kv_lora));
+        s->nope_in.resize(n * hp_.n_head * std::max(hp_.nope, hp_.kv_lora));
         s->lat_out.resize(n * hp_.n_head * hp_.kv_lora);
-        s->head_out.resize(n * std::max(hp_.kv_lora, hp_.v_head));
+        s->head_out.resize(n * hp_.n_head * std::max(hp_.kv_lora, hp_.v_head));
         s->o.resize(n * hp_.n_head * hp_.v_head);
         s->ffn_out.resize(nf * hp_.n_embd);
         s->gate.resize(nf * hp_.n_ff);
@@ -612,21 +613,18 @@ class DsaModel final : public ArchModel {
                 std::copy_n(s.q.data() + (t * NH + hd) * qk + N, R, s.pe.data() + (t * NH + hd) * R);
         }
         rope(s.pe.data(), T, NH, R, ub.pos.data() + c0, hp_.rope);
-        if (T == 1) {
-            // Decode: one head's W_UK block is too small for matmul to split (it would run on one thread
-            // while the others wait), so the threads take whole heads; rows are contiguous, no copies.
-            per_head(s, pool, NH, [&](OpScratch &op, ThreadPool &serial, int64_t hd) {
-                float *dst = s.q_abs.data() + hd * lat;
-                matmul(serial, op, head_block(L.k_b, hd, C), s.q.data() + hd * qk, 1, dst);
-                std::copy_n(s.pe.data() + hd * R, R, dst + C);
-            });
+        // Per head W_UK: the heads' products in one parallel section (one head's block is too small to split
+        // well: 16 sections of their own cost more in wake-ups and barriers than the products). nope_in holds
+        // [NH, T, N] (the heads' q_nope gathered), head_out [NH, T, C].
+        for (int64_t hd = 0; hd < NH; ++hd) {
+            for (int64_t t = 0; t < T; ++t)
+                std::copy_n(s.q.data() + (t * NH + hd) * qk, N, s.nope_in.data() + (hd * T + t) * N);
         }
-        for (int64_t hd = 0; hd < NH && T > 1; ++hd) {
-            for (int64_t t = 0; t < T; ++t) std::copy_n(s.q.data() + (t * NH + hd) * qk, N, s.nope_in.data() + t * N);
-            matmul(pool, s.op, head_block(L.k_b, hd, C), s.nope_in.data(), T, s.head_out.data());  // [T, C]
+        per_head_products(s, pool, L.k_b, C, s.nope_in.data(), N, T, s.head_out.data());
+        for (int64_t hd = 0; hd < NH; ++hd) {
             for (int64_t t = 0; t < T; ++t) {
                 float *dst = s.q_abs.data() + (t * NH + hd) * lat;
-                std::copy_n(s.head_out.data() + t * C, C, dst);
+                std::copy_n(s.head_out.data() + (hd * T + t) * C, C, dst);
                 std::copy_n(s.pe.data() + (t * NH + hd) * R, R, dst + C);
             }
         }
@@ -639,33 +637,34 @@ class DsaModel final : public ArchModel {
         attention(pool, shape, s.q_abs.data(), T, s.latent[il], s.latent[il], rows, s.lat_out.data());  // [T, NH, C]
         s.ckv_rotation.apply(s.lat_out.data(), T * NH);
 
-        // Per head W_UV back to v_head, then the output projection.
-        if (T == 1) {
-            per_head(s, pool, NH, [&](OpScratch &op, ThreadPool &serial, int64_t hd) {
-                matmul(serial, op, head_block(L.v_b, hd, V), s.lat_out.data() + hd * C, 1, s.o.data() + hd * V);
-            });
-        }
-        for (int64_t hd = 0; hd < NH && T > 1; ++hd) {
+        // Per head W_UV back to v_head (one section, as W_UK), then the output projection.
+        for (int64_t hd = 0; hd < NH; ++hd) {
             for (int64_t t = 0; t < T; ++t)
-                std::copy_n(s.lat_out.data() + (t * NH + hd) * C, C, s.nope_in.data() + t * C);
-            matmul(pool, s.op, head_block(L.v_b, hd, V), s.nope_in.data(), T, s.head_out.data());  // [T, V]
-            for (int64_t t = 0; t < T; ++t) std::copy_n(s.head_out.data() + t * V, V, s.o.data() + (t * NH + hd) * V);
+                std::copy_n(s.lat_out.data() + (t * NH + hd) * C, C, s.nope_in.data() + (hd * T + t) * C);
+        }
+        per_head_products(s, pool, L.v_b, V, s.nope_in.data(), C, T, s.head_out.data());
+        for (int64_t hd = 0; hd < NH; ++hd) {
+            for (int64_t t = 0; t < T; ++t)
+                std::copy_n(s.head_out.data() + (hd * T + t) * V, V, s.o.data() + (t * NH + hd) * V);
         }
         matmul(pool, s.op, L.wo, s.o.data(), T, s.ffn_out.data());  // [T, n_embd]
         float *xc = s.x.data() + c0 * hp_.n_embd;
         for (int64_t i = 0; i < T * hp_.n_embd; ++i) xc[i] += s.ffn_out[i];
     }
 
-    // fn(op, serial, head) for every head, the heads dealt round-robin to the pool's threads; each thread
-    // has its own activation scratch and runs its products on a one-thread pool (no nested dispatch).
-    template <typename Fn>
-    static void per_head(DsaState &s, ThreadPool &pool, int64_t n_head, const Fn &fn) {
-        if (s.head_op.size() < static_cast<size_t>(pool.n_threads()))
-            s.head_op.resize(static_cast<size_t>(pool.n_threads()));
-        pool.run([&](int ith, int nth) {
-            ThreadPool serial(1);
-            for (int64_t hd = ith; hd < n_head; hd += nth) fn(s.head_op[static_cast<size_t>(ith)], serial, hd);
-        });
+    // out[hd] = in[hd] W_hd^T for every head hd, W_hd the hd-th block of n_rows rows of `stack`; in is
+    // [NH, T, n_in], out [NH, T, n_rows]; all heads in one matmul_many section.
+    void per_head_products(DsaState &s, ThreadPool &pool, const WeightMatrix &stack, int64_t n_rows, const float *in,
+                           int64_t n_in, int64_t T, float *out) const {
+        const int64_t NH = hp_.n_head;
+        s.head_blocks.resize(static_cast<size_t>(NH));
+        s.head_tasks.resize(static_cast<size_t>(NH));
+        for (int64_t hd = 0; hd < NH; ++hd) {
+            s.head_blocks[static_cast<size_t>(hd)] = head_block(stack, hd, n_rows);
+            s.head_tasks[static_cast<size_t>(hd)] = {&s.head_blocks[static_cast<size_t>(hd)], in + hd * T * n_in, T,
+                                                     out + hd * T * n_rows};
+        }
+        matmul_many(pool, s.op, s.head_tasks.data(), NH);
     }
 
     // Matrix `index` of a stack whose matrices have n_rows rows each.
