@@ -206,20 +206,30 @@ void matmul_many(ThreadPool &pool, OpScratch &scratch, const MatmulTask *tasks, 
                               }
                           });
     }
-    // Row chunks, dealt round-robin across jobs (chunk 0 of every job, then chunk 1, ...), so the threads work
-    // on memory-bound and compute-bound products at the same time.
+    // Row chunks, job after job: each chunk streams contiguous rows (the hardware prefetchers follow), and the
+    // dynamic hand-out lets one thread stream a memory-bound job while the other computes. Chunks are as long
+    // as matmul's (about 256 KiB of weights at few tokens), shortened only when the whole set would give fewer
+    // than 4 chunks per thread.
     std::vector<MatmulChunk> &chunks = scratch.chunks;
     chunks.clear();
-    for (MatmulJob &job : jobs) job.grain = parallel ? matmul_grain(*job.w, job.n_tokens, pool.n_threads()) : job.w->n_rows;
-    for (int64_t round = 0;; ++round) {
-        bool any = false;
-        for (size_t j = 0; j < jobs.size(); ++j) {
-            const int64_t r0 = round * jobs[j].grain, n_rows = jobs[j].w->n_rows;
-            if (r0 >= n_rows) continue;
-            chunks.push_back({static_cast<int64_t>(j), r0, std::min(n_rows, r0 + jobs[j].grain)});
-            any = true;
+    const int n_threads = pool.n_threads();
+    int64_t total_bytes = 0, n_by_size = 0;
+    for (MatmulJob &job : jobs) {
+        const int64_t target = job.n_tokens <= cpu::max_tile(job.w->type) ? (int64_t(256) << 10) : (int64_t(128) << 10);
+        job.grain = parallel ? std::max<int64_t>(1, target / job.w->row_bytes) : job.w->n_rows;
+        n_by_size += (job.w->n_rows + job.grain - 1) / job.grain;
+        total_bytes += job.w->n_rows * job.w->row_bytes;
+    }
+    if (parallel && n_by_size < 4 * n_threads) {
+        for (MatmulJob &job : jobs) {
+            const int64_t bytes_j = job.w->n_rows * job.w->row_bytes;
+            const int64_t pieces = std::max<int64_t>(1, (4 * n_threads * bytes_j + total_bytes - 1) / total_bytes);
+            job.grain = std::max<int64_t>(1, (job.w->n_rows + pieces - 1) / pieces);
         }
-        if (!any) break;
+    }
+    for (size_t j = 0; j < jobs.size(); ++j) {
+        for (int64_t r0 = 0; r0 < jobs[j].w->n_rows; r0 += jobs[j].grain)
+            chunks.push_back({static_cast<int64_t>(j), r0, std::min(jobs[j].w->n_rows, r0 + jobs[j].grain)});
     }
     const auto n_chunks = static_cast<int64_t>(chunks.size());
     pool.parallel_for(n_chunks, parallel ? 1 : n_chunks, [&scratch](int64_t c0, int64_t c1) {

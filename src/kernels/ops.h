@@ -54,11 +54,11 @@ struct MatmulTask {
     float *y = nullptr;
 };
 // Several independent products in one parallel section, each output bit-identical to its own matmul call.
-// The tasks' row chunks are dealt to the threads together, round-robin across tasks: the experts of a MoE
-// layer (a few tokens each, bound by memory bandwidth) then share one wake-up and one barrier instead of one
-// per matrix, and their weight streaming overlaps the compute-bound products of the shared expert (every
-// token). No task's y may overlap another task's x or y. Tasks with the same x, n_tokens, weight type and
-// width quantise their activations once.
+// The tasks' row chunks are handed to the threads from one list: the experts of a MoE layer (a few tokens
+// each, bound by memory bandwidth) or the heads of MLA's per-head products then share one wake-up and one
+// barrier instead of one per matrix, and one thread can stream a memory-bound task while another computes.
+// No task's y may overlap another task's x or y. Tasks with the same x, n_tokens, weight type and width
+// quantise their activations once.
 void matmul_many(ThreadPool &pool, OpScratch &scratch, const MatmulTask *tasks, int64_t n_tasks);
 
 // out[t, :] = dequantised row ids[t] of table (an embedding lookup, ggml get_rows).
