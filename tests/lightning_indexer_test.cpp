@@ -407,9 +407,9 @@ TEST(Indexer, FastModeJaccardAgainstExact) {
     };
     std::mt19937 rng(2024);
     ThreadPool pool(2);
-    for (const Case &c : {Case{8, 4096, 64, DType::F16}, Case{8, 4096, 2048, DType::F16}, Case{4, 16384, 64, DType::F16},
-                          Case{4, 16384, 2048, DType::F16}, Case{8, 4096, 64, DType::Q8_0},
-                          Case{4, 16384, 2048, DType::Q8_0}}) {
+    for (const Case &c :
+         {Case{8, 4096, 64, DType::F16}, Case{8, 4096, 2048, DType::F16}, Case{4, 16384, 64, DType::F16},
+          Case{4, 16384, 2048, DType::F16}, Case{8, 4096, 64, DType::Q8_0}, Case{4, 16384, 2048, DType::Q8_0}}) {
         Problem p = make_problem(rng, c.n_tokens, 1, c.context, 32, 128, c.key_type);
         fill_structured(rng, p);
         for (cpu::Isa isa : levels()) {

@@ -19,8 +19,8 @@ std::vector<ScoredIndex> make_entries(std::mt19937 &rng, int64_t n, int kind) {
     std::vector<int32_t> idx(static_cast<size_t>(n));
     std::iota(idx.begin(), idx.end(), 0);
     std::shuffle(idx.begin(), idx.end(), rng);
-    const float few[] = {0.0f, -0.0f, 1.0f, -1.0f, 0.5f, -std::numeric_limits<float>::infinity(), 3e38f, -3e38f,
-                         1e-40f /* subnormal */};
+    const float few[] = {0.0f,  -0.0f,  1.0f,  -1.0f, 0.5f, -std::numeric_limits<float>::infinity(),
+                         3e38f, -3e38f, 1e-40f /* subnormal */};
     std::normal_distribution<float> gauss(0.0f, 1.0f);
     std::vector<ScoredIndex> e(static_cast<size_t>(n));
     for (int64_t i = 0; i < n; ++i) {
@@ -68,7 +68,8 @@ TEST(TopKSelect, MatchesFullSortAtIndexerSizes) {
     std::mt19937 rng(6);
     std::vector<uint64_t> scratch;
     for (int kind : {0, 1}) {
-        for (auto [n, k] : {std::pair<int64_t, int64_t>{4096, 2048}, {8192, 2048}, {5000, 1}, {5000, 4999}, {300, 64}}) {
+        for (auto [n, k] :
+             {std::pair<int64_t, int64_t>{4096, 2048}, {8192, 2048}, {5000, 1}, {5000, 4999}, {300, 64}}) {
             check_select(make_entries(rng, n, kind), k, scratch);
         }
     }

@@ -20,7 +20,7 @@
     void scores(const float *q, int64_t q_stride, int64_t n_q, const float *k, int64_t k_stride, int64_t n_k,     \
                 int64_t d, float scale, float *s, int64_t ld_s);                                                  \
     void pv(const float *p, int64_t ld_p, int64_t n_q, const float *v, int64_t v_stride, int64_t n_k, int64_t dv, \
-            float *acc);                                                                                      \
+            float *acc);                                                                                          \
     float exp_sum(float *s, int64_t n, float m);
 
 namespace sparrow::attn::scalar {

@@ -51,11 +51,11 @@ constexpr uint32_t kRowBF16 = 30;
 //                  (its score is NaN) and zeros
 // relu(NaN) is NaN: a NaN product is never turned into a 0 score.
 #define SPARROW_INDEXER_KERNELS                                                                                        \
-    void score_f32(uint32_t row_type, const float *qT, const float *w, int64_t hp, int64_t d,                          \
-                   const void *const *keys, int64_t n_keys, float *scores);                                            \
+    void score_f32(uint32_t row_type, const float *qT, const float *w, int64_t hp, int64_t d, const void *const *keys, \
+                   int64_t n_keys, float *scores);                                                                     \
     void score_i8(const uint8_t *qT4, const float *wq, int64_t hp, int64_t dp, const int8_t *keys,                     \
                   const int32_t *ksum, const float *kscale, int64_t n_keys, float *scores);                            \
-    void score_q8_0(const uint8_t *qT4, const float *wq, int64_t hp, int64_t d, const void *const *keys,              \
+    void score_q8_0(const uint8_t *qT4, const float *wq, int64_t hp, int64_t d, const void *const *keys,               \
                     int64_t n_keys, float *scores);                                                                    \
     void convert_rows(uint32_t row_type, const void *const *rows, int64_t n_rows, int64_t d, float *out);              \
     void quantize_keys(uint32_t row_type, const void *const *rows, int64_t n_rows, int64_t d, int64_t dp, int8_t *out, \

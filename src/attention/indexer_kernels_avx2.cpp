@@ -246,7 +246,8 @@ void score_pass_q8_0(const uint8_t *qT4, const float *wq, int64_t hp, int64_t d,
                 static_cast<int32_t>(_mm_cvtsi128_si64(_mm_add_epi64(s2, _mm_unpackhi_epi64(s2, s2)))) - 32 * 128;
             const __m256i offset = _mm256_set1_epi32(kQueryOffset * ksum);
             const __m256 db = _mm256_set1_ps(_cvtsh_ss(blocks[b].d));
-            for (int v = 0; v < NV; ++v) f[v] = _mm256_fmadd_ps(db, _mm256_cvtepi32_ps(_mm256_sub_epi32(a[v], offset)), f[v]);
+            for (int v = 0; v < NV; ++v)
+                f[v] = _mm256_fmadd_ps(db, _mm256_cvtepi32_ps(_mm256_sub_epi32(a[v], offset)), f[v]);
         }
         // The head weights are loaded here, not kept in registers across the key: the loop needs them all.
         __m256 s0 = _mm256_mul_ps(_mm256_loadu_ps(wq), relu(f[0]));

@@ -339,7 +339,8 @@ void Selector::score_tile(Scratch &s, const Chunk &c, int64_t split, std::span<c
                          s.scores.data());
         }
         TopK &h = heap(m, split);
-        for (int64_t j = 0; j < nm; ++j) h.push(s.scores[static_cast<size_t>(j)], static_cast<int32_t>(k0 + j), s.select);
+        for (int64_t j = 0; j < nm; ++j)
+            h.push(s.scores[static_cast<size_t>(j)], static_cast<int32_t>(k0 + j), s.select);
     }
 }
 
