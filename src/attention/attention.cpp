@@ -14,8 +14,8 @@ namespace sparrow {
 
 namespace {
 
-constexpr int64_t kTileRows =
-    18;  // cache rows converted to f32 and scored together (the score kernel takes 3 rows at a time)
+// Cache rows converted to f32 and scored together (the score kernel takes 3 rows at a time).
+constexpr int64_t kTileRows = 18;
 // A query's row list is cut between threads (each piece with its own running softmax, merged at the end)
 // only when every piece keeps at least this many rows: decode with MLA is one (token, KV head) pair, and
 // without the cut one thread would do all the work.
