@@ -508,6 +508,57 @@ TEST(Matmul, ResultDoesNotDependOnThreadCountOrTiling) {
     }
 }
 
+TEST(Matmul, ManyEqualsSeparateCallsBitForBit) {
+    // matmul_many's outputs are the bits of one matmul per task, whatever the mix: every weight type in one
+    // set, tasks sharing activations (quantised once) and not, 0 tokens, big and tiny products, 1-3 threads.
+    std::mt19937 rng(31);
+    struct Spec {
+        DType type;
+        int64_t n_rows, n_cols, n_tokens;
+        int x_index;  // tasks with the same index and width read the same activations
+    };
+    const std::vector<Spec> specs = {
+        {DType::Q8_0, 768, 256, 3, 0},  {DType::Q8_0, 700, 256, 3, 0}, {DType::Q4_0, 65, 256, 3, 0},
+        {DType::Q8_0, 33, 96, 1, 1},    {DType::F16, 129, 96, 1, 1},   {DType::F32, 40, 96, 9, 2},
+        {DType::BF16, 7, 96, 9, 2},     {DType::Q8_0, 300, 96, 17, 3}, {DType::Q8_0, 5, 96, 0, 4},
+        {DType::Q4_0, 1000, 512, 2, 5},
+    };
+    std::vector<TestMatrix> mats;
+    std::vector<std::vector<float>> xs(6);
+    for (const Spec &sp : specs) {
+        mats.emplace_back(rng, sp.type, sp.n_rows, sp.n_cols);
+        auto &x = xs[static_cast<size_t>(sp.x_index)];
+        const auto need = static_cast<size_t>(std::max<int64_t>(sp.n_tokens, 1) * sp.n_cols);
+        if (x.size() < need) x = test::random_floats(rng, need, -2.0f, 2.0f);
+    }
+    for (int n_threads : {1, 2, 3}) {
+        ThreadPool pool(n_threads);
+        OpScratch scratch;
+        std::vector<std::vector<float>> y_many(specs.size()), y_one(specs.size());
+        std::vector<MatmulTask> tasks;
+        for (size_t i = 0; i < specs.size(); ++i) {
+            const Spec &sp = specs[i];
+            y_many[i].assign(static_cast<size_t>(sp.n_tokens * sp.n_rows), NAN);
+            y_one[i].assign(y_many[i].size(), NAN);
+            tasks.push_back({&mats[i].w, xs[static_cast<size_t>(sp.x_index)].data(), sp.n_tokens, y_many[i].data()});
+        }
+        matmul_many(pool, scratch, tasks.data(), static_cast<int64_t>(tasks.size()));
+        for (size_t i = 0; i < specs.size(); ++i) {
+            matmul(pool, scratch, mats[i].w, tasks[i].x, specs[i].n_tokens, y_one[i].data());
+            ASSERT_EQ(std::memcmp(y_many[i].data(), y_one[i].data(), y_one[i].size() * sizeof(float)), 0)
+                << "task " << i << " (" << dtype_name(specs[i].type) << "), " << n_threads << " threads";
+        }
+    }
+    ThreadPool pool(2);
+    OpScratch scratch;
+    matmul_many(pool, scratch, nullptr, 0);  // an empty set is a no-op
+    WeightMatrix bad = mats[0].w;
+    bad.n_cols = 48;
+    std::vector<float> y(static_cast<size_t>(768 * 3));
+    const MatmulTask bad_task{&bad, xs[0].data(), 3, y.data()};
+    EXPECT_THROW(matmul_many(pool, scratch, &bad_task, 1), Error);
+}
+
 TEST(Matmul, RejectsBadShapes) {
     ThreadPool pool(1);
     OpScratch scratch;
