@@ -545,6 +545,7 @@ TEST(Matmul, ManyEqualsSeparateCallsBitForBit) {
         matmul_many(pool, scratch, tasks.data(), static_cast<int64_t>(tasks.size()));
         for (size_t i = 0; i < specs.size(); ++i) {
             matmul(pool, scratch, mats[i].w, tasks[i].x, specs[i].n_tokens, y_one[i].data());
+            if (y_one[i].empty()) continue;  // the 0-token task (memcmp must not see its null pointers)
             ASSERT_EQ(std::memcmp(y_many[i].data(), y_one[i].data(), y_one[i].size() * sizeof(float)), 0)
                 << "task " << i << " (" << dtype_name(specs[i].type) << "), " << n_threads << " threads";
         }
