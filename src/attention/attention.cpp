@@ -81,7 +81,8 @@ void attention(ThreadPool &pool, const AttentionShape &shape, const float *q, in
     pool.parallel_for(n_items, grain, [&](int64_t begin, int64_t end) {
         std::vector<float> acc(static_cast<size_t>(group * Dv));
         std::vector<float> run_max(static_cast<size_t>(group)), run_sum(static_cast<size_t>(group));
-        std::vector<float> k_tile(static_cast<size_t>(kTileRows * Dk)), v_tile(static_cast<size_t>(kTileRows * Dv));
+        std::vector<float> k_tile(static_cast<size_t>(kTileRows * Dk));
+        std::vector<float> v_tile(v_in_k ? 0 : static_cast<size_t>(kTileRows * Dv));  // MLA reads V from k_tile
         std::vector<float> s(static_cast<size_t>(group * kTileRows));  // scores, then weights, [group, tile]
         for (int64_t item = begin; item < end; ++item) {
             const int64_t pair = item / n_split, split = item % n_split;
