@@ -128,14 +128,14 @@ inline __m256i block_dot(__m256i w_abs, __m256i w, __m256i x, __m256i ones) {
 // the stack (a load and a store per pair of blocks), nothing else.
 //
 // Blocks go in pairs (b, b + 1). Per pair of a token: sign, maddubs and madd per block give each block's 8 int32
-// partial sums m0 and m1; hadd(m0, m1) folds them into one register, 4 lanes per block ([m0 m0 m1 m1] in each
-// 128-bit half), so one cvt, one scale multiply and one fma serve both blocks. The scales: d = [dw0 dw0 dw1 dw1]
+// partial sums m0 and m1; fold_pair(m0, m1) folds them into one register, 4 lanes per block ([m0 m0 m1 m1] in
+// each 128-bit half), so one cvt, one scale multiply and one fma serve both blocks. The scales: d = [dw0 dw0 dw1 dw1]
 // (x2) times [dx0 dx0 dx1 dx1] (x2), the products ggml forms; the second factor comes from a table of the tile's
 // activation scales laid out that way (lay_out_pair_scales), built once per call, one broadcast load in the loop.
-// Per (token, block) that is 3 integer ops + 2 others (hadd, cvt, mul, fma per pair), against 3 + 3 one block
-// at a time (measured 5-9% less time per token at 8 tokens). An odd last block pairs with zeros (scale lanes 0).
+// Per (token, block) that is 3 integer ops + 2.5 others (2 unpacks, add, cvt, mul, fma per pair), against 3 + 3
+// one block at a time (measured 5-9% less time per token at 8 tokens). An odd last block pairs with zeros (scale lanes 0).
 //
-// The order, which defines the result: for each token, acc = fma(d, float(hadd(m0, m1)), acc) for pairs
+// The order, which defines the result: for each token, acc = fma(d, float(fold_pair(m0, m1)), acc) for pairs
 // p = 0, 1, ... in one 8-lane accumulator, then the lanes added as hsum does. It does not depend on NT or on
 // which tokens share the call, so a token's result is the same alone or in a batch (batched and single-sequence
 // runs agree bit for bit).
@@ -163,6 +163,13 @@ void lay_out_pair_scales(const uint8_t *x, size_t x_stride, int64_t nb, int64_t 
     }
 }
 
+// One register of both blocks' partial sums, [m0 m0 m1 m1] in each 128-bit half: the 64-bit halves of m0 and m1
+// unpacked side by side and added (lanes i and i + 2 of each half). Not hadd: on Zen 3 vphaddd takes about two
+// cycles and blocks the pipes that maddubs and madd need.
+inline __m256i fold_pair(__m256i m0, __m256i m1) {
+    return _mm256_add_epi32(_mm256_unpacklo_epi64(m0, m1), _mm256_unpackhi_epi64(m0, m1));
+}
+
 // Two weight scales as [dw0 dw0 dw1 dw1] in both 128-bit halves.
 inline __m256 pair_weight_scales(uint16_t h0, uint16_t h1) {
     const __m128i h = _mm_cvtsi32_si128(static_cast<int>(uint32_t(h0) | (uint32_t(h1) << 16)));
@@ -188,7 +195,7 @@ inline void q8_0_row_pairs(const BlockQ8_0 *w, const uint8_t *x, size_t x_stride
             const __m256i m0 = block_dot(qa0, qw0, unpack_block(xj[2 * p]), ones);
             const __m256i m1 = block_dot(qa1, qw1, unpack_block(xj[2 * p + 1]), ones);
             const __m256 d = _mm256_mul_ps(dw, _mm256_broadcast_ps(dxp + j));
-            acc[j] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(_mm256_hadd_epi32(m0, m1)), acc[j]);
+            acc[j] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(fold_pair(m0, m1)), acc[j]);
         }
     }
     if (p_full < p_end) {
@@ -202,7 +209,7 @@ inline void q8_0_row_pairs(const BlockQ8_0 *w, const uint8_t *x, size_t x_stride
             const BlockQ8_0 *xj = reinterpret_cast<const BlockQ8_0 *>(x + j * x_stride);
             const __m256i m0 = block_dot(qa0, qw0, unpack_block(xj[2 * p]), ones);
             const __m256 d = _mm256_mul_ps(dw, _mm256_broadcast_ps(dxp + j));
-            acc[j] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(_mm256_hadd_epi32(m0, _mm256_setzero_si256())), acc[j]);
+            acc[j] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(fold_pair(m0, _mm256_setzero_si256())), acc[j]);
         }
     }
 }
