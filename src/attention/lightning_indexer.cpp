@@ -228,12 +228,15 @@ void Selector::plan(IndexerPrecision precision, int64_t n_tokens, int n_threads)
         chunks_.push_back(c);
         i = c.end;
     }
-    // Splits give idle threads work when there are fewer chunks than threads (decode); each split must be
-    // long enough that its top-k rejects most keys, else the merge costs more than it saves.
+    // Splits give idle threads work when there are fewer chunks than threads (decode): two per thread, of at
+    // least 8 tiles. A split shorter than 2 * top_k never fills its buffer, so it selects nothing and the
+    // merge in finish() sees all its keys; that serial select over the context (~16K entries: tens of us)
+    // still costs less than leaving threads idle while others score (16 threads at 16K keys: 32 splits of
+    // 512 keys instead of 8 of 2048). On few threads the splits stay long (2 threads: 4 of 4096 at 16K).
     const int64_t n_chunks = static_cast<int64_t>(chunks_.size());
     if (n_threads > 1 && n_chunks > 0 && n_chunks < 2 * n_threads) {
         const int64_t want = (2 * n_threads + n_chunks - 1) / n_chunks;
-        const int64_t min_split = std::max(top_k_, 8 * kTileKeys);
+        const int64_t min_split = 8 * kTileKeys;
         n_split_ = std::clamp<int64_t>(max_len / min_split, 1, want);
     }
     // Fast queries keep top_k + margin per split (the re-scoring needs the keys just past the cut).
