@@ -27,6 +27,7 @@ namespace {
 std::vector<cpu::Isa> levels() {
     std::vector<cpu::Isa> out = {cpu::Isa::scalar};
     if (cpu::cpu_supports(cpu::Isa::avx2)) out.push_back(cpu::Isa::avx2);
+    if (cpu::cpu_supports(cpu::Isa::avx512)) out.push_back(cpu::Isa::avx512);  // VNNI int8 scores where present
     return out;
 }
 
@@ -431,8 +432,9 @@ TEST(Indexer, FastModeJaccardAgainstExact) {
     }
 }
 
-// The int8 kernels: AVX2 quantisation is bit-identical to the scalar one (same rounding, same sums) and the
-// AVX2 scores equal the scalar ones up to f32 summation order, on awkward sizes (heads not a multiple of
+// The int8 kernels: AVX2 quantisation is bit-identical to the scalar one (same rounding, same sums), the
+// AVX2 scores (and the AVX512-VNNI ones, where the CPU has them) equal the scalar ones up to f32 summation
+// order, on awkward sizes (heads not a multiple of
 // 8 or 32, widths not a multiple of 4 or 8, odd key counts) and with extreme queries (+-qmax and 0).
 TEST(IndexerKernels, Int8Avx2MatchesScalar) {
     if (!cpu::cpu_supports(cpu::Isa::avx2)) GTEST_SKIP() << "no AVX2";
@@ -472,6 +474,14 @@ TEST(IndexerKernels, Int8Avx2MatchesScalar) {
                                         s_got.data());
                 for (int64_t j = 0; j < n; ++j)
                     ASSERT_NEAR(s_got[j], s_ref[j], 1e-5f * (1 + std::fabs(s_ref[j]))) << d << " " << hp << " " << n;
+                if (cpu::cpu_has_avx512_vnni()) {
+                    std::vector<float> s_vnni(static_cast<size_t>(n), -7.0f);
+                    indexer::avx512vnni::score_i8(qT4.data(), wq.data(), hp, dp, k_ref.data(), sum_ref.data(),
+                                                  ks_ref.data(), n, s_vnni.data());
+                    for (int64_t j = 0; j < n; ++j)
+                        ASSERT_NEAR(s_vnni[j], s_ref[j], 1e-5f * (1 + std::fabs(s_ref[j])))
+                            << d << " " << hp << " " << n;
+                }
             }
         }
     }
@@ -542,6 +552,13 @@ TEST(IndexerKernels, Q8_0Avx2MatchesScalar) {
                 indexer::avx2::score_q8_0(qT4.data(), wq.data(), hp, d, rows.data(), n, s_got.data());
                 for (int64_t j = 0; j < n; ++j)
                     ASSERT_NEAR(s_got[j], s_ref[j], 1e-5f * (1 + std::fabs(s_ref[j]))) << d << " " << hp << " " << n;
+                if (cpu::cpu_has_avx512_vnni()) {
+                    std::vector<float> s_vnni(static_cast<size_t>(n), -7.0f);
+                    indexer::avx512vnni::score_q8_0(qT4.data(), wq.data(), hp, d, rows.data(), n, s_vnni.data());
+                    for (int64_t j = 0; j < n; ++j)
+                        ASSERT_NEAR(s_vnni[j], s_ref[j], 1e-5f * (1 + std::fabs(s_ref[j])))
+                            << d << " " << hp << " " << n;
+                }
             }
         }
     }

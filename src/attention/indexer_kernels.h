@@ -68,5 +68,12 @@ SPARROW_INDEXER_KERNELS
 namespace sparrow::indexer::avx2 {
 SPARROW_INDEXER_KERNELS
 }  // namespace sparrow::indexer::avx2
+// AVX512-VNNI (indexer_kernels_vnni.cpp): the two int8 scores only; the rest is the AVX2 set's.
+namespace sparrow::indexer::avx512vnni {
+void score_i8(const uint8_t *qT4, const float *wq, int64_t hp, int64_t dp, const int8_t *keys, const int32_t *ksum,
+              const float *kscale, int64_t n_keys, float *scores);
+void score_q8_0(const uint8_t *qT4, const float *wq, int64_t hp, int64_t d, const void *const *keys, int64_t n_keys,
+                float *scores);
+}  // namespace sparrow::indexer::avx512vnni
 
 #undef SPARROW_INDEXER_KERNELS

@@ -198,6 +198,14 @@ bool cpu_supports(Isa isa) {
     return i >= 0 && i < 3 && supported[i];
 }
 
+bool cpu_has_avx512_vnni() {
+#if defined(__x86_64__) || defined(__i386__)
+    return cpu_supports(Isa::avx512) && __builtin_cpu_supports("avx512vnni");
+#else
+    return false;
+#endif
+}
+
 const char *isa_name(Isa isa) {
     switch (isa) {
         case Isa::scalar: return "scalar";

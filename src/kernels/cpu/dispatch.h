@@ -99,6 +99,9 @@ struct KernelTable {
 
 // Whether this CPU (and OS) can run the given level.
 bool cpu_supports(Isa isa);
+// Whether the CPU has AVX-512 (as Isa::avx512) with VNNI (vpdpbusd): the fast indexer's int8 scores use it at
+// the avx512 level (lightning_indexer.cpp).
+bool cpu_has_avx512_vnni();
 // "scalar", "avx2", "avx512".
 const char *isa_name(Isa isa);
 
