@@ -495,8 +495,8 @@ TEST(IndexerKernels, F32Avx2MatchesScalar) {
     std::mt19937 rng(78);
     for (const DType type : {DType::F32, DType::F16, DType::BF16}) {
         for (int64_t d : {1, 7, 32, 128, 515, 1100}) {
-            for (int64_t hp : {8, 24, 40}) {
-                for (int64_t n : {1, 2, 3, 4, 5, 7}) {
+            for (int64_t hp : {8, 16, 24, 40}) {
+                for (int64_t n : {1, 2, 3, 4, 5, 7, 13}) {
                     const auto x = test::random_floats(rng, static_cast<size_t>(n * d), -3, 3);
                     const int64_t row_bytes = dtype_row_size(type, d);
                     std::vector<uint8_t> data(static_cast<size_t>(n * row_bytes));
@@ -514,6 +514,15 @@ TEST(IndexerKernels, F32Avx2MatchesScalar) {
                     for (int64_t j = 0; j < n; ++j) {
                         ASSERT_NEAR(s_got[j], s_ref[j], 1e-4f * (1 + std::fabs(s_ref[j])))
                             << dtype_name(type) << " d " << d << " hp " << hp << " n " << n << " j " << j;
+                    }
+                    if (cpu::cpu_supports(cpu::Isa::avx512)) {
+                        std::vector<float> s_512(static_cast<size_t>(n), -7.0f);
+                        indexer::avx512::score_f32(row_type, qT.data(), w.data(), hp, d, rows.data(), n, s_512.data());
+                        for (int64_t j = 0; j < n; ++j) {
+                            ASSERT_NEAR(s_512[j], s_ref[j], 1e-4f * (1 + std::fabs(s_ref[j])))
+                                << "avx512 " << dtype_name(type) << " d " << d << " hp " << hp << " n " << n << " j "
+                                << j;
+                        }
                     }
                 }
             }

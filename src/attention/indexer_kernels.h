@@ -68,6 +68,11 @@ SPARROW_INDEXER_KERNELS
 namespace sparrow::indexer::avx2 {
 SPARROW_INDEXER_KERNELS
 }  // namespace sparrow::indexer::avx2
+// AVX-512 (indexer_kernels_avx512.cpp): the exact score only, 16 heads per vector.
+namespace sparrow::indexer::avx512 {
+void score_f32(uint32_t row_type, const float *qT, const float *w, int64_t hp, int64_t d, const void *const *keys,
+               int64_t n_keys, float *scores);
+}  // namespace sparrow::indexer::avx512
 // AVX512-VNNI (indexer_kernels_vnni.cpp): the two int8 scores only; the rest is the AVX2 set's.
 namespace sparrow::indexer::avx512vnni {
 void score_i8(const uint8_t *qT4, const float *wq, int64_t hp, int64_t dp, const int8_t *keys, const int32_t *ksum,

@@ -63,8 +63,11 @@ constexpr Kernels kScalarKernels = {indexer::scalar::score_f32, indexer::scalar:
                                     indexer::scalar::convert_rows, indexer::scalar::quantize_keys};
 constexpr Kernels kAvx2Kernels = {indexer::avx2::score_f32, indexer::avx2::score_i8, indexer::avx2::score_q8_0,
                                   indexer::avx2::convert_rows, indexer::avx2::quantize_keys};
-// AVX-512 CPUs with VNNI: the int8 scores in one vpdpbusd per 8 heads x 4 elements (3 instructions on AVX2).
-constexpr Kernels kVnniKernels = {indexer::avx2::score_f32, indexer::avx512vnni::score_i8,
+// AVX-512: the exact score 16 heads per vector; with VNNI also the int8 scores in one vpdpbusd per 8 heads x
+// 4 elements (3 instructions on AVX2).
+constexpr Kernels kAvx512Kernels = {indexer::avx512::score_f32, indexer::avx2::score_i8, indexer::avx2::score_q8_0,
+                                    indexer::avx2::convert_rows, indexer::avx2::quantize_keys};
+constexpr Kernels kVnniKernels = {indexer::avx512::score_f32, indexer::avx512vnni::score_i8,
                                   indexer::avx512vnni::score_q8_0, indexer::avx2::convert_rows,
                                   indexer::avx2::quantize_keys};
 
@@ -498,9 +501,9 @@ void select_with_isa(cpu::Isa isa, ThreadPool &pool, const IndexerShape &shape, 
     }
     if (!any_scored || top_k == 0) return;
     if (!q || !w) throw_error("lightning indexer: q and w are required when a query has more than top_k candidates");
-    const Kernels &kernels = isa == cpu::Isa::scalar                                 ? kScalarKernels
-                             : isa == cpu::Isa::avx512 && cpu::cpu_has_avx512_vnni() ? kVnniKernels
-                                                                                     : kAvx2Kernels;
+    const Kernels &kernels = isa == cpu::Isa::scalar ? kScalarKernels
+                             : isa == cpu::Isa::avx2 ? kAvx2Kernels
+                                                     : (cpu::cpu_has_avx512_vnni() ? kVnniKernels : kAvx512Kernels);
     Selector(kernels, shape, q, w, keys, candidates, top_k).run(pool, precision, n_tokens, selected);
 }
 

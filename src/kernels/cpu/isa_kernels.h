@@ -13,7 +13,7 @@
 //   axpy_<t>:      y[0..n) += a * row[0..n)
 //   quantize_row_q8_0: n floats (n % 32 == 0) to n/32 Q8_0 blocks, bit-exactly as ggml's reference
 //   to_f32_<t>:    y[0..n) = row[0..n) converted exactly (the AVX-512 table uses the AVX2 versions)
-// The AVX-512 table also takes the AVX2 dot_tile_q4_0 (dispatch.cpp says why).
+// The AVX-512 table also takes the AVX2 Q8_0 and Q4_0 dot kernels (dispatch.cpp says why).
 #pragma once
 
 #include <cstddef>
@@ -55,7 +55,6 @@ namespace sparrow::cpu::avx512 {
 void dot_tile_f32(const void *w, const void *x, size_t x_stride, int n_x, int64_t n, float *out);
 void dot_tile_f16(const void *w, const void *x, size_t x_stride, int n_x, int64_t n, float *out);
 void dot_tile_bf16(const void *w, const void *x, size_t x_stride, int n_x, int64_t n, float *out);
-void dot_tile_q8_0(const void *w, const void *x, size_t x_stride, int n_x, int64_t n, float *out);
 void axpy_f32(const void *row, float a, float *y, int64_t n);
 void axpy_f16(const void *row, float a, float *y, int64_t n);
 void axpy_bf16(const void *row, float a, float *y, int64_t n);

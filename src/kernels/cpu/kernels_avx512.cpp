@@ -7,7 +7,7 @@
 // could otherwise be the copy the linker keeps, and crash on a CPU without AVX-512.
 //
 // Tails use masked loads (lanes past the end are neither read nor faulted), so no scalar clean-up loops.
-// Quantised rows go two 32-blocks per 512-bit register.
+// Q8_0 and Q4_0 products use the AVX2 kernels (dispatch.cpp says why).
 // GCC 12's AVX-512 intrinsics initialise their "undefined" pass-through operands from themselves, which
 // its own -Wuninitialized then reports at every use (GCC bug 105593). The header is fine; silence it only.
 #pragma GCC diagnostic push
@@ -110,82 +110,6 @@ void dot_tile_float_any(const void *w, const void *x, size_t x_stride, int n_x, 
     }
 }
 
-// --- Q8_0 weights against Q8_0 activations -----------------------------------------------------------------
-// The 32 weights of a block as signed bytes in element order.
-inline __m256i unpack_block(const BlockQ8_0 &b) { return _mm256_loadu_si256(reinterpret_cast<const __m256i *>(b.qs)); }
-
-inline __m512i load_pair(const BlockQ8_0 &b0, const BlockQ8_0 &b1) {
-    const __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(b0.qs));
-    const __m256i hi = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(b1.qs));
-    return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
-}
-
-template <typename Block>
-inline __m512i unpack_pair(const Block &b0, const Block &b1) {
-    return _mm512_inserti64x4(_mm512_castsi256_si512(unpack_block(b0)), unpack_block(b1), 1);
-}
-
-// Sixteen int32 partial sums of w[k] * x[k] (lanes 0..7 the first block, 8..15 the second). maddubs
-// multiplies unsigned by signed bytes, so move w's sign onto x: |w| * (x * sign(w)) = w * x. Pairs of
-// products fit int16 because activations come from quantize_row_q8_0 and lie in [-127, 127].
-inline __m512i pair_dot(__m512i w_abs, __mmask64 w_neg, __m512i x) {
-    const __m512i x_signed = _mm512_mask_sub_epi8(x, w_neg, _mm512_setzero_si512(), x);
-    return _mm512_madd_epi16(_mm512_maddubs_epi16(w_abs, x_signed), _mm512_set1_epi16(1));
-}
-
-// The scales of two blocks spread over their lanes: lanes 0..7 get s0, lanes 8..15 get s1.
-inline __m512 pair_scale(float s0, float s1) {
-    return _mm512_mask_blend_ps(__mmask16(0xff00), _mm512_set1_ps(s0), _mm512_set1_ps(s1));
-}
-
-template <typename Block, int NT>
-void dot_tile_quant(const void *wv, const void *x, size_t x_stride, int64_t n, float *out) {
-    const Block *w = static_cast<const Block *>(wv);
-    const BlockQ8_0 *xs[NT];
-    for (int j = 0; j < NT; ++j) {
-        xs[j] = reinterpret_cast<const BlockQ8_0 *>(static_cast<const uint8_t *>(x) + j * x_stride);
-    }
-    const int64_t nb = n / QK8_0;
-    __m512 acc[NT];
-    for (int j = 0; j < NT; ++j) acc[j] = _mm512_setzero_ps();
-    int64_t b = 0;
-    for (; b + 2 <= nb; b += 2) {
-        const __m512i qw = unpack_pair(w[b], w[b + 1]);
-        const __m512i qw_abs = _mm512_abs_epi8(qw);
-        const __mmask64 qw_neg = _mm512_movepi8_mask(qw);
-        const float dw0 = fp16_to_f32(w[b].d), dw1 = fp16_to_f32(w[b + 1].d);
-        for (int j = 0; j < NT; ++j) {
-            const __m512i q = load_pair(xs[j][b], xs[j][b + 1]);
-            const __m512 d = pair_scale(dw0 * fp16_to_f32(xs[j][b].d), dw1 * fp16_to_f32(xs[j][b + 1].d));
-            acc[j] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(pair_dot(qw_abs, qw_neg, q)), acc[j]);
-        }
-    }
-    if (b < nb) {
-        // An odd last block: the upper half of the register is zero and contributes nothing.
-        const __m512i qw = _mm512_zextsi256_si512(unpack_block(w[b]));
-        const __m512i qw_abs = _mm512_abs_epi8(qw);
-        const __mmask64 qw_neg = _mm512_movepi8_mask(qw);
-        const float dw = fp16_to_f32(w[b].d);
-        for (int j = 0; j < NT; ++j) {
-            const __m512i q =
-                _mm512_zextsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(xs[j][b].qs)));
-            const __m512 d = pair_scale(dw * fp16_to_f32(xs[j][b].d), 0.0f);
-            acc[j] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(pair_dot(qw_abs, qw_neg, q)), acc[j]);
-        }
-    }
-    for (int j = 0; j < NT; ++j) out[j] = _mm512_reduce_add_ps(acc[j]);
-}
-
-template <typename Block>
-void dot_tile_quant_any(const void *w, const void *x, size_t x_stride, int n_x, int64_t n, float *out) {
-    switch (n_x) {
-        case 1: dot_tile_quant<Block, 1>(w, x, x_stride, n, out); return;
-        case 2: dot_tile_quant<Block, 2>(w, x, x_stride, n, out); return;
-        case 3: dot_tile_quant<Block, 3>(w, x, x_stride, n, out); return;
-        default: dot_tile_quant<Block, kMaxTile>(w, x, x_stride, n, out); return;
-    }
-}
-
 // --- axpy --------------------------------------------------------------------------------------------------
 template <FloatKind K>
 void axpy(const void *row, float a, float *y, int64_t n) {
@@ -208,19 +132,6 @@ void dot_tile_f16(const void *w, const void *x, size_t x_stride, int n_x, int64_
 void dot_tile_bf16(const void *w, const void *x, size_t x_stride, int n_x, int64_t n, float *out) {
     dot_tile_float_any<FloatKind::bf16>(w, x, x_stride, n_x, n, out);
 }
-void dot_tile_q8_0(const void *w, const void *x, size_t x_stride, int n_x, int64_t n, float *out) {
-    // Q8_0 tiles hold up to 8 tokens (cpu::kMaxQuantTile); this level runs them as tiles of 4. Each token's sum
-    // does not depend on its tile, so the split changes no result. The activation rows start with the Q8_0
-    // blocks this kernel reads (their f32 copies of the scales follow, unused here).
-    if (n_x > kMaxTile) {
-        dot_tile_quant_any<BlockQ8_0>(w, x, x_stride, kMaxTile, n, out);
-        x = static_cast<const uint8_t *>(x) + kMaxTile * x_stride;
-        n_x -= kMaxTile;
-        out += kMaxTile;
-    }
-    dot_tile_quant_any<BlockQ8_0>(w, x, x_stride, n_x, n, out);
-}
-
 void axpy_f32(const void *row, float a, float *y, int64_t n) { axpy<FloatKind::f32>(row, a, y, n); }
 void axpy_f16(const void *row, float a, float *y, int64_t n) { axpy<FloatKind::f16>(row, a, y, n); }
 void axpy_bf16(const void *row, float a, float *y, int64_t n) { axpy<FloatKind::bf16>(row, a, y, n); }
