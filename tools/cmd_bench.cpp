@@ -98,6 +98,11 @@ BenchResult run_test(const std::shared_ptr<const Model> &model, const BenchFlags
     for (double s : speeds) r.stddev += (s - r.mean) * (s - r.mean) / std::max<size_t>(1, speeds.size() - 1);
     r.stddev = std::sqrt(r.stddev);
     if (n_gen > 0) r.bytes_per_token = ctx.bytes_per_token(depth + n_gen / 2);
+    if (f.model.dsa_stats && dsa) {  // totals over the warm-up pass and the repetitions
+        std::fprintf(stderr, "dsa-stats of %s at depth %lld, %s indexer:\n", r.test.c_str(), (long long)depth,
+                     precision.c_str());
+        print_sparse_stats(ctx, true);
+    }
     return r;
 }
 

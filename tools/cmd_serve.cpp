@@ -103,7 +103,7 @@ int serve(const ServeFlags &f) {
 Command register_serve(CLI::App &app) {
     auto *cmd = app.add_subcommand("serve", "Serve the model over HTTP (OpenAI-compatible API)");
     auto f = std::make_shared<ServeFlags>();
-    f->model.add_to(*cmd, 0);
+    f->model.add_to(*cmd, 0, /*with_dsa_flag=*/true, /*with_stats_flag=*/false);
     cmd->add_option("--host", f->host, "Address to listen on (default: loopback only)");
     cmd->add_option("--port", f->port, "Port (0 = any free port, printed at start-up)")->check(CLI::Range(0, 65535));
     cmd->add_option("--parallel", f->n_parallel, "Slots: requests decoded together (-np)")->check(CLI::Range(1, 64));

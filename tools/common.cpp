@@ -12,7 +12,7 @@
 
 namespace sparrow::tools {
 
-void ModelFlags::add_to(CLI::App &cmd, int64_t default_ctx, bool with_dsa_flag) {
+void ModelFlags::add_to(CLI::App &cmd, int64_t default_ctx, bool with_dsa_flag, bool with_stats_flag) {
     n_ctx = default_ctx;
     cmd.add_option("-m,--model", model_path, "Model file (GGUF)")->required();
     cmd.add_option("-c,--ctx-size", n_ctx, "Context size in tokens (0 = the model's, at most 4096)")
@@ -38,7 +38,8 @@ void ModelFlags::add_to(CLI::App &cmd, int64_t default_ctx, bool with_dsa_flag) 
         ->check(CLI::NonNegativeNumber);
     cmd.add_option("--indexer-cache-type", indexer_cache_type, "Indexer key cache type: f32, f16, bf16, q8_0, q4_0")
         ->check(CLI::IsMember({"f32", "f16", "bf16", "q8_0", "q4_0"}));
-    cmd.add_flag("--dsa-stats", dsa_stats, "Print per-layer sparse-attention statistics at the end");
+    if (with_stats_flag)
+        cmd.add_flag("--dsa-stats", dsa_stats, "Print per-layer sparse-attention statistics at the end");
     if (with_dsa_flag) {
         cmd.add_option("--indexer-precision", indexer_precision, "Indexer products: exact (f32) or fast (reduced)")
             ->check(CLI::IsMember({"exact", "fast"}));

@@ -28,8 +28,9 @@ struct ModelFlags {
     bool dsa_stats = false;
 
     // Registers the flags; bench registers its own list-valued --dsa and --indexer-precision, so it passes
-    // with_dsa_flag = false.
-    void add_to(CLI::App &cmd, int64_t default_ctx, bool with_dsa_flag = true);
+    // with_dsa_flag = false. serve has no end of run to print --dsa-stats at, so it passes with_stats_flag =
+    // false and the flag is refused there as unknown.
+    void add_to(CLI::App &cmd, int64_t default_ctx, bool with_dsa_flag = true, bool with_stats_flag = true);
     ContextParams context_params() const;
 };
 

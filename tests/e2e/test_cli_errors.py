@@ -20,6 +20,7 @@ rewrite = harness.rewrite_gguf
 
 
 expect_error(["run", "-m", model, "-p", "x", "--bogus-flag"], "bogus-flag", "unknown flag")
+expect_error(["serve", "-m", model, "--dsa-stats"], "--dsa-stats", "serve has no --dsa-stats (no end of run to print at)")
 expect_error([], "subcommand", "no subcommand")
 expect_error(["run", "-m", os.path.join(tmp, "missing.gguf"), "-p", "x"], "cannot open", "missing model file")
 expect_error(["run", "-m", model, "-p", "x", "--temp", "-1"], "temp", "negative temperature")

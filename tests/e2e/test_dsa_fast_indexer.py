@@ -1,7 +1,7 @@
 """--indexer-precision fast (int8 products, two-stage selection) keeps exact mode's selections on the test
 models: over the last 16 queries of a 300-token prompt (top-k 64, so every layer selects), the per-layer
 selected sets have a mean Jaccard of at least 0.98 with exact mode, for deepseek32 and glm-dsa, with f16
-and f32 indexer caches."""
+and f32 indexer caches. `sparrow bench` runs both precisions and prints --dsa-stats for each."""
 import json
 import os
 
@@ -45,4 +45,16 @@ for name, args in configs:
         checks.check(len(scores) > 0 and mean >= 0.98,
                      f"{name}, {cache} indexer cache: fast vs exact mean Jaccard {mean:.4f} over {len(scores)} "
                      f"selections (>= 0.98)")
+# bench reports both precisions and, with --dsa-stats, the statistics of each sparse test (selection active:
+# depth 300 > top-k 64).
+model = os.path.join(tmp, "deepseek32.gguf")
+proc = harness.run(["bench", "-m", model, "-p", 0, "-n", 4, "-d", 300, "--dsa", "on", "--indexer-precision",
+                    "exact,fast", "-r", 1, "-t", 2, "--dsa-stats"])
+rows = [line for line in proc.stdout.splitlines() if line.startswith("|") and "tg4" in line]
+checks.check(len(rows) == 2 and "exact" in rows[0] and "fast" in rows[1], f"bench rows for both precisions: {rows}")
+for precision in ("exact", "fast"):
+    checks.check(f"dsa-stats of tg4 at depth 300, {precision} indexer:" in proc.stderr,
+                 f"bench --dsa-stats prints the {precision} test's statistics")
+checks.check(proc.stderr.count("time in indexer") == 2 and " 64.0 " in proc.stderr,
+             "each block has the indexer time and 64 keys per query")
 checks.finish()
