@@ -35,7 +35,12 @@ struct Data {
     std::vector<float> q, w;
     int64_t n_tokens = 0, pairs = 0;
 
-    Data(int64_t context, int64_t n_tokens_, DType key_type) : keys(key_type, context, kDim), n_tokens(n_tokens_) {
+    bool int8_copy = false;
+
+    Data(int64_t context, int64_t n_tokens_, DType key_type, bool int8_copy_)
+        : keys(key_type, context, kDim), n_tokens(n_tokens_), int8_copy(int8_copy_) {
+        // The context's key store in fast mode over float keys (deepseek32.cpp): an int8 copy kept with it.
+        if (int8_copy) keys.keep_int8_copy(indexer_key_quantizer(), indexer_int8_width(kDim));
         std::mt19937 rng(7);
         std::normal_distribution<float> gauss(0.0f, 1.0f);
         std::vector<float> row(kDim);
@@ -57,12 +62,12 @@ struct Data {
     }
 };
 
-void BM_indexer(benchmark::State &state, IndexerPrecision precision, int64_t context, int64_t n_tokens,
-                DType key_type) {
+void BM_indexer(benchmark::State &state, IndexerPrecision precision, int64_t context, int64_t n_tokens, DType key_type,
+                bool int8_copy) {
     static std::unique_ptr<Data> cached;  // the largest set-up is reused between benchmarks of the same shape
     if (!cached || cached->keys.type() != key_type || static_cast<int64_t>(cached->cells.size()) != context ||
-        cached->n_tokens != n_tokens) {
-        cached = std::make_unique<Data>(context, n_tokens, key_type);
+        cached->n_tokens != n_tokens || cached->int8_copy != int8_copy) {
+        cached = std::make_unique<Data>(context, n_tokens, key_type, int8_copy);
     }
     Data &d = *cached;
     ThreadPool pool(g_threads);
@@ -81,13 +86,17 @@ void BM_indexer(benchmark::State &state, IndexerPrecision precision, int64_t con
 void register_all() {
     for (int64_t n_tokens : {int64_t(1), int64_t(512)}) {
         for (int64_t context : {int64_t(4096), int64_t(16384)}) {
-            for (DType key_type : {DType::F16, DType::Q8_0}) {
+            // f16 keys, f16 keys with the int8 copy fast mode keeps (fast only: exact reads the f16 rows), q8_0 keys
+            for (auto [key_type, int8_copy] :
+                 {std::pair{DType::F16, false}, std::pair{DType::F16, true}, std::pair{DType::Q8_0, false}}) {
                 for (auto [precision, name] :
                      {std::pair{IndexerPrecision::exact, "exact"}, std::pair{IndexerPrecision::fast, "fast"}}) {
+                    if (int8_copy && precision == IndexerPrecision::exact) continue;
                     const std::string label = std::string(n_tokens == 1 ? "decode" : "prefill512") + "/ctx" +
                                               std::to_string(context) + "/" + name + "/" +
-                                              std::string(dtype_name(key_type));
-                    benchmark::RegisterBenchmark(label.c_str(), BM_indexer, precision, context, n_tokens, key_type)
+                                              std::string(dtype_name(key_type)) + (int8_copy ? "+int8" : "");
+                    benchmark::RegisterBenchmark(label.c_str(), BM_indexer, precision, context, n_tokens, key_type,
+                                                 int8_copy)
                         ->Unit(benchmark::kMillisecond)
                         ->UseRealTime()
                         ->MinTime(n_tokens == 1 ? 0.5 : 0.1);

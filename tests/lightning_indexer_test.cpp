@@ -432,6 +432,28 @@ TEST(Indexer, FastModeJaccardAgainstExact) {
     }
 }
 
+// A key store with an int8 copy (RowStore::keep_int8_copy) gives fast mode exactly the selection it makes by
+// quantising each key per use, at every ISA level and thread count, decode and prefill, f16 and bf16 keys.
+TEST(Indexer, FastModeOverAnInt8CopySelectsTheSame) {
+    std::mt19937 rng(2025);
+    ThreadPool pool(2), one(1);
+    for (const DType type : {DType::F16, DType::BF16, DType::F32}) {
+        for (const int64_t n_tokens : {1, 6}) {
+            Problem p = make_problem(rng, n_tokens, 1, 3000, 32, 128, type);
+            fill_structured(rng, p);
+            for (cpu::Isa isa : levels()) {
+                const auto want = run(isa, pool, p, IndexerPrecision::fast, 256);
+                Problem with_copy = p;
+                with_copy.keys.keep_int8_copy(indexer_key_quantizer(), indexer_int8_width(p.shape.head_dim));
+                EXPECT_EQ(run(isa, pool, with_copy, IndexerPrecision::fast, 256), want)
+                    << dtype_name(type) << " " << cpu::isa_name(isa) << " tokens " << n_tokens;
+                EXPECT_EQ(run(isa, one, with_copy, IndexerPrecision::fast, 256), want)
+                    << dtype_name(type) << " " << cpu::isa_name(isa) << " one thread";
+            }
+        }
+    }
+}
+
 // The int8 kernels: AVX2 quantisation is bit-identical to the scalar one (same rounding, same sums), the
 // AVX2 scores (and the AVX512-VNNI ones, where the CPU has them) equal the scalar ones up to f32 summation
 // order, on awkward sizes (heads not a multiple of

@@ -336,6 +336,51 @@ TEST_P(Serving, SavedSequenceLoadsIntoAFreshContextAndAnotherSequence) {
     EXPECT_EQ(decode_last(other, tail, 3, 50), want);
 }
 
+// Fast indexer mode keeps an int8 copy of the indexer keys in the cache (RowStore::keep_int8_copy), which
+// every cache operation must keep in step: after defragmentation (rows moved), a suffix removed and
+// rewritten, and a state load, the selections and logits equal those of a context that never did the
+// operation. Selection is active (50+ keys, top-k 32), so a stale int8 row would change what is selected.
+TEST_P(Serving, FastIndexerInt8CopyFollowsCacheOperations) {
+    if (!sparse()) GTEST_SKIP() << "no indexer";
+    ContextParams cp = params();
+    cp.indexer_fast = true;
+    cp.indexer_cache_type = CacheType::f16;
+    const auto a_ids = random_ids(40, 31), b_ids = random_ids(60, 32), tail = random_ids(6, 33);
+    // Defragmentation moves sequence 1's rows (sequence 0 is removed first).
+    Context plain(model(), cp), moved(model(), cp);
+    for (Context *ctx : {&plain, &moved}) {
+        decode_all(*ctx, a_ids, 0);
+        decode_all(*ctx, b_ids, 1);
+        ctx->seq_rm(0, 0, -1);
+    }
+    moved.defrag();
+    EXPECT_EQ(decode_last(moved, tail, 1, 60), decode_last(plain, tail, 1, 60));
+    EXPECT_EQ(selection_of(moved, tail.size() - 1), selection_of(plain, tail.size() - 1));
+    // A suffix removed and rewritten with other tokens equals a fresh run of the resulting history.
+    Context edited(model(), cp), fresh(model(), cp);
+    decode_all(edited, b_ids, 0);
+    edited.seq_rm(0, 30, -1);
+    const auto new_ids = random_ids(30, 34);
+    decode_all(edited, new_ids, 0, 30);
+    decode_all(fresh, concat(std::vector<int32_t>(b_ids.begin(), b_ids.begin() + 30), new_ids), 0);
+    const Logits e = decode_last(edited, tail, 0, 60), f = decode_last(fresh, tail, 0, 60);
+    EXPECT_LT(rel_error(e, f), 1e-5);
+    EXPECT_EQ(selection_of(edited, tail.size() - 1), selection_of(fresh, tail.size() - 1));
+    // A saved sequence loads into a context whose cells held other keys.
+    const std::string file = path("fast.state");
+    Context src(model(), cp);
+    decode_all(src, b_ids, 0);
+    src.state_seq_save(0, file);
+    const Logits want = decode_last(src, tail, 0, 60);
+    const auto want_sel = selection_of(src, tail.size() - 1);
+    Context other(model(), cp);
+    decode_all(other, random_ids(70, 35), 0);
+    other.seq_rm(0, 0, -1);
+    other.state_seq_load(0, file);
+    EXPECT_EQ(decode_last(other, tail, 0, 60), want);
+    EXPECT_EQ(selection_of(other, tail.size() - 1), want_sel);
+}
+
 TEST_P(Serving, BadStateFilesAreRefusedAndLeaveTheCacheAlone) {
     Context ctx = make(128);
     decode_all(ctx, random_ids(40, 26));

@@ -324,9 +324,19 @@ void Selector::score_tile(Scratch &s, const Chunk &c, int64_t split, std::span<c
     // f32 rows when they are Q4_0.
     const bool shared = m1 - m0 > 1;
     const bool q8_direct = fast && keys_.type() == DType::Q8_0;
-    const bool widen_tile = fast ? (quantized && !q8_direct) : (quantized || shared);
+    // The store's int8 copy holds what quantize_keys would compute here (the same quantiser, bit-identical
+    // across ISA levels): gather it instead.
+    const bool int8_copy = fast && !q8_direct && keys_.has_int8_copy() && keys_.int8_width() == dp_;
+    const bool widen_tile = fast ? (quantized && !q8_direct && !int8_copy) : (quantized || shared);
     if (widen_tile) rows_to_f32(s, n);
-    if (fast && !q8_direct) {
+    if (int8_copy) {
+        for (int64_t j = 0; j < n; ++j) {
+            const int32_t cell = cells[static_cast<size_t>(k0 + j)];
+            std::memcpy(s.tile_i8.data() + j * dp_, keys_.int8_row(cell), static_cast<size_t>(dp_));
+            s.kscale[static_cast<size_t>(j)] = keys_.int8_scale(cell);
+            s.ksum[static_cast<size_t>(j)] = keys_.int8_sum(cell);
+        }
+    } else if (fast && !q8_direct) {
         if (quantized) std::copy_n(s.rows_f32.begin(), n, s.rows.begin());
         k_.quantize_keys(quantized ? indexer::kRowF32 : static_cast<uint32_t>(keys_.type()), s.rows.data(), n, d_, dp_,
                          s.tile_i8.data(), s.kscale.data(), s.ksum.data());
@@ -508,6 +518,12 @@ void select_with_isa(cpu::Isa isa, ThreadPool &pool, const IndexerShape &shape, 
 }
 
 }  // namespace indexer
+
+Int8RowQuantizer indexer_key_quantizer() {
+    return cpu::kernels().isa == cpu::Isa::scalar ? indexer::scalar::quantize_keys : indexer::avx2::quantize_keys;
+}
+
+int64_t indexer_int8_width(int64_t head_dim) { return round_up(head_dim, 4); }
 
 void lightning_indexer_select(ThreadPool &pool, const IndexerShape &shape, IndexerPrecision precision, const float *q,
                               const float *w, int64_t n_tokens, const RowStore &keys,

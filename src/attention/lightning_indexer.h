@@ -42,4 +42,10 @@ void lightning_indexer_select(ThreadPool &pool, const IndexerShape &shape, Index
                               std::span<const std::span<const int32_t>> candidates, int64_t top_k,
                               std::vector<std::vector<int32_t>> &selected);
 
+// Fast mode over f32 / f16 / bf16 keys quantises every key it scores to int8 (one scale per row). A key store
+// that keeps an int8 copy of its rows (RowStore::keep_int8_copy) spares that: give it this quantiser and this
+// width (the key width rounded up to 4), and fast mode reads the copy, with the same bits it would compute.
+Int8RowQuantizer indexer_key_quantizer();
+int64_t indexer_int8_width(int64_t head_dim);
+
 }  // namespace sparrow

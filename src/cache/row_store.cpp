@@ -75,6 +75,7 @@ void RowStore::write(int64_t cell, const float *src) {
         src = scratch_.data();
     }
     quantize_row(type_, src, data_.data() + cell * row_bytes_, width_);
+    refresh_int8(cell);
 }
 
 void RowStore::read(int64_t cell, float *dst) const {
@@ -83,7 +84,41 @@ void RowStore::read(int64_t cell, float *dst) const {
 }
 
 void RowStore::copy_row(int64_t src, int64_t dst) {
-    if (src != dst) std::memcpy(row(dst), row(src), static_cast<size_t>(row_bytes_));
+    if (src == dst) return;
+    std::memcpy(row_mut(dst), row(src), static_cast<size_t>(row_bytes_));
+    if (quantize_) {
+        std::memcpy(int8_.data() + dst * int8_width_, int8_row(src), static_cast<size_t>(int8_width_));
+        int8_scale_[static_cast<size_t>(dst)] = int8_scale(src);
+        int8_sum_[static_cast<size_t>(dst)] = int8_sum(src);
+    }
+}
+
+void RowStore::write_raw(int64_t cell, const void *bytes) {
+    std::memcpy(row_mut(cell), bytes, static_cast<size_t>(row_bytes_));
+    refresh_int8(cell);
+}
+
+void RowStore::keep_int8_copy(Int8RowQuantizer quantize, int64_t dp) {
+    if (type_ != DType::F32 && type_ != DType::F16 && type_ != DType::BF16) {
+        throw_error("an int8 copy of cache rows needs f32, f16 or bf16 rows, not %s",
+                    std::string(dtype_name(type_)).c_str());
+    }
+    if (!quantize || dp < width_)
+        throw_error("an int8 copy needs a quantiser and at least %lld columns", (long long)width_);
+    const int64_t n_cells = row_bytes_ > 0 ? n_bytes() / row_bytes_ : 0;
+    quantize_ = quantize;
+    int8_width_ = dp;
+    int8_.assign(static_cast<size_t>(n_cells * dp), 0);
+    int8_scale_.assign(static_cast<size_t>(n_cells), 0.0f);
+    int8_sum_.assign(static_cast<size_t>(n_cells), 0);
+    for (int64_t c = 0; c < n_cells; ++c) refresh_int8(c);
+}
+
+void RowStore::refresh_int8(int64_t cell) {
+    if (!quantize_) return;
+    const void *rows[1] = {row(cell)};
+    quantize_(static_cast<uint32_t>(type_), rows, 1, width_, int8_width_, int8_.data() + cell * int8_width_,
+              &int8_scale_[static_cast<size_t>(cell)], &int8_sum_[static_cast<size_t>(cell)]);
 }
 
 void RowStore::fill_random(std::span<const int32_t> cells, uint64_t seed, float scale) {

@@ -37,6 +37,12 @@ class RowRotation {
     int64_t width_ = 0;
 };
 
+// Quantises n_rows rows of d elements (row_type: a DType value, f32 / f16 / bf16) to int8 with one scale per
+// row: out [n_rows, dp] (dp >= d, zero padding), scale and element sum per row. The fast indexer's key format
+// (indexer_kernels.h, quantize_keys); RowStore only calls it.
+using Int8RowQuantizer = void (*)(uint32_t row_type, const void *const *rows, int64_t n_rows, int64_t d, int64_t dp,
+                                  int8_t *out, float *scale, int32_t *sum);
+
 class RowStore {
   public:
     RowStore() = default;
@@ -62,10 +68,26 @@ class RowStore {
     void read(int64_t cell, float *dst) const;
     // Copies the stored bytes of row `src` to row `dst` (defragmentation, sequence copies): exact.
     void copy_row(int64_t src, int64_t dst);
+    // Stores row_bytes() encoded bytes (a row as row() returns it) into `cell` (state load).
+    void write_raw(int64_t cell, const void *bytes);
     const void *row(int64_t cell) const { return data_.data() + cell * row_bytes_; }
-    void *row(int64_t cell) { return data_.data() + cell * row_bytes_; }
     // Fills the rows of `cells` with pseudo-random values uniform in [-scale, scale] (benchmark filler).
     void fill_random(std::span<const int32_t> cells, uint64_t seed, float scale);
+
+    // An int8 copy of every row (one scale and element sum per row, `dp` elements with zero padding), kept in
+    // step by every call above that changes a row, so a reader that wants int8 rows (the fast indexer) reads
+    // them instead of quantising each row it visits. Only f32 / f16 / bf16 stores (a q8_0 store is int8
+    // already); throws otherwise or when dp < width(). Costs dp + 8 bytes per cell.
+    void keep_int8_copy(Int8RowQuantizer quantize, int64_t dp);
+    bool has_int8_copy() const { return quantize_ != nullptr; }
+    int64_t int8_width() const { return int8_width_; }
+    const int8_t *int8_row(int64_t cell) const { return int8_.data() + cell * int8_width_; }
+    float int8_scale(int64_t cell) const { return int8_scale_[static_cast<size_t>(cell)]; }
+    int32_t int8_sum(int64_t cell) const { return int8_sum_[static_cast<size_t>(cell)]; }
+    int64_t int8_copy_bytes() const {
+        return static_cast<int64_t>(int8_.size() + int8_scale_.size() * sizeof(float) +
+                                    int8_sum_.size() * sizeof(int32_t));
+    }
 
   private:
     DType type_ = DType::F32;
@@ -74,6 +96,15 @@ class RowStore {
     RowRotation rotation_;
     std::vector<float> scratch_;  // [width] the row being rotated by write()
     std::vector<uint8_t> data_;
+    // The int8 copy (keep_int8_copy): [n_cells, int8_width_] values, [n_cells] scales and sums.
+    Int8RowQuantizer quantize_ = nullptr;
+    int64_t int8_width_ = 0;
+    std::vector<int8_t> int8_;
+    std::vector<float> int8_scale_;
+    std::vector<int32_t> int8_sum_;
+
+    void *row_mut(int64_t cell) { return data_.data() + cell * row_bytes_; }
+    void refresh_int8(int64_t cell);  // re-quantises the copy of `cell` from its stored row
 };
 
 }  // namespace sparrow

@@ -273,6 +273,13 @@ class DsaModel final : public ArchModel {
             // Shared layers read the full layer's selection: they need no indexer keys.
             s->indexer_key.emplace_back(sp.indexer_cache_type, hp_.indexer_full[il] ? sp.n_ctx : 0, hp_.idx_head_dim,
                                         key_rot);
+            // Fast mode over float keys: an int8 copy kept with the cache, so decode does not re-quantise every
+            // key of the context at every step (a q8_0 cache is read as stored; q4_0 keys go through f32).
+            const DType kt = s->indexer_key.back().type();
+            if (s->precision == IndexerPrecision::fast && hp_.indexer_full[il] &&
+                (kt == DType::F32 || kt == DType::F16 || kt == DType::BF16)) {
+                s->indexer_key.back().keep_int8_copy(indexer_key_quantizer(), indexer_int8_width(hp_.idx_head_dim));
+            }
         }
         const auto n = static_cast<size_t>(std::min<int64_t>(sp.n_ubatch, kAttnChunk));
         const auto nf = static_cast<size_t>(std::min<int64_t>(sp.n_ubatch, std::max(kAttnChunk, kFfnChunk)));
@@ -358,7 +365,9 @@ class DsaModel final : public ArchModel {
     int64_t cache_bytes(const ArchState &state) const override {
         const auto &s = static_cast<const DsaState &>(state);
         int64_t bytes = 0;
-        for (int64_t il = 0; il < hp_.n_layer; ++il) bytes += s.latent[il].n_bytes() + s.indexer_key[il].n_bytes();
+        for (int64_t il = 0; il < hp_.n_layer; ++il) {
+            bytes += s.latent[il].n_bytes() + s.indexer_key[il].n_bytes() + s.indexer_key[il].int8_copy_bytes();
+        }
         return bytes;
     }
 

@@ -557,8 +557,7 @@ void Context::state_seq_load(int32_t seq_id, const std::string &path) {
         placed.assign(c, r.get<int32_t>(), seq_id);
         for (const NamedStore &st : all) {
             if (st.store->n_bytes() > 0) {
-                std::memcpy(st.store->row(c), r.raw(static_cast<size_t>(st.store->row_bytes())),
-                            static_cast<size_t>(st.store->row_bytes()));
+                st.store->write_raw(c, r.raw(static_cast<size_t>(st.store->row_bytes())));
             }
         }
     }
