@@ -71,6 +71,13 @@ constexpr Kernels kVnniKernels = {indexer::avx512::score_f32, indexer::avx512vnn
                                   indexer::avx512vnni::score_q8_0, indexer::avx2::convert_rows,
                                   indexer::avx2::quantize_keys};
 
+// The kernel set of an ISA level (the avx512 level adds VNNI's int8 scores when cpuid has them).
+const Kernels &indexer_kernels_for(cpu::Isa isa) {
+    if (isa == cpu::Isa::scalar) return kScalarKernels;
+    if (isa == cpu::Isa::avx2) return kAvx2Kernels;
+    return cpu::cpu_has_avx512_vnni() ? kVnniKernels : kAvx512Kernels;
+}
+
 using Entry = indexer::ScoredIndex;  // score (NaN already replaced by -inf), index into the query's candidates
 using indexer::ranks_before;
 
@@ -157,7 +164,7 @@ class Selector {
           n_head_(shape.n_head),
           d_(shape.head_dim),
           hp_(round_up(shape.n_head, 8)),
-          dp_(round_up(shape.head_dim, 4)),
+          dp_(indexer_int8_width(shape.head_dim)),
           q_(q),
           w_(w),
           keys_(keys),
@@ -238,9 +245,9 @@ void Selector::plan(IndexerPrecision precision, int64_t n_tokens, int n_threads)
     }
     // Splits give idle threads work when there are fewer chunks than threads (decode): two per thread, of at
     // least 8 tiles. A split shorter than 2 * top_k never fills its buffer, so it selects nothing and the
-    // merge in finish() sees all its keys; that serial select over the context (~16K entries: tens of us)
-    // still costs less than leaving threads idle while others score (16 threads at 16K keys: 32 splits of
-    // 512 keys instead of 8 of 2048). On few threads the splits stay long (2 threads: 4 of 4096 at 16K).
+    // merge in finish() sees all its keys: one O(context) select on one thread, against scoring the
+    // context (heads x width multiply-adds per key) spread over the threads (16 threads at 16K keys: 32
+    // splits of 512 keys instead of 8 of 2048). On few threads the splits stay long (2 threads: 4 of 4096).
     const int64_t n_chunks = static_cast<int64_t>(chunks_.size());
     if (n_threads > 1 && n_chunks > 0 && n_chunks < 2 * n_threads) {
         const int64_t want = (2 * n_threads + n_chunks - 1) / n_chunks;
@@ -315,7 +322,6 @@ void Selector::rows_to_f32(Scratch &s, int64_t n) const {
 void Selector::score_tile(Scratch &s, const Chunk &c, int64_t split, std::span<const int32_t> cells, int64_t k0,
                           int64_t k1, int64_t m0, int64_t m1, bool tail) {
     const int64_t n = k1 - k0;
-    for (int64_t j = 0; j < n; ++j) s.rows[static_cast<size_t>(j)] = keys_.row(cells[static_cast<size_t>(k0 + j)]);
     const bool fast = scored_[static_cast<size_t>(c.begin)].fast;
     const bool quantized = dtype_is_quantized(keys_.type());
     // Exact mode: the score kernel widens f32 / f16 / bf16 rows itself, key by key, which suits a tile scored by
@@ -328,6 +334,9 @@ void Selector::score_tile(Scratch &s, const Chunk &c, int64_t split, std::span<c
     // across ISA levels): gather it instead.
     const bool int8_copy = fast && !q8_direct && keys_.has_int8_copy() && keys_.int8_width() == dp_;
     const bool widen_tile = fast ? (quantized && !q8_direct && !int8_copy) : (quantized || shared);
+    if (!int8_copy) {
+        for (int64_t j = 0; j < n; ++j) s.rows[static_cast<size_t>(j)] = keys_.row(cells[static_cast<size_t>(k0 + j)]);
+    }
     if (widen_tile) rows_to_f32(s, n);
     if (int8_copy) {
         for (int64_t j = 0; j < n; ++j) {
@@ -511,17 +520,12 @@ void select_with_isa(cpu::Isa isa, ThreadPool &pool, const IndexerShape &shape, 
     }
     if (!any_scored || top_k == 0) return;
     if (!q || !w) throw_error("lightning indexer: q and w are required when a query has more than top_k candidates");
-    const Kernels &kernels = isa == cpu::Isa::scalar ? kScalarKernels
-                             : isa == cpu::Isa::avx2 ? kAvx2Kernels
-                                                     : (cpu::cpu_has_avx512_vnni() ? kVnniKernels : kAvx512Kernels);
-    Selector(kernels, shape, q, w, keys, candidates, top_k).run(pool, precision, n_tokens, selected);
+    Selector(indexer_kernels_for(isa), shape, q, w, keys, candidates, top_k).run(pool, precision, n_tokens, selected);
 }
 
 }  // namespace indexer
 
-Int8RowQuantizer indexer_key_quantizer() {
-    return cpu::kernels().isa == cpu::Isa::scalar ? indexer::scalar::quantize_keys : indexer::avx2::quantize_keys;
-}
+Int8RowQuantizer indexer_key_quantizer() { return indexer_kernels_for(cpu::kernels().isa).quantize_keys; }
 
 int64_t indexer_int8_width(int64_t head_dim) { return round_up(head_dim, 4); }
 

@@ -99,7 +99,7 @@ void RowStore::write_raw(int64_t cell, const void *bytes) {
 }
 
 void RowStore::keep_int8_copy(Int8RowQuantizer quantize, int64_t dp) {
-    if (type_ != DType::F32 && type_ != DType::F16 && type_ != DType::BF16) {
+    if (!int8_copy_supported(type_)) {
         throw_error("an int8 copy of cache rows needs f32, f16 or bf16 rows, not %s",
                     std::string(dtype_name(type_)).c_str());
     }

@@ -79,6 +79,9 @@ class RowStore {
     // them instead of quantising each row it visits. Only f32 / f16 / bf16 stores (a q8_0 store is int8
     // already); throws otherwise or when dp < width(). Costs dp + 8 bytes per cell.
     void keep_int8_copy(Int8RowQuantizer quantize, int64_t dp);
+    static bool int8_copy_supported(DType type) {
+        return type == DType::F32 || type == DType::F16 || type == DType::BF16;
+    }
     bool has_int8_copy() const { return quantize_ != nullptr; }
     int64_t int8_width() const { return int8_width_; }
     const int8_t *int8_row(int64_t cell) const { return int8_.data() + cell * int8_width_; }

@@ -275,9 +275,8 @@ class DsaModel final : public ArchModel {
                                         key_rot);
             // Fast mode over float keys: an int8 copy kept with the cache, so decode does not re-quantise every
             // key of the context at every step (a q8_0 cache is read as stored; q4_0 keys go through f32).
-            const DType kt = s->indexer_key.back().type();
             if (s->precision == IndexerPrecision::fast && hp_.indexer_full[il] &&
-                (kt == DType::F32 || kt == DType::F16 || kt == DType::BF16)) {
+                RowStore::int8_copy_supported(s->indexer_key.back().type())) {
                 s->indexer_key.back().keep_int8_copy(indexer_key_quantizer(), indexer_int8_width(hp_.idx_head_dim));
             }
         }

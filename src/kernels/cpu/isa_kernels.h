@@ -8,8 +8,9 @@
 //   dot_tile_<w>:  out[j] = w . x_j for j < n_x (1..4); w one weight row of n elements, x_j = x + j*x_stride
 //                  bytes, rows of the weight type's dot type (f32 for f32/f16/bf16, Q8_0 for q8_0,
 //                  BlockQ8_0x2 records for q4_0: dispatch.h)
-//   dot_rows_q8_0: (AVX2 only) y[j*y_stride + r] = w_r . x_j for n_rows rows w_stride bytes apart, the same
-//                  bits as dot_tile_q8_0 per row; the other levels get dispatch.cpp's row loop over their dot_tile
+//   dot_rows_q8_0: (AVX2 only; the AVX-512 table takes it too) y[j*y_stride + r] = w_r . x_j for n_rows rows
+//                  w_stride bytes apart, the same bits as dot_tile_q8_0 per row; the scalar level gets
+//                  dispatch.cpp's row loop over its dot_tile
 //   axpy_<t>:      y[0..n) += a * row[0..n)
 //   quantize_row_q8_0: n floats (n % 32 == 0) to n/32 Q8_0 blocks, bit-exactly as ggml's reference
 //   to_f32_<t>:    y[0..n) = row[0..n) converted exactly (the AVX-512 table uses the AVX2 versions)

@@ -133,8 +133,8 @@ inline __m256i block_dot(__m256i w_abs, __m256i w, __m256i x, __m256i ones) {
 // (x2) times [dx0 dx0 dx1 dx1] (x2), the products ggml forms; the second factor comes from a table of the tile's
 // activation scales laid out that way (lay_out_pair_scales), built once per call, one broadcast load in the loop.
 // Per (token, block) that is 3 integer ops + 2.5 others (2 unpacks, add, cvt, mul, fma per pair), against 3 + 3
-// one block at a time (measured 5-9% less time per token at 8 tokens). An odd last block pairs with zeros (scale lanes
-// 0).
+// one block at a time (measured 5-9% less time per token at 8 tokens). An odd last block pairs with zeros
+// (scale lanes 0).
 //
 // The order, which defines the result: for each token, acc = fma(d, float(fold_pair(m0, m1)), acc) for pairs
 // p = 0, 1, ... in one 8-lane accumulator, then the lanes added as hsum does. It does not depend on NT or on
