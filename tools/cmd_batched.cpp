@@ -102,7 +102,7 @@ class Generation {
 };
 
 int run_batched(const BatchedFlags &f) {
-    auto model = load_model_verbose(f.model.model_path);
+    auto model = load_model_verbose(f.model);
     const Tokenizer &tok = model_tokenizer(*model);
     const std::vector<int32_t> prompt = tok.encode(f.prompt, /*add_special=*/true, /*parse_special=*/true);
     if (prompt.empty()) throw_error("the prompt is empty (and the model adds no BOS token)");

@@ -107,7 +107,7 @@ BenchResult run_test(const std::shared_ptr<const Model> &model, const BenchFlags
 }
 
 int bench(const BenchFlags &f) {
-    auto model = load_model_verbose(f.model.model_path);
+    auto model = load_model_verbose(f.model);
     const ModelInfo &info = model_info(*model);
     const int n_threads = f.model.n_threads > 0 ? f.model.n_threads : ThreadPool::hardware_threads();
     if (std::any_of(f.depths.begin(), f.depths.end(), [](int64_t d) { return d > 0; })) {
@@ -134,8 +134,8 @@ int bench(const BenchFlags &f) {
         }
     }
     // Peak memory before the bandwidth test (whose buffers would otherwise count).
-    std::fprintf(stderr, "peak resident memory %.1f MiB (weights %.1f MiB mapped)\n", peak_rss_bytes() / 1048576.0,
-                 info.n_weight_bytes / 1048576.0);
+    std::fprintf(stderr, "peak resident memory %.1f MiB (weights %.1f MiB, %.1f MiB of them repacked)\n",
+                 peak_rss_bytes() / 1048576.0, info.n_weight_bytes / 1048576.0, info.n_repacked_bytes / 1048576.0);
     ThreadPool pool(n_threads);
     const double copy_bw = measure_copy_bandwidth(pool);
     std::fprintf(stderr, "threads %d; memory copy bandwidth %.1f GB/s (read + write)\n", n_threads, copy_bw / 1e9);

@@ -46,7 +46,7 @@ int perplexity(const PerplexityFlags &f) {
     // The base file is opened (and its header checked) before the model loads, so a wrong path fails fast.
     std::unique_ptr<kl::BaseReader> kl_reader;
     if (!f.kl_path.empty()) kl_reader = std::make_unique<kl::BaseReader>(f.kl_path);
-    auto model = load_model_verbose(f.model.model_path);
+    auto model = load_model_verbose(f.model);
     const Tokenizer &tok = model_tokenizer(*model);
 
     const Stopwatch tokenize_clock;

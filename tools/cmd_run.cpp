@@ -65,7 +65,7 @@ std::vector<int32_t> read_prompt_ids(const std::string &path) {
 }
 
 int run(const RunFlags &f) {
-    auto model = load_model_verbose(f.model.model_path);
+    auto model = load_model_verbose(f.model);
     const Tokenizer &tok = model_tokenizer(*model);
     ContextParams cp = f.model.context_params();
     cp.record_selections = !f.dump_selection_path.empty();
@@ -131,9 +131,10 @@ int run(const RunFlags &f) {
     std::fputs("\n", stdout);
     std::fflush(stdout);
     print_sparse_stats(ctx, f.model.dsa_stats);
-    std::fprintf(stderr, "peak resident memory %.1f MiB (weights %.1f MiB mapped, KV cache %.1f MiB)\n",
+    std::fprintf(stderr,
+                 "peak resident memory %.1f MiB (weights %.1f MiB, %.1f MiB of them repacked; KV cache %.1f MiB)\n",
                  peak_rss_bytes() / 1048576.0, model_info(*model).n_weight_bytes / 1048576.0,
-                 ctx.cache_bytes() / 1048576.0);
+                 model_info(*model).n_repacked_bytes / 1048576.0, ctx.cache_bytes() / 1048576.0);
     std::fprintf(stderr,
                  "\nprompt: %zu tokens in %.2f ms (%.1f tokens/s) | generation: %lld tokens in %.2f ms "
                  "(%.1f tokens/s)\n",

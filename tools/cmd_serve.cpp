@@ -50,7 +50,7 @@ int serve(const ServeFlags &f) {
     sigaddset(&stop_signals, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
-    auto model = load_model_verbose(f.model.model_path);
+    auto model = load_model_verbose(f.model);
     const sparrow::server::ChatFormat chat_format = choose_chat_format(f, *model);
     sparrow::server::Scheduler scheduler(model, f.model.context_params(), {f.n_parallel, f.max_queue});
     std::fprintf(stderr, "serve: %d slots of %lld tokens (context %lld), batch %lld, queue %lld, chat format %s%s\n",

@@ -40,6 +40,9 @@ void ModelFlags::add_to(CLI::App &cmd, int64_t default_ctx, bool with_dsa_flag, 
         ->check(CLI::IsMember({"f32", "f16", "bf16", "q8_0", "q4_0"}));
     if (with_stats_flag)
         cmd.add_flag("--dsa-stats", dsa_stats, "Print per-layer sparse-attention statistics at the end");
+    cmd.add_flag("--no-repack", no_repack,
+                 "Keep Q8_0 weights as the file stores them (default: repacked 8 rows to a record at load, for "
+                 "faster products)");
     if (with_dsa_flag) {
         cmd.add_option("--indexer-precision", indexer_precision, "Indexer products: exact (f32) or fast (reduced)")
             ->check(CLI::IsMember({"exact", "fast"}));
@@ -63,6 +66,12 @@ ContextParams ModelFlags::context_params() const {
     return p;
 }
 
+ModelParams ModelFlags::model_params() const {
+    ModelParams p;
+    p.repack = !no_repack;
+    return p;
+}
+
 void SamplingFlags::add_to(CLI::App &cmd, const std::string &seed_help) {
     cmd.add_option("--temp", temp, "Temperature (0 = greedy)")->check(CLI::NonNegativeNumber);
     cmd.add_option("--top-k", top_k, "Keep the k most likely tokens (0 = all)")->check(CLI::NonNegativeNumber);
@@ -74,13 +83,18 @@ uint64_t SamplingFlags::resolved_seed() const {
     return seed >= 0 ? static_cast<uint64_t>(seed) : std::random_device{}();
 }
 
-std::shared_ptr<const Model> load_model_verbose(const std::string &path) {
-    auto model = load_model(path);
+std::shared_ptr<const Model> load_model_verbose(const ModelFlags &flags) {
+    const std::string &path = flags.model_path;
+    auto model = load_model(path, flags.model_params());
     const ModelInfo &info = model_info(*model);
     std::fprintf(stderr, "model: %s (%s), %lld layers, n_embd %lld, vocab %lld, %.2f M params, %.1f MiB (%s)\n",
                  path.c_str(), info.arch.c_str(), (long long)info.n_layer, (long long)info.n_embd,
                  (long long)info.n_vocab, info.n_params / 1e6, info.n_weight_bytes / 1048576.0,
                  info.weight_types.c_str());
+    if (info.n_repacked_bytes > 0) {
+        std::fprintf(stderr, "model: %.1f MiB of q8_0 weights repacked 8 rows to a record (--no-repack: as stored)\n",
+                     info.n_repacked_bytes / 1048576.0);
+    }
     if (!info.summary.empty()) std::fprintf(stderr, "model: %s\n", info.summary.c_str());
     return model;
 }

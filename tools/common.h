@@ -26,12 +26,14 @@ struct ModelFlags {
     std::string cache_rotation = "auto";
     std::string indexer_precision = "exact";
     bool dsa_stats = false;
+    bool no_repack = false;
 
     // Registers the flags; bench registers its own list-valued --dsa and --indexer-precision, so it passes
     // with_dsa_flag = false. serve has no end of run to print --dsa-stats at, so it passes with_stats_flag =
     // false and the flag is refused there as unknown.
     void add_to(CLI::App &cmd, int64_t default_ctx, bool with_dsa_flag = true, bool with_stats_flag = true);
     ContextParams context_params() const;
+    ModelParams model_params() const;
 };
 
 // Sampling flags of the commands that generate text (run, batched): --temp, --top-k, --top-p, -s/--seed.
@@ -46,8 +48,8 @@ struct SamplingFlags {
     SamplerParams params(uint64_t used_seed) const { return {temp, top_k, top_p, used_seed}; }
 };
 
-// Loads the model and prints one line about it to stderr.
-std::shared_ptr<const Model> load_model_verbose(const std::string &path);
+// Loads the model of the flags and prints one line about it to stderr.
+std::shared_ptr<const Model> load_model_verbose(const ModelFlags &flags);
 // The cache size and, for models with an indexer, what attention runs (stderr).
 void print_context_summary(const Context &ctx);
 // Per-layer selection statistics and indexer/attention time, when --dsa-stats was given.

@@ -41,4 +41,19 @@ struct BlockQ8_0x2 {
 };
 static_assert(sizeof(BlockQ8_0x2) == 104, "BlockQ8_0x2 has no padding");
 
+// Not a GGUF type: Q8_0 weight rows repacked at load, eight rows to a record (kernels/ops.h, pack_q8_0_rows8).
+// Record b of a group of rows 8R..8R+7 holds block b of each of those rows:
+//   qs  32 bytes per group of four elements: qs[32 * g + 4 * r + e] = row r's element 4 * g + e, so one
+//       256-bit load holds four elements of all eight rows, and a token's four activation bytes, broadcast,
+//       meet all of them in one maddubs: the integer dots end one per row in the eight int32 lanes, with no
+//       horizontal sums, and the rows' scales multiply lane by lane
+//   d   the eight rows' fp16 scales
+// 272 bytes = the eight BlockQ8_0 it replaces: a packed matrix has the size of the file's, and the group of
+// rows 8R.. starts where row 8R started.
+struct BlockQ8_0x8 {
+    int8_t qs[8 * QK8_0];
+    uint16_t d[8];
+};
+static_assert(sizeof(BlockQ8_0x8) == 8 * sizeof(BlockQ8_0), "BlockQ8_0x8 is eight Q8_0 blocks");
+
 }  // namespace sparrow

@@ -55,4 +55,12 @@ void MappedFile::release() {
     size_ = 0;
 }
 
+void release_mapped_pages(const void *p, size_t n) {
+    const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+    const auto begin = reinterpret_cast<uintptr_t>(p);
+    const uintptr_t first = (begin + page - 1) / page * page, last = (begin + n) / page * page;
+    // Advice only: when it fails the pages simply stay resident.
+    if (last > first) ::madvise(reinterpret_cast<void *>(first), last - first, MADV_DONTNEED);
+}
+
 }  // namespace sparrow

@@ -29,4 +29,8 @@ class MappedFile {
     size_t size_ = 0;
 };
 
+// Drops the whole pages inside [p, p + n) of a read-only file mapping from this process's memory (the file
+// is unchanged, and a later read maps the pages in again): for mapped bytes that were copied elsewhere.
+void release_mapped_pages(const void *p, size_t n);
+
 }  // namespace sparrow

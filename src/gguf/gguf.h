@@ -115,6 +115,8 @@ class File {
     uint64_t data_offset() const { return data_offset_; }
     const std::string &name() const { return name_; }
     size_t size_bytes() const { return bytes_.size(); }
+    // Whether the bytes are a file mapping (open) rather than a caller's buffer (parse).
+    bool mapped() const { return mapping_ != nullptr; }
 
     // Metadata in file order.
     const std::vector<std::pair<std::string, Value>> &metadata() const { return kv_; }

@@ -3,6 +3,7 @@
 // tokens are taken max_tile(type) at a time (8 for Q8_0, 4 for Q4_0 and float weights) so each weight row is loaded
 // once per tile. The ISA-specific inner loops come from the dispatch table (kernels/cpu/); where the level has a
 // multi-row kernel for the type (DotRowsFn: Q8_0), a worker's whole row range goes to it in one call per tile.
+// Q8_0 rows packed eight to a record (WeightMatrix::rows8) go to dot_rows_q8_0x8, in row ranges of whole groups.
 #include <algorithm>
 
 #include "core/error.h"
@@ -72,12 +73,18 @@ int64_t chunk_bytes(const WeightMatrix &w, int64_t n_tokens) {
     return n_tokens <= cpu::max_tile(w.type) ? (int64_t(256) << 10) : (int64_t(128) << 10);
 }
 
+// A chunk length in rows made whole groups of packed rows (rows8), at least one.
+int64_t whole_groups(const WeightMatrix &w, int64_t rows) {
+    if (!w.rows8) return std::max<int64_t>(1, rows);
+    return std::max<int64_t>(8, (rows + 7) / 8 * 8);
+}
+
 // Rows per chunk that parallel_for hands out.
 int64_t matmul_grain(const WeightMatrix &w, int64_t n_tokens, int n_threads) {
     const int64_t by_size = std::max<int64_t>(1, chunk_bytes(w, n_tokens) / w.row_bytes);
     // At least ~4 chunks per thread, so threads that run ahead (or share a core) even out.
     const int64_t by_balance = (w.n_rows + 4 * n_threads - 1) / (4 * n_threads);
-    return std::max<int64_t>(1, std::min(by_size, by_balance));
+    return whole_groups(w, std::min(by_size, by_balance));
 }
 
 void check_weights(const WeightMatrix &w) {
@@ -94,6 +101,10 @@ void check_weights(const WeightMatrix &w) {
                     (long long)w.n_cols, std::string(dtype_name(w.type)).c_str());
     }
     if (w.n_rows > 0 && !w.data) throw_error("matmul: weight data is null");
+    if (w.rows8 && (w.type != DType::Q8_0 || w.n_rows % 8 != 0)) {
+        throw_error("matmul: packed rows need q8_0 weights in groups of 8 rows, got %s with %lld rows",
+                    std::string(dtype_name(w.type)).c_str(), (long long)w.n_rows);
+    }
 }
 
 // Tiny products (small models, decode) cost less than waking the pool: run them on this thread.
@@ -107,7 +118,7 @@ MatmulJob make_job(const cpu::KernelTable &k, const WeightMatrix &w, const float
     MatmulJob job;
     job.w = &w;
     job.dot = k.dot(w.type);
-    job.dot_rows = k.dot_rows(w.type);
+    job.dot_rows = w.rows8 ? k.dot_rows_q8_0x8 : k.dot_rows(w.type);
     job.kernels = &k;
     job.x = x;
     job.n_tokens = n_tokens;
@@ -210,7 +221,7 @@ void matmul_many(ThreadPool &pool, OpScratch &scratch, const MatmulTask *tasks, 
     int64_t total_bytes = 0, n_by_size = 0;
     for (MatmulJob &job : jobs) {
         job.grain =
-            parallel ? std::max<int64_t>(1, chunk_bytes(*job.w, job.n_tokens) / job.w->row_bytes) : job.w->n_rows;
+            parallel ? whole_groups(*job.w, chunk_bytes(*job.w, job.n_tokens) / job.w->row_bytes) : job.w->n_rows;
         n_by_size += (job.w->n_rows + job.grain - 1) / job.grain;
         total_bytes += job.w->n_rows * job.w->row_bytes;
     }
@@ -218,7 +229,7 @@ void matmul_many(ThreadPool &pool, OpScratch &scratch, const MatmulTask *tasks, 
         for (MatmulJob &job : jobs) {
             const int64_t bytes_j = job.w->n_rows * job.w->row_bytes;
             const int64_t pieces = std::max<int64_t>(1, (4 * n_threads * bytes_j + total_bytes - 1) / total_bytes);
-            job.grain = std::max<int64_t>(1, (job.w->n_rows + pieces - 1) / pieces);
+            job.grain = whole_groups(*job.w, (job.w->n_rows + pieces - 1) / pieces);
         }
     }
     for (size_t j = 0; j < jobs.size(); ++j) {

@@ -61,15 +61,47 @@ struct RanksBefore {
 
 }  // namespace
 
+void pack_q8_0_rows8(const void *src, int64_t n_rows, int64_t n_cols, void *dst) {
+    SPARROW_ASSERT(n_rows % 8 == 0 && n_cols % QK8_0 == 0);
+    const int64_t nb = n_cols / QK8_0;
+    const auto *rows = static_cast<const BlockQ8_0 *>(src);
+    auto *rec = static_cast<BlockQ8_0x8 *>(dst);
+    for (int64_t g0 = 0; g0 < n_rows; g0 += 8) {
+        for (int64_t b = 0; b < nb; ++b, ++rec) {
+            for (int r = 0; r < 8; ++r) {
+                const BlockQ8_0 &blk = rows[(g0 + r) * nb + b];
+                rec->d[r] = blk.d;
+                for (int g = 0; g < QK8_0 / 4; ++g) std::memcpy(rec->qs + 32 * g + 4 * r, blk.qs + 4 * g, 4);
+            }
+        }
+    }
+}
+
+void unpack_q8_0_row8(const void *packed, int64_t r, int64_t n_cols, BlockQ8_0 *out) {
+    const int64_t nb = n_cols / QK8_0;
+    const auto *rec = static_cast<const BlockQ8_0x8 *>(packed) + (r / 8) * nb;
+    const int64_t lane = r % 8;
+    for (int64_t b = 0; b < nb; ++b) {
+        out[b].d = rec[b].d[lane];
+        for (int g = 0; g < QK8_0 / 4; ++g) std::memcpy(out[b].qs + 4 * g, rec[b].qs + 32 * g + 4 * lane, 4);
+    }
+}
+
 void get_rows(const WeightMatrix &table, const int32_t *ids, int64_t n, float *out) {
     if (!dtype_is_supported(table.type)) {
         throw_error("get_rows: table type %s is not supported", std::string(dtype_name(table.type)).c_str());
     }
+    std::vector<BlockQ8_0> unpacked(table.rows8 ? static_cast<size_t>(table.n_cols / QK8_0) : 0);
     for (int64_t i = 0; i < n; ++i) {
         if (ids[i] < 0 || ids[i] >= table.n_rows) {
             throw_error("get_rows: id %d out of range [0, %lld)", ids[i], (long long)table.n_rows);
         }
-        dequantize_row(table.type, table.row(ids[i]), out + i * table.n_cols, table.n_cols);
+        const void *row = table.row(ids[i]);
+        if (table.rows8) {
+            unpack_q8_0_row8(table.data, ids[i], table.n_cols, unpacked.data());
+            row = unpacked.data();
+        }
+        dequantize_row(table.type, row, out + i * table.n_cols, table.n_cols);
     }
 }
 

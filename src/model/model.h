@@ -5,13 +5,14 @@
 
 #include "gguf/gguf.h"
 #include "model/arch.h"
+#include "model/weights.h"
 #include "sparrow/sparrow.h"
 
 namespace sparrow {
 
 class Model {
   public:
-    explicit Model(const std::string &path);
+    explicit Model(const std::string &path, const ModelParams &params = {});
     ~Model();
 
     const gguf::File &file() const { return file_; }
@@ -22,6 +23,9 @@ class Model {
   private:
     gguf::File file_;
     ModelInfo info_;
+    // Owns what the weights did not map: converted vectors and repacked matrices (the architecture points
+    // into it, so it is declared before arch_ and outlives it).
+    std::unique_ptr<WeightLoader> weights_;
     std::unique_ptr<Tokenizer> tokenizer_;
     std::unique_ptr<ArchModel> arch_;
 };

@@ -1,12 +1,34 @@
 #include "model/weights.h"
 
 #include <algorithm>
+#include <thread>
 
 #include "core/error.h"
+#include "core/mapped_file.h"
 
 namespace sparrow {
 
 namespace {
+
+// pack_q8_0_rows8 over up to hardware_concurrency threads, each a range of whole groups: packing reads the
+// file's pages in (from disk the first time) and writes fresh anonymous pages, and a big model has GBs of it.
+void pack_in_parallel(const void *src, int64_t n_rows, int64_t n_cols, uint8_t *dst) {
+    const int64_t row_bytes = dtype_row_size(DType::Q8_0, n_cols);
+    const int64_t n_groups = n_rows / 8;
+    const int64_t min_groups = std::max<int64_t>(1, (int64_t(4) << 20) / (8 * row_bytes));  // >= ~4 MiB a thread
+    const int64_t n_threads =
+        std::clamp<int64_t>(n_groups / min_groups, 1, std::max(1u, std::thread::hardware_concurrency()));
+    auto pack_groups = [&](int64_t g0, int64_t g1) {
+        pack_q8_0_rows8(static_cast<const uint8_t *>(src) + g0 * 8 * row_bytes, (g1 - g0) * 8, n_cols,
+                        dst + g0 * 8 * row_bytes);
+    };
+    std::vector<std::thread> threads;
+    for (int64_t i = 1; i < n_threads; ++i)
+        threads.emplace_back(pack_groups, n_groups * i / n_threads, n_groups * (i + 1) / n_threads);
+    pack_groups(0, n_groups / n_threads);
+    for (std::thread &th : threads) th.join();
+}
+
 std::string shape_string(const std::vector<int64_t> &ne) {
     std::string s = "[";
     for (size_t i = 0; i < ne.size(); ++i) s += (i ? ", " : "") + std::to_string(ne[i]);
@@ -34,16 +56,31 @@ const gguf::TensorInfo &WeightLoader::take(const std::string &name, const std::v
     return *t;
 }
 
-WeightMatrix WeightLoader::matrix(const std::string &name, int64_t n_cols, int64_t n_rows) {
-    const gguf::TensorInfo &t = take(name, {n_cols, n_rows});
+WeightMatrix WeightLoader::weight_matrix(const gguf::TensorInfo &t, int64_t n_cols, int64_t rows_per_mat,
+                                         int64_t n_mats) {
     note_matrix_type(t.type);
-    return WeightMatrix{t.type, t.data, n_rows, n_cols, dtype_row_size(t.type, n_cols)};
+    WeightMatrix m{t.type, t.data, rows_per_mat * n_mats, n_cols, dtype_row_size(t.type, n_cols)};
+    // Packed groups must not straddle two matrices of a stack (slices are whole matrices), hence rows_per_mat.
+    if (!repack_ || t.type != DType::Q8_0 || rows_per_mat % 8 != 0 || m.n_rows == 0) return m;
+    if (const auto it = by_name_.find(t.name); it != by_name_.end()) return it->second;
+    // Not value-initialised: every byte is written by the packing, and zeroing first would touch it twice.
+    uint8_t *bytes = packed_.emplace_back(new uint8_t[static_cast<size_t>(m.n_rows * m.row_bytes)]).get();
+    pack_in_parallel(t.data, m.n_rows, n_cols, bytes);
+    // Only a mapping's pages: dropping those of a caller's buffer (File::parse) would zero them.
+    if (file_.mapped()) release_mapped_pages(t.data, static_cast<size_t>(m.n_rows * m.row_bytes));
+    m.data = bytes;
+    m.rows8 = true;
+    by_name_.emplace(t.name, m);
+    n_repacked_bytes_ += m.n_rows * m.row_bytes;
+    return m;
+}
+
+WeightMatrix WeightLoader::matrix(const std::string &name, int64_t n_cols, int64_t n_rows) {
+    return weight_matrix(take(name, {n_cols, n_rows}), n_cols, n_rows, 1);
 }
 
 WeightMatrix WeightLoader::matrix_stack(const std::string &name, int64_t n_cols, int64_t n_rows, int64_t n_mats) {
-    const gguf::TensorInfo &t = take(name, {n_cols, n_rows, n_mats});
-    note_matrix_type(t.type);
-    return WeightMatrix{t.type, t.data, n_rows * n_mats, n_cols, dtype_row_size(t.type, n_cols)};
+    return weight_matrix(take(name, {n_cols, n_rows, n_mats}), n_cols, n_rows, n_mats);
 }
 
 const float *WeightLoader::vector(const std::string &name, int64_t n) {

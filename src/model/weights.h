@@ -4,6 +4,8 @@
 
 #include <cstdint>
 #include <deque>
+#include <map>
+#include <memory>
 #include <set>
 #include <string>
 #include <vector>
@@ -15,7 +17,10 @@ namespace sparrow {
 
 class WeightLoader {
   public:
-    explicit WeightLoader(const gguf::File &file) : file_(file) {}
+    // repack_q8_0: Q8_0 matrices whose rows (per matrix of a stack) come in multiples of 8 are packed eight
+    // rows to a record (kernels/ops.h) into memory this loader owns, and the file's pages they came from are
+    // given back to the kernel (a later read maps them in again). The loader must outlive the matrices.
+    explicit WeightLoader(const gguf::File &file, bool repack_q8_0 = false) : file_(file), repack_(repack_q8_0) {}
 
     // A weight matrix [n_rows, n_cols] (GGUF ne = {n_cols, n_rows}) of a type the kernels compute with.
     WeightMatrix matrix(const std::string &name, int64_t n_cols, int64_t n_rows);
@@ -28,6 +33,7 @@ class WeightLoader {
 
     int64_t n_params() const { return n_params_; }
     int64_t n_bytes() const { return n_bytes_; }
+    int64_t n_repacked_bytes() const { return n_repacked_bytes_; }
     // Types of the matrices taken, e.g. "q8_0" or "q8_0, f32".
     std::string matrix_types() const;
     // Tensors in the file that the model never asked for.
@@ -36,13 +42,19 @@ class WeightLoader {
   private:
     const gguf::TensorInfo &take(const std::string &name, const std::vector<int64_t> &ne);
     void note_matrix_type(DType type);
+    // The matrix of tensor t, [n_mats * rows_per_mat, n_cols], packed when repacking applies.
+    WeightMatrix weight_matrix(const gguf::TensorInfo &t, int64_t n_cols, int64_t rows_per_mat, int64_t n_mats);
 
     const gguf::File &file_;
-    std::deque<std::vector<float>> converted_;  // owned f32 copies; a deque keeps pointers stable
+    const bool repack_;
+    std::deque<std::vector<float>> converted_;       // owned f32 copies; a deque keeps pointers stable
+    std::deque<std::unique_ptr<uint8_t[]>> packed_;  // packed Q8_0 matrices
+    std::map<std::string, WeightMatrix> by_name_;    // matrices already packed (a tied output asks twice)
     std::set<std::string> used_;
     std::vector<std::string> matrix_types_;
     int64_t n_params_ = 0;
     int64_t n_bytes_ = 0;
+    int64_t n_repacked_bytes_ = 0;
 };
 
 }  // namespace sparrow

@@ -74,6 +74,12 @@ struct KernelTable {
     DotTileFn dot_q8_0 = nullptr;  // weights Q8_0, activations Q8_0
     DotTileFn dot_q4_0 = nullptr;  // weights Q4_0, activations BlockQ8_0x2
     DotRowsFn dot_rows_q8_0 = nullptr;
+    // Q8_0 rows packed eight to a record (core/blocks.h BlockQ8_0x8; WeightMatrix::rows8): w at a group's first
+    // record, w_stride the bytes of one unpacked row, n_rows a multiple of 8. Unlike the kernels above, whose
+    // f32 order is their level's own, every level gives the same bits: per row and token, acc = fma(float(the
+    // block's integer dot), dw * dx, acc) over the blocks in turn, from 0 (ggml's order, with one rounding per
+    // block).
+    DotRowsFn dot_rows_q8_0x8 = nullptr;
     AxpyFn axpy_f32 = nullptr;
     AxpyFn axpy_f16 = nullptr;
     AxpyFn axpy_bf16 = nullptr;

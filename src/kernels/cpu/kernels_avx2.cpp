@@ -255,6 +255,81 @@ void dot_rows_q8_0_any(const void *wv, size_t w_stride, int64_t n_rows, const vo
     }
 }
 
+// --- Q8_0 weights packed eight rows to a record (BlockQ8_0x8) against Q8_0 activations ---------------------
+// Per group of four elements, one load holds the eight rows' bytes; a token's four activation bytes, broadcast,
+// go through block_dot with it, and madd leaves each row's partial sum in its own int32 lane. Eight groups
+// give each row's whole integer block dot, exact; then, lane by lane, acc = fma(float(dot), dw * dx, acc).
+// That is the order dispatch.h defines for packed rows, so the result of a (row, token) does not depend on
+// the tile or on the level (the scalar kernel follows it with std::fma). Compared with dot_rows_q8_0, which
+// keeps per-row partial sums in lanes and folds them per block pair, this needs no fold, and the weight
+// bytes and |w| of a group serve the tokens straight from registers: at 8 tokens 1.7 against 2.35 cycles
+// per (token, block, row) in a prototype on the 2-core EPYC (L2-resident weights, same run).
+//
+// Tokens [J0, J0 + H) of one record b: H int32 accumulators, one per token (H <= 4 keeps them, the group's
+// bytes, |w| and the ones in registers).
+template <int J0, int H>
+inline void q8_0x8_record(const BlockQ8_0x8 &rec, __m256 dw, const uint8_t *x, size_t x_stride, size_t dx_offset,
+                          int64_t b, __m256 *acc) {
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256i dot[H];
+#pragma GCC unroll 4
+    for (int j = 0; j < H; ++j) dot[j] = _mm256_setzero_si256();
+#pragma GCC unroll 8
+    for (int g = 0; g < 8; ++g) {
+        const __m256i qw = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(rec.qs + 32 * g));
+        const __m256i qa = _mm256_sign_epi8(qw, qw);
+#pragma GCC unroll 4
+        for (int j = 0; j < H; ++j) {
+            const auto *xb = reinterpret_cast<const BlockQ8_0 *>(x + (J0 + j) * x_stride) + b;
+            const __m256i xv = _mm256_broadcastd_epi32(_mm_loadu_si32(xb->qs + 4 * g));
+            dot[j] = _mm256_add_epi32(dot[j], block_dot(qa, qw, xv, ones));
+        }
+    }
+#pragma GCC unroll 4
+    for (int j = 0; j < H; ++j) {
+        float dx;
+        std::memcpy(&dx, x + (J0 + j) * x_stride + dx_offset + static_cast<size_t>(b) * sizeof(float), sizeof dx);
+        acc[J0 + j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot[j]), _mm256_mul_ps(dw, _mm256_set1_ps(dx)), acc[J0 + j]);
+    }
+}
+
+// NT <= 8 tokens: in two passes over each record's bytes (the first ceil(NT / 2) tokens, then the rest) when
+// NT > 4, so each pass keeps its accumulators in registers.
+template <int NT>
+void q8_0x8_rows(const uint8_t *w, size_t w_stride, int64_t n_rows, const uint8_t *x, size_t x_stride, int64_t nb,
+                 float *y, size_t y_stride) {
+    constexpr int kFirst = NT > 4 ? (NT + 1) / 2 : NT;
+    const size_t dx_offset = static_cast<size_t>(nb) * sizeof(BlockQ8_0);  // the f32 scales after the blocks
+    for (int64_t g0 = 0; g0 < n_rows; g0 += 8) {
+        const auto *rec = reinterpret_cast<const BlockQ8_0x8 *>(w + g0 * static_cast<int64_t>(w_stride));
+        __m256 acc[NT];
+        for (int j = 0; j < NT; ++j) acc[j] = _mm256_setzero_ps();
+        for (int64_t b = 0; b < nb; ++b) {
+            const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(rec[b].d)));
+            q8_0x8_record<0, kFirst>(rec[b], dw, x, x_stride, dx_offset, b, acc);
+            if constexpr (NT > kFirst) q8_0x8_record<kFirst, NT - kFirst>(rec[b], dw, x, x_stride, dx_offset, b, acc);
+        }
+        for (int j = 0; j < NT; ++j) _mm256_storeu_ps(y + j * y_stride + g0, acc[j]);
+    }
+}
+
+void dot_rows_q8_0x8_any(const void *wv, size_t w_stride, int64_t n_rows, const void *xv, size_t x_stride, int n_x,
+                         int64_t n, float *y, size_t y_stride) {
+    const uint8_t *w = static_cast<const uint8_t *>(wv);
+    const uint8_t *x = static_cast<const uint8_t *>(xv);
+    const int64_t nb = n / QK8_0;
+    switch (n_x) {
+        case 1: q8_0x8_rows<1>(w, w_stride, n_rows, x, x_stride, nb, y, y_stride); return;
+        case 2: q8_0x8_rows<2>(w, w_stride, n_rows, x, x_stride, nb, y, y_stride); return;
+        case 3: q8_0x8_rows<3>(w, w_stride, n_rows, x, x_stride, nb, y, y_stride); return;
+        case 4: q8_0x8_rows<4>(w, w_stride, n_rows, x, x_stride, nb, y, y_stride); return;
+        case 5: q8_0x8_rows<5>(w, w_stride, n_rows, x, x_stride, nb, y, y_stride); return;
+        case 6: q8_0x8_rows<6>(w, w_stride, n_rows, x, x_stride, nb, y, y_stride); return;
+        case 7: q8_0x8_rows<7>(w, w_stride, n_rows, x, x_stride, nb, y, y_stride); return;
+        default: q8_0x8_rows<8>(w, w_stride, n_rows, x, x_stride, nb, y, y_stride); return;
+    }
+}
+
 // Q4_0 weights against BlockQ8_0x2 activations (core/blocks.h), two blocks at a time. The 16 bytes of each
 // weight block go into one register, block 0 in the low 128 bits and block 1 in the high; masking gives the
 // low nibbles of both and shifting the high nibbles, each lined up with the record's lo / hi activations.
@@ -361,6 +436,11 @@ void dot_rows_q8_0(const void *w, size_t w_stride, int64_t n_rows, const void *x
                    float *y, size_t y_stride) {
     dot_rows_q8_0_any(w, w_stride, n_rows, x, x_stride, n_x, n, y, y_stride);
 }
+void dot_rows_q8_0x8(const void *w, size_t w_stride, int64_t n_rows, const void *x, size_t x_stride, int n_x, int64_t n,
+                     float *y, size_t y_stride) {
+    dot_rows_q8_0x8_any(w, w_stride, n_rows, x, x_stride, n_x, n, y, y_stride);
+}
+
 void dot_tile_q4_0(const void *w, const void *x, size_t x_stride, int n_x, int64_t n, float *out) {
     dot_tile_q4_0_any(w, x, x_stride, n_x, n, out);
 }

@@ -2,6 +2,7 @@
 // level is checked against alongside the double-precision references in kernels/ref). Written so the
 // compiler can keep several independent accumulators and vectorise with whatever the baseline target has;
 // results are the same sums as the SIMD levels up to f32 rounding order.
+#include <cmath>
 #include <cstring>
 
 #include "core/dtype.h"
@@ -83,6 +84,33 @@ void dot_tile_q8_0(const void *w, const void *x, size_t x_stride, int n_x, int64
         std::memcpy(q, b.qs, QK8_0);
         return fp16_to_f32(b.d);
     });
+}
+
+void dot_rows_q8_0x8(const void *w, size_t w_stride, int64_t n_rows, const void *x, size_t x_stride, int n_x, int64_t n,
+                     float *y, size_t y_stride) {
+    // The order every level follows (dispatch.h): per row and token, acc = fma(float(block's integer dot),
+    // dw * dx, acc) over the blocks in turn, from 0. std::fma rounds once, as the SIMD fma does.
+    const int64_t nb = n / QK8_0;
+    const size_t dx_offset = static_cast<size_t>(nb) * sizeof(BlockQ8_0);  // the f32 scales after the blocks
+    for (int64_t g0 = 0; g0 < n_rows; g0 += 8) {
+        const auto *rec = reinterpret_cast<const BlockQ8_0x8 *>(static_cast<const uint8_t *>(w) + g0 * w_stride);
+        for (int j = 0; j < n_x; ++j) {
+            const uint8_t *xj = static_cast<const uint8_t *>(x) + j * x_stride;
+            const auto *xb = reinterpret_cast<const BlockQ8_0 *>(xj);
+            float acc[8] = {};
+            for (int64_t b = 0; b < nb; ++b) {
+                float dx;
+                std::memcpy(&dx, xj + dx_offset + static_cast<size_t>(b) * sizeof(float), sizeof dx);
+                for (int r = 0; r < 8; ++r) {
+                    int32_t isum = 0;
+                    for (int k = 0; k < QK8_0; ++k)
+                        isum += int32_t(rec[b].qs[(k / 4) * 32 + r * 4 + k % 4]) * int32_t(xb[b].qs[k]);
+                    acc[r] = std::fma(static_cast<float>(isum), fp16_to_f32(rec[b].d[r]) * dx, acc[r]);
+                }
+            }
+            for (int r = 0; r < 8; ++r) y[j * y_stride + static_cast<size_t>(g0 + r)] = acc[r];
+        }
+    }
 }
 
 void dot_tile_q4_0(const void *wv, const void *x, size_t x_stride, int n_x, int64_t n, float *out) {
