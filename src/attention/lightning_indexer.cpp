@@ -338,12 +338,26 @@ void Selector::score_tile(Scratch &s, const Chunk &c, int64_t split, std::span<c
         for (int64_t j = 0; j < n; ++j) s.rows[static_cast<size_t>(j)] = keys_.row(cells[static_cast<size_t>(k0 + j)]);
     }
     if (widen_tile) rows_to_f32(s, n);
+    // The int8 rows, scales and sums the fast kernel reads: the store's own when the tile's cells are
+    // consecutive (one sequence decoded in order: the usual case), else gathered into the tile.
+    const int8_t *keys_i8 = s.tile_i8.data();
+    const float *kscale = s.kscale.data();
+    const int32_t *ksum = s.ksum.data();
     if (int8_copy) {
-        for (int64_t j = 0; j < n; ++j) {
-            const int32_t cell = cells[static_cast<size_t>(k0 + j)];
-            std::memcpy(s.tile_i8.data() + j * dp_, keys_.int8_row(cell), static_cast<size_t>(dp_));
-            s.kscale[static_cast<size_t>(j)] = keys_.int8_scale(cell);
-            s.ksum[static_cast<size_t>(j)] = keys_.int8_sum(cell);
+        const int32_t c0 = cells[static_cast<size_t>(k0)];
+        bool consecutive = true;
+        for (int64_t j = 1; j < n && consecutive; ++j) consecutive = cells[static_cast<size_t>(k0 + j)] == c0 + j;
+        if (consecutive) {
+            keys_i8 = keys_.int8_row(c0);
+            kscale = keys_.int8_scales(c0);
+            ksum = keys_.int8_sums(c0);
+        } else {
+            for (int64_t j = 0; j < n; ++j) {
+                const int32_t cell = cells[static_cast<size_t>(k0 + j)];
+                std::memcpy(s.tile_i8.data() + j * dp_, keys_.int8_row(cell), static_cast<size_t>(dp_));
+                s.kscale[static_cast<size_t>(j)] = keys_.int8_scale(cell);
+                s.ksum[static_cast<size_t>(j)] = keys_.int8_sum(cell);
+            }
         }
     } else if (fast && !q8_direct) {
         if (quantized) std::copy_n(s.rows_f32.begin(), n, s.rows.begin());
@@ -362,8 +376,8 @@ void Selector::score_tile(Scratch &s, const Chunk &c, int64_t split, std::span<c
             k_.score_q8_0(s.qT4.data() + slot * dp_ * hp_, s.wq.data() + slot * hp_, hp_, d_, s.rows.data(), nm,
                           s.scores.data());
         } else if (fast) {
-            k_.score_i8(s.qT4.data() + slot * dp_ * hp_, s.wq.data() + slot * hp_, hp_, dp_, s.tile_i8.data(),
-                        s.ksum.data(), s.kscale.data(), nm, s.scores.data());
+            k_.score_i8(s.qT4.data() + slot * dp_ * hp_, s.wq.data() + slot * hp_, hp_, dp_, keys_i8, ksum, kscale, nm,
+                        s.scores.data());
         } else {
             k_.score_f32(row_type, s.qT.data() + slot * d_ * hp_, s.w.data() + slot * hp_, hp_, d_, rows, nm,
                          s.scores.data());

@@ -87,6 +87,9 @@ class RowStore {
     const int8_t *int8_row(int64_t cell) const { return int8_.data() + cell * int8_width_; }
     float int8_scale(int64_t cell) const { return int8_scale_[static_cast<size_t>(cell)]; }
     int32_t int8_sum(int64_t cell) const { return int8_sum_[static_cast<size_t>(cell)]; }
+    // The scales and sums of cells cell, cell + 1, ... (contiguous, as the rows).
+    const float *int8_scales(int64_t cell) const { return int8_scale_.data() + cell; }
+    const int32_t *int8_sums(int64_t cell) const { return int8_sum_.data() + cell; }
     int64_t int8_copy_bytes() const {
         return static_cast<int64_t>(int8_.size() + int8_scale_.size() * sizeof(float) +
                                     int8_sum_.size() * sizeof(int32_t));
