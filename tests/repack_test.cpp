@@ -112,6 +112,21 @@ TEST_P(Repack, SequencesInOneBatchEqualEachAloneWithPackedWeights) {
     }
 }
 
+TEST_P(Repack, SkippedWhenTheWeightsWouldNotFitTheMemoryLimit) {
+    ModelParams tight;
+    tight.repack_memory_limit = 1024;  // bytes: less than any model's q8_0 weights
+    const auto skipped = load_model(path_, tight);
+    EXPECT_EQ(model_info(*skipped).n_repacked_bytes, 0);
+    EXPECT_NE(model_info(*skipped).repack_note.find("not repacked"), std::string::npos);
+    ModelParams roomy;
+    roomy.repack_memory_limit = int64_t(1) << 40;
+    const auto packed = load_model(path_, roomy);
+    EXPECT_GT(model_info(*packed).n_repacked_bytes, 0);
+    EXPECT_TRUE(model_info(*packed).repack_note.empty());
+    // The default limit (3/4 of available memory) repacks a model this small.
+    EXPECT_GT(model_info(*load_model(path_)).n_repacked_bytes, 0);
+}
+
 INSTANTIATE_TEST_SUITE_P(Archs, Repack, ::testing::Values("llama", "deepseek32", "glm-dsa"),
                          [](const ::testing::TestParamInfo<std::string> &p) {
                              std::string name = p.param;

@@ -91,6 +91,7 @@ std::shared_ptr<const Model> load_model_verbose(const ModelFlags &flags) {
                  path.c_str(), info.arch.c_str(), (long long)info.n_layer, (long long)info.n_embd,
                  (long long)info.n_vocab, info.n_params / 1e6, info.n_weight_bytes / 1048576.0,
                  info.weight_types.c_str());
+    if (!info.repack_note.empty()) std::fprintf(stderr, "model: %s\n", info.repack_note.c_str());
     if (info.n_repacked_bytes > 0) {
         std::fprintf(stderr, "model: %.1f MiB of q8_0 weights repacked 8 rows to a record (--no-repack: as stored)\n",
                      info.n_repacked_bytes / 1048576.0);

@@ -42,6 +42,7 @@ struct ModelInfo {
     int64_t n_params = 0;  // elements over all weight tensors
     int64_t n_weight_bytes = 0;
     int64_t n_repacked_bytes = 0;  // of those, Q8_0 matrices repacked at load (ModelParams::repack)
+    std::string repack_note;       // why repacking was skipped, when it was asked for and skipped
     std::string weight_types;      // e.g. "f32" or "q8_0 (f32 norms)"
     bool has_indexer = false;      // a sparse-attention (DSA) model
     int64_t indexer_top_k = 0;
@@ -53,6 +54,10 @@ struct ModelParams {
     // kernels (kernels/ops.h, WeightMatrix::rows8): the same bytes in anonymous memory instead of the file's
     // mapping, about 1.4x faster products at 8 tokens. false keeps every weight in the mapping as stored.
     bool repack = true;
+    // Mapped pages can be dropped and read again under memory pressure; repacked ones cannot (without swap).
+    // So repacking is skipped when the file's Q8_0 bytes exceed this many bytes (-1: 3/4 of the memory the
+    // system reports available at load), and ModelInfo::repack_note says so.
+    int64_t repack_memory_limit = -1;
 };
 
 // Loads a GGUF model (memory-mapped). Throws sparrow::Error naming the file and the problem.

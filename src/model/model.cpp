@@ -1,15 +1,56 @@
 #include "model/model.h"
 
+#include <cstdio>
+#include <fstream>
+#include <string>
+
 #include "core/error.h"
 #include "runtime/tokenizer.h"
 
 namespace sparrow {
 
+namespace {
+
+// Bytes of memory the system reports available (MemAvailable), or -1 when it cannot be read.
+int64_t available_memory_bytes() {
+    std::ifstream f("/proc/meminfo");
+    std::string key;
+    int64_t kib = 0;
+    std::string unit;
+    while (f >> key >> kib >> unit) {
+        if (key == "MemAvailable:") return kib * 1024;
+    }
+    return -1;
+}
+
+}  // namespace
+
+bool Model::repack_fits(const ModelParams &params) {
+    int64_t q8_bytes = 0;
+    for (const gguf::TensorInfo &t : file_.tensors()) {
+        if (t.type == DType::Q8_0) q8_bytes += t.n_bytes;
+    }
+    int64_t limit = params.repack_memory_limit;
+    if (limit < 0) {
+        const int64_t available = available_memory_bytes();
+        if (available < 0) return true;  // nothing to go by: repack, as on any machine that can hold it
+        limit = available / 4 * 3;
+    }
+    if (q8_bytes <= limit) return true;
+    char note[200];
+    std::snprintf(note, sizeof note,
+                  "not repacked: %.1f GiB of q8_0 weights against %.1f GiB allowed (3/4 of the "
+                  "available memory); mapped as stored instead",
+                  q8_bytes / 1073741824.0, limit / 1073741824.0);
+    info_.repack_note = note;
+    return false;
+}
+
 Model::Model(const std::string &path, const ModelParams &params) : file_(gguf::File::open(path)) {
     info_.arch = file_.get_string("general.architecture", "");
     if (info_.arch.empty()) throw_error("%s: metadata key 'general.architecture' is missing", path.c_str());
     info_.name = file_.get_string("general.name", "");
-    weights_ = std::make_unique<WeightLoader>(file_, params.repack);
+    weights_ = std::make_unique<WeightLoader>(file_, params.repack && repack_fits(params));
     arch_ = create_arch_model(file_, *weights_, info_);
     info_.n_params = weights_->n_params();
     info_.n_weight_bytes = weights_->n_bytes();

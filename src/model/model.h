@@ -21,6 +21,10 @@ class Model {
     const Tokenizer &tokenizer() const { return *tokenizer_; }
 
   private:
+    // Whether the file's Q8_0 weights may be repacked within params' memory limit; sets info_.repack_note
+    // when not.
+    bool repack_fits(const ModelParams &params);
+
     gguf::File file_;
     ModelInfo info_;
     // Owns what the weights did not map: converted vectors and repacked matrices (the architecture points
