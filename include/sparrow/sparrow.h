@@ -41,7 +41,7 @@ struct ModelInfo {
     int64_t n_ctx_train = 0;
     int64_t n_params = 0;  // elements over all weight tensors
     int64_t n_weight_bytes = 0;
-    int64_t n_repacked_bytes = 0;  // of those, Q8_0 matrices repacked at load (ModelParams::repack)
+    int64_t n_repacked_bytes = 0;  // of those, Q8_0 / Q4_0 matrices repacked at load (ModelParams::repack)
     std::string repack_note;       // why repacking was skipped, when it was asked for and skipped
     std::string weight_types;      // e.g. "f32" or "q8_0 (f32 norms)"
     bool has_indexer = false;      // a sparse-attention (DSA) model
@@ -50,12 +50,12 @@ struct ModelInfo {
 };
 
 struct ModelParams {
-    // Q8_0 weight matrices (rows in multiples of 8) are repacked at load, eight rows to a record, for the
-    // kernels (kernels/ops.h, WeightMatrix::rows8): the same bytes in anonymous memory instead of the file's
-    // mapping, about 1.4x faster products at 8 tokens. false keeps every weight in the mapping as stored.
+    // Q8_0 and Q4_0 weight matrices (rows in multiples of 8) are repacked at load, eight rows to a record, for
+    // the kernels (kernels/ops.h, WeightMatrix::rows8): the same bytes in anonymous memory instead of the
+    // file's mapping, faster products at several tokens. false keeps every weight in the mapping as stored.
     bool repack = true;
     // Mapped pages can be dropped and read again under memory pressure; repacked ones cannot (without swap).
-    // So repacking is skipped when the file's Q8_0 bytes exceed this many bytes (-1: 3/4 of the memory the
+    // So repacking is skipped when the file's Q8_0 and Q4_0 bytes exceed this many bytes (-1: 3/4 of the memory the
     // system reports available at load), and ModelInfo::repack_note says so.
     int64_t repack_memory_limit = -1;
 };

@@ -56,4 +56,15 @@ struct BlockQ8_0x8 {
 };
 static_assert(sizeof(BlockQ8_0x8) == 8 * sizeof(BlockQ8_0), "BlockQ8_0x8 is eight Q8_0 blocks");
 
+// Not a GGUF type: Q4_0 weight rows repacked at load the same way (pack_rows8). qs[32 * g + 4 * r + e] = row r's
+// byte 4 * g + e (g < 4): its low nibble is element 4 * g + e, its high nibble element 16 + 4 * g + e, both
+// stored + 8. One load holds 8 elements of all eight rows; masking and shifting give the two nibble sets,
+// which meet a token's broadcast activations unsigned (no sign moves: the + 8 comes off once per block
+// through the activation sums of BlockQ8_0x2).
+struct BlockQ4_0x8 {
+    uint8_t qs[8 * QK4_0 / 2];
+    uint16_t d[8];
+};
+static_assert(sizeof(BlockQ4_0x8) == 8 * sizeof(BlockQ4_0), "BlockQ4_0x8 is eight Q4_0 blocks");
+
 }  // namespace sparrow

@@ -3,7 +3,8 @@
 // tokens are taken max_tile(type) at a time (8 for Q8_0, 4 for Q4_0 and float weights) so each weight row is loaded
 // once per tile. The ISA-specific inner loops come from the dispatch table (kernels/cpu/); where the level has a
 // multi-row kernel for the type (DotRowsFn: Q8_0), a worker's whole row range goes to it in one call per tile.
-// Q8_0 rows packed eight to a record (WeightMatrix::rows8) go to dot_rows_q8_0x8, in row ranges of whole groups.
+// Rows packed eight to a record (WeightMatrix::rows8) go to dot_rows_q8_0x8 / q4_0x8, in row ranges of whole
+// groups and in tiles of 8 tokens whatever the type.
 #include <algorithm>
 
 #include "core/error.h"
@@ -44,11 +45,14 @@ OpScratch &OpScratch::operator=(OpScratch &&) noexcept = default;
 
 namespace {
 
+// Tokens per kernel call: the type's tile, 8 for packed rows of either type.
+int tile_of(const WeightMatrix &w) { return w.rows8 ? cpu::kMaxQuantTile : cpu::max_tile(w.type); }
+
 // Rows [r0, r1) for every token. The token tiles are the outer loop: a chunk's rows stay in L2 between
 // tiles, so for prefill each weight byte comes from memory once per matmul and from L2 once per tile.
 void matmul_rows(const MatmulJob &job, int64_t r0, int64_t r1) {
     const WeightMatrix &w = *job.w;
-    const int tile = cpu::max_tile(w.type);
+    const int tile = tile_of(w);
     float out[cpu::kMaxQuantTile];
     for (int64_t t0 = 0; t0 < job.n_tokens; t0 += tile) {
         const int n_x = static_cast<int>(std::min<int64_t>(tile, job.n_tokens - t0));
@@ -70,7 +74,7 @@ void matmul_rows(const MatmulJob &job, int64_t r0, int64_t r1) {
 // running (256 KiB measured ~5-8% faster than 32 KiB on the 2-core EPYC, DRAM-sized matrices). Prefill revisits
 // a chunk once per token tile, so it should stay in L2 alongside the activations (~128 KiB).
 int64_t chunk_bytes(const WeightMatrix &w, int64_t n_tokens) {
-    return n_tokens <= cpu::max_tile(w.type) ? (int64_t(256) << 10) : (int64_t(128) << 10);
+    return n_tokens <= tile_of(w) ? (int64_t(256) << 10) : (int64_t(128) << 10);
 }
 
 // A chunk length in rows made whole groups of packed rows (rows8), at least one.
@@ -101,8 +105,8 @@ void check_weights(const WeightMatrix &w) {
                     (long long)w.n_cols, std::string(dtype_name(w.type)).c_str());
     }
     if (w.n_rows > 0 && !w.data) throw_error("matmul: weight data is null");
-    if (w.rows8 && (w.type != DType::Q8_0 || w.n_rows % 8 != 0)) {
-        throw_error("matmul: packed rows need q8_0 weights in groups of 8 rows, got %s with %lld rows",
+    if (w.rows8 && (!packs_rows8(w.type) || w.n_rows % 8 != 0)) {
+        throw_error("matmul: packed rows need q8_0 or q4_0 weights in groups of 8 rows, got %s with %lld rows",
                     std::string(dtype_name(w.type)).c_str(), (long long)w.n_rows);
     }
 }
@@ -118,7 +122,7 @@ MatmulJob make_job(const cpu::KernelTable &k, const WeightMatrix &w, const float
     MatmulJob job;
     job.w = &w;
     job.dot = k.dot(w.type);
-    job.dot_rows = w.rows8 ? k.dot_rows_q8_0x8 : k.dot_rows(w.type);
+    job.dot_rows = !w.rows8 ? k.dot_rows(w.type) : (w.type == DType::Q8_0 ? k.dot_rows_q8_0x8 : k.dot_rows_q4_0x8);
     job.kernels = &k;
     job.x = x;
     job.n_tokens = n_tokens;

@@ -61,29 +61,59 @@ struct RanksBefore {
 
 }  // namespace
 
-void pack_q8_0_rows8(const void *src, int64_t n_rows, int64_t n_cols, void *dst) {
-    SPARROW_ASSERT(n_rows % 8 == 0 && n_cols % QK8_0 == 0);
+namespace {
+
+// The packed layouts share one shape: per block, the eight rows' quantised bytes in groups of four (a group
+// of each row side by side), then the eight fp16 scales. B is BlockQ8_0 or BlockQ4_0, R its record.
+template <typename B, typename R>
+void pack_blocks8(const void *src, int64_t n_rows, int64_t n_cols, void *dst) {
+    constexpr int kBytes = sizeof(B::qs);
     const int64_t nb = n_cols / QK8_0;
-    const auto *rows = static_cast<const BlockQ8_0 *>(src);
-    auto *rec = static_cast<BlockQ8_0x8 *>(dst);
+    const auto *rows = static_cast<const B *>(src);
+    auto *rec = static_cast<R *>(dst);
     for (int64_t g0 = 0; g0 < n_rows; g0 += 8) {
         for (int64_t b = 0; b < nb; ++b, ++rec) {
             for (int r = 0; r < 8; ++r) {
-                const BlockQ8_0 &blk = rows[(g0 + r) * nb + b];
+                const B &blk = rows[(g0 + r) * nb + b];
                 rec->d[r] = blk.d;
-                for (int g = 0; g < QK8_0 / 4; ++g) std::memcpy(rec->qs + 32 * g + 4 * r, blk.qs + 4 * g, 4);
+                for (int g = 0; g < kBytes / 4; ++g) std::memcpy(rec->qs + 32 * g + 4 * r, blk.qs + 4 * g, 4);
             }
         }
     }
 }
 
-void unpack_q8_0_row8(const void *packed, int64_t r, int64_t n_cols, BlockQ8_0 *out) {
+template <typename B, typename R>
+void unpack_block8(const void *packed, int64_t r, int64_t n_cols, void *out) {
+    constexpr int kBytes = sizeof(B::qs);
     const int64_t nb = n_cols / QK8_0;
-    const auto *rec = static_cast<const BlockQ8_0x8 *>(packed) + (r / 8) * nb;
+    const auto *rec = static_cast<const R *>(packed) + (r / 8) * nb;
+    auto *blk = static_cast<B *>(out);
     const int64_t lane = r % 8;
     for (int64_t b = 0; b < nb; ++b) {
-        out[b].d = rec[b].d[lane];
-        for (int g = 0; g < QK8_0 / 4; ++g) std::memcpy(out[b].qs + 4 * g, rec[b].qs + 32 * g + 4 * lane, 4);
+        blk[b].d = rec[b].d[lane];
+        for (int g = 0; g < kBytes / 4; ++g) std::memcpy(blk[b].qs + 4 * g, rec[b].qs + 32 * g + 4 * lane, 4);
+    }
+}
+
+}  // namespace
+
+bool packs_rows8(DType t) { return t == DType::Q8_0 || t == DType::Q4_0; }
+
+void pack_rows8(DType t, const void *src, int64_t n_rows, int64_t n_cols, void *dst) {
+    SPARROW_ASSERT(packs_rows8(t) && n_rows % 8 == 0 && n_cols % QK8_0 == 0);
+    if (t == DType::Q8_0) {
+        pack_blocks8<BlockQ8_0, BlockQ8_0x8>(src, n_rows, n_cols, dst);
+    } else {
+        pack_blocks8<BlockQ4_0, BlockQ4_0x8>(src, n_rows, n_cols, dst);
+    }
+}
+
+void unpack_row8(DType t, const void *packed, int64_t r, int64_t n_cols, void *out) {
+    SPARROW_ASSERT(packs_rows8(t) && n_cols % QK8_0 == 0);
+    if (t == DType::Q8_0) {
+        unpack_block8<BlockQ8_0, BlockQ8_0x8>(packed, r, n_cols, out);
+    } else {
+        unpack_block8<BlockQ4_0, BlockQ4_0x8>(packed, r, n_cols, out);
     }
 }
 
@@ -91,14 +121,14 @@ void get_rows(const WeightMatrix &table, const int32_t *ids, int64_t n, float *o
     if (!dtype_is_supported(table.type)) {
         throw_error("get_rows: table type %s is not supported", std::string(dtype_name(table.type)).c_str());
     }
-    std::vector<BlockQ8_0> unpacked(table.rows8 ? static_cast<size_t>(table.n_cols / QK8_0) : 0);
+    std::vector<uint8_t> unpacked(table.rows8 ? static_cast<size_t>(table.row_bytes) : 0);
     for (int64_t i = 0; i < n; ++i) {
         if (ids[i] < 0 || ids[i] >= table.n_rows) {
             throw_error("get_rows: id %d out of range [0, %lld)", ids[i], (long long)table.n_rows);
         }
         const void *row = table.row(ids[i]);
         if (table.rows8) {
-            unpack_q8_0_row8(table.data, ids[i], table.n_cols, unpacked.data());
+            unpack_row8(table.type, table.data, ids[i], table.n_cols, unpacked.data());
             row = unpacked.data();
         }
         dequantize_row(table.type, row, out + i * table.n_cols, table.n_cols);

@@ -15,8 +15,8 @@ namespace sparrow {
 // output r (ggml's ne[0] = n_cols, ne[1] = n_rows). Memory-mapped from the model file or, packed, owned by
 // the model's loader; never owned by the matrix.
 //
-// rows8 (Q8_0 only, n_rows % 8 == 0): the rows are packed eight to a record (core/blocks.h BlockQ8_0x8,
-// pack_q8_0_rows8). The bytes are as many as unpacked, so row(r) for r % 8 == 0 is where the group of rows
+// rows8 (Q8_0 and Q4_0, n_rows % 8 == 0): the rows are packed eight to a record (core/blocks.h BlockQ8_0x8,
+// BlockQ4_0x8; pack_rows8). The bytes are as many as unpacked, so row(r) for r % 8 == 0 is where the group of rows
 // r..r+7 starts (slices of whole groups work as for unpacked rows); other rows have no address of their own.
 struct WeightMatrix {
     DType type = DType::F32;
@@ -29,11 +29,12 @@ struct WeightMatrix {
     const uint8_t *row(int64_t r) const { return static_cast<const uint8_t *>(data) + r * row_bytes; }
 };
 
-// Q8_0 rows [n_rows, n_cols] (n_rows % 8 == 0, n_cols % 32 == 0) packed eight to a record into dst (as many
-// bytes as src), and back: unpack_q8_0_row8 writes row r of a packed matrix as its n_cols / 32 Q8_0 blocks,
-// the bytes the file held.
-void pack_q8_0_rows8(const void *src, int64_t n_rows, int64_t n_cols, void *dst);
-void unpack_q8_0_row8(const void *packed, int64_t r, int64_t n_cols, BlockQ8_0 *out);
+// Q8_0 or Q4_0 rows [n_rows, n_cols] (n_rows % 8 == 0, n_cols % 32 == 0) packed eight to a record into dst (as
+// many bytes as src), and back: unpack_row8 writes row r of a packed matrix as its n_cols / 32 blocks, the bytes
+// the file held (dtype_row_size(t, n_cols) of them).
+bool packs_rows8(DType t);  // Q8_0 or Q4_0
+void pack_rows8(DType t, const void *src, int64_t n_rows, int64_t n_cols, void *dst);
+void unpack_row8(DType t, const void *packed, int64_t r, int64_t n_cols, void *out);
 
 // Scratch owned by whoever runs the ops (a model context): sized on first use, then reused, so the hot
 // path does not allocate once warmed up.
@@ -53,10 +54,10 @@ struct OpScratch {
 //   w: [n_rows, n_cols] of any supported type
 //   x: [n_tokens, n_cols] f32;  y: [n_tokens, n_rows] f32 (must not alias x)
 // Q8_0 and Q4_0 weights: x is first quantised to Q8_0 per token (as ggml does) and the dot product is
-// integer within each 32-block. Packed Q8_0 (rows8) gives the same bits on every ISA level and for any
-// number of tokens (cpu::KernelTable::dot_rows_q8_0x8). F32/F16/BF16 weights: x stays f32 and products accumulate in
-// f32. Rows are split across the pool's threads; tokens are processed in tiles so that each weight row is read once per
-// tile, not once per token.
+// integer within each 32-block. Packed rows (rows8) give the same bits on every ISA level and for any
+// number of tokens (cpu::KernelTable::dot_rows_q8_0x8, dot_rows_q4_0x8). F32/F16/BF16 weights: x stays f32 and products
+// accumulate in f32. Rows are split across the pool's threads; tokens are processed in tiles so that each weight row is
+// read once per tile, not once per token.
 void matmul(ThreadPool &pool, OpScratch &scratch, const WeightMatrix &w, const float *x, int64_t n_tokens, float *y);
 
 // One product of matmul_many: y = matmul(w, x, n_tokens).

@@ -11,14 +11,14 @@ namespace sparrow {
 
 namespace {
 
-// pack_q8_0_rows8 over up to hardware_concurrency threads, in chunks of whole groups of about 8 MiB handed
+// pack_rows8 over up to hardware_concurrency threads, in chunks of whole groups of about 8 MiB handed
 // out in turn: packing reads the file's pages in (from disk the first time) and writes fresh anonymous pages,
 // and a big model has GBs of it. With release, each chunk's source pages are dropped once it is packed, so
 // the peak holds the packed matrix and a few chunks of the file rather than both copies of it: a real
 // model's expert stack is GBs. (On the bench model, whose largest matrix is 70 MB, the peak of a 16K
 // prefill measured the same either way: 1106 MiB.)
-void pack_in_parallel(const void *src, int64_t n_rows, int64_t n_cols, uint8_t *dst, bool release) {
-    const int64_t row_bytes = dtype_row_size(DType::Q8_0, n_cols);
+void pack_in_parallel(DType type, const void *src, int64_t n_rows, int64_t n_cols, uint8_t *dst, bool release) {
+    const int64_t row_bytes = dtype_row_size(type, n_cols);
     const int64_t n_groups = n_rows / 8, group_bytes = 8 * row_bytes;
     const int64_t chunk = std::max<int64_t>(1, (int64_t(8) << 20) / group_bytes);
     const int64_t n_chunks = (n_groups + chunk - 1) / chunk;
@@ -28,7 +28,7 @@ void pack_in_parallel(const void *src, int64_t n_rows, int64_t n_cols, uint8_t *
         for (int64_t c; (c = next.fetch_add(1)) < n_chunks;) {
             const int64_t g0 = c * chunk, g1 = std::min(n_groups, g0 + chunk);
             const uint8_t *from = static_cast<const uint8_t *>(src) + g0 * group_bytes;
-            pack_q8_0_rows8(from, (g1 - g0) * 8, n_cols, dst + g0 * group_bytes);
+            pack_rows8(type, from, (g1 - g0) * 8, n_cols, dst + g0 * group_bytes);
             if (release) release_mapped_pages(from, static_cast<size_t>((g1 - g0) * group_bytes));
         }
     };
@@ -69,12 +69,12 @@ WeightMatrix WeightLoader::weight_matrix(const gguf::TensorInfo &t, int64_t n_co
     note_matrix_type(t.type);
     WeightMatrix m{t.type, t.data, rows_per_mat * n_mats, n_cols, dtype_row_size(t.type, n_cols)};
     // Packed groups must not straddle two matrices of a stack (slices are whole matrices), hence rows_per_mat.
-    if (!repack_ || t.type != DType::Q8_0 || rows_per_mat % 8 != 0 || m.n_rows == 0) return m;
+    if (!repack_ || !packs_rows8(t.type) || rows_per_mat % 8 != 0 || m.n_rows == 0) return m;
     if (const auto it = by_name_.find(t.name); it != by_name_.end()) return it->second;
     // Not value-initialised: every byte is written by the packing, and zeroing first would touch it twice.
     uint8_t *bytes = packed_.emplace_back(new uint8_t[static_cast<size_t>(m.n_rows * m.row_bytes)]).get();
     // Only a mapping's pages are released: dropping those of a caller's buffer (File::parse) would zero them.
-    pack_in_parallel(t.data, m.n_rows, n_cols, bytes, file_.mapped());
+    pack_in_parallel(t.type, t.data, m.n_rows, n_cols, bytes, file_.mapped());
     m.data = bytes;
     m.rows8 = true;
     by_name_.emplace(t.name, m);

@@ -17,10 +17,10 @@ namespace sparrow {
 
 class WeightLoader {
   public:
-    // repack_q8_0: Q8_0 matrices whose rows (per matrix of a stack) come in multiples of 8 are packed eight
+    // repack: Q8_0 and Q4_0 matrices whose rows (per matrix of a stack) come in multiples of 8 are packed eight
     // rows to a record (kernels/ops.h) into memory this loader owns, and the file's pages they came from are
     // given back to the kernel (a later read maps them in again). The loader must outlive the matrices.
-    explicit WeightLoader(const gguf::File &file, bool repack_q8_0 = false) : file_(file), repack_(repack_q8_0) {}
+    explicit WeightLoader(const gguf::File &file, bool repack = false) : file_(file), repack_(repack) {}
 
     // A weight matrix [n_rows, n_cols] (GGUF ne = {n_cols, n_rows}) of a type the kernels compute with.
     WeightMatrix matrix(const std::string &name, int64_t n_cols, int64_t n_rows);
@@ -48,7 +48,7 @@ class WeightLoader {
     const gguf::File &file_;
     const bool repack_;
     std::deque<std::vector<float>> converted_;       // owned f32 copies; a deque keeps pointers stable
-    std::deque<std::unique_ptr<uint8_t[]>> packed_;  // packed Q8_0 matrices
+    std::deque<std::unique_ptr<uint8_t[]>> packed_;  // packed Q8_0 / Q4_0 matrices
     std::map<std::string, WeightMatrix> by_name_;    // matrices already packed (a tied output asks twice)
     std::set<std::string> used_;
     std::vector<std::string> matrix_types_;

@@ -80,6 +80,9 @@ struct KernelTable {
     // block's integer dot), dw * dx, acc) over the blocks in turn, from 0 (ggml's order, with one rounding per
     // block).
     DotRowsFn dot_rows_q8_0x8 = nullptr;
+    // The same for Q4_0 rows packed eight to a record (BlockQ4_0x8) against BlockQ8_0x2 activations: the block's
+    // integer dot is sum((u - 8) * x), the same order and the same bits on every level.
+    DotRowsFn dot_rows_q4_0x8 = nullptr;
     AxpyFn axpy_f32 = nullptr;
     AxpyFn axpy_f16 = nullptr;
     AxpyFn axpy_bf16 = nullptr;

@@ -330,6 +330,77 @@ void dot_rows_q8_0x8_any(const void *wv, size_t w_stride, int64_t n_rows, const 
     }
 }
 
+// --- Q4_0 weights packed eight rows to a record (BlockQ4_0x8) against BlockQ8_0x2 activations --------------
+// Per group of four bytes, one load holds 8 elements of each of the eight rows: the low nibbles (elements 4g..)
+// and the high ones (16 + 4g..), stored + 8, go into maddubs unsigned against the token's broadcast activations
+// for those elements (the record's lo and hi halves); pairs of products fit int16 (2 * 15 * 127) and so do the
+// two halves' sums. After the four groups each lane holds its row's sum(u * x); taking 8 * sum(x) (4 x the
+// record's 2 * sum) leaves sum((u - 8) * x), exact, and then acc = fma(float(dot), dw * dx, acc) as
+// dot_rows_q8_0x8 (the order dispatch.h defines).
+template <int J0, int H>
+inline void q4_0x8_record(const BlockQ4_0x8 &rec, __m256 dw, const uint8_t *x, size_t x_stride, int64_t b,
+                          __m256 *acc) {
+    const __m256i ones = _mm256_set1_epi16(1), mask = _mm256_set1_epi8(0x0f);
+    const int h = static_cast<int>(b % 2);
+    __m256i dot[H];
+#pragma GCC unroll 4
+    for (int j = 0; j < H; ++j) dot[j] = _mm256_setzero_si256();
+#pragma GCC unroll 4
+    for (int g = 0; g < 4; ++g) {
+        const __m256i wb = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(rec.qs + 32 * g));
+        const __m256i lo = _mm256_and_si256(wb, mask), hi = _mm256_and_si256(_mm256_srli_epi16(wb, 4), mask);
+#pragma GCC unroll 4
+        for (int j = 0; j < H; ++j) {
+            const auto *r = reinterpret_cast<const BlockQ8_0x2 *>(x + (J0 + j) * x_stride) + b / 2;
+            const __m256i xl = _mm256_broadcastd_epi32(_mm_loadu_si32(r->lo + 16 * h + 4 * g));
+            const __m256i xh = _mm256_broadcastd_epi32(_mm_loadu_si32(r->hi + 16 * h + 4 * g));
+            const __m256i p16 = _mm256_add_epi16(_mm256_maddubs_epi16(lo, xl), _mm256_maddubs_epi16(hi, xh));
+            dot[j] = _mm256_add_epi32(dot[j], _mm256_madd_epi16(p16, ones));
+        }
+    }
+#pragma GCC unroll 4
+    for (int j = 0; j < H; ++j) {
+        const auto *r = reinterpret_cast<const BlockQ8_0x2 *>(x + (J0 + j) * x_stride) + b / 2;
+        const __m256i offset = _mm256_set1_epi32(4 * r->sums[4 * h]);  // 8 * sum(x)
+        const __m256 d = _mm256_mul_ps(dw, _mm256_set1_ps(r->d[h]));
+        acc[J0 + j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(dot[j], offset)), d, acc[J0 + j]);
+    }
+}
+
+template <int NT>
+void q4_0x8_rows(const uint8_t *w, size_t w_stride, int64_t n_rows, const uint8_t *x, size_t x_stride, int64_t nb,
+                 float *y, size_t y_stride) {
+    constexpr int kFirst = NT > 4 ? (NT + 1) / 2 : NT;
+    for (int64_t g0 = 0; g0 < n_rows; g0 += 8) {
+        const auto *rec = reinterpret_cast<const BlockQ4_0x8 *>(w + g0 * static_cast<int64_t>(w_stride));
+        __m256 acc[NT];
+        for (int j = 0; j < NT; ++j) acc[j] = _mm256_setzero_ps();
+        for (int64_t b = 0; b < nb; ++b) {
+            const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(rec[b].d)));
+            q4_0x8_record<0, kFirst>(rec[b], dw, x, x_stride, b, acc);
+            if constexpr (NT > kFirst) q4_0x8_record<kFirst, NT - kFirst>(rec[b], dw, x, x_stride, b, acc);
+        }
+        for (int j = 0; j < NT; ++j) _mm256_storeu_ps(y + j * y_stride + g0, acc[j]);
+    }
+}
+
+void dot_rows_q4_0x8_any(const void *wv, size_t w_stride, int64_t n_rows, const void *xv, size_t x_stride, int n_x,
+                         int64_t n, float *y, size_t y_stride) {
+    const uint8_t *w = static_cast<const uint8_t *>(wv);
+    const uint8_t *x = static_cast<const uint8_t *>(xv);
+    const int64_t nb = n / QK4_0;
+    switch (n_x) {
+        case 1: q4_0x8_rows<1>(w, w_stride, n_rows, x, x_stride, nb, y, y_stride); return;
+        case 2: q4_0x8_rows<2>(w, w_stride, n_rows, x, x_stride, nb, y, y_stride); return;
+        case 3: q4_0x8_rows<3>(w, w_stride, n_rows, x, x_stride, nb, y, y_stride); return;
+        case 4: q4_0x8_rows<4>(w, w_stride, n_rows, x, x_stride, nb, y, y_stride); return;
+        case 5: q4_0x8_rows<5>(w, w_stride, n_rows, x, x_stride, nb, y, y_stride); return;
+        case 6: q4_0x8_rows<6>(w, w_stride, n_rows, x, x_stride, nb, y, y_stride); return;
+        case 7: q4_0x8_rows<7>(w, w_stride, n_rows, x, x_stride, nb, y, y_stride); return;
+        default: q4_0x8_rows<8>(w, w_stride, n_rows, x, x_stride, nb, y, y_stride); return;
+    }
+}
+
 // Q4_0 weights against BlockQ8_0x2 activations (core/blocks.h), two blocks at a time. The 16 bytes of each
 // weight block go into one register, block 0 in the low 128 bits and block 1 in the high; masking gives the
 // low nibbles of both and shifting the high nibbles, each lined up with the record's lo / hi activations.
@@ -439,6 +510,11 @@ void dot_rows_q8_0(const void *w, size_t w_stride, int64_t n_rows, const void *x
 void dot_rows_q8_0x8(const void *w, size_t w_stride, int64_t n_rows, const void *x, size_t x_stride, int n_x, int64_t n,
                      float *y, size_t y_stride) {
     dot_rows_q8_0x8_any(w, w_stride, n_rows, x, x_stride, n_x, n, y, y_stride);
+}
+
+void dot_rows_q4_0x8(const void *w, size_t w_stride, int64_t n_rows, const void *x, size_t x_stride, int n_x, int64_t n,
+                     float *y, size_t y_stride) {
+    dot_rows_q4_0x8_any(w, w_stride, n_rows, x, x_stride, n_x, n, y, y_stride);
 }
 
 void dot_tile_q4_0(const void *w, const void *x, size_t x_stride, int n_x, int64_t n, float *out) {

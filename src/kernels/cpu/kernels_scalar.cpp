@@ -113,6 +113,35 @@ void dot_rows_q8_0x8(const void *w, size_t w_stride, int64_t n_rows, const void 
     }
 }
 
+void dot_rows_q4_0x8(const void *w, size_t w_stride, int64_t n_rows, const void *x, size_t x_stride, int n_x, int64_t n,
+                     float *y, size_t y_stride) {
+    // As dot_rows_q8_0x8: per row and token, acc = fma(float(sum((u - 8) * x)), dw * dx, acc) block by block.
+    // Activations are BlockQ8_0x2 records (block b: record b / 2, half b % 2 of lo / hi, scale d[b % 2]).
+    const int64_t nb = n / QK4_0;
+    constexpr int kHalf = QK4_0 / 2;
+    for (int64_t g0 = 0; g0 < n_rows; g0 += 8) {
+        const auto *rec = reinterpret_cast<const BlockQ4_0x8 *>(static_cast<const uint8_t *>(w) + g0 * w_stride);
+        for (int j = 0; j < n_x; ++j) {
+            const auto *xr = reinterpret_cast<const BlockQ8_0x2 *>(static_cast<const uint8_t *>(x) + j * x_stride);
+            float acc[8] = {};
+            for (int64_t b = 0; b < nb; ++b) {
+                const BlockQ8_0x2 &r = xr[b / 2];
+                const int h = static_cast<int>(b % 2);
+                for (int row = 0; row < 8; ++row) {
+                    int32_t isum = 0;
+                    for (int k = 0; k < kHalf; ++k) {
+                        const uint8_t byte = rec[b].qs[(k / 4) * 32 + row * 4 + k % 4];
+                        isum += (int32_t(byte & 15) - 8) * int32_t(r.lo[h * kHalf + k]) +
+                                (int32_t(byte >> 4) - 8) * int32_t(r.hi[h * kHalf + k]);
+                    }
+                    acc[row] = std::fma(static_cast<float>(isum), fp16_to_f32(rec[b].d[row]) * r.d[h], acc[row]);
+                }
+            }
+            for (int row = 0; row < 8; ++row) y[j * y_stride + static_cast<size_t>(g0 + row)] = acc[row];
+        }
+    }
+}
+
 void dot_tile_q4_0(const void *wv, const void *x, size_t x_stride, int n_x, int64_t n, float *out) {
     // Activations are BlockQ8_0x2 records (core/blocks.h): the nibbles u = value + 8 multiply unsigned and
     // each block's -8 * sum(x) comes from the record (sums hold 2 * sum). The same integer per block, so the

@@ -78,7 +78,7 @@ void matmul(const WeightMatrix &w, const float *x, int64_t n_tokens, float *y) {
     const bool quantized = w.type == DType::Q8_0 || w.type == DType::Q4_0;
     const int64_t xq_bytes = dtype_row_size(DType::Q8_0, quantized ? w.n_cols : 0);
     std::vector<uint8_t> xq(static_cast<size_t>(xq_bytes));
-    std::vector<BlockQ8_0> unpacked(w.rows8 ? static_cast<size_t>(w.n_cols / QK8_0) : 0);
+    std::vector<uint8_t> unpacked(w.rows8 ? static_cast<size_t>(w.row_bytes) : 0);
     for (int64_t t = 0; t < n_tokens; ++t) {
         const float *xt = x + t * w.n_cols;
         if (quantized) quantize_row_q8_0(xt, reinterpret_cast<BlockQ8_0 *>(xq.data()), w.n_cols);
@@ -86,7 +86,7 @@ void matmul(const WeightMatrix &w, const float *x, int64_t n_tokens, float *y) {
         for (int64_t r = 0; r < w.n_rows; ++r) {
             const void *row = w.row(r);
             if (w.rows8) {  // the file's row, unpacked
-                unpack_q8_0_row8(w.data, r, w.n_cols, unpacked.data());
+                unpack_row8(w.type, w.data, r, w.n_cols, unpacked.data());
                 row = unpacked.data();
             }
             y[t * w.n_rows + r] = dot_weight_row(w.type, row, xd, w.n_cols);
@@ -100,8 +100,8 @@ void get_rows(const WeightMatrix &table, const int32_t *ids, int64_t n, float *o
             throw_error("get_rows: id %d out of range [0, %lld)", ids[i], (long long)table.n_rows);
         }
         if (table.rows8) {
-            std::vector<BlockQ8_0> row(static_cast<size_t>(table.n_cols / QK8_0));
-            unpack_q8_0_row8(table.data, ids[i], table.n_cols, row.data());
+            std::vector<uint8_t> row(static_cast<size_t>(table.row_bytes));
+            unpack_row8(table.type, table.data, ids[i], table.n_cols, row.data());
             dequantize_row(table.type, row.data(), out + i * table.n_cols, table.n_cols);
             continue;
         }
