@@ -67,18 +67,35 @@ WeightMatrix repeated_weights(DType t, int64_t n_cols, int64_t n_rows, std::mt19
     return WeightMatrix{t, bytes.data(), n_rows, n_cols, row_bytes};
 }
 
+// w's rows packed eight to a record into `bytes` (as the loader packs Q8_0 / Q4_0 weights; n_rows % 8 == 0).
+WeightMatrix packed_copy(const WeightMatrix &w, std::vector<uint8_t> &bytes) {
+    bytes.resize(static_cast<size_t>(w.n_rows * w.row_bytes));
+    pack_rows8(w.type, w.data, w.n_rows, w.n_cols, bytes.data());
+    WeightMatrix p = w;
+    p.data = bytes.data();
+    p.rows8 = true;
+    return p;
+}
+
+// The name of a matrix's weight layout: the type, "x8" added when packed.
+std::string layout_name(const WeightMatrix &w) { return std::string(dtype_name(w.type)) + (w.rows8 ? "x8" : ""); }
+
 // A weight matrix of type t with 4096 inputs and enough rows to span the working set.
 struct MatvecData {
     std::vector<uint8_t> bytes;
     WeightMatrix w;
     std::vector<float> x, y;
 
-    explicit MatvecData(DType t) {
+    explicit MatvecData(DType t, bool packed = false) {
         const int64_t n_cols = 4096;
         const int64_t n_rows = (working_set_bytes() / dtype_row_size(t, n_cols) + 63) / 64 * 64;
         std::mt19937 rng(1);
         std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
         w = repeated_weights(t, n_cols, n_rows, rng, bytes);
+        if (packed) {
+            std::vector<uint8_t> rows = std::move(bytes);
+            w = packed_copy(w, bytes);
+        }
         x.resize(static_cast<size_t>(n_cols));
         for (auto &v : x) v = dist(rng);
         y.resize(static_cast<size_t>(n_rows));
@@ -108,10 +125,10 @@ struct CachedMatvec {
     std::vector<float> x, y;
     int64_t n_tokens;
 
-    CachedMatvec(DType t, int64_t n_tok) : n_tokens(n_tok) {
+    CachedMatvec(DType t, int64_t n_tok, bool packed = false) : n_tokens(n_tok) {
         const int64_t n_cols = 4096;
         const int64_t row_bytes = dtype_row_size(t, n_cols);
-        const int64_t n_rows = std::max<int64_t>(1, (int64_t(256) << 10) / row_bytes);
+        const int64_t n_rows = std::max<int64_t>(8, (int64_t(256) << 10) / row_bytes / 8 * 8);
         bytes.resize(static_cast<size_t>(n_rows * row_bytes));
         std::mt19937 rng(2);
         std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
@@ -121,6 +138,10 @@ struct CachedMatvec {
             quantize_row(t, row.data(), bytes.data() + r * row_bytes, n_cols);
         }
         w = WeightMatrix{t, bytes.data(), n_rows, n_cols, row_bytes};
+        if (packed) {
+            std::vector<uint8_t> rows = std::move(bytes);
+            w = packed_copy(w, bytes);
+        }
         x.resize(static_cast<size_t>(n_cols * n_tokens));
         for (auto &v : x) v = dist(rng);
         y.resize(static_cast<size_t>(n_rows * n_tokens));
@@ -153,10 +174,14 @@ struct TokensMatmul {
     std::vector<float> x, y;
     static constexpr int64_t kMaxTokens = 8;
 
-    TokensMatmul(DType t, int64_t n_cols, int64_t n_rows) {
+    TokensMatmul(DType t, int64_t n_cols, int64_t n_rows, bool packed = false) {
         std::mt19937 rng(3);
         std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
         w = repeated_weights(t, n_cols, n_rows, rng, bytes);
+        if (packed) {
+            std::vector<uint8_t> rows = std::move(bytes);
+            w = packed_copy(w, bytes);
+        }
         x.resize(static_cast<size_t>(n_cols * kMaxTokens));
         for (auto &v : x) v = dist(rng);
         y.resize(static_cast<size_t>(n_rows * kMaxTokens));
@@ -340,31 +365,40 @@ int main(int argc, char **argv) {
     for (DType t : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0}) {
         matrices.push_back(std::make_unique<MatvecData>(t));
     }
+    // The loader's layout of Q8_0 / Q4_0 weights (packed eight rows to a record; names end in x8).
+    for (DType t : {DType::Q8_0, DType::Q4_0}) matrices.push_back(std::make_unique<MatvecData>(t, true));
 
     benchmark::RegisterBenchmark("copy", bm_copy, &buffers, n_threads)->UseRealTime()->Unit(benchmark::kMillisecond);
     benchmark::RegisterBenchmark("read", bm_read, &buffers, n_threads)->UseRealTime()->Unit(benchmark::kMillisecond);
     for (const auto &m : matrices) {
-        const std::string name = "matvec/" + std::string(dtype_name(m->w.type));
+        const std::string name = "matvec/" + layout_name(m->w);
         benchmark::RegisterBenchmark(name.c_str(), bm_matvec, m.get(), n_threads)
             ->UseRealTime()
             ->Unit(benchmark::kMillisecond);
     }
     std::vector<std::unique_ptr<CachedMatvec>> cached;
-    for (DType t : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0}) {
+    for (const auto &[t, packed] : {std::pair{DType::F32, false},
+                                    {DType::F16, false},
+                                    {DType::BF16, false},
+                                    {DType::Q8_0, false},
+                                    {DType::Q4_0, false},
+                                    {DType::Q8_0, true},
+                                    {DType::Q4_0, true}}) {
         for (int64_t n_tok : {1, 16}) {
-            cached.push_back(std::make_unique<CachedMatvec>(t, n_tok));
-            const std::string name = "cached/" + std::string(dtype_name(t)) + "/tokens:" + std::to_string(n_tok);
+            cached.push_back(std::make_unique<CachedMatvec>(t, n_tok, packed));
+            const std::string name = "cached/" + layout_name(cached.back()->w) + "/tokens:" + std::to_string(n_tok);
             benchmark::RegisterBenchmark(name.c_str(), bm_cached, cached.back().get())->Unit(benchmark::kMicrosecond);
         }
     }
     std::vector<std::unique_ptr<TokensMatmul>> token_mats;
-    for (DType t : {DType::Q8_0, DType::Q4_0}) {
+    for (const auto &[t, packed] :
+         {std::pair{DType::Q8_0, false}, {DType::Q4_0, false}, {DType::Q8_0, true}, {DType::Q4_0, true}}) {
         const int64_t dram_rows = (working_set_bytes() / dtype_row_size(t, 2048) + 63) / 64 * 64;
         for (const auto &[n_cols, n_rows] : {std::pair<int64_t, int64_t>{2048, dram_rows}, {2048, 768}, {768, 2048}}) {
-            token_mats.push_back(std::make_unique<TokensMatmul>(t, n_cols, n_rows));
+            token_mats.push_back(std::make_unique<TokensMatmul>(t, n_cols, n_rows, packed));
             for (int64_t n_tok : {1, 2, 4, 8}) {
-                const std::string name = "tokens/" + std::string(dtype_name(t)) + "/" + std::to_string(n_cols) + "x" +
-                                         std::to_string(n_rows) + "/T:" + std::to_string(n_tok);
+                const std::string name = "tokens/" + layout_name(token_mats.back()->w) + "/" + std::to_string(n_cols) +
+                                         "x" + std::to_string(n_rows) + "/T:" + std::to_string(n_tok);
                 benchmark::RegisterBenchmark(name.c_str(), bm_tokens, token_mats.back().get(), n_tok)
                     ->Unit(benchmark::kMicrosecond);
             }
