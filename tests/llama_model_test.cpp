@@ -17,6 +17,8 @@
 namespace sparrow {
 namespace {
 
+using test::rel_error;
+
 std::vector<float> last_logits(Context &ctx, const std::vector<int32_t> &ids, int32_t seq = 0, int32_t pos0 = 0) {
     std::vector<BatchToken> batch;
     for (size_t i = 0; i < ids.size(); ++i) {
@@ -25,15 +27,6 @@ std::vector<float> last_logits(Context &ctx, const std::vector<int32_t> &ids, in
     ctx.decode(batch);
     const auto l = ctx.logits(ids.size() - 1);
     return {l.begin(), l.end()};
-}
-
-double rel_error(const std::vector<float> &a, const std::vector<float> &b) {
-    double num = 0, den = 0;
-    for (size_t i = 0; i < a.size(); ++i) {
-        num += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
-        den += double(b[i]) * b[i];
-    }
-    return std::sqrt(num / std::max(den, 1e-30));
 }
 
 TEST(LlamaStories, TokenizesAndContinuesGreedilyAsKnown) {

@@ -17,14 +17,7 @@
 namespace sparrow {
 namespace {
 
-double rel_error(const std::vector<float> &a, const std::vector<float> &b) {
-    double num = 0, den = 0;
-    for (size_t i = 0; i < a.size(); ++i) {
-        num += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
-        den += double(b[i]) * b[i];
-    }
-    return std::sqrt(num / std::max(den, 1e-30));
-}
+using test::rel_error;
 
 class Repack : public ::testing::TestWithParam<std::string> {
   protected:

@@ -1,5 +1,7 @@
 #include "test_util.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 
@@ -29,6 +31,15 @@ std::vector<float> random_floats(std::mt19937 &rng, size_t n, float lo, float hi
     std::vector<float> v(n);
     for (auto &x : v) x = dist(rng);
     return v;
+}
+
+double rel_error(const std::vector<float> &a, const std::vector<float> &b) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < a.size(); ++i) {
+        num += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
+        den += double(b[i]) * b[i];
+    }
+    return std::sqrt(num / std::max(den, 1e-30));
 }
 
 }  // namespace sparrow::test

@@ -20,6 +20,9 @@ std::string make_temp_dir(const std::string &prefix);
 
 std::vector<float> random_floats(std::mt19937 &rng, size_t n, float lo = -1.0f, float hi = 1.0f);
 
+// ||a - b|| / ||b|| (Euclidean norms, in double): how far logits a are from the expected b.
+double rel_error(const std::vector<float> &a, const std::vector<float> &b);
+
 }  // namespace sparrow::test
 
 // Skips the current test with a message when ../shared/data is absent; else binds `var` to its path.

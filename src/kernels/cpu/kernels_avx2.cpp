@@ -21,6 +21,28 @@ namespace {
 // = cpu::kMaxTile (dispatch.h is not included here: it pulls in inline code)
 constexpr int kMaxTile = 4;
 
+// A token count as a type, for the kernels templated on it (this file's own: std::integral_constant would be a
+// shared inline function compiled with AVX2).
+template <int N>
+struct Tile {
+    static constexpr int value = N;
+};
+
+// f(Tile<n_x>{}) for n_x in 1..8 (8 for anything larger): the quantised kernels' entry points pick their tile.
+template <typename F>
+inline void with_quant_tile(int n_x, F &&f) {
+    switch (n_x) {
+        case 1: f(Tile<1>{}); return;
+        case 2: f(Tile<2>{}); return;
+        case 3: f(Tile<3>{}); return;
+        case 4: f(Tile<4>{}); return;
+        case 5: f(Tile<5>{}); return;
+        case 6: f(Tile<6>{}); return;
+        case 7: f(Tile<7>{}); return;
+        default: f(Tile<8>{}); return;
+    }
+}
+
 // Sum of the 8 lanes.
 inline float hsum(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -243,16 +265,8 @@ void dot_rows_q8_0_any(const void *wv, size_t w_stride, int64_t n_rows, const vo
     const uint8_t *w = static_cast<const uint8_t *>(wv);
     const uint8_t *x = static_cast<const uint8_t *>(xv);
     const int64_t nb = n / QK8_0;
-    switch (n_x) {
-        case 1: q8_0_rows<1>(w, w_stride, n_rows, x, x_stride, nb, y, y_stride); return;
-        case 2: q8_0_rows<2>(w, w_stride, n_rows, x, x_stride, nb, y, y_stride); return;
-        case 3: q8_0_rows<3>(w, w_stride, n_rows, x, x_stride, nb, y, y_stride); return;
-        case 4: q8_0_rows<4>(w, w_stride, n_rows, x, x_stride, nb, y, y_stride); return;
-        case 5: q8_0_rows<5>(w, w_stride, n_rows, x, x_stride, nb, y, y_stride); return;
-        case 6: q8_0_rows<6>(w, w_stride, n_rows, x, x_stride, nb, y, y_stride); return;
-        case 7: q8_0_rows<7>(w, w_stride, n_rows, x, x_stride, nb, y, y_stride); return;
-        default: q8_0_rows<8>(w, w_stride, n_rows, x, x_stride, nb, y, y_stride); return;
-    }
+    with_quant_tile(
+        n_x, [&](auto tile) { q8_0_rows<decltype(tile)::value>(w, w_stride, n_rows, x, x_stride, nb, y, y_stride); });
 }
 
 // --- Q8_0 weights packed eight rows to a record (BlockQ8_0x8) against Q8_0 activations ---------------------
@@ -318,16 +332,8 @@ void dot_rows_q8_0x8_any(const void *wv, size_t w_stride, int64_t n_rows, const 
     const uint8_t *w = static_cast<const uint8_t *>(wv);
     const uint8_t *x = static_cast<const uint8_t *>(xv);
     const int64_t nb = n / QK8_0;
-    switch (n_x) {
-        case 1: q8_0x8_rows<1>(w, w_stride, n_rows, x, x_stride, nb, y, y_stride); return;
-        case 2: q8_0x8_rows<2>(w, w_stride, n_rows, x, x_stride, nb, y, y_stride); return;
-        case 3: q8_0x8_rows<3>(w, w_stride, n_rows, x, x_stride, nb, y, y_stride); return;
-        case 4: q8_0x8_rows<4>(w, w_stride, n_rows, x, x_stride, nb, y, y_stride); return;
-        case 5: q8_0x8_rows<5>(w, w_stride, n_rows, x, x_stride, nb, y, y_stride); return;
-        case 6: q8_0x8_rows<6>(w, w_stride, n_rows, x, x_stride, nb, y, y_stride); return;
-        case 7: q8_0x8_rows<7>(w, w_stride, n_rows, x, x_stride, nb, y, y_stride); return;
-        default: q8_0x8_rows<8>(w, w_stride, n_rows, x, x_stride, nb, y, y_stride); return;
-    }
+    with_quant_tile(
+        n_x, [&](auto tile) { q8_0x8_rows<decltype(tile)::value>(w, w_stride, n_rows, x, x_stride, nb, y, y_stride); });
 }
 
 // --- Q4_0 weights packed eight rows to a record (BlockQ4_0x8) against BlockQ8_0x2 activations --------------
@@ -389,16 +395,8 @@ void dot_rows_q4_0x8_any(const void *wv, size_t w_stride, int64_t n_rows, const 
     const uint8_t *w = static_cast<const uint8_t *>(wv);
     const uint8_t *x = static_cast<const uint8_t *>(xv);
     const int64_t nb = n / QK4_0;
-    switch (n_x) {
-        case 1: q4_0x8_rows<1>(w, w_stride, n_rows, x, x_stride, nb, y, y_stride); return;
-        case 2: q4_0x8_rows<2>(w, w_stride, n_rows, x, x_stride, nb, y, y_stride); return;
-        case 3: q4_0x8_rows<3>(w, w_stride, n_rows, x, x_stride, nb, y, y_stride); return;
-        case 4: q4_0x8_rows<4>(w, w_stride, n_rows, x, x_stride, nb, y, y_stride); return;
-        case 5: q4_0x8_rows<5>(w, w_stride, n_rows, x, x_stride, nb, y, y_stride); return;
-        case 6: q4_0x8_rows<6>(w, w_stride, n_rows, x, x_stride, nb, y, y_stride); return;
-        case 7: q4_0x8_rows<7>(w, w_stride, n_rows, x, x_stride, nb, y, y_stride); return;
-        default: q4_0x8_rows<8>(w, w_stride, n_rows, x, x_stride, nb, y, y_stride); return;
-    }
+    with_quant_tile(
+        n_x, [&](auto tile) { q4_0x8_rows<decltype(tile)::value>(w, w_stride, n_rows, x, x_stride, nb, y, y_stride); });
 }
 
 // Q4_0 weights against BlockQ8_0x2 activations (core/blocks.h), two blocks at a time. The 16 bytes of each
