@@ -307,35 +307,6 @@ inline void q8_0x8_record(const BlockQ8_0x8 &rec, __m256 dw, const uint8_t *x, s
     }
 }
 
-// NT <= 8 tokens: in two passes over each record's bytes (the first ceil(NT / 2) tokens, then the rest) when
-// NT > 4, so each pass keeps its accumulators in registers.
-template <int NT>
-void q8_0x8_rows(const uint8_t *w, size_t w_stride, int64_t n_rows, const uint8_t *x, size_t x_stride, int64_t nb,
-                 float *y, size_t y_stride) {
-    constexpr int kFirst = NT > 4 ? (NT + 1) / 2 : NT;
-    const size_t dx_offset = static_cast<size_t>(nb) * sizeof(BlockQ8_0);  // the f32 scales after the blocks
-    for (int64_t g0 = 0; g0 < n_rows; g0 += 8) {
-        const auto *rec = reinterpret_cast<const BlockQ8_0x8 *>(w + g0 * static_cast<int64_t>(w_stride));
-        __m256 acc[NT];
-        for (int j = 0; j < NT; ++j) acc[j] = _mm256_setzero_ps();
-        for (int64_t b = 0; b < nb; ++b) {
-            const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(rec[b].d)));
-            q8_0x8_record<0, kFirst>(rec[b], dw, x, x_stride, dx_offset, b, acc);
-            if constexpr (NT > kFirst) q8_0x8_record<kFirst, NT - kFirst>(rec[b], dw, x, x_stride, dx_offset, b, acc);
-        }
-        for (int j = 0; j < NT; ++j) _mm256_storeu_ps(y + j * y_stride + g0, acc[j]);
-    }
-}
-
-void dot_rows_q8_0x8_any(const void *wv, size_t w_stride, int64_t n_rows, const void *xv, size_t x_stride, int n_x,
-                         int64_t n, float *y, size_t y_stride) {
-    const uint8_t *w = static_cast<const uint8_t *>(wv);
-    const uint8_t *x = static_cast<const uint8_t *>(xv);
-    const int64_t nb = n / QK8_0;
-    with_quant_tile(
-        n_x, [&](auto tile) { q8_0x8_rows<decltype(tile)::value>(w, w_stride, n_rows, x, x_stride, nb, y, y_stride); });
-}
-
 // --- Q4_0 weights packed eight rows to a record (BlockQ4_0x8) against BlockQ8_0x2 activations --------------
 // Per group of four bytes, one load holds 8 elements of each of the eight rows: the low nibbles (elements 4g..)
 // and the high ones (16 + 4g..), stored + 8, go into maddubs unsigned against the token's broadcast activations
@@ -344,8 +315,8 @@ void dot_rows_q8_0x8_any(const void *wv, size_t w_stride, int64_t n_rows, const 
 // record's 2 * sum) leaves sum((u - 8) * x), exact, and then acc = fma(float(dot), dw * dx, acc) as
 // dot_rows_q8_0x8 (the order dispatch.h defines).
 template <int J0, int H>
-inline void q4_0x8_record(const BlockQ4_0x8 &rec, __m256 dw, const uint8_t *x, size_t x_stride, int64_t b,
-                          __m256 *acc) {
+inline void q4_0x8_record(const BlockQ4_0x8 &rec, __m256 dw, const uint8_t *x, size_t x_stride,
+                          size_t /*dx_offset: the scales are in the records*/, int64_t b, __m256 *acc) {
     const __m256i ones = _mm256_set1_epi16(1), mask = _mm256_set1_epi8(0x0f);
     const int h = static_cast<int>(b % 2);
     __m256i dot[H];
@@ -373,21 +344,56 @@ inline void q4_0x8_record(const BlockQ4_0x8 &rec, __m256 dw, const uint8_t *x, s
     }
 }
 
-template <int NT>
-void q4_0x8_rows(const uint8_t *w, size_t w_stride, int64_t n_rows, const uint8_t *x, size_t x_stride, int64_t nb,
-                 float *y, size_t y_stride) {
+// Rows packed eight to a record against NT <= 8 tokens, one group of eight rows after another: per record, the
+// rows' scales widened once, then the tokens in two passes over the record's bytes (the first ceil(NT / 2)
+// tokens, then the rest) when NT > 4, so each pass keeps its accumulators in registers. Kind: Q8Packed or
+// Q4Packed (the record type and its per-record kernel).
+template <int NT, typename Kind>
+void packed_rows(const uint8_t *w, size_t w_stride, int64_t n_rows, const uint8_t *x, size_t x_stride, int64_t nb,
+                 size_t dx_offset, float *y, size_t y_stride) {
+    using R = typename Kind::Record;
     constexpr int kFirst = NT > 4 ? (NT + 1) / 2 : NT;
     for (int64_t g0 = 0; g0 < n_rows; g0 += 8) {
-        const auto *rec = reinterpret_cast<const BlockQ4_0x8 *>(w + g0 * static_cast<int64_t>(w_stride));
+        const auto *rec = reinterpret_cast<const R *>(w + g0 * static_cast<int64_t>(w_stride));
         __m256 acc[NT];
         for (int j = 0; j < NT; ++j) acc[j] = _mm256_setzero_ps();
         for (int64_t b = 0; b < nb; ++b) {
             const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(rec[b].d)));
-            q4_0x8_record<0, kFirst>(rec[b], dw, x, x_stride, b, acc);
-            if constexpr (NT > kFirst) q4_0x8_record<kFirst, NT - kFirst>(rec[b], dw, x, x_stride, b, acc);
+            Kind::template record<0, kFirst>(rec[b], dw, x, x_stride, dx_offset, b, acc);
+            if constexpr (NT > kFirst)
+                Kind::template record<kFirst, NT - kFirst>(rec[b], dw, x, x_stride, dx_offset, b, acc);
         }
         for (int j = 0; j < NT; ++j) _mm256_storeu_ps(y + j * y_stride + g0, acc[j]);
     }
+}
+
+struct Q8Packed {
+    using Record = BlockQ8_0x8;
+    template <int J0, int H>
+    static void record(const Record &rec, __m256 dw, const uint8_t *x, size_t x_stride, size_t dx_offset, int64_t b,
+                       __m256 *acc) {
+        q8_0x8_record<J0, H>(rec, dw, x, x_stride, dx_offset, b, acc);
+    }
+};
+
+struct Q4Packed {
+    using Record = BlockQ4_0x8;
+    template <int J0, int H>
+    static void record(const Record &rec, __m256 dw, const uint8_t *x, size_t x_stride, size_t dx_offset, int64_t b,
+                       __m256 *acc) {
+        q4_0x8_record<J0, H>(rec, dw, x, x_stride, dx_offset, b, acc);
+    }
+};
+
+void dot_rows_q8_0x8_any(const void *wv, size_t w_stride, int64_t n_rows, const void *xv, size_t x_stride, int n_x,
+                         int64_t n, float *y, size_t y_stride) {
+    const uint8_t *w = static_cast<const uint8_t *>(wv);
+    const uint8_t *x = static_cast<const uint8_t *>(xv);
+    const int64_t nb = n / QK8_0;
+    const size_t dx_offset = static_cast<size_t>(nb) * sizeof(BlockQ8_0);  // the f32 scales after the blocks
+    with_quant_tile(n_x, [&](auto tile) {
+        packed_rows<decltype(tile)::value, Q8Packed>(w, w_stride, n_rows, x, x_stride, nb, dx_offset, y, y_stride);
+    });
 }
 
 void dot_rows_q4_0x8_any(const void *wv, size_t w_stride, int64_t n_rows, const void *xv, size_t x_stride, int n_x,
@@ -395,8 +401,9 @@ void dot_rows_q4_0x8_any(const void *wv, size_t w_stride, int64_t n_rows, const 
     const uint8_t *w = static_cast<const uint8_t *>(wv);
     const uint8_t *x = static_cast<const uint8_t *>(xv);
     const int64_t nb = n / QK4_0;
-    with_quant_tile(
-        n_x, [&](auto tile) { q4_0x8_rows<decltype(tile)::value>(w, w_stride, n_rows, x, x_stride, nb, y, y_stride); });
+    with_quant_tile(n_x, [&](auto tile) {
+        packed_rows<decltype(tile)::value, Q4Packed>(w, w_stride, n_rows, x, x_stride, nb, 0, y, y_stride);
+    });
 }
 
 // Q4_0 weights against BlockQ8_0x2 activations (core/blocks.h), two blocks at a time. The 16 bytes of each
