@@ -1,7 +1,8 @@
 // Q8_0 and Q4_0 weights repacked at load (ModelParams::repack, kernels/ops.h WeightMatrix::rows8) through the
 // public API, for every architecture and both types: the packed model computes what the file's rows compute (the same
 // integer block dots, only a different f32 summation order), sequences in one batch still equal each alone, and the
-// loader reports what it packed. The kernels themselves are checked in kernels_test.cpp.
+// loader reports what it packed. The kernels themselves are checked in kernels_test.cpp. Also the loader's
+// other owned memory: norm vectors stored as f16 are converted at load and must live as long as the model.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -10,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "core/dtype.h"
+#include "gguf/gguf.h"
 #include "model/synthetic.h"
 #include "sparrow/sparrow.h"
 #include "test_util.h"
@@ -135,6 +138,54 @@ TEST_P(Repack, SkippedWhenTheWeightsWouldNotFitTheMemoryLimit) {
     EXPECT_TRUE(model_info(*packed).repack_note.empty());
     // The default limit (3/4 of available memory) repacks a model this small.
     EXPECT_GT(model_info(*load_model(path)).n_repacked_bytes, 0);
+}
+
+TEST(Loader, NormVectorsStoredAsF16LiveAsLongAsTheModel) {
+    // The same model with every norm weight stored as f16 (converted to f32 at load, into the loader's memory).
+    // The loader used to be a local of the model's constructor, so those vectors were read after being freed
+    // (AddressSanitizer reports it; without it the logits are usually garbage).
+    const std::string dir = test::make_temp_dir("sparrow-f16-norms-");
+    SyntheticParams p = synthetic_defaults("deepseek32");
+    const std::string f32_path = dir + "/f32.gguf", f16_path = dir + "/f16_norms.gguf";
+    write_synthetic_model(p, f32_path);
+    {
+        const gguf::File f = gguf::File::open(f32_path);
+        gguf::Writer w;
+        for (const auto &[key, value] : f.metadata()) w.set(key, value);
+        int n_converted = 0;
+        for (const gguf::TensorInfo &t : f.tensors()) {
+            const bool norm = t.name.find("norm.weight") != std::string::npos && t.ne.size() == 1;
+            if (!norm || t.type != DType::F32) {
+                w.add_tensor(t.name, t.type, t.ne, t.data, static_cast<size_t>(t.n_bytes));
+                continue;
+            }
+            std::vector<uint16_t> half(static_cast<size_t>(t.n_elements));
+            quantize_row(DType::F16, reinterpret_cast<const float *>(t.data), half.data(), t.n_elements);
+            w.add_tensor(t.name, DType::F16, t.ne, half.data(), half.size() * sizeof(uint16_t));
+            ++n_converted;
+        }
+        ASSERT_GT(n_converted, 3);
+        w.write(f16_path);
+    }
+    std::vector<int32_t> ids(30);
+    std::mt19937 rng(9);
+    for (auto &id : ids) id = static_cast<int32_t>(rng() % static_cast<uint32_t>(p.n_vocab));
+    auto logits_of = [&](const std::string &path) {
+        const auto model = load_model(path);
+        ContextParams cp;
+        cp.n_ctx = 64;
+        cp.n_threads = 2;
+        Context ctx(model, cp);
+        std::vector<BatchToken> batch;
+        for (size_t i = 0; i < ids.size(); ++i)
+            batch.push_back({ids[i], static_cast<int32_t>(i), 0, i + 1 == ids.size()});
+        ctx.decode(batch);
+        const auto l = ctx.logits(ids.size() - 1);
+        return std::vector<float>(l.begin(), l.end());
+    };
+    // f16 norm weights differ from the f32 ones by at most 2^-11 relative.
+    EXPECT_LT(rel_error(logits_of(f16_path), logits_of(f32_path)), 0.02);
+    std::filesystem::remove_all(dir);
 }
 
 INSTANTIATE_TEST_SUITE_P(Archs, Repack, ::testing::Values("llama", "deepseek32", "glm-dsa"),
