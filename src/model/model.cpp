@@ -67,7 +67,14 @@ Model::Model(const std::string &path, const ModelParams &params) : file_(gguf::F
 Model::~Model() = default;
 
 std::shared_ptr<const Model> load_model(const std::string &path, const ModelParams &params) {
-    return std::make_shared<Model>(path, params);
+    try {
+        return std::make_shared<Model>(path, params);
+    } catch (const Error &e) {
+        // Messages from the metadata getters and the vocabulary name the key; every load error names the file.
+        const std::string what = e.what();
+        if (what.starts_with(path)) throw;
+        throw Error(path + ": " + what, e.code());
+    }
 }
 const ModelInfo &model_info(const Model &model) { return model.info(); }
 const Tokenizer &model_tokenizer(const Model &model) { return model.tokenizer(); }

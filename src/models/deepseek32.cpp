@@ -27,6 +27,7 @@
 #include "kernels/ops.h"
 #include "model/arch.h"
 #include "model/blocks.h"
+#include "model/hparams.h"
 #include "model/moe.h"
 #include "model/rope_shift.h"
 
@@ -110,14 +111,6 @@ constexpr int64_t kAttnChunk = 64;
 // Tokens per FFN (and output head) pass: larger, so that each routed expert's weights serve several tokens.
 constexpr int64_t kFfnChunk = 256;
 
-// Reads "{arch}.key" as a positive integer with a clear error.
-int64_t get_positive(const gguf::File &f, const std::string &key, std::optional<int64_t> fallback = std::nullopt) {
-    const int64_t v = f.get_int(key, fallback);
-    if (v <= 0 || v > (int64_t(1) << 31))
-        throw_error("%s: '%s' = %lld is out of range", f.name().c_str(), key.c_str(), (long long)v);
-    return v;
-}
-
 // RoPE and softmax scale with llama.cpp's YaRN conventions for DeepSeek-family files
 // ([TAG_DEEPSEEK2_YARN_LOG_MUL_FIX]; MODELS.md §2.1c-d): the RoPE keeps unit magnitude and the whole
 // mscale^2 goes into the attention scale. glm-dsa does not read the log multiplier.
@@ -125,14 +118,17 @@ void read_rope(const gguf::File &f, const std::string &a, DsaHParams &hp, int64_
     RopeParams &r = hp.rope;
     r.layout = RopeLayout::adjacent;
     r.n_rot = static_cast<int>(hp.n_rot);
-    r.freq_base = static_cast<float>(f.get_float(a + ".rope.freq_base", 10000.0));
+    r.freq_base = static_cast<float>(hparam_float(f, a + ".rope.freq_base", 10000.0, FloatRange::positive));
     const std::string type = f.get_string(a + ".rope.scaling.type", "none");
-    const double factor = f.get_float(a + ".rope.scaling.factor", 0.0);
-    const double attn_factor_key = f.get_float(a + ".rope.scaling.attn_factor", 1.0);
+    const double factor = hparam_float(f, a + ".rope.scaling.factor", 0.0, FloatRange::non_negative);
+    const double attn_factor_key = hparam_float(f, a + ".rope.scaling.attn_factor", 1.0, FloatRange::positive);
     double yarn_attn_factor = attn_factor_key;
     double mscale = attn_factor_key;
     if (type == "yarn" && factor > 1.0) {
-        const double log_mul = hp.glm ? 0.0 : f.get_float(a + ".rope.scaling.yarn_log_multiplier", 0.0) / double(0.1f);
+        const double log_mul =
+            hp.glm ? 0.0
+                   : hparam_float(f, a + ".rope.scaling.yarn_log_multiplier", 0.0, FloatRange::non_negative) /
+                         double(0.1f);
         const auto get_mscale = [](double s, double m) { return 1.0 + 0.1 * m * std::log(s); };
         yarn_attn_factor =
             (log_mul != 0.0 ? get_mscale(factor, 1.0) / get_mscale(factor, log_mul) : get_mscale(factor, 1.0)) /
@@ -140,7 +136,8 @@ void read_rope(const gguf::File &f, const std::string &a, DsaHParams &hp, int64_
         mscale = yarn_attn_factor * (1.0 + 0.1 * std::log(factor)) * (1.0 + 0.1 * log_mul * std::log(factor));
         r.freq_scale = static_cast<float>(1.0 / factor);
         r.ext_factor = 1.0f;
-        r.n_ctx_orig = static_cast<int>(f.get_int(a + ".rope.scaling.original_context_length", hp.n_ctx_train));
+        r.n_ctx_orig = static_cast<int>(hparam_int(f, a + ".rope.scaling.original_context_length", 1, INT32_MAX,
+                                                   std::clamp<int64_t>(hp.n_ctx_train, 1, INT32_MAX)));
     } else if (type == "none" || type == "yarn" || type == "linear") {
         if (type == "linear" && factor > 0.0) r.freq_scale = static_cast<float>(1.0 / factor);
         r.n_ctx_orig = static_cast<int>(hp.n_ctx_train);
@@ -177,38 +174,42 @@ class DsaModel final : public ArchModel {
     DsaModel(const gguf::File &f, WeightLoader &w, ModelInfo &info) {
         const std::string a = f.get_string("general.architecture");
         hp_.glm = a == "glm-dsa";
-        hp_.n_embd = get_positive(f, a + ".embedding_length");
-        const int64_t n_block = get_positive(f, a + ".block_count");
+        hp_.n_embd = hparam_positive(f, a + ".embedding_length");
+        const int64_t n_block = hparam_positive(f, a + ".block_count");
         const int64_t n_nextn = f.get_int(a + ".nextn_predict_layers", 0);
         if (n_nextn < 0 || n_nextn >= n_block)
             throw_error("%s: nextn_predict_layers %lld is out of range", f.name().c_str(), (long long)n_nextn);
         hp_.n_layer = n_block - n_nextn;
         hp_.n_ctx_train = f.get_int(a + ".context_length", 4096);
-        hp_.n_head = get_positive(f, a + ".attention.head_count");
+        hp_.n_head = hparam_positive(f, a + ".attention.head_count");
         if (f.get_int(a + ".attention.head_count_kv", 1) != 1) {
             // llama.cpp writes head_count_kv = 1 for MLA's shared latent; anything else is not MLA.
             throw_error("%s: MLA needs attention.head_count_kv = 1", f.name().c_str());
         }
-        hp_.q_lora = get_positive(f, a + ".attention.q_lora_rank");
-        hp_.kv_lora = get_positive(f, a + ".attention.kv_lora_rank");
-        hp_.n_rot = get_positive(f, a + ".rope.dimension_count");
-        const int64_t key_length_mla = get_positive(f, a + ".attention.key_length_mla");
-        hp_.v_head = get_positive(f, a + ".attention.value_length_mla");
+        hp_.q_lora = hparam_positive(f, a + ".attention.q_lora_rank");
+        hp_.kv_lora = hparam_positive(f, a + ".attention.kv_lora_rank");
+        hp_.n_rot = hparam_positive(f, a + ".rope.dimension_count");
+        const int64_t key_length_mla = hparam_positive(f, a + ".attention.key_length_mla");
+        hp_.v_head = hparam_positive(f, a + ".attention.value_length_mla");
         hp_.nope = key_length_mla - hp_.n_rot;
         if (hp_.nope <= 0 || hp_.n_rot % 2)
             throw_error("%s: key_length_mla %lld and rope dims %lld are inconsistent", f.name().c_str(),
                         (long long)key_length_mla, (long long)hp_.n_rot);
-        hp_.rms_eps = static_cast<float>(f.get_float(a + ".attention.layer_norm_rms_epsilon", 1e-6));
-        hp_.n_ff = get_positive(f, a + ".feed_forward_length");
+        hp_.rms_eps =
+            static_cast<float>(hparam_float(f, a + ".attention.layer_norm_rms_epsilon", 1e-6, FloatRange::positive));
+        hp_.n_ff = hparam_positive(f, a + ".feed_forward_length");
         hp_.n_dense_lead = f.get_int(a + ".leading_dense_block_count", 0);
         hp_.moe.n_embd = hp_.n_embd;
         hp_.moe.n_expert = f.get_int(a + ".expert_count", 0);
         hp_.moe.n_expert_used = f.get_int(a + ".expert_used_count", 0);
         hp_.moe.n_ff_exp = f.get_int(a + ".expert_feed_forward_length", 0);
-        hp_.moe.n_group = std::max<int64_t>(1, f.get_int(a + ".expert_group_count", 1));
-        hp_.moe.n_group_used = std::max<int64_t>(1, f.get_int(a + ".expert_group_used_count", hp_.moe.n_group));
+        // 0 is written by some converters for "no groups"; negative counts are refused.
+        hp_.moe.n_group = std::max<int64_t>(1, hparam_int(f, a + ".expert_group_count", 0, INT32_MAX, 1));
+        hp_.moe.n_group_used =
+            std::max<int64_t>(1, hparam_int(f, a + ".expert_group_used_count", 0, INT32_MAX, hp_.moe.n_group));
         hp_.moe.norm_weights = f.get_bool(a + ".expert_weights_norm", false);
-        hp_.moe.weights_scale = static_cast<float>(f.get_float(a + ".expert_weights_scale", 1.0));
+        hp_.moe.weights_scale =
+            static_cast<float>(hparam_float(f, a + ".expert_weights_scale", 1.0, FloatRange::positive));
         const int64_t gating = f.get_int(a + ".expert_gating_func", hp_.glm ? 2 : 0);
         if (gating < 1 || gating > 4)
             throw_error("%s: expert_gating_func %lld is not one of 1..4", f.name().c_str(), (long long)gating);
@@ -221,9 +222,9 @@ class DsaModel final : public ArchModel {
                         f.name().c_str(), (long long)hp_.moe.n_expert, (long long)hp_.moe.n_expert_used,
                         (long long)hp_.moe.n_ff_exp, (long long)hp_.moe.n_group_used, (long long)hp_.moe.n_group);
         }
-        hp_.idx_n_head = get_positive(f, a + ".attention.indexer.head_count");
-        hp_.idx_head_dim = get_positive(f, a + ".attention.indexer.key_length");
-        hp_.idx_top_k = get_positive(f, a + ".attention.indexer.top_k");
+        hp_.idx_n_head = hparam_positive(f, a + ".attention.indexer.head_count");
+        hp_.idx_head_dim = hparam_positive(f, a + ".attention.indexer.key_length");
+        hp_.idx_top_k = hparam_positive(f, a + ".attention.indexer.top_k");
         if (hp_.idx_head_dim < hp_.n_rot)
             throw_error("%s: indexer key_length is smaller than the rope dims", f.name().c_str());
         read_rope(f, a, hp_, key_length_mla);

@@ -21,6 +21,7 @@
 #include "kernels/ops.h"
 #include "model/arch.h"
 #include "model/blocks.h"
+#include "model/hparams.h"
 #include "model/rope_shift.h"
 
 namespace sparrow {
@@ -67,21 +68,21 @@ RopeParams read_rope(const gguf::File &f, const std::string &arch, int64_t head_
     RopeParams p;
     p.layout = RopeLayout::adjacent;
     p.n_rot = static_cast<int>(f.get_int(arch + ".rope.dimension_count", head_dim));
-    p.freq_base = static_cast<float>(f.get_float(arch + ".rope.freq_base", 10000.0));
+    p.freq_base = static_cast<float>(hparam_float(f, arch + ".rope.freq_base", 10000.0, FloatRange::positive));
     const std::string scaling = f.get_string(arch + ".rope.scaling.type", "none");
-    double factor = f.get_float(arch + ".rope.scaling.factor", 0.0);
-    if (factor == 0.0) factor = f.get_float(arch + ".rope.scale_linear", 1.0);
+    double factor = hparam_float(f, arch + ".rope.scaling.factor", 0.0, FloatRange::non_negative);
+    if (factor == 0.0) factor = hparam_float(f, arch + ".rope.scale_linear", 1.0, FloatRange::positive);
     if (scaling == "none" || scaling == "linear") {
         p.freq_scale = factor > 0.0 ? static_cast<float>(1.0 / factor) : 1.0f;
     } else if (scaling == "yarn") {
         p.freq_scale = factor > 0.0 ? static_cast<float>(1.0 / factor) : 1.0f;
         p.ext_factor = 1.0f;
-        p.n_ctx_orig = static_cast<int>(
-            f.get_int(arch + ".rope.scaling.original_context_length", f.get_int(arch + ".context_length", 4096)));
+        p.n_ctx_orig = static_cast<int>(hparam_int(f, arch + ".rope.scaling.original_context_length", 1, INT32_MAX,
+                                                   hparam_int(f, arch + ".context_length", 1, INT32_MAX, 4096)));
     } else {
         throw_error("%s: rope scaling type '%s' is not supported", f.name().c_str(), scaling.c_str());
     }
-    if (p.n_ctx_orig == 0) p.n_ctx_orig = static_cast<int>(f.get_int(arch + ".context_length", 4096));
+    if (p.n_ctx_orig == 0) p.n_ctx_orig = static_cast<int>(hparam_int(f, arch + ".context_length", 1, INT32_MAX, 4096));
     if (p.n_rot <= 0 || p.n_rot > head_dim || p.n_rot % 2) {
         throw_error("%s: rope dimension count %d must be even and in [2, %lld]", f.name().c_str(), p.n_rot,
                     (long long)head_dim);
@@ -99,7 +100,8 @@ class LlamaModel final : public ArchModel {
         hp_.n_head = f.get_int(a + ".attention.head_count");
         hp_.n_head_kv = f.get_int(a + ".attention.head_count_kv", hp_.n_head);
         hp_.n_ctx_train = f.get_int(a + ".context_length", 2048);
-        hp_.rms_eps = static_cast<float>(f.get_float(a + ".attention.layer_norm_rms_epsilon", 1e-5));
+        hp_.rms_eps =
+            static_cast<float>(hparam_float(f, a + ".attention.layer_norm_rms_epsilon", 1e-5, FloatRange::positive));
         if (hp_.n_embd <= 0 || hp_.n_layer <= 0 || hp_.n_ff <= 0 || hp_.n_head <= 0 || hp_.n_head_kv <= 0 ||
             hp_.n_head % hp_.n_head_kv != 0 || hp_.n_embd % hp_.n_head != 0 || hp_.n_layer > 4096) {
             throw_error(
