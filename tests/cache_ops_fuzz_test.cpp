@@ -10,9 +10,12 @@
 // more layers a row also depends on what was visible when it was written). Top-k 8, so the indexer selects
 // among each sequence's own cells. A refused operation must leave the cache byte-identical (digest) and the
 // oracle must have predicted the refusal, or the cache be short of free cells.
+//
+// SPARROW_FUZZ_ITERATIONS (steps, default 1000) and SPARROW_FUZZ_SEED make longer runs by hand.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <map>
 #include <random>
@@ -31,6 +34,11 @@ constexpr int kSeqs = 4;
 constexpr int64_t kCells = 160;
 
 using History = std::map<int32_t, int32_t>;  // position -> token of one sequence
+
+uint64_t env_or(const char *name, uint64_t fallback) {
+    const char *s = std::getenv(name);
+    return s && *s ? std::strtoull(s, nullptr, 0) : fallback;
+}
 
 ContextParams context_params() {
     ContextParams cp;
@@ -72,13 +80,14 @@ TEST_P(CacheOpsFuzz, RandomOperationsMatchFreshRunsOfEachSequencesHistory) {
 
     Context ctx(model, context_params());
     std::vector<History> oracle(kSeqs);
-    std::mt19937 rng(static_cast<uint32_t>(std::hash<std::string>{}(variant)));
+    std::mt19937 rng(static_cast<uint32_t>(std::hash<std::string>{}(variant) + env_or("SPARROW_FUZZ_SEED", 0)));
     auto uniform = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
     auto max_pos = [&](int s) { return oracle[s].empty() ? -1 : oracle[s].rbegin()->first; };
     int n_probes = 0, n_refused = 0;
     double worst = 0;
 
-    for (int step = 0; step < 300; ++step) {
+    const int n_steps = static_cast<int>(env_or("SPARROW_FUZZ_ITERATIONS", 1000));
+    for (int step = 0; step < n_steps; ++step) {
         const int op = uniform(0, 11);
         const int s = uniform(0, kSeqs - 1);
         const std::string what =
