@@ -143,6 +143,14 @@ TEST_F(LlamaSynthetic, RemovingASuffixThenDecodingEqualsAFreshRun) {
     EXPECT_LT(rel_error(got, last_logits(fresh, history)), 1e-6);
 }
 
+TEST_F(LlamaSynthetic, ThreadCountsOutOfRangeAreRefused) {
+    for (const int n : {-1, ContextParams::kMaxThreads + 1, 100000}) {
+        ContextParams cp;
+        cp.n_threads = n;
+        EXPECT_THROW(Context(model_, cp), Error) << n;
+    }
+}
+
 TEST_F(LlamaSynthetic, BadBatchesAreRefusedAndLeaveTheCacheAlone) {
     Context ctx = make_context(8, 32);
     const auto ids = random_ids(20, 7);

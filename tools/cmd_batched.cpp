@@ -178,7 +178,7 @@ Command register_batched(CLI::App &app) {
     cmd->add_option("-p,--prompt", f->prompt, "Prompt text")->required();
     cmd->add_option("--parallel", f->n_parallel, "Sequences generated side by side (-np)")
         ->check(CLI::Range(int64_t(1), int64_t(256)));
-    cmd->add_option("-n,--n-predict", f->n_predict, "Tokens to generate per sequence")->check(CLI::PositiveNumber);
+    cmd->add_option("-n,--n-predict", f->n_predict, "Tokens to generate per sequence")->check(count_at_least(1));
     f->sampling.add_to(*cmd, "Random seed of sequence 0; sequence i uses seed + i (-1 = random)");
     cmd->add_flag("--compare-single", f->compare_single,
                   "Then generate for one sequence alone and print the aggregate speed ratio");

@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "commands.h"
+#include "common.h"
 #include "core/error.h"
 #include "model/synthetic.h"
 
@@ -96,7 +97,7 @@ Command register_make_model(CLI::App &app) {
                     "(default: the GLM-5.2 pattern 1,1,1,0,0,0,1,...)");
     CLI::Option *outlier_scale =
         cmd->add_option("--outlier-scale", given->outlier_scale, "Factor of the outlier channels (default 30)")
-            ->check(CLI::Range(1.0f, 1e4f));
+            ->check(finite_in(1.0, 1e4));
     CLI::Option *seed = cmd->add_option("--seed", given->seed, "Random seed");
     CLI::Option *tied =
         cmd->add_flag("--tied-output", given->tied_output, "No output.weight: the output reuses token_embd");

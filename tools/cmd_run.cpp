@@ -154,7 +154,7 @@ Command register_run(CLI::App &app) {
     cmd->add_option("--dump-logits", f->dump_logits_path, "Write the last prompt position's logits (.npy)");
     cmd->add_option("--dump-selection", f->dump_selection_path,
                     "Write, per layer, the keys the last prompt queries attended (.json; sparse-attention models)");
-    cmd->add_option("-n,--n-predict", f->n_predict, "Tokens to generate")->check(CLI::NonNegativeNumber);
+    cmd->add_option("-n,--n-predict", f->n_predict, "Tokens to generate")->check(count_at_least(0));
     f->sampling.add_to(*cmd);
     return [f, prompt, ids] {
         if (prompt->count() == 0 && ids->count() == 0) throw_error("run: give a prompt (-p) or --prompt-ids");

@@ -2,7 +2,9 @@
 
 #include <sys/resource.h>
 
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <random>
 #include <sstream>
@@ -12,14 +14,32 @@
 
 namespace sparrow::tools {
 
+CLI::Validator finite_in(double lo, double hi) {
+    char desc[64];
+    std::snprintf(desc, sizeof desc, "FLOAT in [%g, %g]", lo, hi);
+    return CLI::Validator(
+        [lo, hi](std::string &text) -> std::string {
+            char *end = nullptr;
+            const double v = std::strtod(text.c_str(), &end);
+            if (text.empty() || end != text.c_str() + text.size()) return "'" + text + "' is not a number";
+            if (!std::isfinite(v) || v < lo || v > hi) {
+                char msg[96];
+                std::snprintf(msg, sizeof msg, "%s is not a finite number in [%g, %g]", text.c_str(), lo, hi);
+                return msg;
+            }
+            return {};
+        },
+        desc);
+}
+
 void ModelFlags::add_to(CLI::App &cmd, int64_t default_ctx, bool with_dsa_flag, bool with_stats_flag) {
     n_ctx = default_ctx;
     cmd.add_option("-m,--model", model_path, "Model file (GGUF)")->required();
     cmd.add_option("-c,--ctx-size", n_ctx, "Context size in tokens (0 = the model's, at most 4096)")
-        ->check(CLI::NonNegativeNumber);
-    cmd.add_option("-b,--batch-size", n_batch, "Most tokens per decode call")->check(CLI::PositiveNumber);
-    cmd.add_option("--ubatch-size", n_ubatch, "Tokens per forward pass")->check(CLI::PositiveNumber);
-    cmd.add_option("-t,--threads", n_threads, "Threads (0 = all)")->check(CLI::NonNegativeNumber);
+        ->check(count_at_least(0));
+    cmd.add_option("-b,--batch-size", n_batch, "Most tokens per decode call")->check(count_at_least(1));
+    cmd.add_option("--ubatch-size", n_ubatch, "Tokens per forward pass")->check(count_at_least(1));
+    cmd.add_option("-t,--threads", n_threads, "Threads (0 = all)")->check(CLI::Range(0, ContextParams::kMaxThreads));
     cmd.add_option("--cache-type-k", cache_type_k, "K cache type (MLA: the latent): f32, f16, bf16, q8_0, q4_0")
         ->check(CLI::IsMember({"f32", "f16", "bf16", "q8_0", "q4_0"}));
     cmd.add_option("--cache-type-v", cache_type_v, "V cache type: f32, f16, bf16, q8_0, q4_0")
@@ -31,11 +51,10 @@ void ModelFlags::add_to(CLI::App &cmd, int64_t default_ctx, bool with_dsa_flag, 
         cmd.add_option("--dsa", dsa, "Sparse attention for models with an indexer: on or off (dense)")
             ->check(CLI::IsMember({"on", "off"}));
     }
-    cmd.add_option("--dsa-top-k", dsa_top_k, "Keys each query attends (0 = the model's)")
-        ->check(CLI::NonNegativeNumber);
+    cmd.add_option("--dsa-top-k", dsa_top_k, "Keys each query attends (0 = the model's)")->check(count_at_least(0));
     cmd.add_option("--dsa-sink", dsa_sink,
                    "Attention sinks: the first N positions of each sequence are always selected (within top-k)")
-        ->check(CLI::NonNegativeNumber);
+        ->check(count_at_least(0));
     cmd.add_option("--indexer-cache-type", indexer_cache_type, "Indexer key cache type: f32, f16, bf16, q8_0, q4_0")
         ->check(CLI::IsMember({"f32", "f16", "bf16", "q8_0", "q4_0"}));
     if (with_stats_flag)
@@ -73,9 +92,9 @@ ModelParams ModelFlags::model_params() const {
 }
 
 void SamplingFlags::add_to(CLI::App &cmd, const std::string &seed_help) {
-    cmd.add_option("--temp", temp, "Temperature (0 = greedy)")->check(CLI::NonNegativeNumber);
-    cmd.add_option("--top-k", top_k, "Keep the k most likely tokens (0 = all)")->check(CLI::NonNegativeNumber);
-    cmd.add_option("--top-p", top_p, "Nucleus sampling threshold (1 = off)")->check(CLI::Range(0.0f, 1.0f));
+    cmd.add_option("--temp", temp, "Temperature (0 = greedy)")->check(finite_in(0.0, 100.0));
+    cmd.add_option("--top-k", top_k, "Keep the k most likely tokens (0 = all)")->check(count_at_least(0));
+    cmd.add_option("--top-p", top_p, "Nucleus sampling threshold (1 = off)")->check(finite_in(0.0, 1.0));
     cmd.add_option("-s,--seed", seed, seed_help);
 }
 

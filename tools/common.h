@@ -11,6 +11,12 @@
 
 namespace sparrow::tools {
 
+// Option checks whose messages read well: CLI11's NonNegativeNumber / PositiveNumber print DBL_MAX in full
+// as the upper bound, and its Range lets NaN through.
+constexpr int64_t kMaxCount = int64_t(1) << 31;  // upper bound of sizes and counts on the command line
+inline CLI::Range count_at_least(int64_t lo) { return CLI::Range(lo, kMaxCount); }
+CLI::Validator finite_in(double lo, double hi);  // a finite number in [lo, hi]
+
 struct ModelFlags {
     std::string model_path;
     int64_t n_ctx = 0;

@@ -69,7 +69,8 @@ struct ContextParams {
     int64_t n_ctx = 0;       // cache cells; 0 = the model's training context, capped at 4096
     int64_t n_batch = 2048;  // most tokens one decode() call accepts
     int64_t n_ubatch = 512;  // tokens per forward pass; a batch is split into ubatches of this size
-    int n_threads = 0;       // 0 = all hardware threads
+    static constexpr int kMaxThreads = 1024;
+    int n_threads = 0;  // 0 = all hardware threads; at most kMaxThreads
     CacheType cache_type_k = CacheType::f16;
     CacheType cache_type_v = CacheType::f16;
     // Sparse attention (models with a lightning indexer): off runs dense attention over every visible key.

@@ -93,6 +93,8 @@ Context::Context(std::shared_ptr<const Model> model, const ContextParams &params
     ContextParams p = params_in;
     const ModelInfo &info = model->info();
     if (p.n_ctx < 0 || p.n_batch < 0 || p.n_ubatch < 0) throw_error("context sizes must not be negative");
+    if (p.n_threads < 0 || p.n_threads > ContextParams::kMaxThreads)
+        throw_error("%d threads is out of range [0, %d]", p.n_threads, ContextParams::kMaxThreads);
     if (p.n_ctx == 0) p.n_ctx = std::min<int64_t>(info.n_ctx_train > 0 ? info.n_ctx_train : 4096, 4096);
     if (p.n_batch == 0) p.n_batch = p.n_ctx;
     if (p.n_ubatch == 0) p.n_ubatch = 512;

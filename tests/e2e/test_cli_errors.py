@@ -62,6 +62,15 @@ expect_error(["make-model", "--arch", "llama", "-o", os.path.join(tmp, "x.gguf")
              "head size", "make-model with inconsistent sizes")
 expect_error(["perplexity", "-m", model, "-f", os.path.join(tmp, "nope.txt")], "cannot open", "missing text file")
 
+# Out-of-range numbers: the message gives the range in plain figures (CLI11's own checks printed DBL_MAX in
+# full), NaN is refused, and a thread count that would start 100,000 threads is refused instead of hanging.
+for flag, value, needle in (("-b", -7, "not in range 1 to 2147483648"), ("-c", -1, "not in range 0 to"),
+                            ("--temp", "nan", "not a finite number"), ("--top-p", "nan", "not a finite number"),
+                            ("--temp", "x", "not a number"), ("-t", 100000, "not in range 0 to 1024")):
+    expect_error(["run", "-m", model, "-p", "x", flag, value], needle, f"run {flag} {value}")
+    proc = harness.run(["run", "-m", model, "-p", "x", flag, value], check=False)
+    checks.check("17976931348623157" not in proc.stderr, f"run {flag} {value}: no DBL_MAX in the message")
+
 # And a good run still works after all that.
 out = harness.run(["run", "-m", model, "-p", "Once upon a time", "-n", 8, "--temp", 0])
 checks.check(out.stdout.startswith("Once upon a time"), "a valid run prints the prompt and its continuation")
