@@ -14,6 +14,7 @@
 // runs by hand.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -93,6 +94,11 @@ bool is_block_type(DType t) { return t == DType::Q8_0 || t == DType::Q4_0; }
 Value fuzz_integer(std::mt19937 &rng, const Value &old) {
     const bool is_signed = std::holds_alternative<int64_t>(old.data);
     const int64_t v = is_signed ? std::get<int64_t>(old.data) : static_cast<int64_t>(std::get<uint64_t>(old.data));
+    // The old value nudged, saturating (an earlier mutation may have left it at an int64 extreme).
+    auto nudged = [](__int128 x) {
+        return static_cast<int64_t>(
+            std::clamp<__int128>(x, std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max()));
+    };
     const int64_t picks[] = {0,
                              1,
                              2,
@@ -110,11 +116,11 @@ Value fuzz_integer(std::mt19937 &rng, const Value &old) {
                              int64_t(1) << 40,
                              std::numeric_limits<int64_t>::max(),
                              std::numeric_limits<int64_t>::min(),
-                             v + 1,
-                             v - 1,
-                             v * 2,
+                             nudged(__int128(v) + 1),
+                             nudged(__int128(v) - 1),
+                             nudged(__int128(v) * 2),
                              v / 2,
-                             -v};
+                             nudged(-__int128(v))};
     int64_t x = picks[std::uniform_int_distribution<size_t>(0, std::size(picks) - 1)(rng)];
     // Keep the field's own type when the value fits it, else widen to the 64-bit type of the same sign
     // (a file may legitimately store any integer type; the loader reads them all).

@@ -12,13 +12,16 @@
 
 namespace sparrow {
 
+// Upper bound of counts and sizes read from metadata: products of two stay far inside int64.
+constexpr int64_t kMaxHParam = int64_t(1) << 31;
+
 // An integer in [lo, hi].
 int64_t hparam_int(const gguf::File &f, const std::string &key, int64_t lo, int64_t hi,
                    std::optional<int64_t> fallback = std::nullopt);
 // An integer in [1, 2^31]: counts and sizes.
 inline int64_t hparam_positive(const gguf::File &f, const std::string &key,
                                std::optional<int64_t> fallback = std::nullopt) {
-    return hparam_int(f, key, 1, int64_t(1) << 31, fallback);
+    return hparam_int(f, key, 1, kMaxHParam, fallback);
 }
 
 enum class FloatRange {

@@ -198,15 +198,15 @@ class DsaModel final : public ArchModel {
         hp_.rms_eps =
             static_cast<float>(hparam_float(f, a + ".attention.layer_norm_rms_epsilon", 1e-6, FloatRange::positive));
         hp_.n_ff = hparam_positive(f, a + ".feed_forward_length");
-        hp_.n_dense_lead = f.get_int(a + ".leading_dense_block_count", 0);
+        hp_.n_dense_lead = hparam_int(f, a + ".leading_dense_block_count", 0, kMaxHParam, 0);
         hp_.moe.n_embd = hp_.n_embd;
-        hp_.moe.n_expert = f.get_int(a + ".expert_count", 0);
-        hp_.moe.n_expert_used = f.get_int(a + ".expert_used_count", 0);
-        hp_.moe.n_ff_exp = f.get_int(a + ".expert_feed_forward_length", 0);
+        hp_.moe.n_expert = hparam_int(f, a + ".expert_count", 0, kMaxHParam, 0);
+        hp_.moe.n_expert_used = hparam_int(f, a + ".expert_used_count", 0, kMaxHParam, 0);
+        hp_.moe.n_ff_exp = hparam_int(f, a + ".expert_feed_forward_length", 0, kMaxHParam, 0);
         // 0 is written by some converters for "no groups"; negative counts are refused.
-        hp_.moe.n_group = std::max<int64_t>(1, hparam_int(f, a + ".expert_group_count", 0, INT32_MAX, 1));
+        hp_.moe.n_group = std::max<int64_t>(1, hparam_int(f, a + ".expert_group_count", 0, kMaxHParam, 1));
         hp_.moe.n_group_used =
-            std::max<int64_t>(1, hparam_int(f, a + ".expert_group_used_count", 0, INT32_MAX, hp_.moe.n_group));
+            std::max<int64_t>(1, hparam_int(f, a + ".expert_group_used_count", 0, kMaxHParam, hp_.moe.n_group));
         hp_.moe.norm_weights = f.get_bool(a + ".expert_weights_norm", false);
         hp_.moe.weights_scale =
             static_cast<float>(hparam_float(f, a + ".expert_weights_scale", 1.0, FloatRange::positive));
@@ -214,7 +214,7 @@ class DsaModel final : public ArchModel {
         if (gating < 1 || gating > 4)
             throw_error("%s: expert_gating_func %lld is not one of 1..4", f.name().c_str(), (long long)gating);
         hp_.moe.gating = static_cast<GatingFunc>(gating);
-        hp_.n_expert_shared = f.get_int(a + ".expert_shared_count", 0);
+        hp_.n_expert_shared = hparam_int(f, a + ".expert_shared_count", 0, kMaxHParam, 0);
         if (hp_.n_dense_lead < hp_.n_layer &&
             (hp_.moe.n_expert <= 0 || hp_.moe.n_expert_used <= 0 || hp_.moe.n_expert_used > hp_.moe.n_expert ||
              hp_.moe.n_ff_exp <= 0 || hp_.moe.n_expert % hp_.moe.n_group || hp_.moe.n_group_used > hp_.moe.n_group)) {
