@@ -155,6 +155,15 @@ Value fuzz_string(std::mt19937 &rng) {
     return Value::str(picks[std::uniform_int_distribution<size_t>(0, std::size(picks) - 1)(rng)]);
 }
 
+// A boundary value of the same kind as a scalar `old` (integer, float, string or bool).
+Value fuzz_scalar(std::mt19937 &rng, const Value &old) {
+    if (old.is_integer()) return fuzz_integer(rng, old);
+    if (old.type == ValueType::FLOAT32 || old.type == ValueType::FLOAT64) return fuzz_float(rng, old);
+    if (old.type == ValueType::STRING) return fuzz_string(rng);
+    if (old.type == ValueType::BOOL) return Value::boolean(!std::get<bool>(old.data));
+    return old;
+}
+
 // A value of another type than `old` (a string where a number is expected, a number where an array is...).
 Value wrong_type(std::mt19937 &rng, const Value &old) {
     switch (std::uniform_int_distribution<int>(0, 4)(rng)) {
@@ -178,18 +187,12 @@ Value fuzz_array(std::mt19937 &rng, const Value &old) {
         case 2:  // one element at a boundary value
             if (!a.items.empty() && a.type != ValueType::ARRAY) {
                 Value &e = a.items[std::uniform_int_distribution<size_t>(0, a.items.size() - 1)(rng)];
+                e = fuzz_scalar(rng, e);
                 if (e.is_integer()) {
-                    e = fuzz_integer(rng, e);
                     a.type = e.type;  // a widened value widens the whole array's type
                     for (auto &other : a.items) {
                         if (other.type != e.type) other = Value{e.type, other.data};
                     }
-                } else if (e.type == ValueType::FLOAT32 || e.type == ValueType::FLOAT64) {
-                    e = fuzz_float(rng, e);
-                } else if (e.type == ValueType::STRING) {
-                    e = fuzz_string(rng);
-                } else if (e.type == ValueType::BOOL) {
-                    e = Value::boolean(!std::get<bool>(e.data));
                 }
             }
             break;
@@ -229,16 +232,10 @@ std::string mutate(std::mt19937 &rng, Draft &d) {
         }
         if (how == 1) {
             v = wrong_type(rng, v);
-        } else if (v.is_integer()) {
-            v = fuzz_integer(rng, v);
-        } else if (v.type == ValueType::FLOAT32 || v.type == ValueType::FLOAT64) {
-            v = fuzz_float(rng, v);
-        } else if (v.type == ValueType::STRING) {
-            v = fuzz_string(rng);
-        } else if (v.type == ValueType::BOOL) {
-            v = Value::boolean(!std::get<bool>(v.data));
         } else if (v.type == ValueType::ARRAY) {
             v = fuzz_array(rng, v);
+        } else {
+            v = fuzz_scalar(rng, v);
         }
         return key + " = " + v.to_display_string(4);
     }
