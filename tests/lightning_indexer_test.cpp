@@ -380,19 +380,27 @@ TEST(Indexer, BadInputsThrow) {
 
 // The selection does not depend on the thread count (splits and chunks change, scores do not), and the
 // kernel levels agree up to summation order.
+// Nine queries of two sequences, and one query alone (decode: the context is cut into splits, and fast mode's
+// exact re-scoring of the band around the cut into pieces over the threads).
 TEST(Indexer, ThreadCountsAgree) {
+    struct Case {
+        int64_t n_tokens, n_seq, top_k;
+    };
     std::mt19937 rng(31);
-    Problem p = make_problem(rng, 9, 2, 5000, 32, 128, DType::F16, true);
-    fill_structured(rng, p);
-    for (auto precision : {IndexerPrecision::exact, IndexerPrecision::fast}) {
-        ThreadPool one(1);
-        const auto scalar = run(cpu::Isa::scalar, one, p, precision, 256);
-        for (cpu::Isa isa : levels()) {
-            const auto want = run(isa, one, p, precision, 256);
-            for (size_t t = 0; t < want.size(); ++t) EXPECT_GE(jaccard(want[t], scalar[t]), 0.97);
-            for (int n : {2, 3, 4}) {
-                ThreadPool pool(n);
-                EXPECT_EQ(run(isa, pool, p, precision, 256), want) << cpu::isa_name(isa) << " threads " << n;
+    for (const Case &c : {Case{9, 2, 256}, Case{1, 1, 1024}}) {
+        Problem p = make_problem(rng, c.n_tokens, c.n_seq, 5000, 32, 128, DType::F16, true);
+        fill_structured(rng, p);
+        for (auto precision : {IndexerPrecision::exact, IndexerPrecision::fast}) {
+            ThreadPool one(1);
+            const auto scalar = run(cpu::Isa::scalar, one, p, precision, c.top_k);
+            for (cpu::Isa isa : levels()) {
+                const auto want = run(isa, one, p, precision, c.top_k);
+                for (size_t t = 0; t < want.size(); ++t) EXPECT_GE(jaccard(want[t], scalar[t]), 0.97);
+                for (int n : {2, 3, 4}) {
+                    ThreadPool pool(n);
+                    EXPECT_EQ(run(isa, pool, p, precision, c.top_k), want)
+                        << cpu::isa_name(isa) << " threads " << n << " tokens " << c.n_tokens;
+                }
             }
         }
     }

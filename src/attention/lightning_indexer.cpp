@@ -13,7 +13,9 @@
 //     past its shared prefix), one query at a time. Splits exist only to give threads work when there are
 //     few chunks (decode); with many chunks there is one split per chunk.
 //  3. Per scored query, the splits' top-k sets are merged (select_best, a radix select), the winners put
-//     into candidate order and mapped to cells.
+//     into candidate order and mapped to cells. Fast mode's exact re-scoring of the band around the cut
+//     (below) runs between the merge and the choice, cut into pieces over the threads: in decode there is
+//     one query, and its merge and choice are the only serial part of the call.
 // Fast mode (int8 products) is two-stage, so that its selection stays that of exact mode except where the
 // int8 rounding moves a key by more than a margin m of ranks: the int8 scores keep the best top_k + m keys
 // per query; of those, the best top_k - m by int8 score are taken, and the 2m around the cut are re-scored
@@ -139,6 +141,10 @@ struct Scratch {
     std::vector<int32_t> ksum;
     std::vector<float> scores;
     std::vector<uint64_t> select;  // select_best's keys, indices_in_order's bitmap
+    // What qT / w and qT4 / wq hold, so a thread that takes several splits of one chunk (decode) prepares
+    // its queries once: the chunk whose members are in the slots (-1: none), the query in exact slot 0.
+    int64_t prepared_chunk = -1;
+    int64_t exact_slot0_pos = -1;
 
     Scratch(int64_t d, int64_t dp, int64_t hp, int64_t members)
         : qT(static_cast<size_t>(members * d * hp)),
@@ -183,9 +189,12 @@ class Selector {
     // own limits limit[m] (keys past a member's limit are not its candidates), into the members' heaps.
     void score_tile(Scratch &s, const Chunk &c, int64_t split, std::span<const int32_t> cells, int64_t k0, int64_t k1,
                     int64_t m0, int64_t m1, bool tail);
-    void finish(Scratch &s, int64_t pos, std::vector<int32_t> &out);
-    // Replaces the scores of entries e[0, n) of scored query `sq` by exact (f32) ones.
-    void rescore_exact(Scratch &s, const ScoredQuery &sq, Entry *e, int64_t n);
+    // finish, in three steps so that the exact re-scoring of fast mode spreads over the threads even when
+    // there is one query (decode): merge_splits, then rescore_exact over pieces of the band, then choose.
+    void merge_splits(std::vector<uint64_t> &select, int64_t pos);
+    void choose(std::vector<uint64_t> &select, int64_t pos, std::vector<int32_t> &out);
+    // Replaces the scores of entries e[0, n) of scored query `pos` by exact (f32) ones.
+    void rescore_exact(Scratch &s, int64_t pos, Entry *e, int64_t n);
     void rows_to_f32(Scratch &s, int64_t n) const;
 
     TopK &heap(int64_t pos, int64_t split) { return heaps_[static_cast<size_t>(pos * n_split_ + split)]; }
@@ -204,6 +213,12 @@ class Selector {
     int64_t n_split_ = 1;
     std::vector<Entry> entries_;  // [n_scored, n_split, 2 * top_k]: storage of the top-k buffers
     std::vector<TopK> heaps_;     // [n_scored, n_split]
+    // Per scored query after merge_splits: its merged entries (at heap(pos, 0).data) and, in fast mode, the
+    // band [sure, keep) of int8 ranks that is re-scored exactly.
+    struct Merged {
+        int64_t total = 0, sure = 0, keep = 0;
+    };
+    std::vector<Merged> merged_;
 };
 
 void Selector::plan(IndexerPrecision precision, int64_t n_tokens, int n_threads) {
@@ -389,28 +404,38 @@ void Selector::score_tile(Scratch &s, const Chunk &c, int64_t split, std::span<c
 }
 
 void Selector::run_item(Scratch &s, int64_t item) {
-    const Chunk &c = chunks_[static_cast<size_t>(item / n_split_)];
-    const int64_t split = item % n_split_;
-    for (int64_t m = c.begin; m < c.end; ++m) prepare_query(s, m - c.begin, scored_[static_cast<size_t>(m)]);
+    const int64_t chunk = item / n_split_, split = item % n_split_;
+    const Chunk &c = chunks_[static_cast<size_t>(chunk)];
+    if (s.prepared_chunk != chunk) {
+        for (int64_t m = c.begin; m < c.end; ++m) prepare_query(s, m - c.begin, scored_[static_cast<size_t>(m)]);
+        s.prepared_chunk = chunk;
+        s.exact_slot0_pos = -1;
+    }
     const auto lead = cand_[static_cast<size_t>(scored_[static_cast<size_t>(c.begin)].t)];
     const int64_t len = static_cast<int64_t>(lead.size());
     const int64_t lo = split == 0 ? 0 : len * split / n_split_ / kTileKeys * kTileKeys;
     const int64_t hi = split == n_split_ - 1 ? len : len * (split + 1) / n_split_ / kTileKeys * kTileKeys;
     for (int64_t k0 = lo; k0 < hi; k0 += kTileKeys)
         score_tile(s, c, split, lead, k0, std::min(hi, k0 + kTileKeys), c.begin, c.end, false);
-    if (split != n_split_ - 1) return;
-    for (int64_t m = c.begin; m < c.end; ++m) {
-        const ScoredQuery &sq = scored_[static_cast<size_t>(m)];
-        const auto own = cand_[static_cast<size_t>(sq.t)];
-        const int64_t n = static_cast<int64_t>(own.size());
-        for (int64_t k0 = sq.prefix; k0 < n; k0 += kTileKeys) {
-            score_tile(s, c, split, own, k0, std::min(n, k0 + kTileKeys), m, m + 1, true);
+    if (split == n_split_ - 1) {
+        for (int64_t m = c.begin; m < c.end; ++m) {
+            const ScoredQuery &sq = scored_[static_cast<size_t>(m)];
+            const auto own = cand_[static_cast<size_t>(sq.t)];
+            const int64_t n = static_cast<int64_t>(own.size());
+            for (int64_t k0 = sq.prefix; k0 < n; k0 += kTileKeys) {
+                score_tile(s, c, split, own, k0, std::min(n, k0 + kTileKeys), m, m + 1, true);
+            }
         }
     }
 }
 
-void Selector::rescore_exact(Scratch &s, const ScoredQuery &sq, Entry *e, int64_t n) {
-    prepare_query(s, 0, ScoredQuery{sq.t, 0, false});
+void Selector::rescore_exact(Scratch &s, int64_t pos, Entry *e, int64_t n) {
+    const ScoredQuery &sq = scored_[static_cast<size_t>(pos)];
+    if (s.exact_slot0_pos != pos) {
+        prepare_query(s, 0, ScoredQuery{sq.t, 0, false});
+        s.prepared_chunk = -1;
+        s.exact_slot0_pos = pos;
+    }
     const auto list = cand_[static_cast<size_t>(sq.t)];
     for (int64_t j0 = 0; j0 < n; j0 += kTileKeys) {
         const int64_t nt = std::min(kTileKeys, n - j0);
@@ -427,9 +452,9 @@ void Selector::rescore_exact(Scratch &s, const ScoredQuery &sq, Entry *e, int64_
     }
 }
 
-// Merges the query's split heaps into its top_k (fast mode: re-scoring the keys around the cut) and writes
-// the chosen cells in candidate order.
-void Selector::finish(Scratch &s, int64_t pos, std::vector<int32_t> &out) {
+// Merges the query's split buffers into heap(pos, 0)'s storage and keeps its top_k (exact) or, in fast mode,
+// orders the int8 ranks into [0, sure) taken, [sure, keep) to be re-scored and the rest dropped.
+void Selector::merge_splits(std::vector<uint64_t> &select, int64_t pos) {
     Entry *base = heap(pos, 0).data;
     int64_t total = heap(pos, 0).size;
     for (int64_t sp = 1; sp < n_split_; ++sp) {
@@ -438,21 +463,28 @@ void Selector::finish(Scratch &s, int64_t pos, std::vector<int32_t> &out) {
         total += h.size;
     }
     SPARROW_ASSERT(total >= top_k_);
-    const ScoredQuery &sq = scored_[static_cast<size_t>(pos)];
-    if (!sq.fast) {
-        if (total > top_k_) indexer::select_best(base, total, top_k_, s.select);
-    } else {
-        // int8 ranks: [0, sure) are taken, [sure, keep) are re-scored exactly and the best m of them taken.
-        const int64_t keep = std::min(total, top_k_ + margin_);
-        const int64_t sure = top_k_ - margin_;
-        if (total > keep) indexer::select_best(base, total, keep, s.select);
-        if (sure > 0) indexer::select_best(base, keep, sure, s.select);
-        rescore_exact(s, sq, base + sure, keep - sure);
-        if (keep > top_k_) indexer::select_best(base + sure, keep - sure, top_k_ - sure, s.select);
+    Merged &mg = merged_[static_cast<size_t>(pos)];
+    mg.total = total;
+    if (!scored_[static_cast<size_t>(pos)].fast) {
+        if (total > top_k_) indexer::select_best(base, total, top_k_, select);
+        mg.sure = mg.keep = top_k_;
+        return;
     }
-    const auto list = cand_[static_cast<size_t>(sq.t)];
+    mg.keep = std::min(total, top_k_ + margin_);
+    mg.sure = top_k_ - margin_;
+    if (total > mg.keep) indexer::select_best(base, total, mg.keep, select);
+    if (mg.sure > 0) indexer::select_best(base, mg.keep, mg.sure, select);
+}
+
+// Completes the query's selection (fast mode: the best of the re-scored band join the sure ones) and writes
+// the chosen cells in candidate order.
+void Selector::choose(std::vector<uint64_t> &select, int64_t pos, std::vector<int32_t> &out) {
+    Entry *base = heap(pos, 0).data;
+    const Merged &mg = merged_[static_cast<size_t>(pos)];
+    if (mg.keep > top_k_) indexer::select_best(base + mg.sure, mg.keep - mg.sure, top_k_ - mg.sure, select);
+    const auto list = cand_[static_cast<size_t>(scored_[static_cast<size_t>(pos)].t)];
     out.resize(static_cast<size_t>(top_k_));
-    indexer::indices_in_order(base, top_k_, static_cast<int64_t>(list.size()), out.data(), s.select);
+    indexer::indices_in_order(base, top_k_, static_cast<int64_t>(list.size()), out.data(), select);
     for (int32_t &i : out) i = list[static_cast<size_t>(i)];
 }
 
@@ -480,17 +512,57 @@ void Selector::run(ThreadPool &pool, IndexerPrecision precision, int64_t n_token
     }
 
     const int64_t n_scored = static_cast<int64_t>(scored_.size());
-    auto finish_range = [&](int64_t begin, int64_t end) {
-        Scratch s(d_, dp_, hp_, max_members_);
-        for (int64_t pos = begin; pos < end; ++pos) {
-            finish(s, pos, selected[static_cast<size_t>(scored_[static_cast<size_t>(pos)].t)]);
+    merged_.resize(static_cast<size_t>(n_scored));
+    auto for_queries = [&](auto &&fn) {
+        auto range = [&](int64_t begin, int64_t end) {
+            std::vector<uint64_t> select;
+            for (int64_t pos = begin; pos < end; ++pos) fn(select, pos);
+        };
+        if (parallel) {
+            pool.parallel_for(n_scored, 8, range);
+        } else {
+            range(0, n_scored);
         }
     };
-    if (parallel) {
-        pool.parallel_for(n_scored, 8, finish_range);
-    } else {
-        finish_range(0, n_scored);
+    for_queries([&](std::vector<uint64_t> &select, int64_t pos) { merge_splits(select, pos); });
+
+    // Fast mode's exact re-scoring, in pieces of the queries' bands (about two per thread in decode, where
+    // one query's band is all there is).
+    struct Piece {
+        int64_t pos, begin, end;  // entries [begin, end) of query pos's merged entries
+    };
+    std::vector<Piece> pieces;
+    int64_t band_total = 0;
+    for (int64_t pos = 0; pos < n_scored; ++pos) {
+        if (scored_[static_cast<size_t>(pos)].fast)
+            band_total += merged_[static_cast<size_t>(pos)].keep - merged_[static_cast<size_t>(pos)].sure;
     }
+    if (band_total > 0) {
+        const int64_t piece_len =
+            std::max<int64_t>(kTileKeys, band_total / std::max<int64_t>(1, 2 * (parallel ? pool.n_threads() : 1)));
+        for (int64_t pos = 0; pos < n_scored; ++pos) {
+            if (!scored_[static_cast<size_t>(pos)].fast) continue;
+            for (int64_t b = merged_[static_cast<size_t>(pos)].sure; b < merged_[static_cast<size_t>(pos)].keep;
+                 b += piece_len)
+                pieces.push_back({pos, b, std::min(merged_[static_cast<size_t>(pos)].keep, b + piece_len)});
+        }
+        std::atomic<int64_t> next_piece{0};
+        auto rescore = [&](int, int) {
+            Scratch s(d_, dp_, hp_, 1);
+            for (int64_t i; (i = next_piece.fetch_add(1, std::memory_order_relaxed)) < std::ssize(pieces);) {
+                const Piece &p = pieces[static_cast<size_t>(i)];
+                rescore_exact(s, p.pos, heap(p.pos, 0).data + p.begin, p.end - p.begin);
+            }
+        };
+        if (parallel && pieces.size() > 1) {
+            pool.run(rescore);
+        } else {
+            rescore(0, 1);
+        }
+    }
+    for_queries([&](std::vector<uint64_t> &select, int64_t pos) {
+        choose(select, pos, selected[static_cast<size_t>(scored_[static_cast<size_t>(pos)].t)]);
+    });
 }
 
 }  // namespace
@@ -518,11 +590,17 @@ void select_with_isa(cpu::Isa isa, ThreadPool &pool, const IndexerShape &shape, 
     bool any_scored = false;
     for (int64_t t = 0; t < n_tokens; ++t) {
         const auto list = candidates[static_cast<size_t>(t)];
+        // min and max first (a loop the compiler vectorises: decode checks 16K cells per layer on one thread),
+        // then the offending cell for the message.
+        int32_t lo = std::numeric_limits<int32_t>::max(), hi = std::numeric_limits<int32_t>::min();
         for (const int32_t cell : list) {
-            if (cell < 0 || cell >= n_cells) {
-                throw_error("lightning indexer: token %lld has candidate cell %d outside the %lld-cell store",
-                            static_cast<long long>(t), cell, static_cast<long long>(n_cells));
-            }
+            lo = std::min(lo, cell);
+            hi = std::max(hi, cell);
+        }
+        if (!list.empty() && (lo < 0 || hi >= n_cells)) {
+            const int32_t cell = lo < 0 ? lo : hi;
+            throw_error("lightning indexer: token %lld has candidate cell %d outside the %lld-cell store",
+                        static_cast<long long>(t), cell, static_cast<long long>(n_cells));
         }
         auto &out = selected[static_cast<size_t>(t)];
         if (static_cast<int64_t>(list.size()) <= top_k) {
