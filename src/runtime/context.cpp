@@ -102,22 +102,31 @@ Context::Context(std::shared_ptr<const Model> model, const ContextParams &params
     p.n_ubatch = std::min(p.n_ubatch, p.n_batch);
     if (p.dsa_sink < 0) throw_error("dsa_sink must not be negative");
     if (p.n_ctx > (int64_t(1) << 31) - 1) throw_error("context size %lld is too large", (long long)p.n_ctx);
-    impl_ = std::make_unique<Impl>(std::move(model), p);
-    impl_->state = impl_->model->arch().create_state(StateParams{
-        .n_ctx = p.n_ctx,
-        .n_ubatch = p.n_ubatch,
-        .cache_type_k = cache_dtype(p.cache_type_k),
-        .cache_type_v = cache_dtype(p.cache_type_v),
-        .dsa = p.dsa,
-        .dsa_top_k = p.dsa_top_k,
-        .indexer_cache_type = cache_dtype(p.indexer_cache_type),
-        .indexer_fast = p.indexer_fast,
-        .record_selections = p.record_selections,
-        .dsa_sink = p.dsa_sink,
-        .rotate_k = cache_rotated(p.cache_rotation, p.cache_type_k),
-        .rotate_v = cache_rotated(p.cache_rotation, p.cache_type_v),
-        .rotate_indexer = cache_rotated(p.cache_rotation, p.indexer_cache_type),
-    });
+    // The context's allocations are the KV cache and buffers sized by n_ctx / n_batch: running out of memory
+    // here means the context asked for is too large, and the message says so rather than just "out of memory".
+    try {
+        impl_ = std::make_unique<Impl>(std::move(model), p);
+        impl_->state = impl_->model->arch().create_state(StateParams{
+            .n_ctx = p.n_ctx,
+            .n_ubatch = p.n_ubatch,
+            .cache_type_k = cache_dtype(p.cache_type_k),
+            .cache_type_v = cache_dtype(p.cache_type_v),
+            .dsa = p.dsa,
+            .dsa_top_k = p.dsa_top_k,
+            .indexer_cache_type = cache_dtype(p.indexer_cache_type),
+            .indexer_fast = p.indexer_fast,
+            .record_selections = p.record_selections,
+            .dsa_sink = p.dsa_sink,
+            .rotate_k = cache_rotated(p.cache_rotation, p.cache_type_k),
+            .rotate_v = cache_rotated(p.cache_rotation, p.cache_type_v),
+            .rotate_indexer = cache_rotated(p.cache_rotation, p.indexer_cache_type),
+        });
+    } catch (const std::bad_alloc &) {
+        throw_error(
+            "out of memory allocating a context of %lld cells (KV cache and batch buffers); a smaller context "
+            "size, batch size or quantised cache types need less",
+            (long long)p.n_ctx);
+    }
 }
 
 Context::~Context() = default;

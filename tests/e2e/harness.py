@@ -29,6 +29,15 @@ def run(args, check=True, timeout=600):
     return proc
 
 
+def sanitized():
+    """True when the binary was built with AddressSanitizer."""
+    try:
+        with open(BIN, "rb") as f:
+            return b"__asan_init" in f.read()
+    except OSError:
+        return False
+
+
 def temp_dir():
     return tempfile.mkdtemp(prefix="sparrow-e2e-")
 

@@ -11,18 +11,8 @@ import time
 import harness
 
 
-
-def _sanitized():
-    """True when the binary was built with AddressSanitizer."""
-    try:
-        with open(harness.BIN, "rb") as f:
-            return b"__asan_init" in f.read()
-    except OSError:
-        return False
-
-
 # Under sanitizers everything is slower: the tests scale their work down (also with SPARROW_SERVE_LIGHT=1).
-LIGHT = os.environ.get("SPARROW_SERVE_LIGHT", "") not in ("", "0") or _sanitized()
+LIGHT = os.environ.get("SPARROW_SERVE_LIGHT", "") not in ("", "0") or harness.sanitized()
 
 
 class Server:

@@ -51,6 +51,11 @@ rewrite(model, arch, metadata_edit=lambda md: md.update({"general.architecture":
 expect_error(["run", "-m", arch, "-p", "x"], "'foo' is not supported", "unknown architecture")
 
 expect_error(["run", "-m", model, "-c", 16, "-p", "word " * 40], "does not fit in the context", "over-long prompt")
+# A context far larger than memory (2^31 - 1 cells: terabytes of cache) is refused with the cell count named.
+# Not under AddressSanitizer, whose operator new reports a failed allocation and aborts instead of throwing.
+if not harness.sanitized():
+    expect_error(["run", "-m", model, "-c", 2**31 - 1, "-b", 1, "-p", "x"], "context of 2147483647 cells",
+                 "context too large for memory")
 ids = os.path.join(tmp, "ids.txt")
 with open(ids, "w") as f:
     f.write("1, 2, abc")
