@@ -151,9 +151,10 @@ void score_f32_t(const float *qT, const float *w, int64_t hp, int64_t d, const v
 
 // --- fast: uint8 x int8 ----------------------------------------------------------------------------------
 // As score_pass_f32 with byte products: maddubs multiplies a broadcast dword of key bytes (four elements) by
-// the four query bytes of each of 8 heads and adds pairs into int16 (never saturating: indexer_kernels.h),
-// madd with ones adds the pairs into one int32 per head: 32 multiply-adds per two instructions, against an
-// FMA's 8 per instruction, with exact integer sums.
+// the four query bytes of each of 8 heads and adds pairs into int16 (never saturating: indexer_kernels.h); the
+// results of two groups add in int16, and madd with ones widens their sum into one int32 per head: 64
+// multiply-adds per three multiply-pipe instructions (four with a madd per group: 14-18% slower at 16K keys,
+// sparrow_indexer_bench, one thread), against an FMA's 8 per instruction, with exact integer sums.
 template <int NV>
 void score_pass_i8(const uint8_t *qT4, const float *wq, int64_t hp, int64_t dp, const int8_t *keys, const int32_t *ksum,
                    const float *kscale, int64_t n, float *scores, bool add) {
@@ -170,20 +171,42 @@ void score_pass_i8(const uint8_t *qT4, const float *wq, int64_t hp, int64_t dp, 
         const float r = kscale[j] * hsum(s);
         scores[j] = add ? scores[j] + r : r;
     };
+    // Groups in pairs: the two maddubs results of a key and head vector add in int16 (indexer_kernels.h) and
+    // one madd widens the sum; an odd last group goes alone.
+    const int64_t n_pairs = n_groups / 2;
     int64_t j = 0;
     for (; j + 2 <= n; j += 2) {
         const int8_t *k0 = keys + j * dp, *k1 = k0 + dp;
         __m256i a0[NV], a1[NV];
         for (int v = 0; v < NV; ++v) a0[v] = a1[v] = _mm256_setzero_si256();
         const uint8_t *qp = qT4;
-        for (int64_t g = 0; g < n_groups; ++g, qp += q_stride) {
+        for (int64_t g2 = 0; g2 < n_pairs; ++g2, qp += 2 * q_stride) {
+            int32_t x0, x0b, x1, x1b;
+            std::memcpy(&x0, k0 + 8 * g2, 4);
+            std::memcpy(&x0b, k0 + 8 * g2 + 4, 4);
+            std::memcpy(&x1, k1 + 8 * g2, 4);
+            std::memcpy(&x1b, k1 + 8 * g2 + 4, 4);
+            const __m256i b0 = _mm256_set1_epi32(x0), b0b = _mm256_set1_epi32(x0b);
+            const __m256i b1 = _mm256_set1_epi32(x1), b1b = _mm256_set1_epi32(x1b);
+            for (int v = 0; v < NV; ++v) {
+                __m256i qa = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(qp + 32 * v));
+                __m256i qb = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(qp + q_stride + 32 * v));
+                pin(qa);
+                pin(qb);
+                const __m256i p0 = _mm256_add_epi16(_mm256_maddubs_epi16(qa, b0), _mm256_maddubs_epi16(qb, b0b));
+                const __m256i p1 = _mm256_add_epi16(_mm256_maddubs_epi16(qa, b1), _mm256_maddubs_epi16(qb, b1b));
+                a0[v] = _mm256_add_epi32(a0[v], _mm256_madd_epi16(p0, ones));
+                a1[v] = _mm256_add_epi32(a1[v], _mm256_madd_epi16(p1, ones));
+            }
+        }
+        if (n_groups % 2 != 0) {
+            const int64_t g = n_groups - 1;
             int32_t x0, x1;
             std::memcpy(&x0, k0 + 4 * g, 4);
             std::memcpy(&x1, k1 + 4 * g, 4);
             const __m256i b0 = _mm256_set1_epi32(x0), b1 = _mm256_set1_epi32(x1);
             for (int v = 0; v < NV; ++v) {
-                __m256i qv = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(qp + 32 * v));
-                pin(qv);
+                const __m256i qv = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(qp + 32 * v));
                 a0[v] = _mm256_add_epi32(a0[v], _mm256_madd_epi16(_mm256_maddubs_epi16(qv, b0), ones));
                 a1[v] = _mm256_add_epi32(a1[v], _mm256_madd_epi16(_mm256_maddubs_epi16(qv, b1), ones));
             }
@@ -229,13 +252,16 @@ void score_pass_q8_0(const uint8_t *qT4, const float *wq, int64_t hp, int64_t d,
             const int8_t *kq = blocks[b].qs;
             __m256i a[NV];
             for (int v = 0; v < NV; ++v) a[v] = _mm256_setzero_si256();
-            for (int g = 0; g < QK8_0 / 4; ++g, qp += q_stride) {
-                int32_t x;
+            for (int g = 0; g < QK8_0 / 4; g += 2, qp += 2 * q_stride) {  // pairs of groups, as score_pass_i8
+                int32_t x, xb;
                 std::memcpy(&x, kq + 4 * g, 4);
-                const __m256i kb = _mm256_set1_epi32(x);
+                std::memcpy(&xb, kq + 4 * g + 4, 4);
+                const __m256i kb = _mm256_set1_epi32(x), kbb = _mm256_set1_epi32(xb);
                 for (int v = 0; v < NV; ++v) {
-                    const __m256i qv = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(qp + 32 * v));
-                    a[v] = _mm256_add_epi32(a[v], _mm256_madd_epi16(_mm256_maddubs_epi16(qv, kb), ones));
+                    const __m256i qa = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(qp + 32 * v));
+                    const __m256i qb = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(qp + q_stride + 32 * v));
+                    const __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(qa, kb), _mm256_maddubs_epi16(qb, kbb));
+                    a[v] = _mm256_add_epi32(a[v], _mm256_madd_epi16(p, ones));
                 }
             }
             // sum(k) = sum(k + 128) - 32 * 128: sad adds the biased bytes into four 64-bit lanes.

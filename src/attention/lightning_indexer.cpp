@@ -29,7 +29,7 @@
 // scores a query with the exact kernels when its q or w holds a non-finite value (int8 scales would be
 // meaningless).
 //
-// The margin: top_k / 8 + 16 ranks (at most top_k), 272 at top-k 2048: int8 keys and 7-bit queries move a
+// The margin: top_k / 8 + 16 ranks (at most top_k), 272 at top-k 2048: int8 keys and 6-bit queries move a
 // score by well under that many ranks on the test models (the Jaccard test checks).
 #include <algorithm>
 #include <atomic>
