@@ -41,7 +41,9 @@ int main(int argc, char **argv) {
         std::reverse(args.begin(), args.end());  // CLI11 takes the arguments in reverse order
         app.parse(args);
     } catch (const CLI::ParseError &e) {
-        return app.exit(e);
+        // CLI11 prints the message (or the help) and returns its own code per kind of error (105 for a value
+        // out of range, 109 for an unknown flag, ...); a usage error exits 2, as getopt tools and argparse do.
+        return app.exit(e) == 0 ? 0 : 2;
     }
     try {
         for (const auto &[name, run] : commands) {
