@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "attention/lightning_indexer.h"
+#include "attention/top_k_select.h"
 #include "core/thread_pool.h"
 
 namespace {
@@ -83,7 +84,31 @@ void BM_indexer(benchmark::State &state, IndexerPrecision precision, int64_t con
     state.counters["threads"] = g_threads;
 }
 
+// The per-query top-k of one decode call's merge: the best k of n gaussian scores (n = 16384 is four splits
+// of a 16K context; k = 2048 exact mode, 2320 fast mode's top-k plus margin), on one thread.
+void BM_select_best(benchmark::State &state) {
+    const int64_t n = state.range(0), k = state.range(1);
+    std::mt19937 rng(3);
+    std::normal_distribution<float> gauss(0.0f, 1.0f);
+    std::vector<indexer::ScoredIndex> input(static_cast<size_t>(n)), e;
+    for (int64_t i = 0; i < n; ++i) input[static_cast<size_t>(i)] = {gauss(rng), static_cast<int32_t>(i)};
+    std::vector<uint64_t> scratch;
+    for (auto _ : state) {
+        state.PauseTiming();
+        e = input;
+        state.ResumeTiming();
+        indexer::select_best(e.data(), n, k, scratch);
+        benchmark::DoNotOptimize(e.data());
+    }
+    state.counters["entries/s"] = benchmark::Counter(double(n), benchmark::Counter::kIsIterationInvariantRate);
+}
+
 void register_all() {
+    benchmark::RegisterBenchmark("select_best", BM_select_best)
+        ->Args({16384, 2048})
+        ->Args({16384, 2320})
+        ->Args({8192, 2048})
+        ->Unit(benchmark::kMicrosecond);
     for (int64_t n_tokens : {int64_t(1), int64_t(512)}) {
         for (int64_t context : {int64_t(4096), int64_t(16384)}) {
             // f16 keys, f16 keys with the int8 copy fast mode keeps (fast only: exact reads the f16 rows), q8_0 keys

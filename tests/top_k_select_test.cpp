@@ -68,8 +68,12 @@ TEST(TopKSelect, MatchesFullSortAtIndexerSizes) {
     std::mt19937 rng(6);
     std::vector<uint64_t> scratch;
     for (int kind : {0, 1}) {
-        for (auto [n, k] :
-             {std::pair<int64_t, int64_t>{4096, 2048}, {8192, 2048}, {5000, 1}, {5000, 4999}, {300, 64}}) {
+        for (auto [n, k] : {std::pair<int64_t, int64_t>{4096, 2048},
+                            {8192, 2048},
+                            {16384, 2320},
+                            {5000, 1},
+                            {5000, 4999},
+                            {300, 64}}) {
             check_select(make_entries(rng, n, kind), k, scratch);
         }
     }
