@@ -431,6 +431,9 @@ TEST(ModelFuzz, UnusableHyperParametersAreRefusedWithTheKeyNamed) {
         {"deepseek32", "deepseek32.rope.scaling.original_context_length", Value::u64(uint64_t(1) << 40)},
         {"glm-dsa", "glm-dsa.rope.freq_base", Value::f64(INFINITY)},
         {"glm-dsa", "glm-dsa.attention.layer_norm_rms_epsilon", Value::f32(static_cast<float>(nan))},
+        // Integers written as bools: not read as 0 / 1 (block_count true would be a one-layer model).
+        {"llama", "llama.block_count", Value::boolean(true)},
+        {"deepseek32", "deepseek32.expert_used_count", Value::boolean(true)},
     };
     const std::string dir = test::make_temp_dir("model_hparams");
     std::map<std::string, std::string> seed_paths;

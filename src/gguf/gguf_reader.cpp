@@ -179,7 +179,8 @@ int64_t Value::as_int(const std::string &what) const {
         return int64_t(*u);
     }
     if (const auto *i = std::get_if<int64_t>(&data)) return *i;
-    if (const auto *b = std::get_if<bool>(&data)) return *b ? 1 : 0;
+    // A bool is not taken as 0 / 1: llama.cpp refuses a key of the wrong type, and a count written as a bool
+    // (block_count true) would load a one-layer model silently.
     throw_error("'%s': expected an integer, found %s", what.c_str(), value_type_name(type));
 }
 
