@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <numeric>
 #include <random>
@@ -17,6 +18,8 @@
 #include "attention/indexer_internal.h"
 #include "attention/indexer_kernels.h"
 #include "attention/lightning_indexer.h"
+#include "core/blocks.h"
+#include "core/dtype.h"
 #include "core/error.h"
 #include "test_util.h"
 
@@ -514,6 +517,53 @@ TEST(IndexerKernels, Int8Avx2MatchesScalar) {
                 }
             }
         }
+    }
+}
+
+// The int16 sums of the AVX2 int8 kernels at their bounds: every key byte +-kKeyQuantMax and every query at
+// +-kQueryQuantMax, so each maddubs pair and the sum of two groups reach their largest magnitude (32004 < 32767,
+// indexer_kernels.h); a saturating sum would differ from the scalar kernel's exact int32 dot. Over int8 rows and
+// over Q8_0 rows (the same bytes with block scales).
+TEST(IndexerKernels, Int8ExtremesDoNotSaturate) {
+    if (!cpu::cpu_supports(cpu::Isa::avx2)) GTEST_SKIP() << "no AVX2";
+    const int64_t d = 64, hp = 16, n = 4;
+    for (int qs : {1, -1}) {
+        std::vector<uint8_t> qT4(static_cast<size_t>(d * hp));
+        for (auto &v : qT4) v = static_cast<uint8_t>(qs * indexer::kQueryQuantMax + indexer::kQueryOffset);
+        // Rows: all +127, all -127, alternating signs per pair of groups, all +127 but one.
+        std::vector<int8_t> keys(static_cast<size_t>(n * d));
+        for (int64_t i = 0; i < d; ++i) {
+            keys[static_cast<size_t>(i)] = indexer::kKeyQuantMax;
+            keys[static_cast<size_t>(d + i)] = -indexer::kKeyQuantMax;
+            keys[static_cast<size_t>(2 * d + i)] = (i / 8) % 2 ? -indexer::kKeyQuantMax : indexer::kKeyQuantMax;
+            keys[static_cast<size_t>(3 * d + i)] = i == 5 ? 0 : indexer::kKeyQuantMax;
+        }
+        std::vector<int32_t> ksum(static_cast<size_t>(n), 0);
+        for (int64_t j = 0; j < n; ++j) {
+            for (int64_t i = 0; i < d; ++i) ksum[static_cast<size_t>(j)] += keys[static_cast<size_t>(j * d + i)];
+        }
+        const std::vector<float> kscale(static_cast<size_t>(n), 0.5f), wq(static_cast<size_t>(hp), 1.0f);
+        std::vector<float> s_ref(static_cast<size_t>(n)), s_got(static_cast<size_t>(n));
+        indexer::scalar::score_i8(qT4.data(), wq.data(), hp, d, keys.data(), ksum.data(), kscale.data(), n,
+                                  s_ref.data());
+        indexer::avx2::score_i8(qT4.data(), wq.data(), hp, d, keys.data(), ksum.data(), kscale.data(), n, s_got.data());
+        EXPECT_EQ(s_got, s_ref) << "queries " << qs;
+        EXPECT_GT(std::max(s_ref[0], s_ref[1]), 0.0f);  // one of the uniform rows meets the queries' sign
+        // The same bytes as Q8_0 blocks with scale 1.
+        std::vector<BlockQ8_0> blocks(static_cast<size_t>(n * d / QK8_0));
+        std::vector<const void *> rows(static_cast<size_t>(n));
+        for (int64_t j = 0; j < n; ++j) {
+            for (int64_t b = 0; b < d / QK8_0; ++b) {
+                BlockQ8_0 &blk = blocks[static_cast<size_t>(j * d / QK8_0 + b)];
+                blk.d = f32_to_fp16(1.0f);
+                std::memcpy(blk.qs, keys.data() + j * d + b * QK8_0, QK8_0);
+            }
+            rows[static_cast<size_t>(j)] = blocks.data() + j * d / QK8_0;
+        }
+        std::vector<float> q_ref(static_cast<size_t>(n)), q_got(static_cast<size_t>(n));
+        indexer::scalar::score_q8_0(qT4.data(), wq.data(), hp, d, rows.data(), n, q_ref.data());
+        indexer::avx2::score_q8_0(qT4.data(), wq.data(), hp, d, rows.data(), n, q_got.data());
+        EXPECT_EQ(q_got, q_ref) << "queries " << qs << " (Q8_0)";
     }
 }
 
