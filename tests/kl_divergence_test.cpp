@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -226,6 +227,56 @@ TEST(KlDivergenceFile, BadFilesAreRejectedClearly) {
     BaseReader r(write(bad_id));
     Record rec;
     expect_error_mentioning([&] { r.next(rec); }, "token id 77");
+    // The first record's log-probabilities (target at 112, rest at 116, the top 4 at 136): positive, NaN,
+    // out of order.
+    const auto with_float = [&](size_t at, float v) {
+        std::string b = bytes;
+        std::memcpy(&b[at], &v, sizeof v);
+        return b;
+    };
+    float second;
+    std::memcpy(&second, bytes.data() + 140, sizeof second);
+    for (const std::string &damaged :
+         {with_float(112, 0.5f), with_float(116, NAN), with_float(136, NAN), with_float(136, second - 1.0f)}) {
+        BaseReader damaged_reader(write(damaged));
+        expect_error_mentioning([&] { damaged_reader.next(rec); }, "log-probabilities");
+    }
+}
+
+// Every single-byte change of a base file: the reader refuses it with an Error, or reads every record, and each
+// record it returns has ids in the vocabulary and valid log-probabilities, so compare() gives a KL that is not
+// NaN (a damaged file never turns into NaN statistics or a crash).
+TEST(KlDivergenceFile, EveryByteChangeIsRefusedOrReadsValidRecords) {
+    FileFixture fx;
+    std::string bytes(static_cast<size_t>(std::filesystem::file_size(fx.path)), '\0');
+    std::ifstream(fx.path, std::ios::binary).read(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    const std::string path = fx.dir + "/damaged.kld";
+    std::mt19937 rng(9);
+    std::vector<double> cur;
+    log_softmax(test::random_floats(rng, 10, -3.0f, 3.0f), cur);
+    std::vector<uint8_t> mark;
+    int refused = 0, read = 0;
+    for (size_t at = 0; at < bytes.size(); ++at) {
+        for (const uint8_t value : {uint8_t(bytes[at] ^ 0x01), uint8_t(bytes[at] ^ 0x80), uint8_t(0xff)}) {
+            std::string b = bytes;
+            b[at] = static_cast<char>(value);
+            std::ofstream(path, std::ios::binary) << b;
+            try {
+                BaseReader r(path);
+                Record rec;
+                for (int64_t i = 0; i < 6; ++i) {
+                    r.next(rec);
+                    const Comparison c = compare(rec, cur, 0, mark);
+                    EXPECT_FALSE(std::isnan(c.kl)) << "byte " << at << " = " << int(value);
+                }
+                ++read;
+            } catch (const Error &) {
+                ++refused;
+            }
+        }
+    }
+    EXPECT_GT(refused, 0);
+    EXPECT_GT(read, 0);  // changes inside a log-probability's mantissa stay valid
 }
 
 TEST(KlDivergenceFile, WriterChecksItsRecords) {
@@ -243,6 +294,11 @@ TEST(KlDivergenceFile, WriterChecksItsRecords) {
         wrong.ids = {1};
         wrong.log_p = {0.0f};
         EXPECT_THROW(w.add(wrong), Error);
+        Record nan_logits;  // what NaN logits summarise to
+        nan_logits.ids = {1, 2};
+        nan_logits.log_p = {NAN, NAN};
+        nan_logits.log_p_target = NAN;
+        expect_error_mentioning([&] { w.add(nan_logits); }, "NaN, positive or unordered");
         expect_error_mentioning([&] { w.finish(); }, "0 records written, expected 1");
     }
     expect_error_mentioning([&] { BaseWriter w(dir + "/no/such/dir/a.kld", h); }, "cannot create");

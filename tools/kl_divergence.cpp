@@ -41,6 +41,18 @@ float log_unmarked_mass(std::span<const double> log_p, const std::vector<uint8_t
     return rest > 0.0 ? static_cast<float>(std::log(rest)) : -std::numeric_limits<float>::infinity();
 }
 
+// A record's log-probabilities are <= 0 (-inf allowed: a token of probability 0), never NaN, and the top N come
+// in descending order. The writer refuses anything else (NaN logits from the model) and the reader calls it
+// damage, which would otherwise surface as a NaN or negative KL.
+bool log_probs_valid(const Record &r) {
+    const auto ok = [](float v) { return v <= 0.0f; };  // false for NaN
+    if (!ok(r.log_p_target) || !ok(r.log_p_rest)) return false;
+    for (size_t i = 0; i < r.log_p.size(); ++i) {
+        if (!ok(r.log_p[i]) || (i > 0 && r.log_p[i] > r.log_p[i - 1])) return false;
+    }
+    return true;
+}
+
 void set_marks(std::vector<uint8_t> &mark, size_t n_vocab, const std::vector<int32_t> &ids, uint8_t value) {
     if (mark.size() != n_vocab) mark.assign(n_vocab, 0);
     for (int32_t id : ids) mark[static_cast<size_t>(id)] = value;
@@ -196,6 +208,10 @@ void BaseWriter::add(const Record &r) {
         throw_error("KL base file %s: record with %zu tokens, expected %lld", path_.c_str(), r.ids.size(),
                     (long long)header_.n_top);
     }
+    if (!log_probs_valid(r)) {
+        throw_error("KL base file %s: record %lld has NaN, positive or unordered log-probabilities (NaN logits?)",
+                    path_.c_str(), (long long)n_written_);
+    }
     const bool ok = std::fwrite(&r.log_p_target, 4, 1, f_.get()) == 1 &&
                     std::fwrite(&r.log_p_rest, 4, 1, f_.get()) == 1 &&
                     std::fwrite(r.ids.data(), 4, r.ids.size(), f_.get()) == r.ids.size() &&
@@ -315,6 +331,10 @@ void BaseReader::next(Record &r) {
         if (id < 0 || id >= header_.n_vocab) {
             throw_error("KL base file %s is corrupt (record %lld: token id %d)", path_.c_str(), (long long)n_read_, id);
         }
+    }
+    if (!log_probs_valid(r)) {
+        throw_error("KL base file %s is corrupt (record %lld: log-probabilities not <= 0 and descending)",
+                    path_.c_str(), (long long)n_read_);
     }
     ++n_read_;
 }
