@@ -35,10 +35,7 @@ constexpr int64_t kCells = 160;
 
 using History = std::map<int32_t, int32_t>;  // position -> token of one sequence
 
-uint64_t env_or(const char *name, uint64_t fallback) {
-    const char *s = std::getenv(name);
-    return s && *s ? std::strtoull(s, nullptr, 0) : fallback;
-}
+using test::env_or;
 
 ContextParams context_params() {
     ContextParams cp;

@@ -26,16 +26,14 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "gguf/gguf.h"
+#include "test_util.h"
 
 namespace sparrow::gguf {
 namespace {
 
 constexpr const char *kName = "<fuzz>";
 
-uint64_t env_or(const char *name, uint64_t fallback) {
-    const char *s = std::getenv(name);
-    return s && *s ? std::strtoull(s, nullptr, 0) : fallback;
-}
+using test::env_or;
 
 // --- seeds ------------------------------------------------------------------------------------------------
 

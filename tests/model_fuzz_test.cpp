@@ -38,10 +38,7 @@ namespace {
 using gguf::Value;
 using gguf::ValueType;
 
-uint64_t env_or(const char *name, uint64_t fallback) {
-    const char *s = std::getenv(name);
-    return s && *s ? std::strtoull(s, nullptr, 0) : fallback;
-}
+using test::env_or;
 
 #if defined(__SANITIZE_ADDRESS__)
 constexpr uint64_t kDefaultIterations = 60;  // per seed model; the sanitizer build is ~10x slower

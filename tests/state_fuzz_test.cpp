@@ -29,10 +29,7 @@
 namespace sparrow {
 namespace {
 
-uint64_t env_or(const char *name, uint64_t fallback) {
-    const char *s = std::getenv(name);
-    return s && *s ? std::strtoull(s, nullptr, 0) : fallback;
-}
+using test::env_or;
 
 uint64_t fnv1a(const std::string &bytes) {
     uint64_t h = 0xcbf29ce484222325ull;

@@ -33,6 +33,11 @@ std::vector<float> random_floats(std::mt19937 &rng, size_t n, float lo, float hi
     return v;
 }
 
+uint64_t env_or(const char *name, uint64_t fallback) {
+    const char *s = std::getenv(name);
+    return s && *s ? std::strtoull(s, nullptr, 0) : fallback;
+}
+
 double rel_error(const std::vector<float> &a, const std::vector<float> &b) {
     double num = 0, den = 0;
     for (size_t i = 0; i < a.size(); ++i) {

@@ -20,6 +20,10 @@ std::string make_temp_dir(const std::string &prefix);
 
 std::vector<float> random_floats(std::mt19937 &rng, size_t n, float lo = -1.0f, float hi = 1.0f);
 
+// The environment variable `name` as an unsigned number (decimal, 0x hex or 0 octal), or `fallback` when it is
+// unset or empty: the fuzz tests' SPARROW_FUZZ_ITERATIONS and SPARROW_FUZZ_SEED.
+uint64_t env_or(const char *name, uint64_t fallback);
+
 // ||a - b|| / ||b|| (Euclidean norms, in double): how far logits a are from the expected b.
 double rel_error(const std::vector<float> &a, const std::vector<float> &b);
 

@@ -153,7 +153,7 @@ void score_f32_t(const float *qT, const float *w, int64_t hp, int64_t d, const v
 // As score_pass_f32 with byte products: maddubs multiplies a broadcast dword of key bytes (four elements) by
 // the four query bytes of each of 8 heads and adds pairs into int16 (never saturating: indexer_kernels.h); the
 // results of two groups add in int16, and madd with ones widens their sum into one int32 per head: 64
-// multiply-adds per three multiply-pipe instructions (four with a madd per group: 14-18% slower at 16K keys,
+// multiply-adds per three multiply-pipe instructions (four with a madd per group: 16-18% slower at 16K keys,
 // sparrow_indexer_bench, one thread), against an FMA's 8 per instruction, with exact integer sums.
 template <int NV>
 void score_pass_i8(const uint8_t *qT4, const float *wq, int64_t hp, int64_t dp, const int8_t *keys, const int32_t *ksum,

@@ -213,10 +213,10 @@ class Selector {
     int64_t n_split_ = 1;
     std::vector<Entry> entries_;  // [n_scored, n_split, 2 * top_k]: storage of the top-k buffers
     std::vector<TopK> heaps_;     // [n_scored, n_split]
-    // Per scored query after merge_splits: its merged entries (at heap(pos, 0).data) and, in fast mode, the
-    // band [sure, keep) of int8 ranks that is re-scored exactly.
+    // Per scored query after merge_splits, whose entries are at heap(pos, 0).data: the band [sure, keep) of
+    // int8 ranks that is re-scored exactly (fast mode; empty, sure = keep = top_k, in exact mode).
     struct Merged {
-        int64_t total = 0, sure = 0, keep = 0;
+        int64_t sure = 0, keep = 0;
     };
     std::vector<Merged> merged_;
 };
@@ -464,7 +464,6 @@ void Selector::merge_splits(std::vector<uint64_t> &select, int64_t pos) {
     }
     SPARROW_ASSERT(total >= top_k_);
     Merged &mg = merged_[static_cast<size_t>(pos)];
-    mg.total = total;
     if (!scored_[static_cast<size_t>(pos)].fast) {
         if (total > top_k_) indexer::select_best(base, total, top_k_, select);
         mg.sure = mg.keep = top_k_;
@@ -532,19 +531,15 @@ void Selector::run(ThreadPool &pool, IndexerPrecision precision, int64_t n_token
         int64_t pos, begin, end;  // entries [begin, end) of query pos's merged entries
     };
     std::vector<Piece> pieces;
-    int64_t band_total = 0;
-    for (int64_t pos = 0; pos < n_scored; ++pos) {
-        if (scored_[static_cast<size_t>(pos)].fast)
-            band_total += merged_[static_cast<size_t>(pos)].keep - merged_[static_cast<size_t>(pos)].sure;
-    }
+    int64_t band_total = 0;  // exact queries' bands are empty
+    for (const Merged &mg : merged_) band_total += mg.keep - mg.sure;
     if (band_total > 0) {
         const int64_t piece_len =
             std::max<int64_t>(kTileKeys, band_total / std::max<int64_t>(1, 2 * (parallel ? pool.n_threads() : 1)));
         for (int64_t pos = 0; pos < n_scored; ++pos) {
-            if (!scored_[static_cast<size_t>(pos)].fast) continue;
-            for (int64_t b = merged_[static_cast<size_t>(pos)].sure; b < merged_[static_cast<size_t>(pos)].keep;
-                 b += piece_len)
-                pieces.push_back({pos, b, std::min(merged_[static_cast<size_t>(pos)].keep, b + piece_len)});
+            const Merged &mg = merged_[static_cast<size_t>(pos)];
+            for (int64_t b = mg.sure; b < mg.keep; b += piece_len)
+                pieces.push_back({pos, b, std::min(mg.keep, b + piece_len)});
         }
         std::atomic<int64_t> next_piece{0};
         auto rescore = [&](int, int) {
