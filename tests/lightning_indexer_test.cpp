@@ -474,8 +474,8 @@ TEST(IndexerKernels, Int8Avx2MatchesScalar) {
     std::mt19937 rng(77);
     for (int64_t d : {1, 3, 4, 7, 9, 32, 130}) {
         const int64_t dp = (d + 3) / 4 * 4;
-        for (int64_t hp : {8, 16, 40}) {
-            for (int64_t n : {1, 2, 5, 64}) {
+        for (int64_t hp : {8, 16, 24, 40}) {       // VNNI: 16-head vectors, the last one masked to 8 heads
+            for (int64_t n : {1, 2, 5, 15, 64}) {  // VNNI: blocks of 8 keys, then 4, 2, 1
                 const auto x = test::random_floats(rng, static_cast<size_t>(n * d), -3, 3);
                 std::vector<uint16_t> f16(x.size());
                 quantize_row(DType::F16, x.data(), f16.data(), static_cast<int64_t>(x.size()));
@@ -548,6 +548,13 @@ TEST(IndexerKernels, Int8ExtremesDoNotSaturate) {
                                   s_ref.data());
         indexer::avx2::score_i8(qT4.data(), wq.data(), hp, d, keys.data(), ksum.data(), kscale.data(), n, s_got.data());
         EXPECT_EQ(s_got, s_ref) << "queries " << qs;
+        if (cpu::cpu_has_avx512_vnni()) {  // exact int32 sums too; the heads are summed in another f32 order
+            std::vector<float> s_vnni(static_cast<size_t>(n));
+            indexer::avx512vnni::score_i8(qT4.data(), wq.data(), hp, d, keys.data(), ksum.data(), kscale.data(), n,
+                                          s_vnni.data());
+            for (int64_t j = 0; j < n; ++j)
+                EXPECT_NEAR(s_vnni[j], s_ref[j], 1e-5f * (1 + s_ref[j])) << "queries " << qs;
+        }
         EXPECT_GT(std::max(s_ref[0], s_ref[1]), 0.0f);  // one of the uniform rows meets the queries' sign
         // The same bytes as Q8_0 blocks with scale 1.
         std::vector<BlockQ8_0> blocks(static_cast<size_t>(n * d / QK8_0));
@@ -617,7 +624,7 @@ TEST(IndexerKernels, Q8_0Avx2MatchesScalar) {
     std::mt19937 rng(79);
     for (int64_t d : {32, 64, 128, 160}) {
         for (int64_t hp : {8, 24, 40}) {
-            for (int64_t n : {1, 2, 5}) {
+            for (int64_t n : {1, 2, 5, 7}) {
                 auto x = test::random_floats(rng, static_cast<size_t>(n * d), -3, 3);
                 x[0] = 50.0f;  // a block whose scale puts other elements at +-127 after rounding
                 const int64_t row_bytes = dtype_row_size(DType::Q8_0, d);
