@@ -93,6 +93,16 @@ constexpr KernelTable kAvx512Table = {
     .to_f32_q4_0 = avx512::to_f32_q4_0,
 };
 
+// The AVX-512 level on a CPU with VNNI: the packed-row products multiply a group of four bytes of eight rows in
+// one vpdpbusd (kernels_vnni.cpp), where AVX2 needs four instructions. Batched decoding and prefill are bound
+// by these products; one token's matvec is bound by memory either way.
+constexpr KernelTable with_vnni(KernelTable t) {
+    t.dot_rows_q8_0x8 = avx512vnni::dot_rows_q8_0x8;
+    t.dot_rows_q4_0x8 = avx512vnni::dot_rows_q4_0x8;
+    return t;
+}
+constexpr KernelTable kAvx512VnniTable = with_vnni(kAvx512Table);
+
 bool detect(Isa isa) {
 #if defined(__x86_64__) || defined(__i386__)
     // libgcc's cpuid check also asks the OS (XGETBV) whether it saves the AVX / AVX-512 register state.
@@ -247,7 +257,7 @@ const KernelTable *kernels_for(Isa isa) {
     switch (isa) {
         case Isa::scalar: return &kScalarTable;
         case Isa::avx2: return &kAvx2Table;
-        case Isa::avx512: return &kAvx512Table;
+        case Isa::avx512: return cpu_has_avx512_vnni() ? &kAvx512VnniTable : &kAvx512Table;
     }
     return nullptr;
 }

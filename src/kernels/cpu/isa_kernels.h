@@ -17,7 +17,8 @@
 //   axpy_<t>:      y[0..n) += a * row[0..n)
 //   quantize_row_q8_0: n floats (n % 32 == 0) to n/32 Q8_0 blocks, bit-exactly as ggml's reference
 //   to_f32_<t>:    y[0..n) = row[0..n) converted exactly (the AVX-512 table uses the AVX2 versions)
-// The AVX-512 table also takes the AVX2 Q8_0 and Q4_0 dot kernels (dispatch.cpp says why).
+// The AVX-512 table also takes the AVX2 Q8_0 and Q4_0 dot kernels (dispatch.cpp says why), except the packed-row
+// ones where the CPU has VNNI (kernels_vnni.cpp).
 #pragma once
 
 #include <cstddef>
@@ -72,6 +73,15 @@ void axpy_f16(const void *row, float a, float *y, int64_t n);
 void axpy_bf16(const void *row, float a, float *y, int64_t n);
 void quantize_row_q8_0(const float *x, BlockQ8_0 *y, int64_t n);
 }  // namespace sparrow::cpu::avx512
+
+// AVX512-VNNI (kernels_vnni.cpp): the packed-row Q8_0 and Q4_0 products, for the avx512 level when cpuid has
+// VNNI; the same bits as every level.
+namespace sparrow::cpu::avx512vnni {
+void dot_rows_q8_0x8(const void *w, size_t w_stride, int64_t n_rows, const void *x, size_t x_stride, int n_x, int64_t n,
+                     float *y, size_t y_stride);
+void dot_rows_q4_0x8(const void *w, size_t w_stride, int64_t n_rows, const void *x, size_t x_stride, int n_x, int64_t n,
+                     float *y, size_t y_stride);
+}  // namespace sparrow::cpu::avx512vnni
 
 // Quantised cache rows to f32 (cache_convert_<isa>.cpp): y[0..n) = the n elements (n % 32 == 0) of a row of
 // Q8_0 / Q4_0 blocks, exactly as dequantize_row(DType::Q8_0 / Q4_0, ...) computes them.

@@ -1,0 +1,195 @@
+// AVX512-VNNI kernels for weights packed eight rows to a record (BlockQ8_0x8, BlockQ4_0x8; core/blocks.h).
+// Compiled with -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni (CMakeLists.txt: files named
+// *_vnni.cpp) and called only when cpuid says the CPU has AVX-512 with VNNI (dispatch.cpp).
+//
+// The loops are those of kernels_avx2.cpp (packed_rows, q8_0x8_record, q4_0x8_record) with one change: a
+// group of four elements of the eight rows meets a token's broadcast activations in one vpdpbusd (unsigned x
+// signed bytes, four products added into each int32 lane), where AVX2 needs sign, maddubs, madd and add.
+// Vectors stay 256 bits wide (AVX512-VL): a record's group is one 32-byte load of eight rows, and with 32
+// registers a pass keeps all eight tokens' integer and f32 sums.
+//
+// Q8_0: both weights and activations are signed. The activations go in unsigned with an offset, u = x + 128
+// (x lies in [-127, 127], so u in [1, 255]), and sum(u * w) = sum(x * w) + 128 * sum(w): the weight sums come
+// from one vpdpbusd of ones per group, shared by the tokens, and are taken off once per block. Each token's
+// block is offset once into a small staging buffer the broadcasts read. That leaves one multiply instruction
+// per group and token (the sign trick would add a vpsignb to each, on the same two ports).
+//
+// The integer block dots are exact, and the f32 steps after them are the order dispatch.h defines for packed
+// rows (acc = fma(float(dot), dw * dx, acc), block after block from 0), so every output has the scalar
+// level's bits.
+//
+// ODR rule (as kernels_avx2.cpp): this file includes only <immintrin.h>, <cstddef>, <cstdint>, <cstring>,
+// core/blocks.h and isa_kernels.h, and everything but the exported kernels sits in an anonymous namespace.
+//
+// GCC 12's AVX-512 intrinsics trip its own -Wuninitialized (GCC bug 105593; see kernels_avx512.cpp).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+#pragma GCC diagnostic pop
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#include "core/blocks.h"
+#include "kernels/cpu/isa_kernels.h"
+
+namespace sparrow::cpu::avx512vnni {
+
+namespace {
+
+constexpr int kMaxQuantTile = 8;  // = cpu::kMaxQuantTile (dispatch.h is not included here: it has inline code)
+
+// acc + the dword sums of u (unsigned bytes) x s (signed bytes): vpdpbusd, in asm because GCC 12 copies the
+// accumulator to a new register around the intrinsic (indexer_kernels_vnni.cpp measured it).
+inline __m256i dpbusd(__m256i acc, __m256i u, __m256i s) {
+    asm("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(u), "v"(s));
+    return acc;
+}
+
+inline __m256i broadcast_dword(const uint8_t *p) {
+    int32_t v;
+    std::memcpy(&v, p, 4);
+    return _mm256_set1_epi32(v);
+}
+
+// The same from memory, in asm: from a buffer the function itself just wrote, GCC 12 keeps the bytes in a register
+// and broadcasts each dword with a shift and a register broadcast, two shuffles on the port vpdpbusd needs; a
+// broadcast load uses a load port only.
+inline __m256i broadcast_dword_load(const uint8_t *p) {
+    __m256i r;
+    asm("vpbroadcastd %1, %0" : "=v"(r) : "m"(*reinterpret_cast<const int32_t(*)>(p)));
+    return r;
+}
+
+// Q8_0 record b against NT tokens: per token, acc[j] = fma(float(dot_j), dw * dx_j, acc[j]) with dot_j the eight
+// rows' exact integer block dots.
+template <int NT>
+inline void q8_0x8_record(const BlockQ8_0x8 &rec, __m256 dw, const uint8_t *x, size_t x_stride, size_t dx_offset,
+                          int64_t b, __m256 *acc) {
+    alignas(32) uint8_t staged[NT][QK8_0];  // the tokens' block b as x + 128
+    const __m256i bias = _mm256_set1_epi8(static_cast<char>(0x80));
+    for (int j = 0; j < NT; ++j) {
+        const auto *xb = reinterpret_cast<const BlockQ8_0 *>(x + j * x_stride) + b;
+        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(xb->qs));
+        _mm256_store_si256(reinterpret_cast<__m256i *>(staged[j]), _mm256_xor_si256(v, bias));
+    }
+    const __m256i ones = _mm256_set1_epi8(1);
+    __m256i wsum = _mm256_setzero_si256();
+    __m256i dot[NT];
+    for (int j = 0; j < NT; ++j) dot[j] = _mm256_setzero_si256();
+#pragma GCC unroll 8
+    for (int g = 0; g < 8; ++g) {
+        const __m256i qw = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(rec.qs + 32 * g));
+        wsum = dpbusd(wsum, ones, qw);
+#pragma GCC unroll 8
+        for (int j = 0; j < NT; ++j) dot[j] = dpbusd(dot[j], broadcast_dword_load(staged[j] + 4 * g), qw);
+    }
+    const __m256i offset = _mm256_slli_epi32(wsum, 7);  // 128 * sum(w) per row
+#pragma GCC unroll 8
+    for (int j = 0; j < NT; ++j) {
+        float dx;
+        std::memcpy(&dx, x + j * x_stride + dx_offset + static_cast<size_t>(b) * sizeof(float), sizeof dx);
+        acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(dot[j], offset)),
+                                 _mm256_mul_ps(dw, _mm256_set1_ps(dx)), acc[j]);
+    }
+}
+
+// Q4_0 record b against NT tokens (BlockQ8_0x2 activations): the nibbles u = value + 8 are unsigned already, so
+// each half of a group is one vpdpbusd; 8 * sum(x) comes off at the end of the block, as in kernels_avx2.cpp.
+template <int NT>
+inline void q4_0x8_record(const BlockQ4_0x8 &rec, __m256 dw, const uint8_t *x, size_t x_stride,
+                          size_t /*dx_offset: the scales are in the records*/, int64_t b, __m256 *acc) {
+    const __m256i mask = _mm256_set1_epi8(0x0f);
+    const int h = static_cast<int>(b % 2);
+    __m256i dot[NT];
+    for (int j = 0; j < NT; ++j) dot[j] = _mm256_setzero_si256();
+#pragma GCC unroll 4
+    for (int g = 0; g < 4; ++g) {
+        const __m256i wb = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(rec.qs + 32 * g));
+        const __m256i lo = _mm256_and_si256(wb, mask), hi = _mm256_and_si256(_mm256_srli_epi16(wb, 4), mask);
+#pragma GCC unroll 8
+        for (int j = 0; j < NT; ++j) {
+            const auto *r = reinterpret_cast<const BlockQ8_0x2 *>(x + j * x_stride) + b / 2;
+            dot[j] = dpbusd(dot[j], lo, broadcast_dword(reinterpret_cast<const uint8_t *>(r->lo) + 16 * h + 4 * g));
+            dot[j] = dpbusd(dot[j], hi, broadcast_dword(reinterpret_cast<const uint8_t *>(r->hi) + 16 * h + 4 * g));
+        }
+    }
+#pragma GCC unroll 8
+    for (int j = 0; j < NT; ++j) {
+        const auto *r = reinterpret_cast<const BlockQ8_0x2 *>(x + j * x_stride) + b / 2;
+        const __m256i offset = _mm256_set1_epi32(4 * r->sums[4 * h]);  // 8 * sum(x)
+        const __m256 d = _mm256_mul_ps(dw, _mm256_set1_ps(r->d[h]));
+        acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(dot[j], offset)), d, acc[j]);
+    }
+}
+
+struct Q8Packed {
+    using Record = BlockQ8_0x8;
+    template <int NT>
+    static void record(const Record &rec, __m256 dw, const uint8_t *x, size_t x_stride, size_t dx_offset, int64_t b,
+                       __m256 *acc) {
+        q8_0x8_record<NT>(rec, dw, x, x_stride, dx_offset, b, acc);
+    }
+};
+
+struct Q4Packed {
+    using Record = BlockQ4_0x8;
+    template <int NT>
+    static void record(const Record &rec, __m256 dw, const uint8_t *x, size_t x_stride, size_t dx_offset, int64_t b,
+                       __m256 *acc) {
+        q4_0x8_record<NT>(rec, dw, x, x_stride, dx_offset, b, acc);
+    }
+};
+
+// Rows packed eight to a record against NT <= 8 tokens, one group of eight rows after another, all tokens in
+// one pass over each record.
+template <int NT, typename Kind>
+void packed_rows(const uint8_t *w, size_t w_stride, int64_t n_rows, const uint8_t *x, size_t x_stride, int64_t nb,
+                 size_t dx_offset, float *y, size_t y_stride) {
+    using R = typename Kind::Record;
+    for (int64_t g0 = 0; g0 < n_rows; g0 += 8) {
+        const auto *rec = reinterpret_cast<const R *>(w + g0 * static_cast<int64_t>(w_stride));
+        __m256 acc[NT];
+        for (int j = 0; j < NT; ++j) acc[j] = _mm256_setzero_ps();
+        for (int64_t b = 0; b < nb; ++b) {
+            const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(rec[b].d)));
+            Kind::template record<NT>(rec[b], dw, x, x_stride, dx_offset, b, acc);
+        }
+        for (int j = 0; j < NT; ++j) _mm256_storeu_ps(y + j * y_stride + g0, acc[j]);
+    }
+}
+
+template <typename Kind>
+void packed_rows_any(const void *w, size_t w_stride, int64_t n_rows, const void *x, size_t x_stride, int n_x,
+                     int64_t nb, size_t dx_offset, float *y, size_t y_stride) {
+    const auto *wb = static_cast<const uint8_t *>(w);
+    const auto *xb = static_cast<const uint8_t *>(x);
+    switch (n_x < kMaxQuantTile ? n_x : kMaxQuantTile) {
+        case 1: packed_rows<1, Kind>(wb, w_stride, n_rows, xb, x_stride, nb, dx_offset, y, y_stride); return;
+        case 2: packed_rows<2, Kind>(wb, w_stride, n_rows, xb, x_stride, nb, dx_offset, y, y_stride); return;
+        case 3: packed_rows<3, Kind>(wb, w_stride, n_rows, xb, x_stride, nb, dx_offset, y, y_stride); return;
+        case 4: packed_rows<4, Kind>(wb, w_stride, n_rows, xb, x_stride, nb, dx_offset, y, y_stride); return;
+        case 5: packed_rows<5, Kind>(wb, w_stride, n_rows, xb, x_stride, nb, dx_offset, y, y_stride); return;
+        case 6: packed_rows<6, Kind>(wb, w_stride, n_rows, xb, x_stride, nb, dx_offset, y, y_stride); return;
+        case 7: packed_rows<7, Kind>(wb, w_stride, n_rows, xb, x_stride, nb, dx_offset, y, y_stride); return;
+        default: packed_rows<8, Kind>(wb, w_stride, n_rows, xb, x_stride, nb, dx_offset, y, y_stride); return;
+    }
+}
+
+}  // namespace
+
+void dot_rows_q8_0x8(const void *w, size_t w_stride, int64_t n_rows, const void *x, size_t x_stride, int n_x, int64_t n,
+                     float *y, size_t y_stride) {
+    const int64_t nb = n / QK8_0;
+    const size_t dx_offset = static_cast<size_t>(nb) * sizeof(BlockQ8_0);  // the f32 scales after the blocks
+    packed_rows_any<Q8Packed>(w, w_stride, n_rows, x, x_stride, n_x, nb, dx_offset, y, y_stride);
+}
+
+void dot_rows_q4_0x8(const void *w, size_t w_stride, int64_t n_rows, const void *x, size_t x_stride, int n_x, int64_t n,
+                     float *y, size_t y_stride) {
+    packed_rows_any<Q4Packed>(w, w_stride, n_rows, x, x_stride, n_x, n / QK4_0, 0, y, y_stride);
+}
+
+}  // namespace sparrow::cpu::avx512vnni
