@@ -1,6 +1,7 @@
 // select_best and indices_in_order against a full sort by the indexer's ranking rule, on data built to
 // stress it: many exact ties (scores from a handful of values, +0 and -0 mixed), -inf, huge and tiny
-// magnitudes, and every k from 1 to n on small sizes.
+// magnitudes, scores that share their sign and exponent (one binade) or are all equal (so the keys differ only
+// in their index bits, where the radix select starts), and every k from 1 to n on small sizes.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -24,7 +25,13 @@ std::vector<ScoredIndex> make_entries(std::mt19937 &rng, int64_t n, int kind) {
     std::normal_distribution<float> gauss(0.0f, 1.0f);
     std::vector<ScoredIndex> e(static_cast<size_t>(n));
     for (int64_t i = 0; i < n; ++i) {
-        const float s = kind == 0 ? gauss(rng) : few[rng() % (sizeof few / sizeof few[0])];
+        float s = 0.0f;
+        switch (kind) {
+            case 0: s = gauss(rng); break;
+            case 1: s = few[rng() % (sizeof few / sizeof few[0])]; break;
+            case 2: s = 1.0f + static_cast<float>(rng() % 100000) / 100000.0f; break;  // [1, 2): one binade
+            default: s = 0.75f; break;                                                 // all equal
+        }
         e[static_cast<size_t>(i)] = {s, idx[static_cast<size_t>(i)] * 3};  // unique, not dense
     }
     return e;
@@ -56,8 +63,8 @@ void check_select(std::vector<ScoredIndex> e, int64_t k, std::vector<uint64_t> &
 TEST(TopKSelect, MatchesFullSortOnEveryKForSmallSizes) {
     std::mt19937 rng(5);
     std::vector<uint64_t> scratch;
-    for (int kind : {0, 1}) {
-        for (int64_t n : {1, 2, 3, 7, 33}) {
+    for (int kind : {0, 1, 2, 3}) {
+        for (int64_t n : {1, 2, 3, 7, 33, 100}) {  // 100: past the comparison select's size, into the radix one
             const auto e = make_entries(rng, n, kind);
             for (int64_t k = 1; k <= n; ++k) check_select(e, k, scratch);
         }
@@ -67,7 +74,7 @@ TEST(TopKSelect, MatchesFullSortOnEveryKForSmallSizes) {
 TEST(TopKSelect, MatchesFullSortAtIndexerSizes) {
     std::mt19937 rng(6);
     std::vector<uint64_t> scratch;
-    for (int kind : {0, 1}) {
+    for (int kind : {0, 1, 2, 3}) {
         for (auto [n, k] : {std::pair<int64_t, int64_t>{4096, 2048},
                             {8192, 2048},
                             {16384, 2320},

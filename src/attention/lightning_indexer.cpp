@@ -93,15 +93,26 @@ struct TopK {
     int64_t size = 0;
     Entry threshold{-std::numeric_limits<float>::infinity(), -1};  // idx -1: none yet, accept everything
 
-    void push(float score, int32_t idx, std::vector<uint64_t> &scratch) {
-        const Entry e{score == score ? score : -std::numeric_limits<float>::infinity(), idx};
-        if (threshold.idx >= 0 && !ranks_before(e, threshold)) return;
-        data[size++] = e;
-        if (size == 2 * k) {
-            indexer::select_best(data, size, k, scratch);
-            size = k;
-            threshold = data[k - 1];
+    // The scores of candidates idx0, idx0 + 1, ... in turn. The size and threshold live in locals for the loop:
+    // stores through data could alias the members, so a per-key push reloaded them for every key.
+    void push_all(const float *scores, int64_t n, int32_t idx0, std::vector<uint64_t> &scratch) {
+        Entry *const d = data;
+        int64_t sz = size;
+        Entry th = threshold;
+        for (int64_t j = 0; j < n; ++j) {
+            const float score = scores[j];
+            const Entry e{score == score ? score : -std::numeric_limits<float>::infinity(),
+                          idx0 + static_cast<int32_t>(j)};
+            if (th.idx >= 0 && !ranks_before(e, th)) continue;
+            d[sz++] = e;
+            if (sz == 2 * k) {
+                indexer::select_best(d, sz, k, scratch);
+                sz = k;
+                th = d[k - 1];
+            }
         }
+        size = sz;
+        threshold = th;
     }
 };
 
@@ -397,9 +408,7 @@ void Selector::score_tile(Scratch &s, const Chunk &c, int64_t split, std::span<c
             k_.score_f32(row_type, s.qT.data() + slot * d_ * hp_, s.w.data() + slot * hp_, hp_, d_, rows, nm,
                          s.scores.data());
         }
-        TopK &h = heap(m, split);
-        for (int64_t j = 0; j < nm; ++j)
-            h.push(s.scores[static_cast<size_t>(j)], static_cast<int32_t>(k0 + j), s.select);
+        heap(m, split).push_all(s.scores.data(), nm, static_cast<int32_t>(k0), s.select);
     }
 }
 

@@ -22,10 +22,26 @@ inline uint64_t rank_key(const ScoredIndex &e) {
 constexpr int kDigitBits = 11;
 constexpr uint64_t kDigitMask = (uint64_t(1) << kDigitBits) - 1;
 
+// Below this many keys, a comparison select finishes faster than another histogram of 2^kDigitBits buckets.
+constexpr int64_t kSmallSelect = 48;
+
 // The k-th largest of the unique keys keys[0, n) (1 <= k <= n); reorders keys.
 uint64_t kth_largest(uint64_t *keys, int64_t n, int64_t k) {
+    // Bits above the highest one where the keys differ are the same in all of them: the first digit starts
+    // there. Scores of one query mostly share their sign and exponent, so this skips a pass that would keep
+    // nearly every key.
+    uint64_t all_and = ~uint64_t(0), all_or = 0;
+    for (int64_t i = 0; i < n; ++i) {
+        all_and &= keys[i];
+        all_or |= keys[i];
+    }
+    const int top = all_and == all_or ? 0 : 64 - __builtin_clzll(all_and ^ all_or);  // bits that still matter
     std::array<uint32_t, size_t(1) << kDigitBits> hist;
-    for (int shift = 64 - kDigitBits;; shift -= kDigitBits) {
+    for (int shift = top - kDigitBits;; shift -= kDigitBits) {
+        if (n <= kSmallSelect) {
+            std::nth_element(keys, keys + (k - 1), keys + n, [](uint64_t a, uint64_t b) { return a > b; });
+            return keys[k - 1];
+        }
         const int s = std::max(shift, 0);
         hist.fill(0);
         for (int64_t i = 0; i < n; ++i) ++hist[(keys[i] >> s) & kDigitMask];
