@@ -583,7 +583,7 @@ TEST(IndexerKernels, F32Avx2MatchesScalar) {
     for (const DType type : {DType::F32, DType::F16, DType::BF16}) {
         for (int64_t d : {1, 7, 32, 128, 515, 1100}) {
             for (int64_t hp : {8, 16, 24, 40}) {
-                for (int64_t n : {1, 2, 3, 4, 5, 7, 13}) {
+                for (int64_t n : {1, 2, 3, 4, 5, 6, 7, 13, 17}) {
                     const auto x = test::random_floats(rng, static_cast<size_t>(n * d), -3, 3);
                     const int64_t row_bytes = dtype_row_size(type, d);
                     std::vector<uint8_t> data(static_cast<size_t>(n * row_bytes));
