@@ -575,8 +575,8 @@ TEST(IndexerKernels, Int8ExtremesDoNotSaturate) {
 }
 
 // The f32 (exact-mode) kernel: the AVX2 scores equal the scalar ones up to f32 summation order for f32, f16
-// and bf16 key rows read in place, on awkward sizes: key counts around its 3-key blocks, heads that take 1 to 4
-// vectors and a second pass, and rows wider than its 512-element widening buffer.
+// and bf16 key rows read in place, on awkward sizes: key counts around its 3-key blocks (8 on AVX-512), heads that take
+// 1 to 4 vectors and a second pass, and rows wider than its 512-element widening buffer.
 TEST(IndexerKernels, F32Avx2MatchesScalar) {
     if (!cpu::cpu_supports(cpu::Isa::avx2)) GTEST_SKIP() << "no AVX2";
     std::mt19937 rng(78);
