@@ -143,6 +143,16 @@ struct Q4Packed {
     }
 };
 
+// Asks for the bytes kPrefetchBytes past a record about to be read. A group's records are contiguous and the
+// groups follow each other, so a matvec streams the packed matrix; with one token its arithmetic is light
+// and the hardware prefetcher alone kept too few lines in flight: on a 2-vCPU Xeon the Q8_0 matvec read
+// 21.5 GB/s with this against 17.1 without (medians of 6 alternating runs; 8 KiB ahead: 20.9), the f32 one ~21.
+constexpr int64_t kPrefetchBytes = 4096;
+inline void prefetch_ahead(const void *record, size_t bytes) {
+    const char *ahead = static_cast<const char *>(record) + kPrefetchBytes;
+    for (size_t l = 0; l < bytes; l += 64) _mm_prefetch(ahead + l, _MM_HINT_T0);
+}
+
 // Rows packed eight to a record against NT <= 8 tokens, one group of eight rows after another, all tokens in
 // one pass over each record.
 template <int NT, typename Kind>
@@ -154,6 +164,7 @@ void packed_rows(const uint8_t *w, size_t w_stride, int64_t n_rows, const uint8_
         __m256 acc[NT];
         for (int j = 0; j < NT; ++j) acc[j] = _mm256_setzero_ps();
         for (int64_t b = 0; b < nb; ++b) {
+            prefetch_ahead(rec + b, sizeof(R));
             const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(rec[b].d)));
             Kind::template record<NT>(rec[b], dw, x, x_stride, dx_offset, b, acc);
         }
