@@ -20,6 +20,9 @@ namespace {
 
 // = cpu::kMaxTile (dispatch.h is not included here: it pulls in inline code)
 constexpr int kMaxTile = 4;
+// Weight bytes requested ahead of the ones being read: a matvec streams the rows in order, and the hardware
+// prefetcher alone kept too few lines in flight (kernels_vnni.cpp and kernels_avx512.cpp give the figures).
+constexpr int64_t kPrefetchBytes = 4096;
 
 // A token count as a type, for the kernels templated on it (this file's own: std::integral_constant would be a
 // shared inline function compiled with AVX2).
@@ -102,8 +105,11 @@ void dot_tile_float(const void *w, const void *x, size_t x_stride, int64_t n, fl
     for (int j = 0; j < NT; ++j) {
         for (int u = 0; u < U; ++u) acc[j][u] = _mm256_setzero_ps();
     }
+    constexpr int64_t kElemBytes = K == FloatKind::f32 ? 4 : 2;
+    const char *ahead = static_cast<const char *>(w) + kPrefetchBytes;
     int64_t i = 0;
     for (; i + 8 * U <= n; i += 8 * U) {
+        _mm_prefetch(ahead + i * kElemBytes, _MM_HINT_T0);  // 64 bytes (f32) or 32 (f16, bf16) per step
         for (int u = 0; u < U; ++u) {
             const __m256 wv = load8<K>(w, i + 8 * u);
             for (int j = 0; j < NT; ++j) acc[j][u] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(xs[j] + i + 8 * u), acc[j][u]);
@@ -345,7 +351,6 @@ inline void q4_0x8_record(const BlockQ4_0x8 &rec, __m256 dw, const uint8_t *x, s
 }
 
 // Asks for the bytes kPrefetchBytes past a record about to be read (kernels_vnni.cpp measured it).
-constexpr int64_t kPrefetchBytes = 4096;
 inline void prefetch_ahead(const void *record, size_t bytes) {
     const char *ahead = static_cast<const char *>(record) + kPrefetchBytes;
     for (size_t l = 0; l < bytes; l += 64) _mm_prefetch(ahead + l, _MM_HINT_T0);
