@@ -22,7 +22,8 @@ inline uint64_t rank_key(const ScoredIndex &e) {
 constexpr int kDigitBits = 11;
 constexpr uint64_t kDigitMask = (uint64_t(1) << kDigitBits) - 1;
 
-// Below this many keys, a comparison select finishes faster than another histogram of 2^kDigitBits buckets.
+// Below this many keys the remainder goes to nth_element: another radix pass would clear and scan 2^kDigitBits
+// buckets for a handful of keys. The value is a guess, not tuned.
 constexpr int64_t kSmallSelect = 48;
 
 // The k-th largest of the unique keys keys[0, n) (1 <= k <= n); reorders keys.

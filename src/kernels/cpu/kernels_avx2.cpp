@@ -20,9 +20,17 @@ namespace {
 
 // = cpu::kMaxTile (dispatch.h is not included here: it pulls in inline code)
 constexpr int kMaxTile = 4;
-// Weight bytes requested ahead of the ones being read: a matvec streams the rows in order, and the hardware
-// prefetcher alone kept too few lines in flight (kernels_vnni.cpp and kernels_avx512.cpp give the figures).
+// Weight bytes requested ahead of the ones being read: a matvec streams the rows in order with little arithmetic
+// per byte, and the hardware prefetcher alone kept too few lines in flight. On a 2-vCPU Xeon (medians of 4-5
+// alternating runs, 1 GiB matrices) with this kernel: f32 21.3 -> 25.8 GB/s, f16 15.8 -> 23.0, bf16 15.2 -> 21.4,
+// packed Q8_0 17.0 -> 22.0, packed Q4_0 14.5 -> 22.1.
 constexpr int64_t kPrefetchBytes = 4096;
+
+// Asks for the `bytes` bytes kPrefetchBytes past p, which the caller is about to read.
+inline void prefetch_ahead(const void *p, size_t bytes) {
+    const char *ahead = static_cast<const char *>(p) + kPrefetchBytes;
+    for (size_t l = 0; l < bytes; l += 64) _mm_prefetch(ahead + l, _MM_HINT_T0);
+}
 
 // A token count as a type, for the kernels templated on it (this file's own: std::integral_constant would be a
 // shared inline function compiled with AVX2).
@@ -105,11 +113,10 @@ void dot_tile_float(const void *w, const void *x, size_t x_stride, int64_t n, fl
     for (int j = 0; j < NT; ++j) {
         for (int u = 0; u < U; ++u) acc[j][u] = _mm256_setzero_ps();
     }
-    constexpr int64_t kElemBytes = K == FloatKind::f32 ? 4 : 2;
-    const char *ahead = static_cast<const char *>(w) + kPrefetchBytes;
+    constexpr size_t kElemBytes = K == FloatKind::f32 ? 4 : 2;
     int64_t i = 0;
     for (; i + 8 * U <= n; i += 8 * U) {
-        _mm_prefetch(ahead + i * kElemBytes, _MM_HINT_T0);  // 64 bytes (f32) or 32 (f16, bf16) per step
+        prefetch_ahead(static_cast<const char *>(w) + i * kElemBytes, 8 * U * kElemBytes);
         for (int u = 0; u < U; ++u) {
             const __m256 wv = load8<K>(w, i + 8 * u);
             for (int j = 0; j < NT; ++j) acc[j][u] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(xs[j] + i + 8 * u), acc[j][u]);
@@ -348,12 +355,6 @@ inline void q4_0x8_record(const BlockQ4_0x8 &rec, __m256 dw, const uint8_t *x, s
         const __m256 d = _mm256_mul_ps(dw, _mm256_set1_ps(r->d[h]));
         acc[J0 + j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(dot[j], offset)), d, acc[J0 + j]);
     }
-}
-
-// Asks for the bytes kPrefetchBytes past a record about to be read (kernels_vnni.cpp measured it).
-inline void prefetch_ahead(const void *record, size_t bytes) {
-    const char *ahead = static_cast<const char *>(record) + kPrefetchBytes;
-    for (size_t l = 0; l < bytes; l += 64) _mm_prefetch(ahead + l, _MM_HINT_T0);
 }
 
 // Rows packed eight to a record against NT <= 8 tokens, one group of eight rows after another: per record, the

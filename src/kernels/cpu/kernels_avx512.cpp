@@ -28,9 +28,15 @@ namespace sparrow::cpu::avx512 {
 namespace {
 
 constexpr int kMaxTile = 4;  // = cpu::kMaxTile (dispatch.h is not included here: it pulls in inline code)
-// Weight bytes requested ahead of the ones being read: a matvec streams the rows in order, and the hardware
-// prefetcher alone kept too few lines in flight (as in the packed kernels, kernels_vnni.cpp).
+// Weight bytes requested ahead of the ones being read, as in kernels_avx2.cpp. On a 2-vCPU Xeon (medians of 5
+// alternating runs, 1 GiB matrices) with this kernel: f32 24.1 -> 28.5 GB/s, f16 19.0 -> 24.5, bf16 16.9 -> 22.7.
 constexpr int64_t kPrefetchBytes = 4096;
+
+// Asks for the `bytes` bytes kPrefetchBytes past p, which the caller is about to read.
+inline void prefetch_ahead(const void *p, size_t bytes) {
+    const char *ahead = static_cast<const char *>(p) + kPrefetchBytes;
+    for (size_t l = 0; l < bytes; l += 64) _mm_prefetch(ahead + l, _MM_HINT_T0);
+}
 
 inline float fp16_to_f32(uint16_t h) { return _cvtsh_ss(h); }
 
@@ -81,11 +87,10 @@ void dot_tile_float(const void *w, const void *x, size_t x_stride, int64_t n, fl
     for (int j = 0; j < NT; ++j) {
         for (int u = 0; u < U; ++u) acc[j][u] = _mm512_setzero_ps();
     }
+    constexpr size_t kElemBytes = K == FloatKind::f32 ? 4 : 2;
     int64_t i = 0;
-    constexpr int64_t kElemBytes = K == FloatKind::f32 ? 4 : 2;
-    const char *ahead = static_cast<const char *>(w) + kPrefetchBytes;
     for (; i + 16 * U <= n; i += 16 * U) {
-        for (int64_t l = 0; l < 16 * U * kElemBytes; l += 64) _mm_prefetch(ahead + i * kElemBytes + l, _MM_HINT_T0);
+        prefetch_ahead(static_cast<const char *>(w) + i * kElemBytes, 16 * U * kElemBytes);
         for (int u = 0; u < U; ++u) {
             const __m512 wv = load16<K>(w, i + 16 * u);
             for (int j = 0; j < NT; ++j)

@@ -66,8 +66,8 @@ inline __m256i broadcast_dword_load(const uint8_t *p) {
 // Q8_0 record b against NT tokens: per token, acc[j] = fma(float(dot_j), dw * dx_j, acc[j]) with dot_j the eight
 // rows' exact integer block dots.
 template <int NT>
-inline void q8_0x8_record(const BlockQ8_0x8 &rec, __m256 dw, const uint8_t *x, size_t x_stride, size_t dx_offset,
-                          int64_t b, __m256 *acc) {
+inline void record(const BlockQ8_0x8 &rec, __m256 dw, const uint8_t *x, size_t x_stride, size_t dx_offset, int64_t b,
+                   __m256 *acc) {
     alignas(32) uint8_t staged[NT][QK8_0];  // the tokens' block b as x + 128
     const __m256i bias = _mm256_set1_epi8(static_cast<char>(0x80));
     for (int j = 0; j < NT; ++j) {
@@ -99,8 +99,8 @@ inline void q8_0x8_record(const BlockQ8_0x8 &rec, __m256 dw, const uint8_t *x, s
 // Q4_0 record b against NT tokens (BlockQ8_0x2 activations): the nibbles u = value + 8 are unsigned already, so
 // each half of a group is one vpdpbusd; 8 * sum(x) comes off at the end of the block, as in kernels_avx2.cpp.
 template <int NT>
-inline void q4_0x8_record(const BlockQ4_0x8 &rec, __m256 dw, const uint8_t *x, size_t x_stride,
-                          size_t /*dx_offset: the scales are in the records*/, int64_t b, __m256 *acc) {
+inline void record(const BlockQ4_0x8 &rec, __m256 dw, const uint8_t *x, size_t x_stride,
+                   size_t /*dx_offset: the scales are in the records*/, int64_t b, __m256 *acc) {
     const __m256i mask = _mm256_set1_epi8(0x0f);
     const int h = static_cast<int>(b % 2);
     __m256i dot[NT];
@@ -125,40 +125,21 @@ inline void q4_0x8_record(const BlockQ4_0x8 &rec, __m256 dw, const uint8_t *x, s
     }
 }
 
-struct Q8Packed {
-    using Record = BlockQ8_0x8;
-    template <int NT>
-    static void record(const Record &rec, __m256 dw, const uint8_t *x, size_t x_stride, size_t dx_offset, int64_t b,
-                       __m256 *acc) {
-        q8_0x8_record<NT>(rec, dw, x, x_stride, dx_offset, b, acc);
-    }
-};
-
-struct Q4Packed {
-    using Record = BlockQ4_0x8;
-    template <int NT>
-    static void record(const Record &rec, __m256 dw, const uint8_t *x, size_t x_stride, size_t dx_offset, int64_t b,
-                       __m256 *acc) {
-        q4_0x8_record<NT>(rec, dw, x, x_stride, dx_offset, b, acc);
-    }
-};
-
-// Asks for the bytes kPrefetchBytes past a record about to be read. A group's records are contiguous and the
-// groups follow each other, so a matvec streams the packed matrix; with one token its arithmetic is light
-// and the hardware prefetcher alone kept too few lines in flight: on a 2-vCPU Xeon the Q8_0 matvec read
-// 21.5 GB/s with this against 17.1 without (medians of 6 alternating runs; 8 KiB ahead: 20.9), the f32 one ~21.
+// Asks for the `bytes` bytes kPrefetchBytes past p, which the caller is about to read (as kernels_avx2.cpp). A
+// group's records are contiguous and the groups follow each other, so a matvec streams the packed matrix: on a
+// 2-vCPU Xeon the Q8_0 matvec read 21.5 GB/s with this against 17.1 without (medians of 6 alternating runs;
+// 8 KiB ahead: 20.9), Q4_0 21.2 against 13.5 (5 runs).
 constexpr int64_t kPrefetchBytes = 4096;
-inline void prefetch_ahead(const void *record, size_t bytes) {
-    const char *ahead = static_cast<const char *>(record) + kPrefetchBytes;
+inline void prefetch_ahead(const void *p, size_t bytes) {
+    const char *ahead = static_cast<const char *>(p) + kPrefetchBytes;
     for (size_t l = 0; l < bytes; l += 64) _mm_prefetch(ahead + l, _MM_HINT_T0);
 }
 
 // Rows packed eight to a record against NT <= 8 tokens, one group of eight rows after another, all tokens in
-// one pass over each record.
-template <int NT, typename Kind>
+// one pass over each record. R: BlockQ8_0x8 or BlockQ4_0x8 (record() above has an overload for each).
+template <int NT, typename R>
 void packed_rows(const uint8_t *w, size_t w_stride, int64_t n_rows, const uint8_t *x, size_t x_stride, int64_t nb,
                  size_t dx_offset, float *y, size_t y_stride) {
-    using R = typename Kind::Record;
     for (int64_t g0 = 0; g0 < n_rows; g0 += 8) {
         const auto *rec = reinterpret_cast<const R *>(w + g0 * static_cast<int64_t>(w_stride));
         __m256 acc[NT];
@@ -166,26 +147,26 @@ void packed_rows(const uint8_t *w, size_t w_stride, int64_t n_rows, const uint8_
         for (int64_t b = 0; b < nb; ++b) {
             prefetch_ahead(rec + b, sizeof(R));
             const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(rec[b].d)));
-            Kind::template record<NT>(rec[b], dw, x, x_stride, dx_offset, b, acc);
+            record<NT>(rec[b], dw, x, x_stride, dx_offset, b, acc);
         }
         for (int j = 0; j < NT; ++j) _mm256_storeu_ps(y + j * y_stride + g0, acc[j]);
     }
 }
 
-template <typename Kind>
+template <typename R>
 void packed_rows_any(const void *w, size_t w_stride, int64_t n_rows, const void *x, size_t x_stride, int n_x,
                      int64_t nb, size_t dx_offset, float *y, size_t y_stride) {
     const auto *wb = static_cast<const uint8_t *>(w);
     const auto *xb = static_cast<const uint8_t *>(x);
     switch (n_x < kMaxQuantTile ? n_x : kMaxQuantTile) {
-        case 1: packed_rows<1, Kind>(wb, w_stride, n_rows, xb, x_stride, nb, dx_offset, y, y_stride); return;
-        case 2: packed_rows<2, Kind>(wb, w_stride, n_rows, xb, x_stride, nb, dx_offset, y, y_stride); return;
-        case 3: packed_rows<3, Kind>(wb, w_stride, n_rows, xb, x_stride, nb, dx_offset, y, y_stride); return;
-        case 4: packed_rows<4, Kind>(wb, w_stride, n_rows, xb, x_stride, nb, dx_offset, y, y_stride); return;
-        case 5: packed_rows<5, Kind>(wb, w_stride, n_rows, xb, x_stride, nb, dx_offset, y, y_stride); return;
-        case 6: packed_rows<6, Kind>(wb, w_stride, n_rows, xb, x_stride, nb, dx_offset, y, y_stride); return;
-        case 7: packed_rows<7, Kind>(wb, w_stride, n_rows, xb, x_stride, nb, dx_offset, y, y_stride); return;
-        default: packed_rows<8, Kind>(wb, w_stride, n_rows, xb, x_stride, nb, dx_offset, y, y_stride); return;
+        case 1: packed_rows<1, R>(wb, w_stride, n_rows, xb, x_stride, nb, dx_offset, y, y_stride); return;
+        case 2: packed_rows<2, R>(wb, w_stride, n_rows, xb, x_stride, nb, dx_offset, y, y_stride); return;
+        case 3: packed_rows<3, R>(wb, w_stride, n_rows, xb, x_stride, nb, dx_offset, y, y_stride); return;
+        case 4: packed_rows<4, R>(wb, w_stride, n_rows, xb, x_stride, nb, dx_offset, y, y_stride); return;
+        case 5: packed_rows<5, R>(wb, w_stride, n_rows, xb, x_stride, nb, dx_offset, y, y_stride); return;
+        case 6: packed_rows<6, R>(wb, w_stride, n_rows, xb, x_stride, nb, dx_offset, y, y_stride); return;
+        case 7: packed_rows<7, R>(wb, w_stride, n_rows, xb, x_stride, nb, dx_offset, y, y_stride); return;
+        default: packed_rows<8, R>(wb, w_stride, n_rows, xb, x_stride, nb, dx_offset, y, y_stride); return;
     }
 }
 
@@ -195,12 +176,12 @@ void dot_rows_q8_0x8(const void *w, size_t w_stride, int64_t n_rows, const void 
                      float *y, size_t y_stride) {
     const int64_t nb = n / QK8_0;
     const size_t dx_offset = static_cast<size_t>(nb) * sizeof(BlockQ8_0);  // the f32 scales after the blocks
-    packed_rows_any<Q8Packed>(w, w_stride, n_rows, x, x_stride, n_x, nb, dx_offset, y, y_stride);
+    packed_rows_any<BlockQ8_0x8>(w, w_stride, n_rows, x, x_stride, n_x, nb, dx_offset, y, y_stride);
 }
 
 void dot_rows_q4_0x8(const void *w, size_t w_stride, int64_t n_rows, const void *x, size_t x_stride, int n_x, int64_t n,
                      float *y, size_t y_stride) {
-    packed_rows_any<Q4Packed>(w, w_stride, n_rows, x, x_stride, n_x, n / QK4_0, 0, y, y_stride);
+    packed_rows_any<BlockQ4_0x8>(w, w_stride, n_rows, x, x_stride, n_x, n / QK4_0, 0, y, y_stride);
 }
 
 }  // namespace sparrow::cpu::avx512vnni
