@@ -61,7 +61,7 @@ TEST(Attention, MatchesDoubleReference) {
         {4, 4, 8, 8, 0, false, DType::F32},     {8, 2, 16, 16, 0, false, DType::F16},
         {6, 3, 24, 40, 0, false, DType::BF16},  {16, 1, 72, 64, 0, true, DType::F16},
         {5, 1, 36, 32, 0, true, DType::F32},    {2, 1, 64, 48, 16, false, DType::F32},
-        {128, 1, 40, 32, 0, true, DType::BF16},
+        {128, 1, 40, 32, 0, true, DType::BF16}, {32, 2, 24, 40, 0, false, DType::F16},
     };
     std::mt19937 rng(3);
     int n_checked = 0;
@@ -106,7 +106,7 @@ TEST(Attention, MatchesDoubleReference) {
             ++n_checked;
         }
     }
-    EXPECT_EQ(n_checked, 21);
+    EXPECT_EQ(n_checked, 24);
 }
 
 // Decode shape (one token, MLA: one KV head, V inside K) with long lists, which attention() cuts between
@@ -200,6 +200,60 @@ TEST(AttentionKernels, ExpSumAvx2MatchesScalar) {
     EXPECT_TRUE(std::isnan(special[2]));
     EXPECT_EQ(special[3], 0.0f);
     EXPECT_NEAR(special[4], std::exp(0.5f), 2.5e-7f * std::exp(0.5f));
+}
+
+// The AVX-512 head-lane kernels (16 heads per vector) against the scalar ones: row counts around the score
+// block of 8, widths odd and around the P.V block of 16 columns, and a softmax tile where some lanes start
+// empty (m = -inf), some grow and some keep their maximum.
+TEST(AttentionKernels, Avx512LanesMatchScalar) {
+    if (!cpu::cpu_supports(cpu::Isa::avx512)) GTEST_SKIP() << "no AVX-512";
+    std::mt19937 rng(13);
+    for (int64_t n_k : {1, 2, 7, 8, 9, 15, 16, 17}) {
+        for (int64_t d : {1, 2, 3, 17, 72, 576}) {
+            const int64_t k_stride = d + 3;
+            const auto qt = test::random_floats(rng, static_cast<size_t>(d * 16), -1, 1);
+            const auto kv = test::random_floats(rng, static_cast<size_t>(n_k * k_stride), -2, 2);
+            std::vector<float> s_ref(static_cast<size_t>(n_k * 16 + 16), 7.0f), s_got = s_ref;
+            attn::scalar::scores16(qt.data(), kv.data(), k_stride, n_k, d, s_ref.data());
+            attn::avx512::scores16(qt.data(), kv.data(), k_stride, n_k, d, s_got.data());
+            // Within 1e-5 of the sum of |terms| (the scores cancel: a relative bound on them would be unfair).
+            for (int64_t j = 0; j < n_k; ++j) {
+                for (int64_t h = 0; h < 16; ++h) {
+                    float bound = 0.0f;
+                    for (int64_t i = 0; i < d; ++i) bound += std::fabs(qt[i * 16 + h] * kv[j * k_stride + i]);
+                    const size_t i = static_cast<size_t>(j * 16 + h);
+                    ASSERT_NEAR(s_got[i], s_ref[i], 1e-5f * bound) << n_k << " " << d << " " << i;
+                }
+            }
+            for (size_t i = static_cast<size_t>(n_k * 16); i < s_ref.size(); ++i) ASSERT_EQ(s_got[i], 7.0f);
+        }
+        for (int64_t dv : {1, 3, 4, 5, 17, 20, 512}) {
+            const int64_t v_stride = dv + 5;
+            const auto v = test::random_floats(rng, static_cast<size_t>(n_k * v_stride), -2, 2);
+            auto s_ref = test::random_floats(rng, static_cast<size_t>(n_k * 16), -6, 6);
+            auto acc_ref = test::random_floats(rng, static_cast<size_t>(dv * 16), -1, 1);
+            std::vector<float> m_ref(16), l_ref(16);
+            for (int h = 0; h < 16; ++h) {
+                m_ref[h] = h < 4 ? -std::numeric_limits<float>::infinity() : (h % 2 ? 10.0f : -3.0f);
+                l_ref[h] = h < 4 ? 0.0f : 2.5f;
+                if (h < 4)
+                    for (int64_t c = 0; c < dv; ++c) acc_ref[c * 16 + h] = 0.0f;
+            }
+            auto s_got = s_ref, acc_got = acc_ref, m_got = m_ref, l_got = l_ref;
+            attn::scalar::softmax16(s_ref.data(), n_k, m_ref.data(), l_ref.data(), acc_ref.data(), dv);
+            attn::avx512::softmax16(s_got.data(), n_k, m_got.data(), l_got.data(), acc_got.data(), dv);
+            EXPECT_EQ(m_got, m_ref);
+            for (int h = 0; h < 16; ++h) ASSERT_NEAR(l_got[h], l_ref[h], 1e-6f * l_ref[h]) << h;
+            for (size_t i = 0; i < s_ref.size(); ++i) ASSERT_NEAR(s_got[i], s_ref[i], 1e-6f * (1 + s_ref[i])) << i;
+            for (size_t i = 0; i < acc_ref.size(); ++i)
+                ASSERT_NEAR(acc_got[i], acc_ref[i], 1e-6f * (1 + std::fabs(acc_ref[i]))) << i;
+            attn::scalar::pv16(s_ref.data(), v.data(), v_stride, n_k, dv, acc_ref.data());
+            attn::avx512::pv16(s_ref.data(), v.data(), v_stride, n_k, dv, acc_got.data());
+            for (size_t i = 0; i < acc_ref.size(); ++i)
+                ASSERT_NEAR(acc_got[i], acc_ref[i], 1e-5f * (1 + std::fabs(acc_ref[i])))
+                    << n_k << " " << dv << " " << i;
+        }
+    }
 }
 
 TEST(ConvertRow, EveryIsaMatchesDequantize) {

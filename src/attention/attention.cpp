@@ -16,6 +16,8 @@ namespace {
 
 // Cache rows converted to f32 and scored together (the score kernel takes 3 rows at a time).
 constexpr int64_t kTileRows = 18;
+// Rows per tile of the head-lane kernels: 16 rows x 576 f32 (MLA) = 36 KiB, within a 48 KiB L1.
+constexpr int64_t kLaneTileRows = 16;
 // A query's row list is cut between threads (each piece with its own running softmax, merged at the end)
 // only when every piece keeps at least this many rows: decode with MLA is one (token, KV head) pair, and
 // without the cut one thread would do all the work. 128 rows of MLA (16 heads x 1088 multiply-adds each) take
@@ -80,12 +82,18 @@ void attention(ThreadPool &pool, const AttentionShape &shape, const float *q, in
     // heads (MLA has 16-128 query heads per latent row). When V is a slice of the same row as K (MLA:
     // V = c_kv, the first kv_lora elements of [c_kv | k_pe]), it is read from the converted K tile.
     const bool v_in_k = &v == &k && shape.v_offset >= 0 && shape.n_head_kv == 1 && shape.v_offset + Dv <= Dk;
+    // The head-lane kernels (16 heads per vector) serve KV heads read by a multiple of 16 query heads (MLA)
+    // where AVX-512 exists; everything else takes the head-blocked kernels.
+    const bool lanes = cpu::kernels().isa == cpu::Isa::avx512 && group % 16 == 0;
     pool.parallel_for(n_items, grain, [&](int64_t begin, int64_t end) {
+        const int64_t tile_rows = lanes ? kLaneTileRows : kTileRows;
         std::vector<float> acc(static_cast<size_t>(group * Dv));
         std::vector<float> run_max(static_cast<size_t>(group)), run_sum(static_cast<size_t>(group));
-        std::vector<float> k_tile(static_cast<size_t>(kTileRows * Dk));
-        std::vector<float> v_tile(v_in_k ? 0 : static_cast<size_t>(kTileRows * Dv));  // MLA reads V from k_tile
-        std::vector<float> s(static_cast<size_t>(group * kTileRows));  // scores, then weights, [group, tile]
+        std::vector<float> k_tile(static_cast<size_t>(tile_rows * Dk));
+        std::vector<float> v_tile(v_in_k ? 0 : static_cast<size_t>(tile_rows * Dv));  // MLA reads V from k_tile
+        // Scores, then weights: [group, tile] (blocked) or [tile, 16] (lanes, one slice of 16 heads at a time).
+        std::vector<float> s(static_cast<size_t>(lanes ? tile_rows * 16 : group * kTileRows));
+        std::vector<float> qt(lanes ? static_cast<size_t>(group * Dk) : 0);  // lanes: [slice][Dk][16], scaled
         for (int64_t item = begin; item < end; ++item) {
             const int64_t pair = item / n_split, split = item % n_split;
             const int64_t t = pair / shape.n_head_kv, kvh = pair % shape.n_head_kv;
@@ -96,13 +104,19 @@ void attention(ThreadPool &pool, const AttentionShape &shape, const float *q, in
             std::fill(run_max.begin(), run_max.end(), -std::numeric_limits<float>::infinity());
             std::fill(run_sum.begin(), run_sum.end(), 0.0f);
             const float *q_group = q + (t * shape.n_head + kvh * group) * Dk;  // [group, Dk]
+            if (lanes) {
+                for (int64_t g = 0; g < group; ++g) {
+                    float *slice = qt.data() + (g / 16) * Dk * 16 + g % 16;
+                    for (int64_t i = 0; i < Dk; ++i) slice[i * 16] = shape.scale * q_group[g * Dk + i];
+                }
+            }
             auto k_row = [&](int64_t j) {
                 return static_cast<const uint8_t *>(k.row(list[static_cast<size_t>(j)])) + kvh * k_head_bytes;
             };
-            for (int64_t j = lo; j < std::min(hi, lo + kTileRows); ++j) prefetch_bytes(k_row(j), k_head_bytes);
-            for (int64_t j0 = lo; j0 < hi; j0 += kTileRows) {
-                const int64_t n = std::min(kTileRows, hi - j0);
-                for (int64_t j = j0 + n; j < std::min(hi, j0 + n + kTileRows); ++j)
+            for (int64_t j = lo; j < std::min(hi, lo + tile_rows); ++j) prefetch_bytes(k_row(j), k_head_bytes);
+            for (int64_t j0 = lo; j0 < hi; j0 += tile_rows) {
+                const int64_t n = std::min(tile_rows, hi - j0);
+                for (int64_t j = j0 + n; j < std::min(hi, j0 + n + tile_rows); ++j)
                     prefetch_bytes(k_row(j), k_head_bytes);
                 for (int64_t j = 0; j < n; ++j) {
                     convert_row_to_f32(k.type(), k_row(j0 + j), k_tile.data() + j * Dk, Dk);
@@ -111,6 +125,17 @@ void attention(ThreadPool &pool, const AttentionShape &shape, const float *q, in
                                             v_offset_bytes + kvh * v_head_bytes;
                         convert_row_to_f32(v.type(), v_row, v_tile.data() + j * Dv, Dv);
                     }
+                }
+                const float *v_base = v_in_k ? k_tile.data() + shape.v_offset : v_tile.data();
+                const int64_t v_stride = v_in_k ? Dk : Dv;
+                if (lanes) {
+                    for (int64_t g = 0; g < group; g += 16) {
+                        float *acc_t = acc.data() + g * Dv;  // [Dv][16] for this slice
+                        attn::avx512::scores16(qt.data() + g * Dk, k_tile.data(), Dk, n, Dk, s.data());
+                        attn::avx512::softmax16(s.data(), n, run_max.data() + g, run_sum.data() + g, acc_t, Dv);
+                        attn::avx512::pv16(s.data(), v_base, v_stride, n, Dv, acc_t);
+                    }
+                    continue;
                 }
                 kern.scores(q_group, Dk, group, k_tile.data(), Dk, n, Dk, shape.scale, s.data(), kTileRows);
                 // Online softmax: scores become weights exp(s - running max) in place.
@@ -127,19 +152,26 @@ void attention(ThreadPool &pool, const AttentionShape &shape, const float *q, in
                     }
                     run_sum[g] += kern.exp_sum(s_g, n, run_max[g]);
                 }
-                const float *v_base = v_in_k ? k_tile.data() + shape.v_offset : v_tile.data();
-                kern.pv(s.data(), kTileRows, group, v_base, v_in_k ? Dk : Dv, n, Dv, acc.data());
+                kern.pv(s.data(), kTileRows, group, v_base, v_stride, n, Dv, acc.data());
             }
+            // Head g's output element i: acc[g * Dv + i] (blocked) or acc[(g / 16 * Dv + i) * 16 + g % 16] (lanes).
+            auto acc_at = [&](int64_t g, int64_t i) {
+                return lanes ? acc[static_cast<size_t>((g / 16 * Dv + i) * 16 + g % 16)]
+                             : acc[static_cast<size_t>(g * Dv + i)];
+            };
             if (n_split == 1) {
                 for (int64_t g = 0; g < group; ++g) {
                     float *o = out + (t * shape.n_head + kvh * group + g) * Dv;
                     const float inv = run_sum[g] > 0.0f ? 1.0f / run_sum[g] : 0.0f;
-                    for (int64_t i = 0; i < Dv; ++i) o[i] = acc[static_cast<size_t>(g * Dv + i)] * inv;
+                    for (int64_t i = 0; i < Dv; ++i) o[i] = acc_at(g, i) * inv;
                 }
             } else {
                 std::copy(run_max.begin(), run_max.end(), part_max.begin() + item * group);
                 std::copy(run_sum.begin(), run_sum.end(), part_sum.begin() + item * group);
-                std::copy(acc.begin(), acc.end(), part_acc.begin() + item * group * Dv);
+                for (int64_t g = 0; g < group; ++g) {
+                    float *a = part_acc.data() + (item * group + g) * Dv;
+                    for (int64_t i = 0; i < Dv; ++i) a[i] = acc_at(g, i);
+                }
             }
         }
     });

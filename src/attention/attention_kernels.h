@@ -12,6 +12,17 @@
 // Both are small matrix products blocked in registers (4 heads x 2 rows for scores, 4 heads x 16 columns
 // for pv), so a row loaded once meets several heads: the V accumulation never round-trips acc through
 // memory per row, which a per-row axpy does.
+//
+// The head-lane form, for a KV head read by a multiple of 16 query heads (MLA: 16-128 heads per latent row):
+// 16 heads sit in the 16 lanes of one vector, so one element of a cache row, broadcast, meets 16 heads in one
+// FMA, with no horizontal sums. Arrays marked [.., 16] hold one value per head lane:
+//   scores16:  s[j * 16 + h] = sum_i qt[i * 16 + h] * k[j * k_stride + i]       j < n_k, i < d
+//              (qt is q transposed, [d, 16], with the softmax scale already applied)
+//   softmax16: one tile of the online softmax, per lane h: t = max_j s[j * 16 + h]; where t > m[h] the
+//              accumulated output and sum are rescaled, acc[c * 16 + h] *= exp(m[h] - t), l[h] *= the same,
+//              and m[h] = t; then s[j * 16 + h] = exp(s[j * 16 + h] - m[h]) and l[h] += their sum (n >= 1)
+//   pv16:      acc[c * 16 + h] += sum_j p[j * 16 + h] * v[j * v_stride + c]     c < dv, j < n_k
+// The scalar versions are the reference; AVX-512 runs them (attention_kernels_avx512.cpp).
 #pragma once
 
 #include <cstdint>
@@ -31,4 +42,18 @@ namespace sparrow::attn::avx2 {
 SPARROW_ATTENTION_KERNELS
 }  // namespace sparrow::attn::avx2
 
+#define SPARROW_ATTENTION_LANE_KERNELS                                                                  \
+    void scores16(const float *qt, const float *k, int64_t k_stride, int64_t n_k, int64_t d, float *s); \
+    void softmax16(float *s, int64_t n, float *m, float *l, float *acc, int64_t dv);                    \
+    void pv16(const float *p, const float *v, int64_t v_stride, int64_t n_k, int64_t dv, float *acc);
+
+namespace sparrow::attn::scalar {
+SPARROW_ATTENTION_LANE_KERNELS
+}  // namespace sparrow::attn::scalar
+
+namespace sparrow::attn::avx512 {
+SPARROW_ATTENTION_LANE_KERNELS
+}  // namespace sparrow::attn::avx512
+
 #undef SPARROW_ATTENTION_KERNELS
+#undef SPARROW_ATTENTION_LANE_KERNELS

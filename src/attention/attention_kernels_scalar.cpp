@@ -2,7 +2,9 @@
 // AVX2 kernels are tested against, and what runs on CPUs without AVX2.
 #include "attention/attention_kernels.h"
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 
 namespace sparrow::attn::scalar {
 
@@ -34,6 +36,40 @@ float exp_sum(float *s, int64_t n, float m) {
         sum += s[j];
     }
     return sum;
+}
+
+void scores16(const float *qt, const float *k, int64_t k_stride, int64_t n_k, int64_t d, float *s) {
+    for (int64_t j = 0; j < n_k; ++j) {
+        for (int64_t h = 0; h < 16; ++h) {
+            float acc = 0.0f;
+            for (int64_t i = 0; i < d; ++i) acc += qt[i * 16 + h] * k[j * k_stride + i];
+            s[j * 16 + h] = acc;
+        }
+    }
+}
+
+void softmax16(float *s, int64_t n, float *m, float *l, float *acc, int64_t dv) {
+    for (int64_t h = 0; h < 16; ++h) {
+        float t = -std::numeric_limits<float>::infinity();
+        for (int64_t j = 0; j < n; ++j) t = std::max(t, s[j * 16 + h]);
+        if (t > m[h]) {
+            const float f = std::exp(m[h] - t);
+            for (int64_t c = 0; c < dv; ++c) acc[c * 16 + h] *= f;
+            l[h] *= f;
+            m[h] = t;
+        }
+        float sum = 0.0f;
+        for (int64_t j = 0; j < n; ++j) sum += (s[j * 16 + h] = std::exp(s[j * 16 + h] - m[h]));
+        l[h] += sum;
+    }
+}
+
+void pv16(const float *p, const float *v, int64_t v_stride, int64_t n_k, int64_t dv, float *acc) {
+    for (int64_t j = 0; j < n_k; ++j) {
+        for (int64_t c = 0; c < dv; ++c) {
+            for (int64_t h = 0; h < 16; ++h) acc[c * 16 + h] += p[j * 16 + h] * v[j * v_stride + c];
+        }
+    }
 }
 
 }  // namespace sparrow::attn::scalar

@@ -1,0 +1,139 @@
+// AVX-512 versions of the head-lane attention kernels (contracts in attention_kernels.h). Compiled with
+// -mavx512f -mavx512bw -mavx512vl -mavx512dq (CMakeLists.txt) and called only when cpuid says the CPU has them.
+//
+// 16 query heads fill the 16 lanes of a vector, so every FMA takes one cache-row element as a broadcast memory
+// operand (vfmadd231ps zmm, zmm, m32{1to16}: one fused load + FMA) and needs no horizontal sum:
+//   scores: 8 rows x 2 elements = 16 accumulators; per two elements, 2 loads of qt feed 16 FMAs.
+//   pv:     16 output columns in registers over the tile's rows; per row, 1 load of p feeds 16 FMAs.
+// That is ~1.1 loads per FMA, within the two load ports that feed two 512-bit FMA units. The AVX2 kernels put
+// 8 elements of a row in a vector and 4 heads in registers, which needs horizontal sums and, at 512 bits, ran
+// slower than at 256 (28 against 35-37 G multiply-adds/s on a 2-vCPU Xeon whose 512-bit FMA peak is 88).
+//
+// ODR rule (as src/kernels/cpu/kernels_avx2.cpp): this file includes only <immintrin.h>, <cstdint> and
+// attention_kernels.h, and everything but the exported kernels sits in an anonymous namespace.
+//
+// GCC 12's AVX-512 intrinsics trip its own -Wuninitialized (GCC bug 105593; see kernels_avx512.cpp).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+#pragma GCC diagnostic pop
+
+#include <cstdint>
+
+#include "attention/attention_kernels.h"
+
+namespace sparrow::attn::avx512 {
+
+namespace {
+
+constexpr int kScoreRows = 8;   // rows per score block (x 2 elements in flight = 16 accumulators)
+constexpr int kPvColumns = 16;  // output columns per P.V block (16 accumulators)
+
+// NR rows against the 16 heads of qt; even and odd elements go to separate accumulators so that 2 * NR
+// FMA chains are in flight (FMA latency 4 x 2 units needs 8).
+template <int NR>
+inline void score_rows(const float *qt, const float *k, int64_t k_stride, int64_t d, float *s) {
+    const float *row[NR];
+    __m512 a[NR], b[NR];
+    for (int r = 0; r < NR; ++r) {
+        row[r] = k + r * k_stride;
+        a[r] = _mm512_setzero_ps();
+        b[r] = _mm512_setzero_ps();
+    }
+    int64_t i = 0;
+    for (; i + 2 <= d; i += 2) {
+        const __m512 q0 = _mm512_loadu_ps(qt + i * 16), q1 = _mm512_loadu_ps(qt + (i + 1) * 16);
+        for (int r = 0; r < NR; ++r) a[r] = _mm512_fmadd_ps(q0, _mm512_set1_ps(row[r][i]), a[r]);
+        for (int r = 0; r < NR; ++r) b[r] = _mm512_fmadd_ps(q1, _mm512_set1_ps(row[r][i + 1]), b[r]);
+    }
+    if (i < d) {
+        const __m512 q0 = _mm512_loadu_ps(qt + i * 16);
+        for (int r = 0; r < NR; ++r) a[r] = _mm512_fmadd_ps(q0, _mm512_set1_ps(row[r][i]), a[r]);
+    }
+    for (int r = 0; r < NR; ++r) _mm512_storeu_ps(s + r * 16, _mm512_add_ps(a[r], b[r]));
+}
+
+// NC output columns of the 16 heads, kept in registers over all n_k rows.
+template <int NC>
+inline void pv_columns(const float *p, const float *v, int64_t v_stride, int64_t n_k, float *acc) {
+    __m512 a[NC];
+    for (int c = 0; c < NC; ++c) a[c] = _mm512_loadu_ps(acc + c * 16);
+    for (int64_t j = 0; j < n_k; ++j, v += v_stride) {
+        const __m512 pj = _mm512_loadu_ps(p + j * 16);
+        for (int c = 0; c < NC; ++c) a[c] = _mm512_fmadd_ps(pj, _mm512_set1_ps(v[c]), a[c]);
+    }
+    for (int c = 0; c < NC; ++c) _mm512_storeu_ps(acc + c * 16, a[c]);
+}
+
+// exp(x) per lane, the AVX2 exp8 at 16 lanes (same reduction and polynomial) with 2^k applied by vscalefps:
+// lanes below -87.3 give 0 (no subnormals reach the FMAs), NaN stays NaN.
+inline __m512 exp16(__m512 x) {
+    const __m512 lo = _mm512_set1_ps(-87.33654f), hi = _mm512_set1_ps(88.37626f);
+    const __mmask16 in_range = _mm512_cmp_ps_mask(x, lo, _CMP_NLT_UQ);
+    x = _mm512_max_ps(lo, _mm512_min_ps(hi, x));
+    const __m512 k = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(k, _mm512_set1_ps(0.693359375f), x);
+    r = _mm512_fnmadd_ps(k, _mm512_set1_ps(-2.12194440e-4f), r);
+    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+    const __m512 y = _mm512_add_ps(_mm512_fmadd_ps(_mm512_mul_ps(p, r), r, r), _mm512_set1_ps(1.0f));
+    return _mm512_maskz_mov_ps(in_range, _mm512_scalef_ps(y, k));
+}
+
+}  // namespace
+
+void scores16(const float *qt, const float *k, int64_t k_stride, int64_t n_k, int64_t d, float *s) {
+    int64_t j = 0;
+    for (; j + kScoreRows <= n_k; j += kScoreRows)
+        score_rows<kScoreRows>(qt, k + j * k_stride, k_stride, d, s + j * 16);
+    const float *kj = k + j * k_stride;
+    float *sj = s + j * 16;
+    switch (n_k - j) {
+        case 7: score_rows<7>(qt, kj, k_stride, d, sj); break;
+        case 6: score_rows<6>(qt, kj, k_stride, d, sj); break;
+        case 5: score_rows<5>(qt, kj, k_stride, d, sj); break;
+        case 4: score_rows<4>(qt, kj, k_stride, d, sj); break;
+        case 3: score_rows<3>(qt, kj, k_stride, d, sj); break;
+        case 2: score_rows<2>(qt, kj, k_stride, d, sj); break;
+        case 1: score_rows<1>(qt, kj, k_stride, d, sj); break;
+        default: break;
+    }
+}
+
+void softmax16(float *s, int64_t n, float *m, float *l, float *acc, int64_t dv) {
+    __m512 t = _mm512_set1_ps(-__builtin_inff());
+    for (int64_t j = 0; j < n; ++j) t = _mm512_max_ps(t, _mm512_loadu_ps(s + j * 16));
+    __m512 mv = _mm512_loadu_ps(m), lv = _mm512_loadu_ps(l);
+    const __mmask16 grew = _mm512_cmp_ps_mask(t, mv, _CMP_GT_OQ);
+    if (grew) {
+        // Lanes that did not grow keep factor 1; m = -inf (the first tile) gives exp(-inf) = 0.
+        const __m512 f = _mm512_mask_blend_ps(grew, _mm512_set1_ps(1.0f), exp16(_mm512_sub_ps(mv, t)));
+        for (int64_t c = 0; c < dv; ++c)
+            _mm512_storeu_ps(acc + c * 16, _mm512_mul_ps(f, _mm512_loadu_ps(acc + c * 16)));
+        lv = _mm512_mul_ps(lv, f);
+        mv = _mm512_mask_mov_ps(mv, grew, t);
+    }
+    __m512 sum = _mm512_setzero_ps();
+    for (int64_t j = 0; j < n; ++j) {
+        const __m512 e = exp16(_mm512_sub_ps(_mm512_loadu_ps(s + j * 16), mv));
+        _mm512_storeu_ps(s + j * 16, e);
+        sum = _mm512_add_ps(sum, e);
+    }
+    _mm512_storeu_ps(m, mv);
+    _mm512_storeu_ps(l, _mm512_add_ps(lv, sum));
+}
+
+void pv16(const float *p, const float *v, int64_t v_stride, int64_t n_k, int64_t dv, float *acc) {
+    int64_t c = 0;
+    for (; c + kPvColumns <= dv; c += kPvColumns) pv_columns<kPvColumns>(p, v + c, v_stride, n_k, acc + c * 16);
+    for (; c + 4 <= dv; c += 4) pv_columns<4>(p, v + c, v_stride, n_k, acc + c * 16);
+    for (; c < dv; ++c) pv_columns<1>(p, v + c, v_stride, n_k, acc + c * 16);
+}
+
+}  // namespace sparrow::attn::avx512
