@@ -94,6 +94,7 @@ void attention(ThreadPool &pool, const AttentionShape &shape, const float *q, in
         // Scores, then weights: [group, tile] (blocked) or [tile, 16] (lanes, one slice of 16 heads at a time).
         std::vector<float> s(static_cast<size_t>(lanes ? tile_rows * 16 : group * kTileRows));
         std::vector<float> qt(lanes ? static_cast<size_t>(group * Dk) : 0);  // lanes: [slice][Dk][16], scaled
+        std::vector<const void *> lines;                                     // lanes: the next tile's cache lines
         for (int64_t item = begin; item < end; ++item) {
             const int64_t pair = item / n_split, split = item % n_split;
             const int64_t t = pair / shape.n_head_kv, kvh = pair % shape.n_head_kv;
@@ -116,8 +117,15 @@ void attention(ThreadPool &pool, const AttentionShape &shape, const float *q, in
             for (int64_t j = lo; j < std::min(hi, lo + tile_rows); ++j) prefetch_bytes(k_row(j), k_head_bytes);
             for (int64_t j0 = lo; j0 < hi; j0 += tile_rows) {
                 const int64_t n = std::min(tile_rows, hi - j0);
-                for (int64_t j = j0 + n; j < std::min(hi, j0 + n + tile_rows); ++j)
-                    prefetch_bytes(k_row(j), k_head_bytes);
+                // The next tile's rows: prefetched here (blocked kernels) or, line by line, by the lane kernels.
+                lines.clear();
+                for (int64_t j = j0 + n; j < std::min(hi, j0 + n + tile_rows); ++j) {
+                    if (!lanes) {
+                        prefetch_bytes(k_row(j), k_head_bytes);
+                        continue;
+                    }
+                    for (int64_t b = 0; b < k_head_bytes; b += 64) lines.push_back(k_row(j) + b);
+                }
                 for (int64_t j = 0; j < n; ++j) {
                     convert_row_to_f32(k.type(), k_row(j0 + j), k_tile.data() + j * Dk, Dk);
                     if (!v_in_k) {
@@ -131,9 +139,13 @@ void attention(ThreadPool &pool, const AttentionShape &shape, const float *q, in
                 if (lanes) {
                     for (int64_t g = 0; g < group; g += 16) {
                         float *acc_t = acc.data() + g * Dv;  // [Dv][16] for this slice
-                        attn::avx512::scores16(qt.data() + g * Dk, k_tile.data(), Dk, n, Dk, s.data());
+                        // The first slice issues the prefetches, half in the scores and half in P.V.
+                        const int64_t n_lines = g == 0 ? static_cast<int64_t>(lines.size()) : 0;
+                        attn::avx512::scores16(qt.data() + g * Dk, k_tile.data(), Dk, n, Dk, s.data(), lines.data(),
+                                               n_lines / 2);
                         attn::avx512::softmax16(s.data(), n, run_max.data() + g, run_sum.data() + g, acc_t, Dv);
-                        attn::avx512::pv16(s.data(), v_base, v_stride, n, Dv, acc_t);
+                        attn::avx512::pv16(s.data(), v_base, v_stride, n, Dv, acc_t, lines.data() + n_lines / 2,
+                                           n_lines - n_lines / 2);
                     }
                     continue;
                 }

@@ -32,8 +32,20 @@ constexpr int kPvColumns = 16;  // output columns per P.V block (16 accumulators
 
 // NR rows against the 16 heads of qt; even and odd elements go to separate accumulators so that 2 * NR
 // FMA chains are in flight (FMA latency 4 x 2 units needs 8).
+// Prefetches not yet issued: [next, end).
+struct Prefetches {
+    const void *const *next;
+    const void *const *end;
+    inline void one() {
+        if (next != end) _mm_prefetch(static_cast<const char *>(*next++), _MM_HINT_T0);
+    }
+    inline void all() {
+        while (next != end) _mm_prefetch(static_cast<const char *>(*next++), _MM_HINT_T0);
+    }
+};
+
 template <int NR>
-inline void score_rows(const float *qt, const float *k, int64_t k_stride, int64_t d, float *s) {
+inline void score_rows(const float *qt, const float *k, int64_t k_stride, int64_t d, float *s, Prefetches &pf) {
     const float *row[NR];
     __m512 a[NR], b[NR];
     for (int r = 0; r < NR; ++r) {
@@ -43,6 +55,7 @@ inline void score_rows(const float *qt, const float *k, int64_t k_stride, int64_
     }
     int64_t i = 0;
     for (; i + 2 <= d; i += 2) {
+        if ((i & 7) == 0) pf.one();  // one line per 64 FMAs
         const __m512 q0 = _mm512_loadu_ps(qt + i * 16), q1 = _mm512_loadu_ps(qt + (i + 1) * 16);
         for (int r = 0; r < NR; ++r) a[r] = _mm512_fmadd_ps(q0, _mm512_set1_ps(row[r][i]), a[r]);
         for (int r = 0; r < NR; ++r) b[r] = _mm512_fmadd_ps(q1, _mm512_set1_ps(row[r][i + 1]), b[r]);
@@ -88,22 +101,25 @@ inline __m512 exp16(__m512 x) {
 
 }  // namespace
 
-void scores16(const float *qt, const float *k, int64_t k_stride, int64_t n_k, int64_t d, float *s) {
+void scores16(const float *qt, const float *k, int64_t k_stride, int64_t n_k, int64_t d, float *s,
+              const void *const *prefetch, int64_t n_prefetch) {
+    Prefetches pf{prefetch, prefetch + n_prefetch};
     int64_t j = 0;
     for (; j + kScoreRows <= n_k; j += kScoreRows)
-        score_rows<kScoreRows>(qt, k + j * k_stride, k_stride, d, s + j * 16);
+        score_rows<kScoreRows>(qt, k + j * k_stride, k_stride, d, s + j * 16, pf);
     const float *kj = k + j * k_stride;
     float *sj = s + j * 16;
     switch (n_k - j) {
-        case 7: score_rows<7>(qt, kj, k_stride, d, sj); break;
-        case 6: score_rows<6>(qt, kj, k_stride, d, sj); break;
-        case 5: score_rows<5>(qt, kj, k_stride, d, sj); break;
-        case 4: score_rows<4>(qt, kj, k_stride, d, sj); break;
-        case 3: score_rows<3>(qt, kj, k_stride, d, sj); break;
-        case 2: score_rows<2>(qt, kj, k_stride, d, sj); break;
-        case 1: score_rows<1>(qt, kj, k_stride, d, sj); break;
+        case 7: score_rows<7>(qt, kj, k_stride, d, sj, pf); break;
+        case 6: score_rows<6>(qt, kj, k_stride, d, sj, pf); break;
+        case 5: score_rows<5>(qt, kj, k_stride, d, sj, pf); break;
+        case 4: score_rows<4>(qt, kj, k_stride, d, sj, pf); break;
+        case 3: score_rows<3>(qt, kj, k_stride, d, sj, pf); break;
+        case 2: score_rows<2>(qt, kj, k_stride, d, sj, pf); break;
+        case 1: score_rows<1>(qt, kj, k_stride, d, sj, pf); break;
         default: break;
     }
+    pf.all();
 }
 
 void softmax16(float *s, int64_t n, float *m, float *l, float *acc, int64_t dv) {
@@ -129,9 +145,18 @@ void softmax16(float *s, int64_t n, float *m, float *l, float *acc, int64_t dv) 
     _mm512_storeu_ps(l, _mm512_add_ps(lv, sum));
 }
 
-void pv16(const float *p, const float *v, int64_t v_stride, int64_t n_k, int64_t dv, float *acc) {
+void pv16(const float *p, const float *v, int64_t v_stride, int64_t n_k, int64_t dv, float *acc,
+          const void *const *prefetch, int64_t n_prefetch) {
+    // The prefetches go out a few at a time before each block of columns.
+    const int64_t n_blocks = dv / kPvColumns;
+    const int64_t per_block = n_blocks > 0 ? (n_prefetch + n_blocks - 1) / n_blocks : 0;
+    Prefetches pf{prefetch, prefetch + n_prefetch};
     int64_t c = 0;
-    for (; c + kPvColumns <= dv; c += kPvColumns) pv_columns<kPvColumns>(p, v + c, v_stride, n_k, acc + c * 16);
+    for (; c + kPvColumns <= dv; c += kPvColumns) {
+        for (int64_t i = 0; i < per_block; ++i) pf.one();
+        pv_columns<kPvColumns>(p, v + c, v_stride, n_k, acc + c * 16);
+    }
+    pf.all();
     for (; c + 4 <= dv; c += 4) pv_columns<4>(p, v + c, v_stride, n_k, acc + c * 16);
     for (; c < dv; ++c) pv_columns<1>(p, v + c, v_stride, n_k, acc + c * 16);
 }

@@ -38,7 +38,8 @@ float exp_sum(float *s, int64_t n, float m) {
     return sum;
 }
 
-void scores16(const float *qt, const float *k, int64_t k_stride, int64_t n_k, int64_t d, float *s) {
+void scores16(const float *qt, const float *k, int64_t k_stride, int64_t n_k, int64_t d, float *s, const void *const *,
+              int64_t) {
     for (int64_t j = 0; j < n_k; ++j) {
         for (int64_t h = 0; h < 16; ++h) {
             float acc = 0.0f;
@@ -64,7 +65,8 @@ void softmax16(float *s, int64_t n, float *m, float *l, float *acc, int64_t dv) 
     }
 }
 
-void pv16(const float *p, const float *v, int64_t v_stride, int64_t n_k, int64_t dv, float *acc) {
+void pv16(const float *p, const float *v, int64_t v_stride, int64_t n_k, int64_t dv, float *acc, const void *const *,
+          int64_t) {
     for (int64_t j = 0; j < n_k; ++j) {
         for (int64_t c = 0; c < dv; ++c) {
             for (int64_t h = 0; h < 16; ++h) acc[c * 16 + h] += p[j * 16 + h] * v[j * v_stride + c];

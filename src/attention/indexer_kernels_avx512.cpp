@@ -114,8 +114,16 @@ void score_pass(const float *qT, const float *w, int64_t heads, int64_t hp, int6
         wv[v] = v == NV - 1 ? _mm512_maskz_loadu_ps(last_mask, w + 16 * v) : _mm512_loadu_ps(w + 16 * v);
     alignas(64) float buf[kKeys][kWidenBuf];
     int64_t j = 0;
-    for (; j + kKeys <= n; j += kKeys)
+    const int64_t row_bytes = d * (R == kRowF32 ? 4 : 2);
+    for (; j + kKeys <= n; j += kKeys) {
+        if (j + 2 * kKeys <= n) {
+            for (int k = 0; k < kKeys; ++k) {
+                const char *row = static_cast<const char *>(keys[j + kKeys + k]);
+                for (int64_t b = 0; b < row_bytes; b += 64) _mm_prefetch(row + b, _MM_HINT_T0);
+            }
+        }
         score_keys<R, NV, kKeys>(qT, wv, last_mask, hp, d, keys + j, scores + j, add, buf);
+    }
     switch (n - j) {
         case 7: score_keys<R, NV, 7>(qT, wv, last_mask, hp, d, keys + j, scores + j, add, buf); break;
         case 6: score_keys<R, NV, 6>(qT, wv, last_mask, hp, d, keys + j, scores + j, add, buf); break;
