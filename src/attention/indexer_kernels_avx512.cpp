@@ -72,10 +72,20 @@ inline const float *widen(const void *row, int64_t i0, int64_t i1, float *buf) {
     }
 }
 
+// The cache lines of the next block of keys, prefetched one at a time inside a block's loop. In one burst per block the
+// 32 lines (f16, d = 128) filled the core's line-fill buffers and stalled it while DRAM or L3 answered.
+struct NextLines {
+    const char *const *next;  // lines not yet prefetched: [next, end)
+    const char *const *end;
+    inline void one() {
+        if (next != end) _mm_prefetch(*next++, _MM_HINT_T0);
+    }
+};
+
 // NK keys against NV head vectors (the last one masked by last_mask); scores written or added.
 template <uint32_t R, int NV, int NK>
 inline void score_keys(const float *qT, const __m512 *wv, __mmask16 last_mask, int64_t hp, int64_t d,
-                       const void *const *keys, float *scores, bool add, float (*buf)[kWidenBuf]) {
+                       const void *const *keys, float *scores, bool add, float (*buf)[kWidenBuf], NextLines &next) {
     __m512 a[NK][NV];
     for (int k = 0; k < NK; ++k) {
         for (int v = 0; v < NV; ++v) a[k][v] = _mm512_setzero_ps();
@@ -86,6 +96,7 @@ inline void score_keys(const float *qT, const __m512 *wv, __mmask16 last_mask, i
         for (int k = 0; k < NK; ++k) kp[k] = widen<R>(keys[k], i0, i1, buf[k]);
         const float *qp = qT + i0 * hp;
         for (int64_t i = 0; i < i1 - i0; ++i, qp += hp) {
+            if ((i & 3) == 0) next.one();  // d = 128: 32 lines over 128 steps of 8 x NV FMAs
             __m512 q[NV];
             for (int v = 0; v < NV; ++v)
                 q[v] = v == NV - 1 ? _mm512_maskz_loadu_ps(last_mask, qp + 16 * v) : _mm512_loadu_ps(qp + 16 * v);
@@ -114,24 +125,32 @@ void score_pass(const float *qT, const float *w, int64_t heads, int64_t hp, int6
         wv[v] = v == NV - 1 ? _mm512_maskz_loadu_ps(last_mask, w + 16 * v) : _mm512_loadu_ps(w + 16 * v);
     alignas(64) float buf[kKeys][kWidenBuf];
     int64_t j = 0;
-    const int64_t row_bytes = d * (R == kRowF32 ? 4 : 2);
+    // The next block's key rows are prefetched line by line inside this block's loop (NextLines), up to
+    // kMaxLines per row (d = 128 f16 rows have 4).
+    constexpr int64_t kMaxLines = 8;
+    const int64_t row_lines = (d * (R == kRowF32 ? 4 : 2) + 63) / 64;
+    const int64_t lines_per_row = row_lines < kMaxLines ? row_lines : kMaxLines;
+    const char *lines[kKeys * kMaxLines];
     for (; j + kKeys <= n; j += kKeys) {
+        int64_t n_lines = 0;
         if (j + 2 * kKeys <= n) {
             for (int k = 0; k < kKeys; ++k) {
                 const char *row = static_cast<const char *>(keys[j + kKeys + k]);
-                for (int64_t b = 0; b < row_bytes; b += 64) _mm_prefetch(row + b, _MM_HINT_T0);
+                for (int64_t l = 0; l < lines_per_row; ++l) lines[n_lines++] = row + 64 * l;
             }
         }
-        score_keys<R, NV, kKeys>(qT, wv, last_mask, hp, d, keys + j, scores + j, add, buf);
+        NextLines next{lines, lines + n_lines};
+        score_keys<R, NV, kKeys>(qT, wv, last_mask, hp, d, keys + j, scores + j, add, buf, next);
     }
+    NextLines none{nullptr, nullptr};
     switch (n - j) {
-        case 7: score_keys<R, NV, 7>(qT, wv, last_mask, hp, d, keys + j, scores + j, add, buf); break;
-        case 6: score_keys<R, NV, 6>(qT, wv, last_mask, hp, d, keys + j, scores + j, add, buf); break;
-        case 5: score_keys<R, NV, 5>(qT, wv, last_mask, hp, d, keys + j, scores + j, add, buf); break;
-        case 4: score_keys<R, NV, 4>(qT, wv, last_mask, hp, d, keys + j, scores + j, add, buf); break;
-        case 3: score_keys<R, NV, 3>(qT, wv, last_mask, hp, d, keys + j, scores + j, add, buf); break;
-        case 2: score_keys<R, NV, 2>(qT, wv, last_mask, hp, d, keys + j, scores + j, add, buf); break;
-        case 1: score_keys<R, NV, 1>(qT, wv, last_mask, hp, d, keys + j, scores + j, add, buf); break;
+        case 7: score_keys<R, NV, 7>(qT, wv, last_mask, hp, d, keys + j, scores + j, add, buf, none); break;
+        case 6: score_keys<R, NV, 6>(qT, wv, last_mask, hp, d, keys + j, scores + j, add, buf, none); break;
+        case 5: score_keys<R, NV, 5>(qT, wv, last_mask, hp, d, keys + j, scores + j, add, buf, none); break;
+        case 4: score_keys<R, NV, 4>(qT, wv, last_mask, hp, d, keys + j, scores + j, add, buf, none); break;
+        case 3: score_keys<R, NV, 3>(qT, wv, last_mask, hp, d, keys + j, scores + j, add, buf, none); break;
+        case 2: score_keys<R, NV, 2>(qT, wv, last_mask, hp, d, keys + j, scores + j, add, buf, none); break;
+        case 1: score_keys<R, NV, 1>(qT, wv, last_mask, hp, d, keys + j, scores + j, add, buf, none); break;
         default: break;
     }
 }
