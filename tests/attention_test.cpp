@@ -141,6 +141,56 @@ TEST(Attention, SplitListsMatchReference) {
     }
 }
 
+// Prefill shapes: consecutive tokens whose lists share a prefix (causal: each token's list is the previous one's
+// plus a row; also a shorter second list, a partly shared one and one sharing nothing), an odd token count,
+// several thread counts. On AVX-512 the head-lane path scores each pair's shared rows with the x2 kernels.
+TEST(Attention, SharedPrefixListsMatchReference) {
+    for (const Case c : {Case{16, 1, 72, 64, 0, true, DType::F16}, Case{32, 2, 24, 40, 0, false, DType::BF16}}) {
+        std::mt19937 rng(6);
+        const int64_t n_cells = 400;
+        RowStore k(c.type, n_cells, c.n_head_kv * c.dk), v(c.type, n_cells, c.v_offset + c.n_head_kv * c.dv);
+        std::vector<std::vector<float>> k_rows(n_cells), v_rows(n_cells);
+        for (int64_t cell = 0; cell < n_cells; ++cell) {
+            auto buf = test::random_floats(rng, static_cast<size_t>(k.width()), -2, 2);
+            k.write(cell, buf.data());
+            k_rows[cell].resize(buf.size());
+            dequantize_row(c.type, k.row(cell), k_rows[cell].data(), k.width());
+            buf = test::random_floats(rng, static_cast<size_t>(v.width()), -2, 2);
+            v.write(cell, buf.data());
+            v_rows[cell].resize(buf.size());
+            dequantize_row(c.type, v.row(cell), v_rows[cell].data(), v.width());
+        }
+        std::vector<int32_t> order(n_cells);
+        for (int32_t i = 0; i < n_cells; ++i) order[i] = i;
+        std::shuffle(order.begin(), order.end(), rng);
+        std::vector<std::vector<int32_t>> lists;
+        for (int64_t len : {40, 41, 42, 43, 300, 301})
+            lists.emplace_back(order.begin(), order.begin() + len);  // causal
+        lists.emplace_back(order.begin(), order.begin() + 50);       // then a shorter list
+        lists.emplace_back(order.begin(), order.begin() + 17);
+        std::vector<int32_t> partly(order.begin(), order.begin() + 60);
+        std::reverse(partly.begin() + 33, partly.end());
+        lists.emplace_back(order.begin(), order.begin() + 60);
+        lists.push_back(partly);                                  // shares 33 rows, then differs
+        lists.emplace_back(order.rbegin(), order.rbegin() + 20);  // shares nothing with the next
+        lists.emplace_back(order.begin(), order.begin() + 1);
+        lists.emplace_back(order.begin(), order.begin() + 129);  // odd count: the last token is alone
+        const auto n_tokens = static_cast<int64_t>(lists.size());
+        const std::vector<std::span<const int32_t>> spans(lists.begin(), lists.end());
+        const auto q = test::random_floats(rng, static_cast<size_t>(n_tokens * c.n_head * c.dk), -1, 1);
+        const auto want = reference(c, q, n_tokens, k_rows, v_rows, lists, 0.3f);
+        for (int n_threads : {1, 2, 3}) {
+            ThreadPool pool(n_threads);
+            std::vector<float> got(static_cast<size_t>(n_tokens * c.n_head * c.dv), -1.0f);
+            attention(pool, AttentionShape{c.n_head, c.n_head_kv, c.dk, c.dv, 0.3f, c.v_offset}, q.data(), n_tokens, k,
+                      c.v_in_k ? k : v, spans, got.data());
+            for (size_t i = 0; i < got.size(); ++i)
+                ASSERT_NEAR(got[i], want[i], 2e-5 * (1 + std::fabs(want[i])))
+                    << c.n_head << " " << n_threads << " " << i;
+        }
+    }
+}
+
 // The AVX2 score and P.V kernels against the scalar ones on awkward sizes (head blocks of 4 with
 // remainders, odd row counts, widths that are not multiples of 8 or 16).
 TEST(AttentionKernels, Avx2MatchesScalar) {
@@ -226,6 +276,25 @@ TEST(AttentionKernels, Avx512LanesMatchScalar) {
                 }
             }
             for (size_t i = static_cast<size_t>(n_k * 16); i < s_ref.size(); ++i) ASSERT_EQ(s_got[i], 7.0f);
+            // Two queries at once (b = a scaled by -0.5 and reversed in lane order): each as scores16 computes it.
+            std::vector<float> qt_b(qt.size());
+            for (size_t i = 0; i < qt.size(); ++i) qt_b[i] = -0.5f * qt[i / 16 * 16 + 15 - i % 16];
+            std::vector<float> sa_ref(s_ref.size(), 7.0f), sb_ref = sa_ref, sa_got = sa_ref, sb_got = sa_ref;
+            attn::scalar::scores16x2(qt.data(), qt_b.data(), kv.data(), k_stride, n_k, d, sa_ref.data(), sb_ref.data());
+            attn::avx512::scores16x2(qt.data(), qt_b.data(), kv.data(), k_stride, n_k, d, sa_got.data(), sb_got.data());
+            for (int64_t j = 0; j < n_k; ++j) {
+                for (int64_t h = 0; h < 16; ++h) {
+                    float bound = 0.0f;
+                    for (int64_t i = 0; i < d; ++i) bound += std::fabs(qt[i * 16 + h] * kv[j * k_stride + i]);
+                    const size_t i = static_cast<size_t>(j * 16 + h), ir = static_cast<size_t>(j * 16 + 15 - h);
+                    ASSERT_NEAR(sa_got[i], sa_ref[i], 1e-5f * bound) << n_k << " " << d << " " << i;
+                    ASSERT_NEAR(sb_got[ir], sb_ref[ir], 0.5e-5f * bound) << n_k << " " << d << " " << ir;
+                }
+            }
+            for (size_t i = static_cast<size_t>(n_k * 16); i < sa_ref.size(); ++i) {
+                ASSERT_EQ(sa_got[i], 7.0f);
+                ASSERT_EQ(sb_got[i], 7.0f);
+            }
         }
         for (int64_t dv : {1, 3, 4, 5, 17, 20, 512}) {
             const int64_t v_stride = dv + 5;
@@ -252,6 +321,17 @@ TEST(AttentionKernels, Avx512LanesMatchScalar) {
             for (size_t i = 0; i < acc_ref.size(); ++i)
                 ASSERT_NEAR(acc_got[i], acc_ref[i], 1e-5f * (1 + std::fabs(acc_ref[i])))
                     << n_k << " " << dv << " " << i;
+            // Two queries at once: query b's weights are a's reversed in lane order, its accumulator a's negated.
+            std::vector<float> p_b(s_ref.size()), acc_b(acc_ref.size()), acc_a = acc_got;
+            for (size_t i = 0; i < p_b.size(); ++i) p_b[i] = s_ref[i / 16 * 16 + 15 - i % 16];
+            for (size_t i = 0; i < acc_b.size(); ++i) acc_b[i] = -acc_got[i];
+            auto ref_a = acc_a, ref_b = acc_b;
+            attn::scalar::pv16x2(s_ref.data(), p_b.data(), v.data(), v_stride, n_k, dv, ref_a.data(), ref_b.data());
+            attn::avx512::pv16x2(s_ref.data(), p_b.data(), v.data(), v_stride, n_k, dv, acc_a.data(), acc_b.data());
+            for (size_t i = 0; i < acc_a.size(); ++i) {
+                ASSERT_NEAR(acc_a[i], ref_a[i], 1e-5f * (1 + std::fabs(ref_a[i]))) << n_k << " " << dv << " " << i;
+                ASSERT_NEAR(acc_b[i], ref_b[i], 1e-5f * (1 + std::fabs(ref_b[i]))) << n_k << " " << dv << " " << i;
+            }
         }
     }
 }

@@ -40,6 +40,243 @@ void prefetch_bytes(const void *p, int64_t n) {
     for (int64_t i = 0; i < n; i += 64) __builtin_prefetch(b + i, 0, 3);
 }
 
+// One query of the head-lane path (attention_kernels.h): q transposed per slice of 16 heads with the scale
+// applied, and the online softmax's state per head.
+struct LaneQuery {
+    std::vector<float> qt;    // [group / 16][Dk][16]
+    std::vector<float> acc;   // [group / 16][Dv][16]
+    std::vector<float> m, l;  // [group]: running maximum and sum
+
+    LaneQuery(int64_t group, int64_t Dk, int64_t Dv)
+        : qt(static_cast<size_t>(group * Dk)),
+          acc(static_cast<size_t>(group * Dv)),
+          m(static_cast<size_t>(group)),
+          l(static_cast<size_t>(group)) {}
+    void reset(const float *q_group, int64_t group, int64_t Dk, float scale) {
+        for (int64_t g = 0; g < group; ++g) {
+            float *slice = qt.data() + (g / 16) * Dk * 16 + g % 16;
+            for (int64_t i = 0; i < Dk; ++i) slice[i * 16] = scale * q_group[g * Dk + i];
+        }
+        std::fill(acc.begin(), acc.end(), 0.0f);
+        std::fill(m.begin(), m.end(), -std::numeric_limits<float>::infinity());
+        std::fill(l.begin(), l.end(), 0.0f);
+    }
+    // Head g's unnormalised output element i.
+    float out(int64_t g, int64_t i, int64_t Dv) const {
+        return acc[static_cast<size_t>((g / 16 * Dv + i) * 16 + g % 16)];
+    }
+};
+
+// What both paths of attention() read: the call's arguments and the plan made from them.
+struct Job {
+    const AttentionShape &shape;
+    const float *q;
+    int64_t n_tokens;
+    const RowStore &k, &v;
+    std::span<const std::span<const int32_t>> rows;
+    float *out;
+    int64_t group, Dk, Dv;                               // query heads per KV head, head widths
+    int64_t k_head_bytes, v_head_bytes, v_offset_bytes;  // per KV head in a cache row
+    bool v_in_k;                                         // V is read from the converted K tile (MLA)
+    int64_t n_split;                                     // pieces each list is cut into (decode)
+    int64_t n_items;                                     // (token, KV head, piece) items
+    int64_t work;                                        // multiply-adds, to decide on threading
+    // Pieces of a cut list (n_split > 1): per item and head the running max and sum, and the unnormalised output.
+    std::vector<float> part_max, part_sum, part_acc;
+};
+
+// The head-lane path (16 heads per vector; attention_kernels_avx512.cpp).
+void attend_lanes(ThreadPool &pool, Job &job) {
+    const AttentionShape &shape = job.shape;
+    const float *q = job.q;
+    const int64_t n_tokens = job.n_tokens;
+    const RowStore &k = job.k, &v = job.v;
+    const auto rows = job.rows;
+    float *out = job.out;
+    const int64_t group = job.group, Dk = job.Dk, Dv = job.Dv;
+    const int64_t k_head_bytes = job.k_head_bytes, v_head_bytes = job.v_head_bytes, v_offset_bytes = job.v_offset_bytes;
+    const bool v_in_k = job.v_in_k;
+    const int64_t n_split = job.n_split, n_items = job.n_items, work = job.work;
+    std::vector<float> &part_max = job.part_max, &part_sum = job.part_sum, &part_acc = job.part_acc;
+    // Without splits (prefill), an item is two consecutive tokens: the rows their lists share (causal
+    // prefill: all of the first token's) are converted once and scored for both by the x2 kernels.
+    const int64_t n_lane_items = n_split > 1 ? n_items : (n_tokens + 1) / 2 * shape.n_head_kv;
+    const int64_t lane_grain = work < (int64_t(64) << 10) ? std::max<int64_t>(n_lane_items, 1) : 1;
+    pool.parallel_for(n_lane_items, lane_grain, [&](int64_t begin, int64_t end) {
+        LaneQuery qa(group, Dk, Dv), qb(group, Dk, Dv);
+        std::vector<float> k_tile(static_cast<size_t>(kLaneTileRows * Dk));
+        std::vector<float> v_tile(v_in_k ? 0 : static_cast<size_t>(kLaneTileRows * Dv));
+        std::vector<float> sa(static_cast<size_t>(kLaneTileRows * 16)), sb(sa.size());  // scores, then weights
+        std::vector<const void *> lines;                                                // the next tile's cache lines
+        // Rows [lo, hi) of list for query a, and for query b too when it is given.
+        auto run = [&](LaneQuery *a, LaneQuery *b, std::span<const int32_t> list, int64_t lo, int64_t hi, int64_t kvh) {
+            auto k_row = [&](int64_t j) {
+                return static_cast<const uint8_t *>(k.row(list[static_cast<size_t>(j)])) + kvh * k_head_bytes;
+            };
+            for (int64_t j = lo; j < std::min(hi, lo + kLaneTileRows); ++j) prefetch_bytes(k_row(j), k_head_bytes);
+            for (int64_t j0 = lo; j0 < hi; j0 += kLaneTileRows) {
+                const int64_t n = std::min(kLaneTileRows, hi - j0);
+                lines.clear();  // the next tile's rows, prefetched line by line inside the kernels
+                for (int64_t j = j0 + n; j < std::min(hi, j0 + n + kLaneTileRows); ++j) {
+                    for (int64_t b0 = 0; b0 < k_head_bytes; b0 += 64) lines.push_back(k_row(j) + b0);
+                }
+                for (int64_t j = 0; j < n; ++j) {
+                    convert_row_to_f32(k.type(), k_row(j0 + j), k_tile.data() + j * Dk, Dk);
+                    if (!v_in_k) {
+                        const auto *v_row = static_cast<const uint8_t *>(v.row(list[static_cast<size_t>(j0 + j)])) +
+                                            v_offset_bytes + kvh * v_head_bytes;
+                        convert_row_to_f32(v.type(), v_row, v_tile.data() + j * Dv, Dv);
+                    }
+                }
+                const float *v_base = v_in_k ? k_tile.data() + shape.v_offset : v_tile.data();
+                const int64_t v_stride = v_in_k ? Dk : Dv;
+                for (int64_t g = 0; g < group; g += 16) {
+                    // The first slice issues the prefetches, half in the scores and half in P.V.
+                    const int64_t n_lines = g == 0 ? static_cast<int64_t>(lines.size()) : 0;
+                    const void *const *pf_s = lines.data(), *const *pf_v = lines.data() + n_lines / 2;
+                    float *acc_a = a->acc.data() + g * Dv;  // [Dv][16] for this slice
+                    if (!b) {
+                        attn::avx512::scores16(a->qt.data() + g * Dk, k_tile.data(), Dk, n, Dk, sa.data(), pf_s,
+                                               n_lines / 2);
+                        attn::avx512::softmax16(sa.data(), n, a->m.data() + g, a->l.data() + g, acc_a, Dv);
+                        attn::avx512::pv16(sa.data(), v_base, v_stride, n, Dv, acc_a, pf_v, n_lines - n_lines / 2);
+                        continue;
+                    }
+                    float *acc_b = b->acc.data() + g * Dv;
+                    attn::avx512::scores16x2(a->qt.data() + g * Dk, b->qt.data() + g * Dk, k_tile.data(), Dk, n, Dk,
+                                             sa.data(), sb.data(), pf_s, n_lines / 2);
+                    attn::avx512::softmax16(sa.data(), n, a->m.data() + g, a->l.data() + g, acc_a, Dv);
+                    attn::avx512::softmax16(sb.data(), n, b->m.data() + g, b->l.data() + g, acc_b, Dv);
+                    attn::avx512::pv16x2(sa.data(), sb.data(), v_base, v_stride, n, Dv, acc_a, acc_b, pf_v,
+                                         n_lines - n_lines / 2);
+                }
+            }
+        };
+        auto write_out = [&](const LaneQuery &a, int64_t t, int64_t kvh) {
+            for (int64_t g = 0; g < group; ++g) {
+                float *o = out + (t * shape.n_head + kvh * group + g) * Dv;
+                const float inv = a.l[static_cast<size_t>(g)] > 0.0f ? 1.0f / a.l[static_cast<size_t>(g)] : 0.0f;
+                for (int64_t i = 0; i < Dv; ++i) o[i] = a.out(g, i, Dv) * inv;
+            }
+        };
+        for (int64_t item = begin; item < end; ++item) {
+            if (n_split > 1) {  // one piece of one token's list (decode)
+                const int64_t pair = item / n_split, split = item % n_split;
+                const int64_t t = pair / shape.n_head_kv, kvh = pair % shape.n_head_kv;
+                const std::span<const int32_t> list = rows[static_cast<size_t>(t)];
+                const int64_t len = static_cast<int64_t>(list.size());
+                qa.reset(q + (t * shape.n_head + kvh * group) * Dk, group, Dk, shape.scale);
+                run(&qa, nullptr, list, len * split / n_split, len * (split + 1) / n_split, kvh);
+                std::copy(qa.m.begin(), qa.m.end(), part_max.begin() + item * group);
+                std::copy(qa.l.begin(), qa.l.end(), part_sum.begin() + item * group);
+                for (int64_t g = 0; g < group; ++g) {
+                    float *p = part_acc.data() + (item * group + g) * Dv;
+                    for (int64_t i = 0; i < Dv; ++i) p[i] = qa.out(g, i, Dv);
+                }
+                continue;
+            }
+            const int64_t kvh = item % shape.n_head_kv, t0 = item / shape.n_head_kv * 2, t1 = t0 + 1;
+            const std::span<const int32_t> la = rows[static_cast<size_t>(t0)];
+            qa.reset(q + (t0 * shape.n_head + kvh * group) * Dk, group, Dk, shape.scale);
+            if (t1 >= n_tokens) {
+                run(&qa, nullptr, la, 0, static_cast<int64_t>(la.size()), kvh);
+                write_out(qa, t0, kvh);
+                continue;
+            }
+            const std::span<const int32_t> lb = rows[static_cast<size_t>(t1)];
+            qb.reset(q + (t1 * shape.n_head + kvh * group) * Dk, group, Dk, shape.scale);
+            const size_t shorter = std::min(la.size(), lb.size());
+            const auto common = static_cast<int64_t>(
+                std::mismatch(la.begin(), la.begin() + static_cast<std::ptrdiff_t>(shorter), lb.begin()).first -
+                la.begin());
+            run(&qa, &qb, la, 0, common, kvh);
+            run(&qa, nullptr, la, common, static_cast<int64_t>(la.size()), kvh);
+            run(&qb, nullptr, lb, common, static_cast<int64_t>(lb.size()), kvh);
+            write_out(qa, t0, kvh);
+            write_out(qb, t1, kvh);
+        }
+    });
+}
+
+// The head-blocked path (scalar or AVX2 kernels): an item is one token x one KV head x one piece of its list.
+void attend_blocked(ThreadPool &pool, Job &job) {
+    const AttentionShape &shape = job.shape;
+    const float *q = job.q;
+    const RowStore &k = job.k, &v = job.v;
+    const auto rows = job.rows;
+    float *out = job.out;
+    const int64_t group = job.group, Dk = job.Dk, Dv = job.Dv;
+    const int64_t k_head_bytes = job.k_head_bytes, v_head_bytes = job.v_head_bytes, v_offset_bytes = job.v_offset_bytes;
+    const bool v_in_k = job.v_in_k;
+    const int64_t n_split = job.n_split, n_items = job.n_items, work = job.work;
+    std::vector<float> &part_max = job.part_max, &part_sum = job.part_sum, &part_acc = job.part_acc;
+    const Kernels &kern = cpu::kernels().isa == cpu::Isa::scalar ? kScalarKernels : kAvx2Kernels;
+    const int64_t grain = work < (int64_t(64) << 10) ? std::max<int64_t>(n_items, 1) : 1;
+    pool.parallel_for(n_items, grain, [&](int64_t begin, int64_t end) {
+        std::vector<float> acc(static_cast<size_t>(group * Dv));
+        std::vector<float> run_max(static_cast<size_t>(group)), run_sum(static_cast<size_t>(group));
+        std::vector<float> k_tile(static_cast<size_t>(kTileRows * Dk));
+        std::vector<float> v_tile(v_in_k ? 0 : static_cast<size_t>(kTileRows * Dv));  // MLA reads V from k_tile
+        std::vector<float> s(static_cast<size_t>(group * kTileRows));  // scores, then weights, [group, tile]
+        for (int64_t item = begin; item < end; ++item) {
+            const int64_t pair = item / n_split, split = item % n_split;
+            const int64_t t = pair / shape.n_head_kv, kvh = pair % shape.n_head_kv;
+            const std::span<const int32_t> list = rows[static_cast<size_t>(t)];
+            const int64_t len = static_cast<int64_t>(list.size());
+            const int64_t lo = len * split / n_split, hi = len * (split + 1) / n_split;
+            std::fill(acc.begin(), acc.end(), 0.0f);
+            std::fill(run_max.begin(), run_max.end(), -std::numeric_limits<float>::infinity());
+            std::fill(run_sum.begin(), run_sum.end(), 0.0f);
+            const float *q_group = q + (t * shape.n_head + kvh * group) * Dk;  // [group, Dk]
+            auto k_row = [&](int64_t j) {
+                return static_cast<const uint8_t *>(k.row(list[static_cast<size_t>(j)])) + kvh * k_head_bytes;
+            };
+            for (int64_t j = lo; j < std::min(hi, lo + kTileRows); ++j) prefetch_bytes(k_row(j), k_head_bytes);
+            for (int64_t j0 = lo; j0 < hi; j0 += kTileRows) {
+                const int64_t n = std::min(kTileRows, hi - j0);
+                for (int64_t j = j0 + n; j < std::min(hi, j0 + n + kTileRows); ++j)
+                    prefetch_bytes(k_row(j), k_head_bytes);
+                for (int64_t j = 0; j < n; ++j) {
+                    convert_row_to_f32(k.type(), k_row(j0 + j), k_tile.data() + j * Dk, Dk);
+                    if (!v_in_k) {
+                        const auto *v_row = static_cast<const uint8_t *>(v.row(list[static_cast<size_t>(j0 + j)])) +
+                                            v_offset_bytes + kvh * v_head_bytes;
+                        convert_row_to_f32(v.type(), v_row, v_tile.data() + j * Dv, Dv);
+                    }
+                }
+                kern.scores(q_group, Dk, group, k_tile.data(), Dk, n, Dk, shape.scale, s.data(), kTileRows);
+                // Online softmax: scores become weights exp(s - running max) in place.
+                for (int64_t g = 0; g < group; ++g) {
+                    float *s_g = s.data() + g * kTileRows;
+                    float tile_max = -std::numeric_limits<float>::infinity();
+                    for (int64_t j = 0; j < n; ++j) tile_max = std::max(tile_max, s_g[j]);
+                    if (tile_max > run_max[g]) {  // new maximum: rescale what has been accumulated so far
+                        const float factor = std::exp(run_max[g] - tile_max);
+                        float *acc_g = acc.data() + g * Dv;
+                        for (int64_t i = 0; i < Dv; ++i) acc_g[i] *= factor;
+                        run_sum[g] *= factor;
+                        run_max[g] = tile_max;
+                    }
+                    run_sum[g] += kern.exp_sum(s_g, n, run_max[g]);
+                }
+                const float *v_base = v_in_k ? k_tile.data() + shape.v_offset : v_tile.data();
+                kern.pv(s.data(), kTileRows, group, v_base, v_in_k ? Dk : Dv, n, Dv, acc.data());
+            }
+            if (n_split == 1) {
+                for (int64_t g = 0; g < group; ++g) {
+                    float *o = out + (t * shape.n_head + kvh * group + g) * Dv;
+                    const float inv = run_sum[g] > 0.0f ? 1.0f / run_sum[g] : 0.0f;
+                    for (int64_t i = 0; i < Dv; ++i) o[i] = acc[static_cast<size_t>(g * Dv + i)] * inv;
+                }
+            } else {
+                std::copy(run_max.begin(), run_max.end(), part_max.begin() + item * group);
+                std::copy(run_sum.begin(), run_sum.end(), part_sum.begin() + item * group);
+                std::copy(acc.begin(), acc.end(), part_acc.begin() + item * group * Dv);
+            }
+        }
+    });
+}
+
 }  // namespace
 
 void attention(ThreadPool &pool, const AttentionShape &shape, const float *q, int64_t n_tokens, const RowStore &k,
@@ -52,7 +289,6 @@ void attention(ThreadPool &pool, const AttentionShape &shape, const float *q, in
     const int64_t k_head_bytes = dtype_row_size(k.type(), Dk);
     const int64_t v_head_bytes = dtype_row_size(v.type(), Dv);
     const int64_t v_offset_bytes = dtype_row_size(v.type(), shape.v_offset);
-    const Kernels &kern = cpu::kernels().isa == cpu::Isa::scalar ? kScalarKernels : kAvx2Kernels;
 
     // One work item = one token x one KV head x one piece of its row list: the group's query heads share
     // each converted K/V row. Small problems run on the calling thread: waking the pool costs more.
@@ -70,14 +306,6 @@ void attention(ThreadPool &pool, const AttentionShape &shape, const float *q, in
         n_split = std::clamp<int64_t>(max_len / kMinSplitRows, 1, want);
     }
     const int64_t n_items = n_pairs * n_split;
-    const int64_t grain = work < (int64_t(64) << 10) ? std::max<int64_t>(n_items, 1) : 1;
-    // Pieces of a cut list: per item and head the running max and sum, and the unnormalised output.
-    std::vector<float> part_max, part_sum, part_acc;
-    if (n_split > 1) {
-        part_max.resize(static_cast<size_t>(n_items * group));
-        part_sum.resize(static_cast<size_t>(n_items * group));
-        part_acc.resize(static_cast<size_t>(n_items * group * Dv));
-    }
     // K and V rows of f16/bf16 caches are converted to f32 once per tile and then shared by the group's
     // heads (MLA has 16-128 query heads per latent row). When V is a slice of the same row as K (MLA:
     // V = c_kv, the first kv_lora elements of [c_kv | k_pe]), it is read from the converted K tile.
@@ -85,109 +313,38 @@ void attention(ThreadPool &pool, const AttentionShape &shape, const float *q, in
     // The head-lane kernels (16 heads per vector) serve KV heads read by a multiple of 16 query heads (MLA)
     // where AVX-512 exists; everything else takes the head-blocked kernels.
     const bool lanes = cpu::kernels().isa == cpu::Isa::avx512 && group % 16 == 0;
-    pool.parallel_for(n_items, grain, [&](int64_t begin, int64_t end) {
-        const int64_t tile_rows = lanes ? kLaneTileRows : kTileRows;
-        std::vector<float> acc(static_cast<size_t>(group * Dv));
-        std::vector<float> run_max(static_cast<size_t>(group)), run_sum(static_cast<size_t>(group));
-        std::vector<float> k_tile(static_cast<size_t>(tile_rows * Dk));
-        std::vector<float> v_tile(v_in_k ? 0 : static_cast<size_t>(tile_rows * Dv));  // MLA reads V from k_tile
-        // Scores, then weights: [group, tile] (blocked) or [tile, 16] (lanes, one slice of 16 heads at a time).
-        std::vector<float> s(static_cast<size_t>(lanes ? tile_rows * 16 : group * kTileRows));
-        std::vector<float> qt(lanes ? static_cast<size_t>(group * Dk) : 0);  // lanes: [slice][Dk][16], scaled
-        std::vector<const void *> lines;                                     // lanes: the next tile's cache lines
-        for (int64_t item = begin; item < end; ++item) {
-            const int64_t pair = item / n_split, split = item % n_split;
-            const int64_t t = pair / shape.n_head_kv, kvh = pair % shape.n_head_kv;
-            const std::span<const int32_t> list = rows[static_cast<size_t>(t)];
-            const int64_t len = static_cast<int64_t>(list.size());
-            const int64_t lo = len * split / n_split, hi = len * (split + 1) / n_split;
-            std::fill(acc.begin(), acc.end(), 0.0f);
-            std::fill(run_max.begin(), run_max.end(), -std::numeric_limits<float>::infinity());
-            std::fill(run_sum.begin(), run_sum.end(), 0.0f);
-            const float *q_group = q + (t * shape.n_head + kvh * group) * Dk;  // [group, Dk]
-            if (lanes) {
-                for (int64_t g = 0; g < group; ++g) {
-                    float *slice = qt.data() + (g / 16) * Dk * 16 + g % 16;
-                    for (int64_t i = 0; i < Dk; ++i) slice[i * 16] = shape.scale * q_group[g * Dk + i];
-                }
-            }
-            auto k_row = [&](int64_t j) {
-                return static_cast<const uint8_t *>(k.row(list[static_cast<size_t>(j)])) + kvh * k_head_bytes;
-            };
-            for (int64_t j = lo; j < std::min(hi, lo + tile_rows); ++j) prefetch_bytes(k_row(j), k_head_bytes);
-            for (int64_t j0 = lo; j0 < hi; j0 += tile_rows) {
-                const int64_t n = std::min(tile_rows, hi - j0);
-                // The next tile's rows: prefetched here (blocked kernels) or, line by line, by the lane kernels.
-                lines.clear();
-                for (int64_t j = j0 + n; j < std::min(hi, j0 + n + tile_rows); ++j) {
-                    if (!lanes) {
-                        prefetch_bytes(k_row(j), k_head_bytes);
-                        continue;
-                    }
-                    for (int64_t b = 0; b < k_head_bytes; b += 64) lines.push_back(k_row(j) + b);
-                }
-                for (int64_t j = 0; j < n; ++j) {
-                    convert_row_to_f32(k.type(), k_row(j0 + j), k_tile.data() + j * Dk, Dk);
-                    if (!v_in_k) {
-                        const auto *v_row = static_cast<const uint8_t *>(v.row(list[static_cast<size_t>(j0 + j)])) +
-                                            v_offset_bytes + kvh * v_head_bytes;
-                        convert_row_to_f32(v.type(), v_row, v_tile.data() + j * Dv, Dv);
-                    }
-                }
-                const float *v_base = v_in_k ? k_tile.data() + shape.v_offset : v_tile.data();
-                const int64_t v_stride = v_in_k ? Dk : Dv;
-                if (lanes) {
-                    for (int64_t g = 0; g < group; g += 16) {
-                        float *acc_t = acc.data() + g * Dv;  // [Dv][16] for this slice
-                        // The first slice issues the prefetches, half in the scores and half in P.V.
-                        const int64_t n_lines = g == 0 ? static_cast<int64_t>(lines.size()) : 0;
-                        attn::avx512::scores16(qt.data() + g * Dk, k_tile.data(), Dk, n, Dk, s.data(), lines.data(),
-                                               n_lines / 2);
-                        attn::avx512::softmax16(s.data(), n, run_max.data() + g, run_sum.data() + g, acc_t, Dv);
-                        attn::avx512::pv16(s.data(), v_base, v_stride, n, Dv, acc_t, lines.data() + n_lines / 2,
-                                           n_lines - n_lines / 2);
-                    }
-                    continue;
-                }
-                kern.scores(q_group, Dk, group, k_tile.data(), Dk, n, Dk, shape.scale, s.data(), kTileRows);
-                // Online softmax: scores become weights exp(s - running max) in place.
-                for (int64_t g = 0; g < group; ++g) {
-                    float *s_g = s.data() + g * kTileRows;
-                    float tile_max = -std::numeric_limits<float>::infinity();
-                    for (int64_t j = 0; j < n; ++j) tile_max = std::max(tile_max, s_g[j]);
-                    if (tile_max > run_max[g]) {  // new maximum: rescale what has been accumulated so far
-                        const float factor = std::exp(run_max[g] - tile_max);
-                        float *acc_g = acc.data() + g * Dv;
-                        for (int64_t i = 0; i < Dv; ++i) acc_g[i] *= factor;
-                        run_sum[g] *= factor;
-                        run_max[g] = tile_max;
-                    }
-                    run_sum[g] += kern.exp_sum(s_g, n, run_max[g]);
-                }
-                kern.pv(s.data(), kTileRows, group, v_base, v_stride, n, Dv, acc.data());
-            }
-            // Head g's output element i: acc[g * Dv + i] (blocked) or acc[(g / 16 * Dv + i) * 16 + g % 16] (lanes).
-            auto acc_at = [&](int64_t g, int64_t i) {
-                return lanes ? acc[static_cast<size_t>((g / 16 * Dv + i) * 16 + g % 16)]
-                             : acc[static_cast<size_t>(g * Dv + i)];
-            };
-            if (n_split == 1) {
-                for (int64_t g = 0; g < group; ++g) {
-                    float *o = out + (t * shape.n_head + kvh * group + g) * Dv;
-                    const float inv = run_sum[g] > 0.0f ? 1.0f / run_sum[g] : 0.0f;
-                    for (int64_t i = 0; i < Dv; ++i) o[i] = acc_at(g, i) * inv;
-                }
-            } else {
-                std::copy(run_max.begin(), run_max.end(), part_max.begin() + item * group);
-                std::copy(run_sum.begin(), run_sum.end(), part_sum.begin() + item * group);
-                for (int64_t g = 0; g < group; ++g) {
-                    float *a = part_acc.data() + (item * group + g) * Dv;
-                    for (int64_t i = 0; i < Dv; ++i) a[i] = acc_at(g, i);
-                }
-            }
-        }
-    });
+    Job job{.shape = shape,
+            .q = q,
+            .n_tokens = n_tokens,
+            .k = k,
+            .v = v,
+            .rows = rows,
+            .out = out,
+            .group = group,
+            .Dk = Dk,
+            .Dv = Dv,
+            .k_head_bytes = k_head_bytes,
+            .v_head_bytes = v_head_bytes,
+            .v_offset_bytes = v_offset_bytes,
+            .v_in_k = v_in_k,
+            .n_split = n_split,
+            .n_items = n_items,
+            .work = work,
+            .part_max = {},
+            .part_sum = {},
+            .part_acc = {}};
+    if (n_split > 1) {
+        job.part_max.resize(static_cast<size_t>(n_items * group));
+        job.part_sum.resize(static_cast<size_t>(n_items * group));
+        job.part_acc.resize(static_cast<size_t>(n_items * group * Dv));
+    }
+    if (lanes) {
+        attend_lanes(pool, job);
+    } else {
+        attend_blocked(pool, job);
+    }
     if (n_split == 1) return;
+    const std::vector<float> &part_max = job.part_max, &part_sum = job.part_sum, &part_acc = job.part_acc;
     // Merge the pieces of each (token, KV head): rescale each piece to the common maximum.
     for (int64_t pair = 0; pair < n_pairs; ++pair) {
         const int64_t t = pair / shape.n_head_kv, kvh = pair % shape.n_head_kv;

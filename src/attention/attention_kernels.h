@@ -22,6 +22,8 @@
 //              accumulated output and sum are rescaled, acc[c * 16 + h] *= exp(m[h] - t), l[h] *= the same,
 //              and m[h] = t; then s[j * 16 + h] = exp(s[j * 16 + h] - m[h]) and l[h] += their sum (n >= 1)
 //   pv16:      acc[c * 16 + h] += sum_j p[j * 16 + h] * v[j * v_stride + c]     c < dv, j < n_k
+//   scores16x2, pv16x2: the same for two queries a and b over the same rows (causal prefill: a token's rows
+//              are the previous token's plus one), each row element broadcast once for both
 // scores16 and pv16 also prefetch the n_prefetch cache lines at prefetch[] (the next tile's rows, gathered from
 // anywhere in the cache), spread over their loops: issued in one burst, they would fill the core's line-fill
 // buffers and stall it until DRAM answered, so the loads and the arithmetic would not overlap.
@@ -45,12 +47,16 @@ namespace sparrow::attn::avx2 {
 SPARROW_ATTENTION_KERNELS
 }  // namespace sparrow::attn::avx2
 
-#define SPARROW_ATTENTION_LANE_KERNELS                                                                 \
-    void scores16(const float *qt, const float *k, int64_t k_stride, int64_t n_k, int64_t d, float *s, \
-                  const void *const *prefetch = nullptr, int64_t n_prefetch = 0);                      \
-    void softmax16(float *s, int64_t n, float *m, float *l, float *acc, int64_t dv);                   \
-    void pv16(const float *p, const float *v, int64_t v_stride, int64_t n_k, int64_t dv, float *acc,   \
-              const void *const *prefetch = nullptr, int64_t n_prefetch = 0);
+#define SPARROW_ATTENTION_LANE_KERNELS                                                                              \
+    void scores16(const float *qt, const float *k, int64_t k_stride, int64_t n_k, int64_t d, float *s,              \
+                  const void *const *prefetch = nullptr, int64_t n_prefetch = 0);                                   \
+    void softmax16(float *s, int64_t n, float *m, float *l, float *acc, int64_t dv);                                \
+    void pv16(const float *p, const float *v, int64_t v_stride, int64_t n_k, int64_t dv, float *acc,                \
+              const void *const *prefetch = nullptr, int64_t n_prefetch = 0);                                       \
+    void scores16x2(const float *qt_a, const float *qt_b, const float *k, int64_t k_stride, int64_t n_k, int64_t d, \
+                    float *s_a, float *s_b, const void *const *prefetch = nullptr, int64_t n_prefetch = 0);         \
+    void pv16x2(const float *p_a, const float *p_b, const float *v, int64_t v_stride, int64_t n_k, int64_t dv,      \
+                float *acc_a, float *acc_b, const void *const *prefetch = nullptr, int64_t n_prefetch = 0);
 
 namespace sparrow::attn::scalar {
 SPARROW_ATTENTION_LANE_KERNELS

@@ -89,6 +89,61 @@ inline void pv_columns(const float *p, const float *v, int64_t v_stride, int64_t
     for (int c = 0; c < NC; ++c) _mm512_storeu_ps(acc + c * 16, a[c]);
 }
 
+// Two queries against NR rows: each row element, broadcast once, feeds one FMA per query (NR x 2 accumulators).
+template <int NR>
+inline void score_rows2(const float *qa, const float *qb, const float *k, int64_t k_stride, int64_t d, float *sa,
+                        float *sb, Prefetches &pf) {
+    const float *row[NR];
+    __m512 a[NR], b[NR];
+#pragma GCC unroll 8
+    for (int r = 0; r < NR; ++r) {
+        row[r] = k + r * k_stride;
+        a[r] = _mm512_setzero_ps();
+        b[r] = _mm512_setzero_ps();
+    }
+    for (int64_t i = 0; i < d; ++i) {
+        if ((i & 3) == 0) pf.one();  // one line per 64 FMAs
+        const __m512 q0 = _mm512_loadu_ps(qa + i * 16), q1 = _mm512_loadu_ps(qb + i * 16);
+#pragma GCC unroll 8
+        for (int r = 0; r < NR; ++r) {
+            const __m512 x = _mm512_set1_ps(row[r][i]);
+            a[r] = _mm512_fmadd_ps(q0, x, a[r]);
+            b[r] = _mm512_fmadd_ps(q1, x, b[r]);
+        }
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < NR; ++r) {
+        _mm512_storeu_ps(sa + r * 16, a[r]);
+        _mm512_storeu_ps(sb + r * 16, b[r]);
+    }
+}
+
+// NC output columns of two queries' 16 heads, kept in registers over all n_k rows.
+template <int NC>
+inline void pv_columns2(const float *pa, const float *pb, const float *v, int64_t v_stride, int64_t n_k, float *acca,
+                        float *accb) {
+    __m512 a[NC], b[NC];
+#pragma GCC unroll 8
+    for (int c = 0; c < NC; ++c) {
+        a[c] = _mm512_loadu_ps(acca + c * 16);
+        b[c] = _mm512_loadu_ps(accb + c * 16);
+    }
+    for (int64_t j = 0; j < n_k; ++j, v += v_stride) {
+        const __m512 p0 = _mm512_loadu_ps(pa + j * 16), p1 = _mm512_loadu_ps(pb + j * 16);
+#pragma GCC unroll 8
+        for (int c = 0; c < NC; ++c) {
+            const __m512 x = _mm512_set1_ps(v[c]);
+            a[c] = _mm512_fmadd_ps(p0, x, a[c]);
+            b[c] = _mm512_fmadd_ps(p1, x, b[c]);
+        }
+    }
+#pragma GCC unroll 8
+    for (int c = 0; c < NC; ++c) {
+        _mm512_storeu_ps(acca + c * 16, a[c]);
+        _mm512_storeu_ps(accb + c * 16, b[c]);
+    }
+}
+
 // exp(x) per lane, the AVX2 exp8 at 16 lanes (same reduction and polynomial) with 2^k applied by vscalefps:
 // lanes below -87.3 give 0 (no subnormals reach the FMAs), NaN stays NaN.
 inline __m512 exp16(__m512 x) {
@@ -169,6 +224,42 @@ void pv16(const float *p, const float *v, int64_t v_stride, int64_t n_k, int64_t
     pf.all();
     for (; c + 4 <= dv; c += 4) pv_columns<4>(p, v + c, v_stride, n_k, acc + c * 16);
     for (; c < dv; ++c) pv_columns<1>(p, v + c, v_stride, n_k, acc + c * 16);
+}
+
+void scores16x2(const float *qt_a, const float *qt_b, const float *k, int64_t k_stride, int64_t n_k, int64_t d,
+                float *s_a, float *s_b, const void *const *prefetch, int64_t n_prefetch) {
+    Prefetches pf{prefetch, prefetch + n_prefetch};
+    int64_t j = 0;
+    for (; j + kScoreRows <= n_k; j += kScoreRows)
+        score_rows2<kScoreRows>(qt_a, qt_b, k + j * k_stride, k_stride, d, s_a + j * 16, s_b + j * 16, pf);
+    const float *kj = k + j * k_stride;
+    float *sa = s_a + j * 16, *sb = s_b + j * 16;
+    switch (n_k - j) {
+        case 7: score_rows2<7>(qt_a, qt_b, kj, k_stride, d, sa, sb, pf); break;
+        case 6: score_rows2<6>(qt_a, qt_b, kj, k_stride, d, sa, sb, pf); break;
+        case 5: score_rows2<5>(qt_a, qt_b, kj, k_stride, d, sa, sb, pf); break;
+        case 4: score_rows2<4>(qt_a, qt_b, kj, k_stride, d, sa, sb, pf); break;
+        case 3: score_rows2<3>(qt_a, qt_b, kj, k_stride, d, sa, sb, pf); break;
+        case 2: score_rows2<2>(qt_a, qt_b, kj, k_stride, d, sa, sb, pf); break;
+        case 1: score_rows2<1>(qt_a, qt_b, kj, k_stride, d, sa, sb, pf); break;
+        default: break;
+    }
+    pf.all();
+}
+
+void pv16x2(const float *p_a, const float *p_b, const float *v, int64_t v_stride, int64_t n_k, int64_t dv, float *acc_a,
+            float *acc_b, const void *const *prefetch, int64_t n_prefetch) {
+    constexpr int kColumns2 = 8;  // x 2 queries = 16 accumulators
+    const int64_t n_blocks = dv / kColumns2;
+    const int64_t per_block = n_blocks > 0 ? (n_prefetch + n_blocks - 1) / n_blocks : 0;
+    Prefetches pf{prefetch, prefetch + n_prefetch};
+    int64_t c = 0;
+    for (; c + kColumns2 <= dv; c += kColumns2) {
+        for (int64_t i = 0; i < per_block; ++i) pf.one();
+        pv_columns2<kColumns2>(p_a, p_b, v + c, v_stride, n_k, acc_a + c * 16, acc_b + c * 16);
+    }
+    pf.all();
+    for (; c < dv; ++c) pv_columns2<1>(p_a, p_b, v + c, v_stride, n_k, acc_a + c * 16, acc_b + c * 16);
 }
 
 }  // namespace sparrow::attn::avx512

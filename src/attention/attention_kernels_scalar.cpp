@@ -74,4 +74,16 @@ void pv16(const float *p, const float *v, int64_t v_stride, int64_t n_k, int64_t
     }
 }
 
+void scores16x2(const float *qt_a, const float *qt_b, const float *k, int64_t k_stride, int64_t n_k, int64_t d,
+                float *s_a, float *s_b, const void *const *, int64_t) {
+    scores16(qt_a, k, k_stride, n_k, d, s_a);
+    scores16(qt_b, k, k_stride, n_k, d, s_b);
+}
+
+void pv16x2(const float *p_a, const float *p_b, const float *v, int64_t v_stride, int64_t n_k, int64_t dv, float *acc_a,
+            float *acc_b, const void *const *, int64_t) {
+    pv16(p_a, v, v_stride, n_k, dv, acc_a);
+    pv16(p_b, v, v_stride, n_k, dv, acc_b);
+}
+
 }  // namespace sparrow::attn::scalar
