@@ -143,7 +143,8 @@ TEST(Attention, SplitListsMatchReference) {
 
 // Prefill shapes: consecutive tokens whose lists share a prefix (causal: each token's list is the previous one's
 // plus a row; also a shorter second list, a partly shared one and one sharing nothing), an odd token count,
-// several thread counts. On AVX-512 the head-lane path scores each pair's shared rows with the x2 kernels.
+// several thread counts. On AVX-512 the head-lane path scores each pair's shared rows (at least 64 of them)
+// with the x2 kernels: here the 140/141, 142/143, 300/301, 150/97 and 160/partly pairs.
 TEST(Attention, SharedPrefixListsMatchReference) {
     for (const Case c : {Case{16, 1, 72, 64, 0, true, DType::F16}, Case{32, 2, 24, 40, 0, false, DType::BF16}}) {
         std::mt19937 rng(6);
@@ -164,14 +165,14 @@ TEST(Attention, SharedPrefixListsMatchReference) {
         for (int32_t i = 0; i < n_cells; ++i) order[i] = i;
         std::shuffle(order.begin(), order.end(), rng);
         std::vector<std::vector<int32_t>> lists;
-        for (int64_t len : {40, 41, 42, 43, 300, 301})
+        for (int64_t len : {140, 141, 142, 143, 300, 301})
             lists.emplace_back(order.begin(), order.begin() + len);  // causal
-        lists.emplace_back(order.begin(), order.begin() + 50);       // then a shorter list
-        lists.emplace_back(order.begin(), order.begin() + 17);
-        std::vector<int32_t> partly(order.begin(), order.begin() + 60);
-        std::reverse(partly.begin() + 33, partly.end());
-        lists.emplace_back(order.begin(), order.begin() + 60);
-        lists.push_back(partly);                                  // shares 33 rows, then differs
+        lists.emplace_back(order.begin(), order.begin() + 150);      // then a shorter list
+        lists.emplace_back(order.begin(), order.begin() + 97);
+        std::vector<int32_t> partly(order.begin(), order.begin() + 160);
+        std::reverse(partly.begin() + 100, partly.end());
+        lists.emplace_back(order.begin(), order.begin() + 160);
+        lists.push_back(partly);                                  // shares 100 rows, then differs
         lists.emplace_back(order.rbegin(), order.rbegin() + 20);  // shares nothing with the next
         lists.emplace_back(order.begin(), order.begin() + 1);
         lists.emplace_back(order.begin(), order.begin() + 129);  // odd count: the last token is alone
