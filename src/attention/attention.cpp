@@ -107,7 +107,8 @@ void attend_lanes(ThreadPool &pool, Job &job) {
     const int64_t n_lane_items = n_split > 1 ? n_items : (n_tokens + 1) / 2 * shape.n_head_kv;
     const int64_t lane_grain = work < (int64_t(64) << 10) ? std::max<int64_t>(n_lane_items, 1) : 1;
     pool.parallel_for(n_lane_items, lane_grain, [&](int64_t begin, int64_t end) {
-        LaneQuery qa(group, Dk, Dv), qb(group, Dk, Dv);
+        // Query b exists only in prefill (pairs); decode items would zero its ~70 KB for nothing.
+        LaneQuery qa(group, Dk, Dv), qb(n_split > 1 ? 0 : group, Dk, Dv);
         std::vector<float> k_tile(static_cast<size_t>(kLaneTileRows * Dk));
         std::vector<float> v_tile(v_in_k ? 0 : static_cast<size_t>(kLaneTileRows * Dv));
         std::vector<float> sa(static_cast<size_t>(kLaneTileRows * 16)), sb(sa.size());  // scores, then weights
