@@ -416,20 +416,29 @@ TEST_P(IsaTest, QuantizeDotXWritesQ8_0AndForQ4_0PairedRecords) {
         const int64_t nb = n / QK8_0;
         std::vector<BlockQ8_0> expected(static_cast<size_t>(nb));
         ref::quantize_row_q8_0(x.data(), expected.data(), n);
-        ASSERT_EQ(KernelTable::dot_x_row_bytes(DType::Q8_0, n), nb * (34 + 4));
+        ASSERT_EQ(KernelTable::dot_x_row_bytes(DType::Q8_0, n), nb * (34 + 4 + 4));
         ASSERT_EQ(KernelTable::dot_x_row_bytes(DType::Q4_0, n), (nb + 1) / 2 * 104);
         for (DType t : {DType::Q8_0, DType::Q4_0}) {
             std::vector<uint8_t> y(static_cast<size_t>(KernelTable::dot_x_row_bytes(t, n)) + 2, 0xAB);
             table->quantize_dot_x(t, x.data(), y.data() + 2, n);
             const uint8_t *p = y.data() + 2;
             if (t == DType::Q8_0) {
-                // The blocks, then each block's scale as f32 (unaligned).
+                // The blocks, then each block's scale as f32, then 128 x each block's sum as int32 (unaligned).
                 ASSERT_EQ(std::memcmp(p, expected.data(), static_cast<size_t>(nb) * 34), 0);
                 for (int64_t b = 0; b < nb; ++b) {
                     float d;
                     std::memcpy(&d, p + nb * 34 + 4 * b, sizeof d);
                     ASSERT_EQ(d, fp16_to_f32(expected[static_cast<size_t>(b)].d)) << "block " << b;
+                    int32_t offset, sum = 0;
+                    std::memcpy(&offset, p + nb * 38 + 4 * b, sizeof offset);
+                    for (const int8_t v : expected[static_cast<size_t>(b)].qs) sum += v;
+                    ASSERT_EQ(offset, 128 * sum) << "block " << b;
                 }
+                ASSERT_EQ(128 * (-127 * 32), [&] {
+                    int32_t last;
+                    std::memcpy(&last, p + nb * 38 + 4 * (nb - 1), sizeof last);
+                    return last;
+                }());
                 continue;
             }
             for (int64_t b = 0; b < (nb + 1) / 2 * 2; ++b) {

@@ -160,7 +160,7 @@ int64_t q4_0_dot_x_row_bytes(int64_t n) {
 }
 
 int64_t q8_0_dot_x_row_bytes(int64_t n) {
-    return (n / QK8_0) * static_cast<int64_t>(sizeof(BlockQ8_0) + sizeof(float));
+    return (n / QK8_0) * static_cast<int64_t>(sizeof(BlockQ8_0) + sizeof(float) + sizeof(int32_t));
 }
 
 int64_t KernelTable::dot_x_row_bytes(DType t, int64_t n) {
@@ -177,16 +177,21 @@ void KernelTable::quantize_dot_x(DType t, const float *x, void *y, int64_t n) co
     }
     if (n % QK8_0 != 0) throw_error("quantize_dot_x: n = %lld is not a multiple of %d", (long long)n, QK8_0);
     if (t == DType::Q8_0) {
-        // The blocks, then their scales as f32 (exact: every f16 is an f32). Each block is quantised on the stack
-        // and copied, as y need not be aligned for BlockQ8_0.
+        // The blocks, then their scales as f32 (exact: every f16 is an f32), then 128 x each block's sum. Each
+        // block is quantised on the stack and copied, as y need not be aligned for BlockQ8_0.
         auto *blocks = static_cast<uint8_t *>(y);
         uint8_t *scales = blocks + (n / QK8_0) * static_cast<int64_t>(sizeof(BlockQ8_0));
+        uint8_t *offsets = scales + (n / QK8_0) * static_cast<int64_t>(sizeof(float));
         for (int64_t b = 0; b < n / QK8_0; ++b) {
             BlockQ8_0 q;
             quantize_row_q8_0(x + b * QK8_0, &q, QK8_0);
             std::memcpy(blocks + b * static_cast<int64_t>(sizeof q), &q, sizeof q);
             const float d = fp16_to_f32(q.d);
             std::memcpy(scales + b * static_cast<int64_t>(sizeof d), &d, sizeof d);
+            int32_t sum = 0;
+            for (const int8_t v : q.qs) sum += v;
+            const int32_t offset = 128 * sum;
+            std::memcpy(offsets + b * static_cast<int64_t>(sizeof offset), &offset, sizeof offset);
         }
         return;
     }
