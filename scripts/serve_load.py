@@ -5,7 +5,8 @@ Starts the server itself (or uses --url), then for each client count runs that m
 streaming /v1/completions requests (distinct prompts, a fixed number of tokens) until it has sent
 --requests or the phase's --time-limit passes. Prompts are --prompt-tokens token ids (distinct per request,
 the same length whatever the model's tokenizer), or with --prompt-tokens 0 text of --prompt-words words. Reports per phase: requests, generated tokens, aggregate
-tokens/s, time to first token and per-request latency (median and p90), and the speed-up over one client.
+tokens/s, time to first token and per-request latency (median and p90), and the speed-up over one client
+(the ratio of the medians over rounds, and the median of each round's ratio to its own one-client phase).
 Standard library only.
 
     build/sparrow make-model --arch deepseek32 --preset bench -o /tmp/bench.gguf
@@ -219,13 +220,28 @@ def main():
                             "ttft_median_s": med("ttft_median_s"), "ttft_p90_s": med("ttft_p90_s"),
                             "latency_median_s": med("latency_median_s"), "latency_p90_s": med("latency_p90_s")})
         base = next((p["tokens_per_s"] for p in summary if p["clients"] == 1), None)
+        # Each round's speed-up over the same round's one-client phase, which ran minutes apart at most: on a
+        # shared machine whose speed drifts, the median of these paired ratios is steadier than the ratio of
+        # the medians.
+        per_round = {}
+        if 1 in counts:
+            for r in range(args.rounds):
+                row = phases[r * len(counts):(r + 1) * len(counts)]
+                one = next(p["tokens_per_s"] for p in row if p["clients"] == 1)
+                for p in row:
+                    per_round.setdefault(p["clients"], []).append(p["tokens_per_s"] / one if one > 0 else 0.0)
+        for p in summary:
+            p["speedup_per_round"] = per_round.get(p["clients"], [])
         print(f"\nmedians over {args.rounds} round(s):")
-        print("| clients | requests | tokens | tokens/s | vs 1 client | tokens per batch | first token (median, p90) "
-              "| request (median, p90) |")
-        print("|---|---|---|---|---|---|---|---|")
+        print("| clients | requests | tokens | tokens/s | vs 1 client | vs 1 client, per round (median) "
+              "| tokens per batch | first token (median, p90) | request (median, p90) |")
+        print("|---|---|---|---|---|---|---|---|---|")
         for p in summary:
             ratio = f"{p['tokens_per_s'] / base:.2f}x" if base else "-"
-            print(f"| {p['clients']} | {p['requests']} | {p['tokens']} | {p['tokens_per_s']:.2f} | {ratio} | "
+            rounds = p["speedup_per_round"]
+            paired = (f"{statistics.median(rounds):.2f}x ({', '.join(f'{x:.2f}' for x in rounds)})" if rounds
+                      else "-")
+            print(f"| {p['clients']} | {p['requests']} | {p['tokens']} | {p['tokens_per_s']:.2f} | {ratio} | {paired} | "
                   f"{p['tokens_per_batch']:.2f} | "
                   f"{p['ttft_median_s']:.2f} s, {p['ttft_p90_s']:.2f} s | "
                   f"{p['latency_median_s']:.2f} s, {p['latency_p90_s']:.2f} s |")

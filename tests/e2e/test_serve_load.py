@@ -1,6 +1,7 @@
 """scripts/serve_load.py (the serving benchmark) runs end to end on a tiny model: it starts the server, drives
 1 and 2 streaming clients with token-id prompts and with text prompts, and writes a JSON summary whose counts
-add up (every request answered, tokens as requested, a speed for each client count)."""
+add up (every request answered, tokens as requested, a speed for each client count, and with two rounds each
+round's speed-up over its own one-client phase)."""
 import json
 import os
 import subprocess
@@ -14,10 +15,11 @@ model = os.path.join(tmp, "ds.gguf")
 harness.run(["make-model", "--arch", "deepseek32", "-o", model])
 script = os.path.join(harness.REPO, "scripts", "serve_load.py")
 
-for mode, extra in [("ids", ["--prompt-tokens", "12"]), ("text", ["--prompt-tokens", "0", "--prompt-words", "5"])]:
+for mode, rounds, extra in [("ids", 2, ["--prompt-tokens", "12"]),
+                            ("text", 1, ["--prompt-tokens", "0", "--prompt-words", "5"])]:
     out = os.path.join(tmp, f"load-{mode}.json")
     proc = subprocess.run([sys.executable, script, "-m", model, "--bin", harness.BIN, "--clients", "1,2", "--requests",
-                           "2", "--max-tokens", "6", "-np", "2", "-c", "256", "-t", "2", "--json", out] + extra,
+                           "2", "--max-tokens", "6", "-np", "2", "-c", "256", "-t", "2", "--rounds", str(rounds), "--json", out] + extra,
                           capture_output=True, text=True, timeout=600)
     checks.check(proc.returncode == 0, f"{mode}: the load script succeeds ({proc.returncode}: {proc.stderr[-400:]})")
     if proc.returncode != 0:
@@ -26,9 +28,15 @@ for mode, extra in [("ids", ["--prompt-tokens", "12"]), ("text", ["--prompt-toke
     summary = {p["clients"]: p for p in result["summary"]}
     checks.check(sorted(summary) == [1, 2], f"{mode}: a summary row per client count ({sorted(summary)})")
     for n, row in summary.items():
-        checks.check(row["requests"] == 2 * n, f"{mode}: {n} clients sent {row['requests']} requests, want {2 * n}")
+        want = 2 * n * rounds
+        checks.check(row["requests"] == want, f"{mode}: {n} clients sent {row['requests']} requests, want {want}")
         # Greedy generation on a random model may stop at an end-of-generation token: at most 6 per request.
-        checks.check(0 < row["tokens"] <= 6 * 2 * n, f"{mode}: {n} clients: {row['tokens']} tokens")
+        checks.check(0 < row["tokens"] <= 6 * want, f"{mode}: {n} clients: {row['tokens']} tokens")
+        paired = row["speedup_per_round"]
+        checks.check(len(paired) == rounds and all(x > 0 for x in paired),
+                     f"{mode}: {n} clients: a speed-up per round ({paired})")
+        if n == 1:
+            checks.check(paired == [1.0] * rounds, f"{mode}: one client is its own baseline ({paired})")
         checks.check(row["tokens_per_s"] > 0, f"{mode}: {n} clients: a positive speed")
     checks.check("| clients |" in proc.stdout and "vs 1 client" in proc.stdout, f"{mode}: prints the table")
 checks.finish()
