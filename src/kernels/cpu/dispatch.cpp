@@ -221,24 +221,28 @@ void KernelTable::quantize_dot_x(DType t, const float *x, void *y, int64_t n) co
         }
         return;
     }
-    // Q4_0: each pair of blocks quantised as Q8_0, then placed in its record (layout in core/blocks.h). Once
-    // per token per matmul, so plain code; the record is built on the stack and copied (y need not be aligned).
+    // Q4_0: the blocks quantised as Q8_0 up to 64 at a time (as above), each pair then placed in its record
+    // (layout in core/blocks.h), built on the stack and copied (y need not be aligned).
     const int64_t nb = n / QK8_0;
     constexpr int kHalf = QK8_0 / 2;
-    for (int64_t p = 0; p < (nb + 1) / 2; ++p) {
-        const int n_here = 2 * p + 1 < nb ? 2 : 1;
-        BlockQ8_0 q[2];
-        quantize_row_q8_0(x + 2 * p * QK8_0, q, n_here * QK8_0);
-        BlockQ8_0x2 r{};
-        for (int h = 0; h < n_here; ++h) {
-            std::memcpy(r.lo + h * kHalf, q[h].qs, kHalf);
-            std::memcpy(r.hi + h * kHalf, q[h].qs + kHalf, kHalf);
-            int32_t sum = 0;
-            for (int k = 0; k < QK8_0; ++k) sum += q[h].qs[k];
-            for (int l = 0; l < 4; ++l) r.sums[4 * h + l] = 2 * sum;
-            r.d[h] = fp16_to_f32(q[h].d);
+    constexpr int64_t kChunk = 64;  // even: pairs never straddle two chunks
+    BlockQ8_0 q[kChunk];
+    for (int64_t b0 = 0; b0 < nb; b0 += kChunk) {
+        const int64_t nq = nb - b0 < kChunk ? nb - b0 : kChunk;
+        quantize_row_q8_0(x + b0 * QK8_0, q, nq * QK8_0);
+        for (int64_t i = 0; i < nq; i += 2) {
+            const int n_here = i + 1 < nq ? 2 : 1;
+            BlockQ8_0x2 r{};
+            for (int h = 0; h < n_here; ++h) {
+                const BlockQ8_0 &blk = q[i + h];
+                std::memcpy(r.lo + h * kHalf, blk.qs, kHalf);
+                std::memcpy(r.hi + h * kHalf, blk.qs + kHalf, kHalf);
+                const int32_t sum = block_sum(blk.qs);
+                for (int l = 0; l < 4; ++l) r.sums[4 * h + l] = 2 * sum;
+                r.d[h] = fp16_to_f32(blk.d);
+            }
+            std::memcpy(static_cast<uint8_t *>(y) + (b0 + i) / 2 * static_cast<int64_t>(sizeof r), &r, sizeof r);
         }
-        std::memcpy(static_cast<uint8_t *>(y) + p * static_cast<int64_t>(sizeof r), &r, sizeof r);
     }
 }
 
