@@ -1,13 +1,18 @@
 // `sparrow bench`: prompt processing (pp) and generation (tg) speed at given context depths, with sparse
 // attention on and off in the same run (llama-bench's meaning of -p, -n and -d). Each test repeats -r
-// times; the table shows the mean and standard deviation of tokens/s, the bytes a generated token reads
-// (weights touched + cache rows) and the achieved GB/s against a memory-copy bandwidth measured in the
-// same run. Deep contexts are filled with synthetic cache rows (timing only), as the output says.
+// times, the repetitions of its modes (sparse per indexer precision, dense) taking turns; the table shows the
+// mean and standard deviation of tokens/s, the bytes a generated token reads (weights touched + cache rows),
+// the achieved GB/s against a memory-copy bandwidth measured in the same run, and each sparse row's speed-up
+// over the dense row of its test. Deep contexts are filled with synthetic cache rows (timing only), as the
+// output says.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <random>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "commands.h"
@@ -36,6 +41,7 @@ struct BenchResult {
     bool dsa = true;
     std::string precision = "exact";
     double mean = 0, stddev = 0;  // tokens/s
+    std::vector<double> speeds;   // tokens/s of each repetition
     int64_t bytes_per_token = 0;  // generation tests only
 };
 
@@ -63,47 +69,93 @@ std::vector<BatchToken> random_tokens(std::mt19937 &rng, int64_t n_vocab, int64_
     return batch;
 }
 
-BenchResult run_test(const std::shared_ptr<const Model> &model, const BenchFlags &f, bool dsa,
-                     const std::string &precision, int64_t depth, int64_t n_prompt, int64_t n_gen) {
-    ContextParams cp = f.model.context_params();
-    cp.dsa = dsa;
-    cp.indexer_fast = precision == "fast";
-    cp.n_ctx = depth + std::max(n_prompt, n_gen) + 8;
-    cp.n_batch = std::max<int64_t>(n_prompt, 1);
-    Context ctx(model, cp);
-    if (depth > 0) ctx.fill_synthetic(0, depth, 1234);
-    std::mt19937 rng(42);
+// One test (pp or tg at one depth) in one mode: its context, filled to the depth, and the speed of each pass.
+struct ModeRun {
+    bool dsa = true;
+    std::string precision = "exact";
+    std::unique_ptr<Context> ctx;
+    std::mt19937 rng{42};
+    std::vector<double> speeds;  // tokens/s of each repetition after the warm-up pass
+};
+
+// One pass of the test on a mode's context: the prompt in one decode call, or n_gen single-token steps.
+double run_pass(ModeRun &m, int64_t depth, int64_t n_prompt, int64_t n_gen) {
+    Context &ctx = *m.ctx;
+    ctx.seq_rm(0, static_cast<int32_t>(depth), -1);
     const int64_t n_vocab = ctx.n_vocab();
-    std::vector<double> speeds;
-    for (int rep = 0; rep < f.reps + 1; ++rep) {  // the first pass warms caches and page tables
-        ctx.seq_rm(0, static_cast<int32_t>(depth), -1);
-        const Stopwatch clock;
-        if (n_prompt > 0) {
-            ctx.decode(random_tokens(rng, n_vocab, n_prompt, static_cast<int32_t>(depth), false));
-        } else {
-            for (int64_t i = 0; i < n_gen; ++i) {
-                ctx.decode(random_tokens(rng, n_vocab, 1, static_cast<int32_t>(depth + i), true));
-            }
+    const Stopwatch clock;
+    if (n_prompt > 0) {
+        ctx.decode(random_tokens(m.rng, n_vocab, n_prompt, static_cast<int32_t>(depth), false));
+    } else {
+        for (int64_t i = 0; i < n_gen; ++i) {
+            ctx.decode(random_tokens(m.rng, n_vocab, 1, static_cast<int32_t>(depth + i), true));
         }
-        if (rep > 0) speeds.push_back(double(n_prompt > 0 ? n_prompt : n_gen) / clock.seconds());
     }
-    BenchResult r;
-    r.test = n_prompt > 0 ? "pp" + std::to_string(n_prompt) : "tg" + std::to_string(n_gen);
-    r.n_prompt = n_prompt;
-    r.n_gen = n_gen;
-    r.depth = depth;
-    r.dsa = dsa;
-    r.precision = precision;
-    for (double s : speeds) r.mean += s / speeds.size();
-    for (double s : speeds) r.stddev += (s - r.mean) * (s - r.mean) / std::max<size_t>(1, speeds.size() - 1);
-    r.stddev = std::sqrt(r.stddev);
-    if (n_gen > 0) r.bytes_per_token = ctx.bytes_per_token(depth + n_gen / 2);
-    if (f.model.dsa_stats && dsa) {  // totals over the warm-up pass and the repetitions
-        std::fprintf(stderr, "dsa-stats of %s at depth %lld, %s indexer:\n", r.test.c_str(), (long long)depth,
-                     precision.c_str());
-        print_sparse_stats(ctx, true);
+    return double(n_prompt > 0 ? n_prompt : n_gen) / clock.seconds();
+}
+
+// One test in every mode. The modes' contexts exist together, each warmed by one pass, and the repetitions go
+// round the modes (rep 1 of each, then rep 2 ...): a ratio between two modes then compares passes made seconds
+// apart, where running one mode's repetitions after the other's let a shared machine's drift (10-25% within
+// minutes on the VMs these figures come from) into the ratio.
+std::vector<BenchResult> run_test(const std::shared_ptr<const Model> &model, const BenchFlags &f,
+                                  const std::vector<std::pair<bool, std::string>> &modes, int64_t depth,
+                                  int64_t n_prompt, int64_t n_gen) {
+    std::vector<ModeRun> runs(modes.size());
+    for (size_t i = 0; i < modes.size(); ++i) {
+        ModeRun &m = runs[i];
+        m.dsa = modes[i].first;
+        m.precision = modes[i].second;
+        ContextParams cp = f.model.context_params();
+        cp.dsa = m.dsa;
+        cp.indexer_fast = m.precision == "fast";
+        cp.n_ctx = depth + std::max(n_prompt, n_gen) + 8;
+        cp.n_batch = std::max<int64_t>(n_prompt, 1);
+        m.ctx = std::make_unique<Context>(model, cp);
+        if (depth > 0) m.ctx->fill_synthetic(0, depth, 1234);
+        run_pass(m, depth, n_prompt, n_gen);  // warms caches and page tables
     }
-    return r;
+    for (int rep = 0; rep < f.reps; ++rep) {
+        for (ModeRun &m : runs) m.speeds.push_back(run_pass(m, depth, n_prompt, n_gen));
+    }
+    std::vector<BenchResult> results;
+    for (ModeRun &m : runs) {
+        BenchResult r;
+        r.test = n_prompt > 0 ? "pp" + std::to_string(n_prompt) : "tg" + std::to_string(n_gen);
+        r.n_prompt = n_prompt;
+        r.n_gen = n_gen;
+        r.depth = depth;
+        r.dsa = m.dsa;
+        r.precision = m.precision;
+        r.speeds = m.speeds;
+        for (double v : m.speeds) r.mean += v / double(m.speeds.size());
+        for (double v : m.speeds)
+            r.stddev += (v - r.mean) * (v - r.mean) / double(std::max<size_t>(1, m.speeds.size() - 1));
+        r.stddev = std::sqrt(r.stddev);
+        if (n_gen > 0) r.bytes_per_token = m.ctx->bytes_per_token(depth + n_gen / 2);
+        if (f.model.dsa_stats && m.dsa) {  // totals over the warm-up pass and the repetitions
+            std::fprintf(stderr, "dsa-stats of %s at depth %lld, %s indexer:\n", r.test.c_str(), (long long)depth,
+                         m.precision.c_str());
+            print_sparse_stats(*m.ctx, true);
+        }
+        results.push_back(std::move(r));
+    }
+    return results;
+}
+
+// Each sparse result's speed-up over the dense result of the same test: the median over repetitions of the
+// ratio of passes made in the same round (run_test), or 0 without a dense result.
+double speedup_over_dense(const BenchResult &r, const std::vector<BenchResult> &all) {
+    if (!r.dsa) return 0.0;
+    for (const BenchResult &d : all) {
+        if (d.dsa || d.test != r.test || d.depth != r.depth || d.speeds.size() != r.speeds.size()) continue;
+        std::vector<double> ratios;
+        for (size_t i = 0; i < r.speeds.size(); ++i) ratios.push_back(r.speeds[i] / d.speeds[i]);
+        std::sort(ratios.begin(), ratios.end());
+        const size_t n = ratios.size();
+        return n % 2 ? ratios[n / 2] : 0.5 * (ratios[n / 2 - 1] + ratios[n / 2]);
+    }
+    return 0.0;
 }
 
 int bench(const BenchFlags &f) {
@@ -113,25 +165,29 @@ int bench(const BenchFlags &f) {
     if (std::any_of(f.depths.begin(), f.depths.end(), [](int64_t d) { return d > 0; })) {
         std::fprintf(stderr, "note: contexts at depth > 0 are filled with synthetic cache rows (timing only)\n");
     }
+    // The modes: sparse attention on (once per indexer precision) and off; a model without an indexer has only
+    // dense attention.
+    std::vector<std::pair<bool, std::string>> modes;
+    for (const std::string &mode : f.dsa) {
+        const bool dsa = mode == "on";
+        if (!info.has_indexer && !dsa) continue;
+        const std::vector<std::string> precisions =
+            info.has_indexer && dsa ? f.precisions : std::vector<std::string>{"exact"};
+        for (const std::string &precision : precisions) modes.emplace_back(dsa, precision);
+    }
     std::vector<BenchResult> results;
     for (const int64_t depth : f.depths) {
-        for (const std::string &mode : f.dsa) {
-            const bool dsa = mode == "on";
-            if (!info.has_indexer && !dsa) continue;  // dense is the only mode of a model without an indexer
-            // Indexer precision only matters where an indexer runs.
-            const std::vector<std::string> precisions =
-                info.has_indexer && dsa ? f.precisions : std::vector<std::string>{"exact"};
-            for (const std::string &precision : precisions) {
-                for (const int64_t p : f.n_prompt) {
-                    if (p > 0) results.push_back(run_test(model, f, dsa, precision, depth, p, 0));
-                }
-                for (const int64_t n : f.n_gen) {
-                    if (n > 0) results.push_back(run_test(model, f, dsa, precision, depth, 0, n));
-                }
-                std::fprintf(stderr, "done: depth %lld, dsa %s, indexer %s\n", (long long)depth, mode.c_str(),
-                             precision.c_str());
+        for (const int64_t p : f.n_prompt) {
+            if (p > 0) {
+                for (BenchResult &r : run_test(model, f, modes, depth, p, 0)) results.push_back(std::move(r));
             }
         }
+        for (const int64_t n : f.n_gen) {
+            if (n > 0) {
+                for (BenchResult &r : run_test(model, f, modes, depth, 0, n)) results.push_back(std::move(r));
+            }
+        }
+        std::fprintf(stderr, "done: depth %lld\n", (long long)depth);
     }
     // Peak memory before the bandwidth test (whose buffers would otherwise count).
     std::fprintf(stderr, "peak resident memory %.1f MiB (weights %.1f MiB, %.1f MiB of them repacked)\n",
@@ -144,34 +200,40 @@ int bench(const BenchFlags &f) {
         for (size_t i = 0; i < results.size(); ++i) {
             const BenchResult &r = results[i];
             const double gbs = r.mean * double(r.bytes_per_token) / 1e9;
+            std::string each;
+            for (size_t k = 0; k < r.speeds.size(); ++k) each += strprintf(k ? ", %.3f" : "%.3f", r.speeds[k]);
+            const double speedup = speedup_over_dense(r, results);
             std::printf(
                 "  {\"model\": \"%s\", \"test\": \"%s\", \"n_prompt\": %lld, \"n_gen\": %lld, \"depth\": %lld, "
                 "\"dsa\": %s, \"indexer_precision\": \"%s\", \"threads\": %d, \"tokens_per_s\": %.3f, "
-                "\"tokens_per_s_stddev\": %.3f, "
+                "\"tokens_per_s_stddev\": %.3f, \"tokens_per_s_each\": [%s], \"speedup_over_dense\": %s, "
                 "\"bytes_per_token\": %lld, \"gb_per_s\": %.3f, \"copy_gb_per_s\": %.3f, \"synthetic_fill\": %s}%s\n",
                 f.model.model_path.c_str(), r.test.c_str(), (long long)r.n_prompt, (long long)r.n_gen,
                 (long long)r.depth, r.dsa ? "true" : "false", r.precision.c_str(), n_threads, r.mean, r.stddev,
-                (long long)r.bytes_per_token, gbs, copy_bw / 1e9, r.depth > 0 ? "true" : "false",
-                i + 1 < results.size() ? "," : "");
+                each.c_str(), speedup > 0 ? strprintf("%.4f", speedup).c_str() : "null", (long long)r.bytes_per_token,
+                gbs, copy_bw / 1e9, r.depth > 0 ? "true" : "false", i + 1 < results.size() ? "," : "");
         }
         std::printf("]\n");
         return 0;
     }
-    std::printf("| model | test | depth | dsa | indexer | t/s | bytes/token | GB/s | %% of copy |\n");
-    std::printf("|---|---|---:|---|---|---:|---:|---:|---:|\n");
+    // vs dense: a sparse row's speed-up over the dense row of the same test (median of the rounds' ratios).
+    std::printf("| model | test | depth | dsa | indexer | t/s | bytes/token | GB/s | %% of copy | vs dense |\n");
+    std::printf("|---|---|---:|---|---|---:|---:|---:|---:|---:|\n");
     for (const BenchResult &r : results) {
         std::string bytes = "-", gbs = "-", frac = "-";
+        const double speedup = speedup_over_dense(r, results);
+        const std::string vs_dense = speedup > 0 ? strprintf("%.2fx", speedup) : "-";
         if (r.bytes_per_token > 0) {
             const double bw = r.mean * double(r.bytes_per_token);
             bytes = strprintf("%.1f MB", r.bytes_per_token / 1e6);
             gbs = strprintf("%.2f", bw / 1e9);
             frac = strprintf("%.0f%%", 100.0 * bw / copy_bw);
         }
-        std::printf("| %s | %s | %lld | %s | %s | %.2f ± %.2f | %s | %s | %s |\n",
+        std::printf("| %s | %s | %lld | %s | %s | %.2f ± %.2f | %s | %s | %s | %s |\n",
                     info.name.empty() ? info.arch.c_str() : info.name.c_str(), r.test.c_str(), (long long)r.depth,
                     info.has_indexer ? (r.dsa ? "on" : "off") : "-",
                     info.has_indexer && r.dsa ? r.precision.c_str() : "-", r.mean, r.stddev, bytes.c_str(), gbs.c_str(),
-                    frac.c_str());
+                    frac.c_str(), vs_dense.c_str());
     }
     return 0;
 }
