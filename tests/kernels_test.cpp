@@ -423,7 +423,8 @@ TEST_P(IsaTest, QuantizeDotXWritesQ8_0AndForQ4_0PairedRecords) {
             table->quantize_dot_x(t, x.data(), y.data() + 2, n);
             const uint8_t *p = y.data() + 2;
             if (t == DType::Q8_0) {
-                // The blocks, then each block's scale as f32, then 128 x each block's sum as int32 (unaligned).
+                // The blocks, then each block's scale as f32, then 128 x each block's sum as int32 (unaligned;
+                // the last block, all -127, checks the extreme sum).
                 ASSERT_EQ(std::memcmp(p, expected.data(), static_cast<size_t>(nb) * 34), 0);
                 for (int64_t b = 0; b < nb; ++b) {
                     float d;
@@ -434,11 +435,6 @@ TEST_P(IsaTest, QuantizeDotXWritesQ8_0AndForQ4_0PairedRecords) {
                     for (const int8_t v : expected[static_cast<size_t>(b)].qs) sum += v;
                     ASSERT_EQ(offset, 128 * sum) << "block " << b;
                 }
-                ASSERT_EQ(128 * (-127 * 32), [&] {
-                    int32_t last;
-                    std::memcpy(&last, p + nb * 38 + 4 * (nb - 1), sizeof last);
-                    return last;
-                }());
                 continue;
             }
             for (int64_t b = 0; b < (nb + 1) / 2 * 2; ++b) {

@@ -87,54 +87,60 @@ struct Job {
     int64_t work;                                        // multiply-adds, to decide on threading
     // Pieces of a cut list (n_split > 1): per item and head the running max and sum, and the unnormalised output.
     std::vector<float> part_max, part_sum, part_acc;
+
+    // Cache row j of list, KV head kvh's slice of K, as stored.
+    const uint8_t *k_head(std::span<const int32_t> list, int64_t j, int64_t kvh) const {
+        return static_cast<const uint8_t *>(k.row(list[static_cast<size_t>(j)])) + kvh * k_head_bytes;
+    }
+    // Rows [j0, j0 + n) of list for KV head kvh widened to f32: K into k_tile [n, Dk], and V into v_tile [n, Dv]
+    // unless it is read from the K tile (v_in_k).
+    void convert_tile(std::span<const int32_t> list, int64_t j0, int64_t n, int64_t kvh, float *k_tile,
+                      float *v_tile) const {
+        for (int64_t j = 0; j < n; ++j) {
+            convert_row_to_f32(k.type(), k_head(list, j0 + j, kvh), k_tile + j * Dk, Dk);
+            if (v_in_k) continue;
+            const auto *v_row = static_cast<const uint8_t *>(v.row(list[static_cast<size_t>(j0 + j)])) +
+                                v_offset_bytes + kvh * v_head_bytes;
+            convert_row_to_f32(v.type(), v_row, v_tile + j * Dv, Dv);
+        }
+    }
+    // Where P.V reads V in a converted tile, and the stride of its rows.
+    const float *v_base(const float *k_tile, const float *v_tile) const {
+        return v_in_k ? k_tile + shape.v_offset : v_tile;
+    }
+    int64_t v_stride() const { return v_in_k ? Dk : Dv; }
+    // Items cut this small run on the calling thread (waking the pool costs more).
+    int64_t grain(int64_t n) const { return work < (int64_t(64) << 10) ? std::max<int64_t>(n, 1) : 1; }
 };
 
 // The head-lane path (16 heads per vector; attention_kernels_avx512.cpp).
 void attend_lanes(ThreadPool &pool, Job &job) {
     const AttentionShape &shape = job.shape;
-    const float *q = job.q;
-    const int64_t n_tokens = job.n_tokens;
-    const RowStore &k = job.k, &v = job.v;
-    const auto rows = job.rows;
-    float *out = job.out;
-    const int64_t group = job.group, Dk = job.Dk, Dv = job.Dv;
-    const int64_t k_head_bytes = job.k_head_bytes, v_head_bytes = job.v_head_bytes, v_offset_bytes = job.v_offset_bytes;
-    const bool v_in_k = job.v_in_k;
-    const int64_t n_split = job.n_split, n_items = job.n_items, work = job.work;
-    std::vector<float> &part_max = job.part_max, &part_sum = job.part_sum, &part_acc = job.part_acc;
+    const int64_t group = job.group, Dk = job.Dk, Dv = job.Dv, n_split = job.n_split;
     // Without splits (prefill), an item is two consecutive tokens: the rows their lists share (causal
     // prefill: all of the first token's) are converted once and scored for both by the x2 kernels.
-    const int64_t n_lane_items = n_split > 1 ? n_items : (n_tokens + 1) / 2 * shape.n_head_kv;
-    const int64_t lane_grain = work < (int64_t(64) << 10) ? std::max<int64_t>(n_lane_items, 1) : 1;
-    pool.parallel_for(n_lane_items, lane_grain, [&](int64_t begin, int64_t end) {
+    const int64_t n_lane_items = n_split > 1 ? job.n_items : (job.n_tokens + 1) / 2 * shape.n_head_kv;
+    pool.parallel_for(n_lane_items, job.grain(n_lane_items), [&](int64_t begin, int64_t end) {
         // Query b exists only in prefill (pairs); decode items would zero its ~70 KB for nothing.
         LaneQuery qa(group, Dk, Dv), qb(n_split > 1 ? 0 : group, Dk, Dv);
         std::vector<float> k_tile(static_cast<size_t>(kLaneTileRows * Dk));
-        std::vector<float> v_tile(v_in_k ? 0 : static_cast<size_t>(kLaneTileRows * Dv));
+        std::vector<float> v_tile(job.v_in_k ? 0 : static_cast<size_t>(kLaneTileRows * Dv));
         std::vector<float> sa(static_cast<size_t>(kLaneTileRows * 16)), sb(sa.size());  // scores, then weights
         std::vector<const void *> lines;                                                // the next tile's cache lines
         // Rows [lo, hi) of list for query a, and for query b too when it is given.
         auto run = [&](LaneQuery *a, LaneQuery *b, std::span<const int32_t> list, int64_t lo, int64_t hi, int64_t kvh) {
-            auto k_row = [&](int64_t j) {
-                return static_cast<const uint8_t *>(k.row(list[static_cast<size_t>(j)])) + kvh * k_head_bytes;
-            };
-            for (int64_t j = lo; j < std::min(hi, lo + kLaneTileRows); ++j) prefetch_bytes(k_row(j), k_head_bytes);
+            for (int64_t j = lo; j < std::min(hi, lo + kLaneTileRows); ++j)
+                prefetch_bytes(job.k_head(list, j, kvh), job.k_head_bytes);
             for (int64_t j0 = lo; j0 < hi; j0 += kLaneTileRows) {
                 const int64_t n = std::min(kLaneTileRows, hi - j0);
                 lines.clear();  // the next tile's rows, prefetched line by line inside the kernels
                 for (int64_t j = j0 + n; j < std::min(hi, j0 + n + kLaneTileRows); ++j) {
-                    for (int64_t b0 = 0; b0 < k_head_bytes; b0 += 64) lines.push_back(k_row(j) + b0);
+                    for (int64_t b0 = 0; b0 < job.k_head_bytes; b0 += 64)
+                        lines.push_back(job.k_head(list, j, kvh) + b0);
                 }
-                for (int64_t j = 0; j < n; ++j) {
-                    convert_row_to_f32(k.type(), k_row(j0 + j), k_tile.data() + j * Dk, Dk);
-                    if (!v_in_k) {
-                        const auto *v_row = static_cast<const uint8_t *>(v.row(list[static_cast<size_t>(j0 + j)])) +
-                                            v_offset_bytes + kvh * v_head_bytes;
-                        convert_row_to_f32(v.type(), v_row, v_tile.data() + j * Dv, Dv);
-                    }
-                }
-                const float *v_base = v_in_k ? k_tile.data() + shape.v_offset : v_tile.data();
-                const int64_t v_stride = v_in_k ? Dk : Dv;
+                job.convert_tile(list, j0, n, kvh, k_tile.data(), v_tile.data());
+                const float *v_base = job.v_base(k_tile.data(), v_tile.data());
+                const int64_t v_stride = job.v_stride();
                 for (int64_t g = 0; g < group; g += 16) {
                     // The first slice issues the prefetches, half in the scores and half in P.V.
                     const int64_t n_lines = g == 0 ? static_cast<int64_t>(lines.size()) : 0;
@@ -159,7 +165,7 @@ void attend_lanes(ThreadPool &pool, Job &job) {
         };
         auto write_out = [&](const LaneQuery &a, int64_t t, int64_t kvh) {
             for (int64_t g = 0; g < group; ++g) {
-                float *o = out + (t * shape.n_head + kvh * group + g) * Dv;
+                float *o = job.out + (t * shape.n_head + kvh * group + g) * Dv;
                 const float inv = a.l[static_cast<size_t>(g)] > 0.0f ? 1.0f / a.l[static_cast<size_t>(g)] : 0.0f;
                 for (int64_t i = 0; i < Dv; ++i) o[i] = a.out(g, i, Dv) * inv;
             }
@@ -168,28 +174,28 @@ void attend_lanes(ThreadPool &pool, Job &job) {
             if (n_split > 1) {  // one piece of one token's list (decode)
                 const int64_t pair = item / n_split, split = item % n_split;
                 const int64_t t = pair / shape.n_head_kv, kvh = pair % shape.n_head_kv;
-                const std::span<const int32_t> list = rows[static_cast<size_t>(t)];
+                const std::span<const int32_t> list = job.rows[static_cast<size_t>(t)];
                 const int64_t len = static_cast<int64_t>(list.size());
-                qa.reset(q + (t * shape.n_head + kvh * group) * Dk, group, Dk, shape.scale);
+                qa.reset(job.q + (t * shape.n_head + kvh * group) * Dk, group, Dk, shape.scale);
                 run(&qa, nullptr, list, len * split / n_split, len * (split + 1) / n_split, kvh);
-                std::copy(qa.m.begin(), qa.m.end(), part_max.begin() + item * group);
-                std::copy(qa.l.begin(), qa.l.end(), part_sum.begin() + item * group);
+                std::copy(qa.m.begin(), qa.m.end(), job.part_max.begin() + item * group);
+                std::copy(qa.l.begin(), qa.l.end(), job.part_sum.begin() + item * group);
                 for (int64_t g = 0; g < group; ++g) {
-                    float *p = part_acc.data() + (item * group + g) * Dv;
+                    float *p = job.part_acc.data() + (item * group + g) * Dv;
                     for (int64_t i = 0; i < Dv; ++i) p[i] = qa.out(g, i, Dv);
                 }
                 continue;
             }
             const int64_t kvh = item % shape.n_head_kv, t0 = item / shape.n_head_kv * 2, t1 = t0 + 1;
-            const std::span<const int32_t> la = rows[static_cast<size_t>(t0)];
-            qa.reset(q + (t0 * shape.n_head + kvh * group) * Dk, group, Dk, shape.scale);
-            if (t1 >= n_tokens) {
+            const std::span<const int32_t> la = job.rows[static_cast<size_t>(t0)];
+            qa.reset(job.q + (t0 * shape.n_head + kvh * group) * Dk, group, Dk, shape.scale);
+            if (t1 >= job.n_tokens) {
                 run(&qa, nullptr, la, 0, static_cast<int64_t>(la.size()), kvh);
                 write_out(qa, t0, kvh);
                 continue;
             }
-            const std::span<const int32_t> lb = rows[static_cast<size_t>(t1)];
-            qb.reset(q + (t1 * shape.n_head + kvh * group) * Dk, group, Dk, shape.scale);
+            const std::span<const int32_t> lb = job.rows[static_cast<size_t>(t1)];
+            qb.reset(job.q + (t1 * shape.n_head + kvh * group) * Dk, group, Dk, shape.scale);
             const size_t shorter = std::min(la.size(), lb.size());
             auto common = static_cast<int64_t>(
                 std::mismatch(la.begin(), la.begin() + static_cast<std::ptrdiff_t>(shorter), lb.begin()).first -
@@ -207,49 +213,31 @@ void attend_lanes(ThreadPool &pool, Job &job) {
 // The head-blocked path (scalar or AVX2 kernels): an item is one token x one KV head x one piece of its list.
 void attend_blocked(ThreadPool &pool, Job &job) {
     const AttentionShape &shape = job.shape;
-    const float *q = job.q;
-    const RowStore &k = job.k, &v = job.v;
-    const auto rows = job.rows;
-    float *out = job.out;
-    const int64_t group = job.group, Dk = job.Dk, Dv = job.Dv;
-    const int64_t k_head_bytes = job.k_head_bytes, v_head_bytes = job.v_head_bytes, v_offset_bytes = job.v_offset_bytes;
-    const bool v_in_k = job.v_in_k;
-    const int64_t n_split = job.n_split, n_items = job.n_items, work = job.work;
-    std::vector<float> &part_max = job.part_max, &part_sum = job.part_sum, &part_acc = job.part_acc;
+    const int64_t group = job.group, Dk = job.Dk, Dv = job.Dv, n_split = job.n_split;
     const Kernels &kern = cpu::kernels().isa == cpu::Isa::scalar ? kScalarKernels : kAvx2Kernels;
-    const int64_t grain = work < (int64_t(64) << 10) ? std::max<int64_t>(n_items, 1) : 1;
-    pool.parallel_for(n_items, grain, [&](int64_t begin, int64_t end) {
+    pool.parallel_for(job.n_items, job.grain(job.n_items), [&](int64_t begin, int64_t end) {
         std::vector<float> acc(static_cast<size_t>(group * Dv));
         std::vector<float> run_max(static_cast<size_t>(group)), run_sum(static_cast<size_t>(group));
         std::vector<float> k_tile(static_cast<size_t>(kTileRows * Dk));
-        std::vector<float> v_tile(v_in_k ? 0 : static_cast<size_t>(kTileRows * Dv));  // MLA reads V from k_tile
+        std::vector<float> v_tile(job.v_in_k ? 0 : static_cast<size_t>(kTileRows * Dv));  // MLA reads V from k_tile
         std::vector<float> s(static_cast<size_t>(group * kTileRows));  // scores, then weights, [group, tile]
         for (int64_t item = begin; item < end; ++item) {
             const int64_t pair = item / n_split, split = item % n_split;
             const int64_t t = pair / shape.n_head_kv, kvh = pair % shape.n_head_kv;
-            const std::span<const int32_t> list = rows[static_cast<size_t>(t)];
+            const std::span<const int32_t> list = job.rows[static_cast<size_t>(t)];
             const int64_t len = static_cast<int64_t>(list.size());
             const int64_t lo = len * split / n_split, hi = len * (split + 1) / n_split;
             std::fill(acc.begin(), acc.end(), 0.0f);
             std::fill(run_max.begin(), run_max.end(), -std::numeric_limits<float>::infinity());
             std::fill(run_sum.begin(), run_sum.end(), 0.0f);
-            const float *q_group = q + (t * shape.n_head + kvh * group) * Dk;  // [group, Dk]
-            auto k_row = [&](int64_t j) {
-                return static_cast<const uint8_t *>(k.row(list[static_cast<size_t>(j)])) + kvh * k_head_bytes;
-            };
-            for (int64_t j = lo; j < std::min(hi, lo + kTileRows); ++j) prefetch_bytes(k_row(j), k_head_bytes);
+            const float *q_group = job.q + (t * shape.n_head + kvh * group) * Dk;  // [group, Dk]
+            for (int64_t j = lo; j < std::min(hi, lo + kTileRows); ++j)
+                prefetch_bytes(job.k_head(list, j, kvh), job.k_head_bytes);
             for (int64_t j0 = lo; j0 < hi; j0 += kTileRows) {
                 const int64_t n = std::min(kTileRows, hi - j0);
                 for (int64_t j = j0 + n; j < std::min(hi, j0 + n + kTileRows); ++j)
-                    prefetch_bytes(k_row(j), k_head_bytes);
-                for (int64_t j = 0; j < n; ++j) {
-                    convert_row_to_f32(k.type(), k_row(j0 + j), k_tile.data() + j * Dk, Dk);
-                    if (!v_in_k) {
-                        const auto *v_row = static_cast<const uint8_t *>(v.row(list[static_cast<size_t>(j0 + j)])) +
-                                            v_offset_bytes + kvh * v_head_bytes;
-                        convert_row_to_f32(v.type(), v_row, v_tile.data() + j * Dv, Dv);
-                    }
-                }
+                    prefetch_bytes(job.k_head(list, j, kvh), job.k_head_bytes);
+                job.convert_tile(list, j0, n, kvh, k_tile.data(), v_tile.data());
                 kern.scores(q_group, Dk, group, k_tile.data(), Dk, n, Dk, shape.scale, s.data(), kTileRows);
                 // Online softmax: scores become weights exp(s - running max) in place.
                 for (int64_t g = 0; g < group; ++g) {
@@ -265,19 +253,19 @@ void attend_blocked(ThreadPool &pool, Job &job) {
                     }
                     run_sum[g] += kern.exp_sum(s_g, n, run_max[g]);
                 }
-                const float *v_base = v_in_k ? k_tile.data() + shape.v_offset : v_tile.data();
-                kern.pv(s.data(), kTileRows, group, v_base, v_in_k ? Dk : Dv, n, Dv, acc.data());
+                kern.pv(s.data(), kTileRows, group, job.v_base(k_tile.data(), v_tile.data()), job.v_stride(), n, Dv,
+                        acc.data());
             }
             if (n_split == 1) {
                 for (int64_t g = 0; g < group; ++g) {
-                    float *o = out + (t * shape.n_head + kvh * group + g) * Dv;
+                    float *o = job.out + (t * shape.n_head + kvh * group + g) * Dv;
                     const float inv = run_sum[g] > 0.0f ? 1.0f / run_sum[g] : 0.0f;
                     for (int64_t i = 0; i < Dv; ++i) o[i] = acc[static_cast<size_t>(g * Dv + i)] * inv;
                 }
             } else {
-                std::copy(run_max.begin(), run_max.end(), part_max.begin() + item * group);
-                std::copy(run_sum.begin(), run_sum.end(), part_sum.begin() + item * group);
-                std::copy(acc.begin(), acc.end(), part_acc.begin() + item * group * Dv);
+                std::copy(run_max.begin(), run_max.end(), job.part_max.begin() + item * group);
+                std::copy(run_sum.begin(), run_sum.end(), job.part_sum.begin() + item * group);
+                std::copy(acc.begin(), acc.end(), job.part_acc.begin() + item * group * Dv);
             }
         }
     });

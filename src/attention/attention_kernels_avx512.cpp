@@ -144,6 +144,28 @@ inline void pv_columns2(const float *pa, const float *pb, const float *v, int64_
     }
 }
 
+// A block size as a type, so one generic lambda serves every instantiation of a score kernel.
+template <int N>
+struct Rows {};
+
+// Calls f(Rows<NR>{}, j) for the row blocks of n_k rows: kScoreRows at a time from j = 0, then one block of
+// whatever is left (1-7 rows).
+template <typename F>
+inline void over_row_blocks(int64_t n_k, F &&f) {
+    int64_t j = 0;
+    for (; j + kScoreRows <= n_k; j += kScoreRows) f(Rows<kScoreRows>{}, j);
+    switch (n_k - j) {
+        case 7: f(Rows<7>{}, j); break;
+        case 6: f(Rows<6>{}, j); break;
+        case 5: f(Rows<5>{}, j); break;
+        case 4: f(Rows<4>{}, j); break;
+        case 3: f(Rows<3>{}, j); break;
+        case 2: f(Rows<2>{}, j); break;
+        case 1: f(Rows<1>{}, j); break;
+        default: break;
+    }
+}
+
 // exp(x) per lane, the AVX2 exp8 at 16 lanes (same reduction and polynomial) with 2^k applied by vscalefps:
 // lanes below -87.3 give 0 (no subnormals reach the FMAs), NaN stays NaN.
 inline __m512 exp16(__m512 x) {
@@ -169,21 +191,8 @@ inline __m512 exp16(__m512 x) {
 void scores16(const float *qt, const float *k, int64_t k_stride, int64_t n_k, int64_t d, float *s,
               const void *const *prefetch, int64_t n_prefetch) {
     Prefetches pf{prefetch, prefetch + n_prefetch};
-    int64_t j = 0;
-    for (; j + kScoreRows <= n_k; j += kScoreRows)
-        score_rows<kScoreRows>(qt, k + j * k_stride, k_stride, d, s + j * 16, pf);
-    const float *kj = k + j * k_stride;
-    float *sj = s + j * 16;
-    switch (n_k - j) {
-        case 7: score_rows<7>(qt, kj, k_stride, d, sj, pf); break;
-        case 6: score_rows<6>(qt, kj, k_stride, d, sj, pf); break;
-        case 5: score_rows<5>(qt, kj, k_stride, d, sj, pf); break;
-        case 4: score_rows<4>(qt, kj, k_stride, d, sj, pf); break;
-        case 3: score_rows<3>(qt, kj, k_stride, d, sj, pf); break;
-        case 2: score_rows<2>(qt, kj, k_stride, d, sj, pf); break;
-        case 1: score_rows<1>(qt, kj, k_stride, d, sj, pf); break;
-        default: break;
-    }
+    over_row_blocks(
+        n_k, [&]<int NR>(Rows<NR>, int64_t j) { score_rows<NR>(qt, k + j * k_stride, k_stride, d, s + j * 16, pf); });
     pf.all();
 }
 
@@ -229,21 +238,9 @@ void pv16(const float *p, const float *v, int64_t v_stride, int64_t n_k, int64_t
 void scores16x2(const float *qt_a, const float *qt_b, const float *k, int64_t k_stride, int64_t n_k, int64_t d,
                 float *s_a, float *s_b, const void *const *prefetch, int64_t n_prefetch) {
     Prefetches pf{prefetch, prefetch + n_prefetch};
-    int64_t j = 0;
-    for (; j + kScoreRows <= n_k; j += kScoreRows)
-        score_rows2<kScoreRows>(qt_a, qt_b, k + j * k_stride, k_stride, d, s_a + j * 16, s_b + j * 16, pf);
-    const float *kj = k + j * k_stride;
-    float *sa = s_a + j * 16, *sb = s_b + j * 16;
-    switch (n_k - j) {
-        case 7: score_rows2<7>(qt_a, qt_b, kj, k_stride, d, sa, sb, pf); break;
-        case 6: score_rows2<6>(qt_a, qt_b, kj, k_stride, d, sa, sb, pf); break;
-        case 5: score_rows2<5>(qt_a, qt_b, kj, k_stride, d, sa, sb, pf); break;
-        case 4: score_rows2<4>(qt_a, qt_b, kj, k_stride, d, sa, sb, pf); break;
-        case 3: score_rows2<3>(qt_a, qt_b, kj, k_stride, d, sa, sb, pf); break;
-        case 2: score_rows2<2>(qt_a, qt_b, kj, k_stride, d, sa, sb, pf); break;
-        case 1: score_rows2<1>(qt_a, qt_b, kj, k_stride, d, sa, sb, pf); break;
-        default: break;
-    }
+    over_row_blocks(n_k, [&]<int NR>(Rows<NR>, int64_t j) {
+        score_rows2<NR>(qt_a, qt_b, k + j * k_stride, k_stride, d, s_a + j * 16, s_b + j * 16, pf);
+    });
     pf.all();
 }
 

@@ -4,17 +4,14 @@
 //
 // Rows go sixteen at a time: the records of two groups of eight side by side in one 512-bit register, so each
 // vpdpbusd (unsigned x signed bytes, four products added into each int32 lane) does 64 products against a token's
-// activation dword broadcast from memory. This Xeon issues two 512-bit vpdpbusd per cycle, as many as 256-bit
-// ones, so the wider kernel does twice the work per instruction (rows16 below). A last group of eight rows keeps
-// the 256-bit loops of kernels_avx2.cpp (packed_rows, record): one vpdpbusd per group of four elements of the
-// eight rows and token, where AVX2 needs sign, maddubs, madd and add.
+// activation dword broadcast from memory, where AVX2 needs sign, maddubs, madd and add for 32. This Xeon issues
+// two 512-bit vpdpbusd per cycle, as many as 256-bit ones, so the wide kernel does twice the work per
+// instruction (rows16 below). A last group of eight rows runs as both halves of the register.
 //
-// Signs. Q8_0 (16 rows): the weights are flipped to u = w + 128 (unsigned) as they are loaded, once per group for
-// all tokens, and meet the signed activations as they are; sum(u * x) = sum(w * x) + 128 * sum(x), and the
-// activation row carries 128 * sum(x) per block (dispatch.h). Q8_0 (the last 8 rows): the activations go in
-// unsigned, u = x + 128 (x lies in [-127, 127]), and sum(u * w) = sum(x * w) + 128 * sum(w): the weight sums come
-// from one vpdpbusd of ones per group, shared by the tokens; each token's block is offset once into a small
-// staging buffer the broadcasts read. Q4_0: the nibbles are unsigned already (value + 8), and 8 * sum(x) comes off.
+// Signs. Q8_0: the weights are flipped to u = w + 128 (unsigned) as they are loaded, once per group for all
+// tokens, and meet the signed activations as they are; sum(u * x) = sum(w * x) + 128 * sum(x), and the
+// activation row carries 128 * sum(x) per block (dispatch.h). Q4_0: the nibbles are unsigned already
+// (value + 8), and 8 * sum(x) comes off.
 //
 // The integer block dots are exact, and the f32 steps after them are the order dispatch.h defines for packed
 // rows (acc = fma(float(dot), dw * dx, acc), block after block from 0), so every output has the scalar
@@ -43,90 +40,6 @@ namespace {
 
 constexpr int kMaxQuantTile = 8;  // = cpu::kMaxQuantTile (dispatch.h is not included here: it has inline code)
 
-// acc + the dword sums of u (unsigned bytes) x s (signed bytes): vpdpbusd, in asm because GCC 12 copies the
-// accumulator to a new register around the intrinsic (indexer_kernels_vnni.cpp measured it).
-inline __m256i dpbusd(__m256i acc, __m256i u, __m256i s) {
-    asm("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(u), "v"(s));
-    return acc;
-}
-
-inline __m256i broadcast_dword(const uint8_t *p) {
-    int32_t v;
-    std::memcpy(&v, p, 4);
-    return _mm256_set1_epi32(v);
-}
-
-// The same from memory, in asm: from a buffer the function itself just wrote, GCC 12 keeps the bytes in a register
-// and broadcasts each dword with a shift and a register broadcast, two shuffles on the port vpdpbusd needs; a
-// broadcast load uses a load port only.
-inline __m256i broadcast_dword_load(const uint8_t *p) {
-    __m256i r;
-    asm("vpbroadcastd %1, %0" : "=v"(r) : "m"(*reinterpret_cast<const int32_t(*)>(p)));
-    return r;
-}
-
-// Q8_0 record b against NT tokens: per token, acc[j] = fma(float(dot_j), dw * dx_j, acc[j]) with dot_j the eight
-// rows' exact integer block dots.
-template <int NT>
-inline void record(const BlockQ8_0x8 &rec, __m256 dw, const uint8_t *x, size_t x_stride, size_t dx_offset, int64_t b,
-                   __m256 *acc) {
-    alignas(32) uint8_t staged[NT][QK8_0];  // the tokens' block b as x + 128
-    const __m256i bias = _mm256_set1_epi8(static_cast<char>(0x80));
-    for (int j = 0; j < NT; ++j) {
-        const auto *xb = reinterpret_cast<const BlockQ8_0 *>(x + j * x_stride) + b;
-        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(xb->qs));
-        _mm256_store_si256(reinterpret_cast<__m256i *>(staged[j]), _mm256_xor_si256(v, bias));
-    }
-    const __m256i ones = _mm256_set1_epi8(1);
-    __m256i wsum = _mm256_setzero_si256();
-    __m256i dot[NT];
-    for (int j = 0; j < NT; ++j) dot[j] = _mm256_setzero_si256();
-#pragma GCC unroll 8
-    for (int g = 0; g < 8; ++g) {
-        const __m256i qw = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(rec.qs + 32 * g));
-        wsum = dpbusd(wsum, ones, qw);
-#pragma GCC unroll 8
-        for (int j = 0; j < NT; ++j) dot[j] = dpbusd(dot[j], broadcast_dword_load(staged[j] + 4 * g), qw);
-    }
-    const __m256i offset = _mm256_slli_epi32(wsum, 7);  // 128 * sum(w) per row
-#pragma GCC unroll 8
-    for (int j = 0; j < NT; ++j) {
-        float dx;
-        std::memcpy(&dx, x + j * x_stride + dx_offset + static_cast<size_t>(b) * sizeof(float), sizeof dx);
-        acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(dot[j], offset)),
-                                 _mm256_mul_ps(dw, _mm256_set1_ps(dx)), acc[j]);
-    }
-}
-
-// Q4_0 record b against NT tokens (BlockQ8_0x2 activations): the nibbles u = value + 8 are unsigned already, so
-// each half of a group is one vpdpbusd; 8 * sum(x) comes off at the end of the block, as in kernels_avx2.cpp.
-template <int NT>
-inline void record(const BlockQ4_0x8 &rec, __m256 dw, const uint8_t *x, size_t x_stride,
-                   size_t /*dx_offset: the scales are in the records*/, int64_t b, __m256 *acc) {
-    const __m256i mask = _mm256_set1_epi8(0x0f);
-    const int h = static_cast<int>(b % 2);
-    __m256i dot[NT];
-    for (int j = 0; j < NT; ++j) dot[j] = _mm256_setzero_si256();
-#pragma GCC unroll 4
-    for (int g = 0; g < 4; ++g) {
-        const __m256i wb = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(rec.qs + 32 * g));
-        const __m256i lo = _mm256_and_si256(wb, mask), hi = _mm256_and_si256(_mm256_srli_epi16(wb, 4), mask);
-#pragma GCC unroll 8
-        for (int j = 0; j < NT; ++j) {
-            const auto *r = reinterpret_cast<const BlockQ8_0x2 *>(x + j * x_stride) + b / 2;
-            dot[j] = dpbusd(dot[j], lo, broadcast_dword(reinterpret_cast<const uint8_t *>(r->lo) + 16 * h + 4 * g));
-            dot[j] = dpbusd(dot[j], hi, broadcast_dword(reinterpret_cast<const uint8_t *>(r->hi) + 16 * h + 4 * g));
-        }
-    }
-#pragma GCC unroll 8
-    for (int j = 0; j < NT; ++j) {
-        const auto *r = reinterpret_cast<const BlockQ8_0x2 *>(x + j * x_stride) + b / 2;
-        const __m256i offset = _mm256_set1_epi32(4 * r->sums[4 * h]);  // 8 * sum(x)
-        const __m256 d = _mm256_mul_ps(dw, _mm256_set1_ps(r->d[h]));
-        acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(dot[j], offset)), d, acc[j]);
-    }
-}
-
 // Asks for the `bytes` bytes kPrefetchBytes past p, which the caller is about to read (as kernels_avx2.cpp). A
 // group's records are contiguous and the groups follow each other, so a matvec streams the packed matrix: on a
 // 2-vCPU Xeon the Q8_0 matvec read 21.5 GB/s with this against 17.1 without (medians of 6 alternating runs;
@@ -137,26 +50,9 @@ inline void prefetch_ahead(const void *p, size_t bytes) {
     for (size_t l = 0; l < bytes; l += 64) _mm_prefetch(ahead + l, _MM_HINT_T0);
 }
 
-// Rows packed eight to a record against NT <= 8 tokens, one group of eight rows after another, all tokens in
-// one pass over each record. R: BlockQ8_0x8 or BlockQ4_0x8 (record() above has an overload for each).
-template <int NT, typename R>
-void packed_rows(const uint8_t *w, size_t w_stride, int64_t n_rows, const uint8_t *x, size_t x_stride, int64_t nb,
-                 size_t dx_offset, float *y, size_t y_stride) {
-    for (int64_t g0 = 0; g0 < n_rows; g0 += 8) {
-        const auto *rec = reinterpret_cast<const R *>(w + g0 * static_cast<int64_t>(w_stride));
-        __m256 acc[NT];
-        for (int j = 0; j < NT; ++j) acc[j] = _mm256_setzero_ps();
-        for (int64_t b = 0; b < nb; ++b) {
-            prefetch_ahead(rec + b, sizeof(R));
-            const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(rec[b].d)));
-            record<NT>(rec[b], dw, x, x_stride, dx_offset, b, acc);
-        }
-        for (int j = 0; j < NT; ++j) _mm256_storeu_ps(y + j * y_stride + g0, acc[j]);
-    }
-}
-
 // acc + the dword sums of u (unsigned bytes) x the signed dword at p broadcast to all 16 lanes, in one
-// instruction: the broadcast is vpdpbusd's memory operand (asm, as dpbusd above).
+// instruction: the broadcast is vpdpbusd's memory operand. In asm because GCC 12 copies the accumulator to a new
+// register around the intrinsic (indexer_kernels_vnni.cpp measured it).
 inline __m512i dpbusd_bcast(__m512i acc, __m512i u, const uint8_t *p) {
     asm("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(u), "m"(*reinterpret_cast<const int32_t(*)>(p)));
     return acc;
@@ -195,16 +91,17 @@ struct StagedX {
     // The same from BlockQ8_0x2 records (Q4_0 weights): the offset is 8 * sum(x), for the nibbles' + 8.
     void fill(const BlockQ4_0x8 *, const uint8_t *x, size_t x_stride, int64_t, int64_t k0, int64_t n) {
         for (int j = 0; j < NT; ++j) {
-            const auto *r = reinterpret_cast<const BlockQ8_0x2 *>(x + j * x_stride);
+            const uint8_t *xj = x + j * x_stride;
             for (int64_t k = 0; k < n; ++k) {
                 const int64_t b = k0 + k;
                 const int h = static_cast<int>(b % 2);
-                BlockQ8_0x2 rec;
-                std::memcpy(&rec, r + b / 2, sizeof rec);
-                std::memcpy(qs[k][j], rec.lo + 16 * h, 16);
-                std::memcpy(qs[k][j] + 16, rec.hi + 16 * h, 16);
-                dx[k][j] = rec.d[h];
-                neg_off[k][j] = -4 * rec.sums[4 * h];
+                const uint8_t *rec = xj + b / 2 * static_cast<int64_t>(sizeof(BlockQ8_0x2));  // block b's record
+                std::memcpy(qs[k][j], rec + offsetof(BlockQ8_0x2, lo) + 16 * h, 16);
+                std::memcpy(qs[k][j] + 16, rec + offsetof(BlockQ8_0x2, hi) + 16 * h, 16);
+                std::memcpy(&dx[k][j], rec + offsetof(BlockQ8_0x2, d) + h * sizeof(float), sizeof(float));
+                int32_t sum2;  // 2 * sum(x), as the record keeps it
+                std::memcpy(&sum2, rec + offsetof(BlockQ8_0x2, sums) + 4 * h * sizeof(int32_t), sizeof sum2);
+                neg_off[k][j] = -4 * sum2;
             }
         }
     }
@@ -252,14 +149,16 @@ inline void block_dots(const BlockQ4_0x8 &a, const BlockQ4_0x8 &b, const uint8_t
 }
 
 // Rows g0..g0+15 (the records of two groups of eight, a and b, side by side in 512-bit registers), blocks
-// [0, n) of a and b against the NT staged tokens, continuing the sums in y unless `first`. Each vpdpbusd does 64
-// products: twice the 256-bit kernel's work per instruction, on the same two ports (measured on the 2-vCPU
-// Xeon: 5.4 G 512-bit vpdpbusd/s against 5.6 G 256-bit). The f32 steps are record()'s, lane by lane, so the
-// outputs keep their bits.
+// [0, n) of a and b against the NT staged tokens, continuing the sums in y unless `first`; only the output lanes
+// in `lanes` are read and written (a last group of eight rows passes b = a and the low eight). Each vpdpbusd does
+// 64 products: twice a 256-bit kernel's work per instruction, on the same two ports (measured on the 2-vCPU
+// Xeon: 5.4 G 512-bit vpdpbusd/s against 5.6 G 256-bit). Each lane's f32 steps are the order dispatch.h
+// defines, so the outputs keep their bits.
 template <int NT, typename R>
-void rows16(const R *a, const R *b, const StagedX<NT> &x, int64_t n, bool first, float *y, size_t y_stride) {
+void rows16(const R *a, const R *b, const StagedX<NT> &x, int64_t n, bool first, __mmask16 lanes, float *y,
+            size_t y_stride) {
     __m512 acc[NT];
-    for (int j = 0; j < NT; ++j) acc[j] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(y + j * y_stride);
+    for (int j = 0; j < NT; ++j) acc[j] = first ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(lanes, y + j * y_stride);
     for (int64_t k = 0; k < n; ++k) {
         prefetch_ahead(a + k, sizeof(R));
         prefetch_ahead(b + k, sizeof(R));
@@ -273,47 +172,43 @@ void rows16(const R *a, const R *b, const StagedX<NT> &x, int64_t n, bool first,
             acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot[j]), _mm512_mul_ps(dw, _mm512_set1_ps(x.dx[k][j])), acc[j]);
         }
     }
-    for (int j = 0; j < NT; ++j) _mm512_storeu_ps(y + j * y_stride, acc[j]);
+    for (int j = 0; j < NT; ++j) _mm512_mask_storeu_ps(y + j * y_stride, lanes, acc[j]);
 }
 
-// Packed rows against NT tokens: sixteen rows at a time (rows16) over stages of kStageBlocks blocks, then a
-// last group of eight rows through record().
+// Packed rows against NT tokens: sixteen rows at a time (rows16) over stages of kStageBlocks blocks; a last
+// group of eight (n_rows % 16 == 8; matmul hands out 16-row chunks, so only at a matrix's end) runs as both
+// halves of the register and keeps the low half.
 template <int NT, typename R>
 void packed_rows16(const uint8_t *w, size_t w_stride, int64_t n_rows, const uint8_t *x, size_t x_stride, int64_t nb,
-                   size_t dx_offset, float *y, size_t y_stride) {
-    const int64_t n16 = n_rows / 16 * 16;
-    if (n16 > 0) {
-        StagedX<NT> staged;
-        for (int64_t k0 = 0; k0 < nb; k0 += kStageBlocks) {
-            const int64_t n = nb - k0 < kStageBlocks ? nb - k0 : kStageBlocks;
-            staged.fill(static_cast<const R *>(nullptr), x, x_stride, nb, k0, n);
-            for (int64_t g0 = 0; g0 < n16; g0 += 16) {
-                const auto *a = reinterpret_cast<const R *>(w + g0 * static_cast<int64_t>(w_stride));
-                const auto *b = reinterpret_cast<const R *>(w + (g0 + 8) * static_cast<int64_t>(w_stride));
-                rows16<NT>(a + k0, b + k0, staged, n, k0 == 0, y + g0, y_stride);
-            }
+                   float *y, size_t y_stride) {
+    StagedX<NT> staged;
+    for (int64_t k0 = 0; k0 < nb; k0 += kStageBlocks) {
+        const int64_t n = nb - k0 < kStageBlocks ? nb - k0 : kStageBlocks;
+        staged.fill(static_cast<const R *>(nullptr), x, x_stride, nb, k0, n);
+        for (int64_t g0 = 0; g0 < n_rows; g0 += 16) {
+            const bool pair = g0 + 16 <= n_rows;
+            const auto *a = reinterpret_cast<const R *>(w + g0 * static_cast<int64_t>(w_stride));
+            const auto *b = pair ? reinterpret_cast<const R *>(w + (g0 + 8) * static_cast<int64_t>(w_stride)) : a;
+            rows16<NT>(a + k0, b + k0, staged, n, k0 == 0, pair ? __mmask16(0xFFFF) : __mmask16(0x00FF), y + g0,
+                       y_stride);
         }
-    }
-    if (n16 < n_rows) {
-        packed_rows<NT, R>(w + n16 * static_cast<int64_t>(w_stride), w_stride, n_rows - n16, x, x_stride, nb, dx_offset,
-                           y + n16, y_stride);
     }
 }
 
 template <typename R>
 void packed_rows_any(const void *w, size_t w_stride, int64_t n_rows, const void *x, size_t x_stride, int n_x,
-                     int64_t nb, size_t dx_offset, float *y, size_t y_stride) {
+                     int64_t nb, float *y, size_t y_stride) {
     const auto *wb = static_cast<const uint8_t *>(w);
     const auto *xb = static_cast<const uint8_t *>(x);
     switch (n_x < kMaxQuantTile ? n_x : kMaxQuantTile) {
-        case 1: packed_rows16<1, R>(wb, w_stride, n_rows, xb, x_stride, nb, dx_offset, y, y_stride); return;
-        case 2: packed_rows16<2, R>(wb, w_stride, n_rows, xb, x_stride, nb, dx_offset, y, y_stride); return;
-        case 3: packed_rows16<3, R>(wb, w_stride, n_rows, xb, x_stride, nb, dx_offset, y, y_stride); return;
-        case 4: packed_rows16<4, R>(wb, w_stride, n_rows, xb, x_stride, nb, dx_offset, y, y_stride); return;
-        case 5: packed_rows16<5, R>(wb, w_stride, n_rows, xb, x_stride, nb, dx_offset, y, y_stride); return;
-        case 6: packed_rows16<6, R>(wb, w_stride, n_rows, xb, x_stride, nb, dx_offset, y, y_stride); return;
-        case 7: packed_rows16<7, R>(wb, w_stride, n_rows, xb, x_stride, nb, dx_offset, y, y_stride); return;
-        default: packed_rows16<8, R>(wb, w_stride, n_rows, xb, x_stride, nb, dx_offset, y, y_stride); return;
+        case 1: packed_rows16<1, R>(wb, w_stride, n_rows, xb, x_stride, nb, y, y_stride); return;
+        case 2: packed_rows16<2, R>(wb, w_stride, n_rows, xb, x_stride, nb, y, y_stride); return;
+        case 3: packed_rows16<3, R>(wb, w_stride, n_rows, xb, x_stride, nb, y, y_stride); return;
+        case 4: packed_rows16<4, R>(wb, w_stride, n_rows, xb, x_stride, nb, y, y_stride); return;
+        case 5: packed_rows16<5, R>(wb, w_stride, n_rows, xb, x_stride, nb, y, y_stride); return;
+        case 6: packed_rows16<6, R>(wb, w_stride, n_rows, xb, x_stride, nb, y, y_stride); return;
+        case 7: packed_rows16<7, R>(wb, w_stride, n_rows, xb, x_stride, nb, y, y_stride); return;
+        default: packed_rows16<8, R>(wb, w_stride, n_rows, xb, x_stride, nb, y, y_stride); return;
     }
 }
 
@@ -322,13 +217,12 @@ void packed_rows_any(const void *w, size_t w_stride, int64_t n_rows, const void 
 void dot_rows_q8_0x8(const void *w, size_t w_stride, int64_t n_rows, const void *x, size_t x_stride, int n_x, int64_t n,
                      float *y, size_t y_stride) {
     const int64_t nb = n / QK8_0;
-    const size_t dx_offset = static_cast<size_t>(nb) * sizeof(BlockQ8_0);  // the f32 scales after the blocks
-    packed_rows_any<BlockQ8_0x8>(w, w_stride, n_rows, x, x_stride, n_x, nb, dx_offset, y, y_stride);
+    packed_rows_any<BlockQ8_0x8>(w, w_stride, n_rows, x, x_stride, n_x, nb, y, y_stride);
 }
 
 void dot_rows_q4_0x8(const void *w, size_t w_stride, int64_t n_rows, const void *x, size_t x_stride, int n_x, int64_t n,
                      float *y, size_t y_stride) {
-    packed_rows_any<BlockQ4_0x8>(w, w_stride, n_rows, x, x_stride, n_x, n / QK4_0, 0, y, y_stride);
+    packed_rows_any<BlockQ4_0x8>(w, w_stride, n_rows, x, x_stride, n_x, n / QK4_0, y, y_stride);
 }
 
 }  // namespace sparrow::cpu::avx512vnni
