@@ -316,6 +316,7 @@ TEST_F(SyntheticDsa, RejectsInconsistentParameters) {
     bad("deepseek32", [](SyntheticParams &p) { p.n_expert_groups = 3; });
     bad("deepseek32", [](SyntheticParams &p) { p.n_expert_used = 9; });
     bad("deepseek32", [](SyntheticParams &p) { p.n_group_used = 1, p.n_expert_used = 3; });
+    bad("deepseek32", [](SyntheticParams &p) { p.n_group_used = 4; });  // all groups kept: llama.cpp asserts
     bad("deepseek32", [](SyntheticParams &p) { p.n_rot = 15; });
     bad("deepseek32", [](SyntheticParams &p) { p.n_rot = 64; });  // wider than an indexer head
     bad("deepseek32", [](SyntheticParams &p) { p.gating = 5; });

@@ -263,9 +263,9 @@ void check_dsa(const SyntheticParams &p) {
     if (p.n_expert_groups > 1) {
         const int64_t per = p.n_expert / p.n_expert_groups;
         if (p.n_expert % p.n_expert_groups || per < 2) fail("experts must form equal groups of at least 2");
-        if (p.n_group_used > p.n_expert_groups || p.n_group_used * per < p.n_expert_used) {
-            fail("the kept expert groups cannot supply the experts used");
-        }
+        // llama.cpp's loader asserts expert_group_used_count < expert_group_count when there are groups.
+        if (p.n_group_used >= p.n_expert_groups) fail("keep fewer expert groups than there are");
+        if (p.n_group_used * per < p.n_expert_used) fail("the kept expert groups cannot supply the experts used");
     }
     if (p.gating < 1 || p.gating > 4) fail("expert_gating_func must be 1 to 4");
     if (p.arch == "glm-dsa") {

@@ -154,13 +154,28 @@ void read_rope(const gguf::File &f, const std::string &a, DsaHParams &hp, int64_
 std::vector<bool> read_indexer_types(const gguf::File &f, const std::string &a, const DsaHParams &hp, int64_t n_block) {
     std::vector<bool> full(static_cast<size_t>(hp.n_layer), true);
     if (!hp.glm) return full;
-    if (const gguf::Array *types = f.get_array(a + ".attention.indexer.types")) {
-        const auto n = static_cast<int64_t>(types->items.size());
-        if (n != n_block && n != hp.n_layer) {
-            throw_error("%s: '%s.attention.indexer.types' has %lld entries, expected %lld (block_count)",
-                        f.name().c_str(), a.c_str(), (long long)n, (long long)n_block);
+    const std::string key = a + ".attention.indexer.types";
+    if (const gguf::Value *value = f.find(key)) {
+        if (value->type != gguf::ValueType::ARRAY) {
+            // One value for every layer: llama.cpp reads the key with get_key_or_arr, which takes either.
+            std::fill(full.begin(), full.end(), value->as_bool(key));
+        } else {
+            // llama.cpp wants one entry per layer without the MTP blocks (block_count - nextn_predict_layers);
+            // MODELS.md says block_count. Either is taken.
+            const gguf::Array &types = value->as_array(key);
+            const auto n = static_cast<int64_t>(types.items.size());
+            if (n != n_block && n != hp.n_layer) {
+                if (n_block == hp.n_layer) {
+                    throw_error("%s: '%s' has %lld entries, expected %lld (block_count)", f.name().c_str(), key.c_str(),
+                                (long long)n, (long long)n_block);
+                }
+                throw_error(
+                    "%s: '%s' has %lld entries, expected %lld (block_count - nextn_predict_layers) or %lld "
+                    "(block_count)",
+                    f.name().c_str(), key.c_str(), (long long)n, (long long)hp.n_layer, (long long)n_block);
+            }
+            for (int64_t il = 0; il < hp.n_layer; ++il) full[il] = types.items[il].as_bool(key);
         }
-        for (int64_t il = 0; il < hp.n_layer; ++il) full[il] = types->items[il].as_bool(a + ".attention.indexer.types");
     } else if (hp.n_ctx_train >= 1048576) {
         for (int64_t il = 0; il < hp.n_layer; ++il) full[il] = il <= 2 || il % 4 == 2;  // GLM-5.2's pattern
     }
