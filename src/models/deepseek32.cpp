@@ -225,7 +225,10 @@ class DsaModel final : public ArchModel {
         hp_.moe.norm_weights = f.get_bool(a + ".expert_weights_norm", false);
         hp_.moe.weights_scale =
             static_cast<float>(hparam_float(f, a + ".expert_weights_scale", 1.0, FloatRange::positive));
-        const int64_t gating = f.get_int(a + ".expert_gating_func", hp_.glm ? 2 : 0);
+        // glm-dsa: absent or 0 (llama.cpp's NONE) is sigmoid, as llama.cpp's glm-dsa loader maps it; deepseek32
+        // must state it (llama.cpp requires the key there).
+        int64_t gating = f.get_int(a + ".expert_gating_func", hp_.glm ? 2 : 0);
+        if (hp_.glm && gating == 0) gating = 2;
         if (gating < 1 || gating > 4)
             throw_error("%s: expert_gating_func %lld is not one of 1..4", f.name().c_str(), (long long)gating);
         hp_.moe.gating = static_cast<GatingFunc>(gating);

@@ -1,6 +1,7 @@
 """DSA models: malformed files are refused at load with the layer named (a full layer without its indexer
-tensors, IndexShare with a shared layer 0, a types array of the wrong length, a bad expert count), and
-perplexity runs on both architectures with a finite result."""
+tensors, IndexShare with a shared layer 0, a types array of the wrong length, a bad expert count); the
+forms llama.cpp also takes load (indexer.types as one value for every layer, glm-dsa gating 0 = sigmoid);
+and perplexity runs on both architectures with a finite result."""
 import math
 import os
 import re
@@ -57,6 +58,22 @@ for value_type, value, want in ((GGUFValueType.BOOL, True, "indexer on 5 of 5 la
 all_shared = os.path.join(tmp, "scalar-false.gguf")
 rewrite(glm_full, all_shared, metadata_edit=lambda md: md.update({types_key: (GGUFValueType.BOOL, False)}))
 expect_error(["run", "-m", all_shared, "-p", "x"], "layer 0", "a scalar false indexer.types (layer 0 shared)")
+
+# glm-dsa: expert_gating_func 0 (llama.cpp's NONE) is sigmoid, as llama.cpp's glm-dsa loader maps it.
+ids = os.path.join(tmp, "ids.txt")
+harness.write_ids(ids, [5, 9, 2, 7, 11, 3])
+
+
+def last_logits(model, tag):
+    out = os.path.join(tmp, f"logits-{tag}.npy")
+    harness.run(["run", "-m", model, "--prompt-ids", ids, "-n", 0, "--dump-logits", out])
+    return np.load(out)
+
+
+gating_none = os.path.join(tmp, "gating_none.gguf")
+rewrite(glm_full, gating_none, metadata_edit=lambda md: md.update({"glm-dsa.expert_gating_func": (GGUFValueType.UINT32, 0)}))
+checks.check(np.array_equal(last_logits(glm_full, "sigmoid"), last_logits(gating_none, "none")),
+             "glm-dsa with expert_gating_func 0 gives the sigmoid file's logits")
 
 ds = os.path.join(tmp, "ds.gguf")
 harness.run(["make-model", "--arch", "deepseek32", "-o", ds])
