@@ -419,7 +419,7 @@ TEST(ModelFuzz, UnusableHyperParametersAreRefusedWithTheKeyNamed) {
         {"deepseek32", "deepseek32.rope.freq_base", Value::f32(0.0f)},
         {"deepseek32", "deepseek32.attention.layer_norm_rms_epsilon", Value::f32(INFINITY)},
         {"deepseek32", "deepseek32.expert_weights_scale", Value::f32(-INFINITY)},
-        {"deepseek32", "deepseek32.expert_weights_scale", Value::f32(0.0f)},
+        {"deepseek32", "deepseek32.expert_weights_scale", Value::f32(-2.5f)},
         {"deepseek32", "deepseek32.expert_group_used_count", Value::i32(-1)},
         {"deepseek32", "deepseek32.expert_group_count", Value::i32(-4)},
         {"deepseek32", "deepseek32.rope.scaling.factor", Value::f32(static_cast<float>(nan))},

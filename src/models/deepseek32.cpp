@@ -223,8 +223,9 @@ class DsaModel final : public ArchModel {
         hp_.moe.n_group_used =
             std::max<int64_t>(1, hparam_int(f, a + ".expert_group_used_count", 0, kMaxHParam, hp_.moe.n_group));
         hp_.moe.norm_weights = f.get_bool(a + ".expert_weights_norm", false);
+        // 0 means no scaling, as in llama.cpp (its default when the key is absent); negative or non-finite is refused.
         hp_.moe.weights_scale =
-            static_cast<float>(hparam_float(f, a + ".expert_weights_scale", 1.0, FloatRange::positive));
+            static_cast<float>(hparam_float(f, a + ".expert_weights_scale", 1.0, FloatRange::non_negative));
         // glm-dsa: absent or 0 (llama.cpp's NONE) is sigmoid, as llama.cpp's glm-dsa loader maps it; deepseek32
         // must state it (llama.cpp requires the key there).
         int64_t gating = f.get_int(a + ".expert_gating_func", hp_.glm ? 2 : 0);

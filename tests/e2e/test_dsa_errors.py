@@ -1,6 +1,7 @@
 """DSA models: malformed files are refused at load with the layer named (a full layer without its indexer
 tensors, IndexShare with a shared layer 0, a types array of the wrong length, a bad expert count); the
-forms llama.cpp also takes load (indexer.types as one value for every layer, glm-dsa gating 0 = sigmoid);
+forms llama.cpp also takes load (indexer.types as one value for every layer, glm-dsa gating 0 = sigmoid,
+expert_weights_scale 0 = no scaling);
 and perplexity runs on both architectures with a finite result."""
 import math
 import os
@@ -77,6 +78,13 @@ checks.check(np.array_equal(last_logits(glm_full, "sigmoid"), last_logits(gating
 
 ds = os.path.join(tmp, "ds.gguf")
 harness.run(["make-model", "--arch", "deepseek32", "-o", ds])
+# expert_weights_scale 0 means no scaling (llama.cpp's default when the key is absent): the logits of scale 1.
+scales = {}
+for scale in (0.0, 1.0):
+    scaled = os.path.join(tmp, f"ds-scale-{scale}.gguf")
+    rewrite(ds, scaled, metadata_edit=lambda md: md.update({"deepseek32.expert_weights_scale": (GGUFValueType.FLOAT32, scale)}))
+    scales[scale] = last_logits(scaled, f"scale-{scale}")
+checks.check(np.array_equal(scales[0.0], scales[1.0]), "deepseek32 with expert_weights_scale 0 gives scale 1's logits")
 bad_experts = os.path.join(tmp, "bad_experts.gguf")
 rewrite(ds, bad_experts, metadata_edit=lambda md: md.update({"deepseek32.expert_used_count": (GGUFValueType.UINT32, 99)}))
 expect_error(["run", "-m", bad_experts, "-p", "x"], "expert", "more experts used than exist")
