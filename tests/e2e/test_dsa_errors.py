@@ -1,8 +1,7 @@
 """DSA models: malformed files are refused at load with the layer named (a full layer without its indexer
-tensors, IndexShare with a shared layer 0, a types array of the wrong length, a bad expert count); the
-forms llama.cpp also takes load (indexer.types as one value for every layer, glm-dsa gating 0 = sigmoid,
-expert_weights_scale 0 = no scaling);
-and perplexity runs on both architectures with a finite result."""
+tensors, IndexShare with a shared layer 0, a types array of the wrong length, a bad expert count); the forms
+llama.cpp also takes load as it reads them (indexer.types as one value for every layer, glm-dsa gating 0 =
+sigmoid, expert_weights_scale 0 = no scaling); and perplexity runs on both architectures with a finite result."""
 import math
 import os
 import re
