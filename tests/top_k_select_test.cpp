@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "attention/top_k_select.h"
+#include "kernels/cpu/dispatch.h"
 
 namespace sparrow::indexer {
 namespace {
@@ -37,13 +38,20 @@ std::vector<ScoredIndex> make_entries(std::mt19937 &rng, int64_t n, int kind) {
     return e;
 }
 
-void check_select(std::vector<ScoredIndex> e, int64_t k, std::vector<uint64_t> &scratch) {
+// The code paths select_best has on this CPU: scalar, and AVX-512 where cpuid reports it.
+std::vector<bool> select_paths() {
+    if (cpu::cpu_supports(cpu::Isa::avx512)) return {false, true};
+    return {false};
+}
+
+void check_select(std::vector<ScoredIndex> e, int64_t k, std::vector<uint64_t> &scratch, bool avx512) {
     const int64_t n = static_cast<int64_t>(e.size());
     std::vector<ScoredIndex> ref = e;
     std::sort(ref.begin(), ref.end(), ranks_before);
-    select_best(e.data(), n, k, scratch);
+    select_best(e.data(), n, k, scratch, avx512);
     // e[k - 1] is the k-th best; the first k are the best k as a set; the rest are the others.
-    ASSERT_EQ(e[static_cast<size_t>(k - 1)].idx, ref[static_cast<size_t>(k - 1)].idx) << "n " << n << " k " << k;
+    ASSERT_EQ(e[static_cast<size_t>(k - 1)].idx, ref[static_cast<size_t>(k - 1)].idx)
+        << "n " << n << " k " << k << " avx512 " << avx512;
     auto by_idx = [](const ScoredIndex &a, const ScoredIndex &b) { return a.idx < b.idx; };
     std::vector<ScoredIndex> got_top(e.begin(), e.begin() + k), ref_top(ref.begin(), ref.begin() + k);
     std::sort(got_top.begin(), got_top.end(), by_idx);
@@ -60,13 +68,16 @@ void check_select(std::vector<ScoredIndex> e, int64_t k, std::vector<uint64_t> &
     for (int64_t i = 0; i < k; ++i) ASSERT_EQ(order[i], got_top[i].idx);
 }
 
+// Both code paths (select_paths) on each case.
 TEST(TopKSelect, MatchesFullSortOnEveryKForSmallSizes) {
     std::mt19937 rng(5);
     std::vector<uint64_t> scratch;
     for (int kind : {0, 1, 2, 3}) {
         for (int64_t n : {1, 2, 3, 7, 33, 100}) {  // 100: past the comparison select's size, into the radix one
             const auto e = make_entries(rng, n, kind);
-            for (int64_t k = 1; k <= n; ++k) check_select(e, k, scratch);
+            for (int64_t k = 1; k <= n; ++k) {
+                for (const bool avx512 : select_paths()) check_select(e, k, scratch, avx512);
+            }
         }
     }
 }
@@ -81,7 +92,8 @@ TEST(TopKSelect, MatchesFullSortAtIndexerSizes) {
                             {5000, 1},
                             {5000, 4999},
                             {300, 64}}) {
-            check_select(make_entries(rng, n, kind), k, scratch);
+            const auto e = make_entries(rng, n, kind);
+            for (const bool avx512 : select_paths()) check_select(e, k, scratch, avx512);
         }
     }
 }

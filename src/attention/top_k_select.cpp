@@ -2,13 +2,19 @@
 
 #include <algorithm>
 #include <array>
+#include <cstddef>
 #include <cstring>
 
+#include "attention/top_k_kernels.h"
 #include "core/error.h"
+#include "kernels/cpu/dispatch.h"
 
 namespace sparrow::indexer {
 
 namespace {
+
+// top_k_kernels.h reads entries as 8-byte records: the score's bits low, the index high.
+static_assert(sizeof(ScoredIndex) == 8 && offsetof(ScoredIndex, score) == 0 && offsetof(ScoredIndex, idx) == 4);
 
 // The 64-bit key: larger means ranked earlier.
 inline uint64_t rank_key(const ScoredIndex &e) {
@@ -26,8 +32,9 @@ constexpr uint64_t kDigitMask = (uint64_t(1) << kDigitBits) - 1;
 // buckets for a handful of keys. The value is a guess, not tuned.
 constexpr int64_t kSmallSelect = 48;
 
-// The k-th largest of the unique keys keys[0, n) (1 <= k <= n); reorders keys.
-uint64_t kth_largest(uint64_t *keys, int64_t n, int64_t k) {
+// The k-th largest of the unique keys keys[0, n) (1 <= k <= n); reorders keys. avx512: the passes' compaction
+// with AVX-512 (the same keys kept, in the same order).
+uint64_t kth_largest(uint64_t *keys, int64_t n, int64_t k, bool avx512) {
     // Bits above the highest one where the keys differ are the same in all of them: the first digit starts
     // there. Scores of one query mostly share their sign and exponent, so this skips a pass that would keep
     // nearly every key.
@@ -52,11 +59,15 @@ uint64_t kth_largest(uint64_t *keys, int64_t n, int64_t k) {
             if (hist[digit] >= k) break;
             k -= hist[digit];
         }
-        int64_t m = 0;
-        for (int64_t i = 0; i < n; ++i) {
-            if (((keys[i] >> s) & kDigitMask) == digit) keys[m++] = keys[i];
+        if (avx512) {
+            n = avx512::keep_digit(keys, n, s, kDigitMask, digit);
+        } else {
+            int64_t m = 0;
+            for (int64_t i = 0; i < n; ++i) {
+                if (((keys[i] >> s) & kDigitMask) == digit) keys[m++] = keys[i];
+            }
+            n = m;
         }
-        n = m;
         if (n == 1 || s == 0) {
             SPARROW_ASSERT(n == 1 && k == 1);  // unique keys: the last digit leaves one
             return keys[0];
@@ -67,6 +78,10 @@ uint64_t kth_largest(uint64_t *keys, int64_t n, int64_t k) {
 }  // namespace
 
 void select_best(ScoredIndex *e, int64_t n, int64_t k, std::vector<uint64_t> &scratch) {
+    select_best(e, n, k, scratch, cpu::kernels().isa == cpu::Isa::avx512);
+}
+
+void select_best(ScoredIndex *e, int64_t n, int64_t k, std::vector<uint64_t> &scratch, bool avx512) {
     SPARROW_ASSERT(k >= 1 && k <= n);
     if (k == n) {
         // Still put the k-th best last among the first k.
@@ -75,10 +90,22 @@ void select_best(ScoredIndex *e, int64_t n, int64_t k, std::vector<uint64_t> &sc
         std::swap(e[worst], e[n - 1]);
         return;
     }
+    if (avx512) {
+        // Out of place: the keys, a copy the radix passes reorder, and the entries as they came.
+        if (scratch.size() < static_cast<size_t>(3 * n)) scratch.resize(static_cast<size_t>(3 * n));
+        uint64_t *keys = scratch.data(), *work = keys + n, *entries = work + n;
+        avx512::rank_keys(e, n, keys);
+        std::memcpy(work, keys, static_cast<size_t>(n) * sizeof(uint64_t));
+        std::memcpy(entries, e, static_cast<size_t>(n) * sizeof(ScoredIndex));
+        const uint64_t kth = kth_largest(work, n, k, true);
+        const int64_t above = avx512::partition_by_key(entries, keys, n, k, kth, e);
+        SPARROW_ASSERT(above == k - 1);
+        return;
+    }
     if (scratch.size() < static_cast<size_t>(n)) scratch.resize(static_cast<size_t>(n));
     uint64_t *keys = scratch.data();
     for (int64_t i = 0; i < n; ++i) keys[i] = rank_key(e[i]);
-    const uint64_t kth = kth_largest(keys, n, k);
+    const uint64_t kth = kth_largest(keys, n, k, false);
     // Partition: the k - 1 keys above kth to the front, kth itself to k - 1.
     int64_t front = 0, at = -1;
     for (int64_t i = 0; i < n; ++i) {
