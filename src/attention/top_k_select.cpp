@@ -44,15 +44,28 @@ uint64_t kth_largest(uint64_t *keys, int64_t n, int64_t k, bool avx512) {
         all_or |= keys[i];
     }
     const int top = all_and == all_or ? 0 : 64 - __builtin_clzll(all_and ^ all_or);  // bits that still matter
-    std::array<uint32_t, size_t(1) << kDigitBits> hist;
+    // Four histograms, summed after the pass: a query's scores crowd into a few buckets, and one histogram's
+    // increments of the same bucket wait on each other's stores.
+    constexpr size_t kBuckets = size_t(1) << kDigitBits;
+    std::array<uint32_t, 4 * kBuckets> parts;
+    uint32_t *hist = parts.data();
     for (int shift = top - kDigitBits;; shift -= kDigitBits) {
         if (n <= kSmallSelect) {
             std::nth_element(keys, keys + (k - 1), keys + n, [](uint64_t a, uint64_t b) { return a > b; });
             return keys[k - 1];
         }
         const int s = std::max(shift, 0);
-        hist.fill(0);
-        for (int64_t i = 0; i < n; ++i) ++hist[(keys[i] >> s) & kDigitMask];
+        parts.fill(0);
+        int64_t i = 0;
+        for (; i + 4 <= n; i += 4) {
+            ++hist[(keys[i] >> s) & kDigitMask];
+            ++hist[kBuckets + ((keys[i + 1] >> s) & kDigitMask)];
+            ++hist[2 * kBuckets + ((keys[i + 2] >> s) & kDigitMask)];
+            ++hist[3 * kBuckets + ((keys[i + 3] >> s) & kDigitMask)];
+        }
+        for (; i < n; ++i) ++hist[(keys[i] >> s) & kDigitMask];
+        for (size_t b = 0; b < kBuckets; ++b)
+            hist[b] += hist[kBuckets + b] + hist[2 * kBuckets + b] + hist[3 * kBuckets + b];
         // The digit, from the top, whose bucket holds the k-th key; k becomes its rank inside the bucket.
         uint64_t digit = kDigitMask;
         for (;; --digit) {
@@ -63,8 +76,8 @@ uint64_t kth_largest(uint64_t *keys, int64_t n, int64_t k, bool avx512) {
             n = avx512::keep_digit(keys, n, s, kDigitMask, digit);
         } else {
             int64_t m = 0;
-            for (int64_t i = 0; i < n; ++i) {
-                if (((keys[i] >> s) & kDigitMask) == digit) keys[m++] = keys[i];
+            for (int64_t j = 0; j < n; ++j) {
+                if (((keys[j] >> s) & kDigitMask) == digit) keys[m++] = keys[j];
             }
             n = m;
         }
