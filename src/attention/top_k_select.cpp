@@ -45,7 +45,8 @@ uint64_t kth_largest(uint64_t *keys, int64_t n, int64_t k, bool avx512) {
     }
     const int top = all_and == all_or ? 0 : 64 - __builtin_clzll(all_and ^ all_or);  // bits that still matter
     // Four histograms, summed after the pass: a query's scores crowd into a few buckets, and one histogram's
-    // increments of the same bucket wait on each other's stores.
+    // increments of the same bucket wait on each other's stores. (A pass over fewer keys than buckets uses one:
+    // clearing and summing the other three would cost more.)
     constexpr size_t kBuckets = size_t(1) << kDigitBits;
     std::array<uint32_t, 4 * kBuckets> parts;
     uint32_t *hist = parts.data();
@@ -55,16 +56,17 @@ uint64_t kth_largest(uint64_t *keys, int64_t n, int64_t k, bool avx512) {
             return keys[k - 1];
         }
         const int s = std::max(shift, 0);
-        parts.fill(0);
+        const bool four = n >= static_cast<int64_t>(kBuckets);
+        std::fill(parts.begin(), parts.begin() + static_cast<std::ptrdiff_t>(four ? 4 * kBuckets : kBuckets), 0u);
         int64_t i = 0;
-        for (; i + 4 <= n; i += 4) {
+        for (; four && i + 4 <= n; i += 4) {
             ++hist[(keys[i] >> s) & kDigitMask];
             ++hist[kBuckets + ((keys[i + 1] >> s) & kDigitMask)];
             ++hist[2 * kBuckets + ((keys[i + 2] >> s) & kDigitMask)];
             ++hist[3 * kBuckets + ((keys[i + 3] >> s) & kDigitMask)];
         }
         for (; i < n; ++i) ++hist[(keys[i] >> s) & kDigitMask];
-        for (size_t b = 0; b < kBuckets; ++b)
+        for (size_t b = 0; four && b < kBuckets; ++b)
             hist[b] += hist[kBuckets + b] + hist[2 * kBuckets + b] + hist[3 * kBuckets + b];
         // The digit, from the top, whose bucket holds the k-th key; k becomes its rank inside the bucket.
         uint64_t digit = kDigitMask;
