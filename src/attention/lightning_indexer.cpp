@@ -60,18 +60,21 @@ struct Kernels {
     decltype(&indexer::scalar::score_q8_0) score_q8_0;
     decltype(&indexer::scalar::convert_rows) convert_rows;
     decltype(&indexer::scalar::quantize_keys) quantize_keys;
+    bool avx512_select;  // select_best's AVX-512 loops (top_k_select.h)
 };
-constexpr Kernels kScalarKernels = {indexer::scalar::score_f32, indexer::scalar::score_i8, indexer::scalar::score_q8_0,
-                                    indexer::scalar::convert_rows, indexer::scalar::quantize_keys};
-constexpr Kernels kAvx2Kernels = {indexer::avx2::score_f32, indexer::avx2::score_i8, indexer::avx2::score_q8_0,
-                                  indexer::avx2::convert_rows, indexer::avx2::quantize_keys};
-// AVX-512: the exact score 16 heads per vector; with VNNI also the int8 scores in one vpdpbusd per 8 heads x
-// 4 elements (3 instructions on AVX2).
-constexpr Kernels kAvx512Kernels = {indexer::avx512::score_f32, indexer::avx2::score_i8, indexer::avx2::score_q8_0,
-                                    indexer::avx2::convert_rows, indexer::avx2::quantize_keys};
-constexpr Kernels kVnniKernels = {indexer::avx512::score_f32, indexer::avx512vnni::score_i8,
+constexpr Kernels kScalarKernels = {indexer::scalar::score_f32,     indexer::scalar::score_i8,
+                                    indexer::scalar::score_q8_0,    indexer::scalar::convert_rows,
+                                    indexer::scalar::quantize_keys, false};
+constexpr Kernels kAvx2Kernels = {indexer::avx2::score_f32,    indexer::avx2::score_i8,      indexer::avx2::score_q8_0,
+                                  indexer::avx2::convert_rows, indexer::avx2::quantize_keys, false};
+// AVX-512: the exact score 16 heads per vector and the top-k select's vector loops; with VNNI also the int8
+// scores in one vpdpbusd per 8 heads x 4 elements (3 instructions on AVX2).
+constexpr Kernels kAvx512Kernels = {indexer::avx512::score_f32,   indexer::avx2::score_i8,
+                                    indexer::avx2::score_q8_0,    indexer::avx2::convert_rows,
+                                    indexer::avx2::quantize_keys, true};
+constexpr Kernels kVnniKernels = {indexer::avx512::score_f32,      indexer::avx512vnni::score_i8,
                                   indexer::avx512vnni::score_q8_0, indexer::avx2::convert_rows,
-                                  indexer::avx2::quantize_keys};
+                                  indexer::avx2::quantize_keys,    true};
 
 // The kernel set of an ISA level (the avx512 level adds VNNI's int8 scores when cpuid has them).
 const Kernels &indexer_kernels_for(cpu::Isa isa) {
@@ -95,7 +98,7 @@ struct TopK {
 
     // The scores of candidates idx0, idx0 + 1, ... in turn. The size and threshold live in locals for the loop:
     // stores through data could alias the members, so a per-key push reloaded them for every key.
-    void push_all(const float *scores, int64_t n, int32_t idx0, std::vector<uint64_t> &scratch) {
+    void push_all(const float *scores, int64_t n, int32_t idx0, std::vector<uint64_t> &scratch, bool avx512) {
         Entry *const d = data;
         int64_t sz = size;
         Entry th = threshold;
@@ -106,7 +109,7 @@ struct TopK {
             if (th.idx >= 0 && !ranks_before(e, th)) continue;
             d[sz++] = e;
             if (sz == 2 * k) {
-                indexer::select_best(d, sz, k, scratch);
+                indexer::select_best(d, sz, k, scratch, avx512);
                 sz = k;
                 th = d[k - 1];
             }
@@ -414,7 +417,7 @@ void Selector::score_tile(Scratch &s, const Chunk &c, int64_t split, std::span<c
             k_.score_f32(row_type, s.qT.data() + slot * d_ * hp_, s.w.data() + slot * hp_, hp_, d_, rows, nm,
                          s.scores.data());
         }
-        heap(m, split).push_all(s.scores.data(), nm, static_cast<int32_t>(k0), s.select);
+        heap(m, split).push_all(s.scores.data(), nm, static_cast<int32_t>(k0), s.select, k_.avx512_select);
     }
 }
 
@@ -480,14 +483,14 @@ void Selector::merge_splits(std::vector<uint64_t> &select, int64_t pos) {
     SPARROW_ASSERT(total >= top_k_);
     Merged &mg = merged_[static_cast<size_t>(pos)];
     if (!scored_[static_cast<size_t>(pos)].fast) {
-        if (total > top_k_) indexer::select_best(base, total, top_k_, select);
+        if (total > top_k_) indexer::select_best(base, total, top_k_, select, k_.avx512_select);
         mg.sure = mg.keep = top_k_;
         return;
     }
     mg.keep = std::min(total, top_k_ + margin_);
     mg.sure = top_k_ - margin_;
-    if (total > mg.keep) indexer::select_best(base, total, mg.keep, select);
-    if (mg.sure > 0) indexer::select_best(base, mg.keep, mg.sure, select);
+    if (total > mg.keep) indexer::select_best(base, total, mg.keep, select, k_.avx512_select);
+    if (mg.sure > 0) indexer::select_best(base, mg.keep, mg.sure, select, k_.avx512_select);
 }
 
 // Completes the query's selection (fast mode: the best of the re-scored band join the sure ones) and writes
@@ -495,7 +498,8 @@ void Selector::merge_splits(std::vector<uint64_t> &select, int64_t pos) {
 void Selector::choose(std::vector<uint64_t> &select, int64_t pos, std::vector<int32_t> &out) {
     Entry *base = heap(pos, 0).data;
     const Merged &mg = merged_[static_cast<size_t>(pos)];
-    if (mg.keep > top_k_) indexer::select_best(base + mg.sure, mg.keep - mg.sure, top_k_ - mg.sure, select);
+    if (mg.keep > top_k_)
+        indexer::select_best(base + mg.sure, mg.keep - mg.sure, top_k_ - mg.sure, select, k_.avx512_select);
     const auto list = cand_[static_cast<size_t>(scored_[static_cast<size_t>(pos)].t)];
     out.resize(static_cast<size_t>(top_k_));
     indexer::indices_in_order(base, top_k_, static_cast<int64_t>(list.size()), out.data(), select);

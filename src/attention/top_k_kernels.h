@@ -13,7 +13,7 @@ namespace sparrow::indexer::avx512 {
 // keys[i] = the rank key of entry i, i < n.
 void rank_keys(const void *entries, int64_t n, uint64_t *keys);
 
-// Keeps, in order and in place, the keys whose bits [shift, shift + width) equal digit; returns how many.
+// Keeps, in order and in place, the keys k with ((k >> shift) & digit_mask) == digit; returns how many.
 int64_t keep_digit(uint64_t *keys, int64_t n, int shift, uint64_t digit_mask, uint64_t digit);
 
 // Writes the n entries of `from` (whose keys are keys[0, n)) to `to`: those above kth from to[0] on, the one equal

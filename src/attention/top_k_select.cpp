@@ -110,6 +110,8 @@ void select_best(ScoredIndex *e, int64_t n, int64_t k, std::vector<uint64_t> &sc
         if (scratch.size() < static_cast<size_t>(3 * n)) scratch.resize(static_cast<size_t>(3 * n));
         uint64_t *keys = scratch.data(), *work = keys + n, *entries = work + n;
         avx512::rank_keys(e, n, keys);
+        // A copy for the radix passes to reorder. (rank_keys storing each key twice instead ran 20-30% slower:
+        // 50-61 against 65-73 us at 16384, five alternating pairs.)
         std::memcpy(work, keys, static_cast<size_t>(n) * sizeof(uint64_t));
         std::memcpy(entries, e, static_cast<size_t>(n) * sizeof(ScoredIndex));
         const uint64_t kth = kth_largest(work, n, k, true);

@@ -30,7 +30,7 @@ inline bool ranks_before(const ScoredIndex &a, const ScoredIndex &b) {
 // e[k, n) holds the rest. 1 <= k <= n. `scratch` is working memory (grown as needed, reusable).
 void select_best(ScoredIndex *e, int64_t n, int64_t k, std::vector<uint64_t> &scratch);
 // The same on a chosen code path: avx512 (only where the CPU has AVX-512) puts the key conversion, each radix
-// pass's compaction and the final partition in vector loops (top_k_kernels_avx512.cpp), ~3x faster at n = 16384;
+// pass's compaction and the final partition in vector loops (top_k_kernels_avx512.cpp), 1.5-1.7x faster at n = 16384;
 // false is the scalar path. Both select the same entries; the order inside each group may differ.
 void select_best(ScoredIndex *e, int64_t n, int64_t k, std::vector<uint64_t> &scratch, bool avx512);
 

@@ -79,7 +79,8 @@ int64_t chunk_bytes(const WeightMatrix &w, int64_t n_tokens) {
 
 // A chunk length in rows made whole pairs of groups of packed rows (rows8), at least one pair: the VNNI kernel
 // takes sixteen rows at a time, and a chunk of 8 mod 16 rows would leave it a last group of eight in every
-// chunk (on the 256-bit loop). Other levels take groups of eight, which sixteen also are.
+// chunk (run with half the register's lanes masked off). Other levels take groups of eight, which sixteen also
+// are.
 int64_t whole_groups(const WeightMatrix &w, int64_t rows) {
     if (!w.rows8) return std::max<int64_t>(1, rows);
     return std::max<int64_t>(16, (rows + 15) / 16 * 16);

@@ -165,14 +165,12 @@ std::vector<bool> read_indexer_types(const gguf::File &f, const std::string &a, 
             const gguf::Array &types = value->as_array(key);
             const auto n = static_cast<int64_t>(types.items.size());
             if (n != n_block && n != hp.n_layer) {
-                if (n_block == hp.n_layer) {
-                    throw_error("%s: '%s' has %lld entries, expected %lld (block_count)", f.name().c_str(), key.c_str(),
-                                (long long)n, (long long)n_block);
-                }
-                throw_error(
-                    "%s: '%s' has %lld entries, expected %lld (block_count - nextn_predict_layers) or %lld "
-                    "(block_count)",
-                    f.name().c_str(), key.c_str(), (long long)n, (long long)hp.n_layer, (long long)n_block);
+                const std::string without_mtp =
+                    n_block == hp.n_layer
+                        ? ""
+                        : strprintf("%lld (block_count - nextn_predict_layers) or ", (long long)hp.n_layer);
+                throw_error("%s: '%s' has %lld entries, expected %s%lld (block_count)", f.name().c_str(), key.c_str(),
+                            (long long)n, without_mtp.c_str(), (long long)n_block);
             }
             for (int64_t il = 0; il < hp.n_layer; ++il) full[il] = types.items[il].as_bool(key);
         }
@@ -228,7 +226,7 @@ class DsaModel final : public ArchModel {
             static_cast<float>(hparam_float(f, a + ".expert_weights_scale", 1.0, FloatRange::non_negative));
         // glm-dsa: absent or 0 (llama.cpp's NONE) is sigmoid, as llama.cpp's glm-dsa loader maps it; deepseek32
         // must state it (llama.cpp requires the key there).
-        int64_t gating = f.get_int(a + ".expert_gating_func", hp_.glm ? 2 : 0);
+        int64_t gating = f.get_int(a + ".expert_gating_func", 0);
         if (hp_.glm && gating == 0) gating = 2;
         if (gating < 1 || gating > 4)
             throw_error("%s: expert_gating_func %lld is not one of 1..4", f.name().c_str(), (long long)gating);
