@@ -36,6 +36,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <memory>
 
 #include "attention/indexer_internal.h"
 #include "attention/indexer_kernels.h"
@@ -225,8 +226,10 @@ class Selector {
     std::vector<Chunk> chunks_;
     int64_t max_members_ = 1;  // queries in the largest chunk
     int64_t n_split_ = 1;
-    std::vector<Entry> entries_;  // [n_scored, n_split, 2 * top_k]: storage of the top-k buffers
-    std::vector<TopK> heaps_;     // [n_scored, n_split]
+    // [n_scored, n_split, 2 * top_k]: storage of the top-k buffers, left uninitialised (a buffer's entries past its
+    // size are never read; zeroing them cost ~10 us a layer in decode and 19 MB of stores a 512-query prefill layer)
+    std::unique_ptr<Entry[]> entries_;
+    std::vector<TopK> heaps_;  // [n_scored, n_split]
     // Per scored query after merge_splits, whose entries are at heap(pos, 0).data: the band [sure, keep) of
     // int8 ranks that is re-scored exactly (fast mode; empty, sure = keep = top_k, in exact mode).
     struct Merged {
@@ -286,11 +289,11 @@ void Selector::plan(IndexerPrecision precision, int64_t n_tokens, int n_threads)
     // Fast queries keep top_k + margin per split (the re-scoring needs the keys just past the cut).
     const bool any_fast = std::any_of(scored_.begin(), scored_.end(), [](const ScoredQuery &q) { return q.fast; });
     const int64_t max_keep = top_k_ + (any_fast ? margin_ : 0);
-    entries_.resize(scored_.size() * static_cast<size_t>(n_split_ * 2 * max_keep));
+    entries_ = std::make_unique_for_overwrite<Entry[]>(scored_.size() * static_cast<size_t>(n_split_ * 2 * max_keep));
     heaps_.resize(scored_.size() * static_cast<size_t>(n_split_));
     for (size_t i = 0; i < heaps_.size(); ++i) {
         const bool fast = scored_[i / static_cast<size_t>(n_split_)].fast;
-        heaps_[i] = TopK{entries_.data() + i * static_cast<size_t>(2 * max_keep), top_k_ + (fast ? margin_ : 0)};
+        heaps_[i] = TopK{entries_.get() + i * static_cast<size_t>(2 * max_keep), top_k_ + (fast ? margin_ : 0)};
     }
 }
 
