@@ -1,6 +1,12 @@
-// `sparrow run`: tokenize a prompt, evaluate it, then sample and stream a continuation.
+// `sparrow run`: tokenize a prompt, evaluate it, then sample and stream a continuation; or, with
+// --conversation, a chat read from standard input, one user message per line.
+#include <unistd.h>
+
+#include <algorithm>
 #include <cctype>
 #include <cstdio>
+#include <iostream>
+#include <optional>
 #include <vector>
 
 #include "commands.h"
@@ -16,8 +22,13 @@ namespace {
 struct RunFlags {
     ModelFlags model;
     std::string prompt;
-    int64_t n_predict = 64;
+    std::string prompt_file;  // the prompt text from a file (-f)
+    int64_t n_predict = 64;   // -1: until an end-of-generation token or a full context
     SamplingFlags sampling;
+    bool verbose_prompt = false;      // print the prompt's token ids (each turn's, in a conversation) to stderr
+    bool conversation = false;        // chat turns from stdin (--conversation)
+    std::string system_prompt;        // conversation: the system message
+    std::string chat_format;          // conversation: empty = recognised from the model's chat template
     std::string prompt_ids_path;      // ids used verbatim (no BOS added)
     std::string dump_logits_path;     // logits of the last prompt position, as .npy
     std::string dump_selection_path;  // per layer, the keys the last prompt queries attended (JSON)
@@ -64,39 +75,10 @@ std::vector<int32_t> read_prompt_ids(const std::string &path) {
     return ids;
 }
 
-int run(const RunFlags &f) {
-    auto model = load_model_verbose(f.model);
-    const Tokenizer &tok = model_tokenizer(*model);
-    ContextParams cp = f.model.context_params();
-    cp.record_selections = !f.dump_selection_path.empty();
-    Context ctx(model, cp);
-    print_context_summary(ctx);
-
-    const std::vector<int32_t> prompt = f.prompt_ids_path.empty()
-                                            ? tok.encode(f.prompt, /*add_special=*/true, /*parse_special=*/true)
-                                            : read_prompt_ids(f.prompt_ids_path);
-    if (prompt.empty()) throw_error("the prompt is empty (and the model adds no BOS token)");
-    if (static_cast<int64_t>(prompt.size()) + f.n_predict > ctx.n_ctx()) {
-        throw_error(
-            "the prompt (%zu tokens) plus %lld tokens to generate does not fit in the context of %lld tokens "
-            "(raise -c or lower -n)",
-            prompt.size(), (long long)f.n_predict, (long long)ctx.n_ctx());
-    }
-    const uint64_t seed = f.sampling.resolved_seed();
-    std::fprintf(stderr,
-                 "context: %lld cells, batch %lld, ubatch %lld, cache %s/%s; sampling: temp %.2f, top-k %d, "
-                 "top-p %.2f, seed %llu\n",
-                 (long long)ctx.n_ctx(), (long long)ctx.params().n_batch, (long long)ctx.params().n_ubatch,
-                 cache_type_name(ctx.params().cache_type_k), cache_type_name(ctx.params().cache_type_v),
-                 f.sampling.temp, f.sampling.top_k, f.sampling.top_p, (unsigned long long)seed);
-
-    std::fputs(f.prompt_ids_path.empty() ? f.prompt.c_str() : tok.decode(prompt).c_str(), stdout);
-    std::fflush(stdout);
-
-    // Prompt: in batches of n_batch; logits only for the last token.
-    const Stopwatch prompt_clock;
+// Prompt tokens [from, end) decoded for sequence 0 at their positions, n_batch at a time; the last asks for logits.
+void decode_prompt(Context &ctx, const std::vector<int32_t> &prompt, size_t from) {
     std::vector<BatchToken> batch;
-    for (size_t start = 0; start < prompt.size(); start += static_cast<size_t>(ctx.params().n_batch)) {
+    for (size_t start = from; start < prompt.size(); start += static_cast<size_t>(ctx.params().n_batch)) {
         const size_t end = std::min(prompt.size(), start + static_cast<size_t>(ctx.params().n_batch));
         batch.clear();
         for (size_t i = start; i < end; ++i) {
@@ -104,60 +86,259 @@ int run(const RunFlags &f) {
         }
         ctx.decode(batch);
     }
+}
+
+struct Continuation {
+    std::vector<int32_t> tokens;  // sampled, an end-of-generation token excluded
+    std::string text;             // their pieces, as printed
+    int64_t n_sampled = 0;        // tokens sampled (an end-of-generation token included)
+    int64_t n_decoded = 0;        // of `tokens`, those now in the cache (all but the last)
+    bool context_full = false;    // stopped because the next token had no cell
+};
+
+// Samples from `logits` (those of the token at pos - 1) and decodes each sampled token at pos, pos + 1, ...
+// until an end-of-generation token, `limit` sampled tokens (-1: no limit) or a full context; prints the
+// pieces as they come.
+Continuation continue_from(Context &ctx, Sampler &sampler, const Tokenizer &tok, std::span<const float> logits,
+                           int32_t pos, int64_t limit) {
+    Continuation c;
+    while (limit < 0 || c.n_sampled < limit) {
+        const int32_t next = sampler.sample(logits);
+        ++c.n_sampled;
+        if (tok.is_eog(next)) break;
+        c.tokens.push_back(next);
+        const std::string piece = tok.token_to_piece(next);
+        c.text += piece;
+        std::fputs(piece.c_str(), stdout);
+        std::fflush(stdout);
+        if (c.n_sampled == limit) break;
+        if (pos >= ctx.n_ctx()) {
+            c.context_full = true;
+            break;
+        }
+        const BatchToken t{next, pos++, 0, true};
+        ctx.decode(std::span<const BatchToken>(&t, 1));
+        ++c.n_decoded;
+        logits = ctx.logits(0);
+    }
+    return c;
+}
+
+// --verbose-prompt: "prompt ids (N): id id ..." on stderr.
+void print_prompt_ids(const std::vector<int32_t> &ids) {
+    std::fprintf(stderr, "prompt ids (%zu):", ids.size());
+    for (const int32_t id : ids) std::fprintf(stderr, " %d", id);
+    std::fputs("\n", stderr);
+}
+
+void print_memory(const Model &model, const Context &ctx) {
+    std::fprintf(stderr,
+                 "peak resident memory %.1f MiB (weights %.1f MiB, %.1f MiB of them repacked; KV cache %.1f MiB)\n",
+                 peak_rss_bytes() / 1048576.0, model_info(model).n_weight_bytes / 1048576.0,
+                 model_info(model).n_repacked_bytes / 1048576.0, ctx.cache_bytes() / 1048576.0);
+}
+
+void print_sampling(const RunFlags &f, const Context &ctx, uint64_t seed) {
+    std::fprintf(stderr,
+                 "context: %lld cells, batch %lld, ubatch %lld, cache %s/%s; sampling: temp %.2f, top-k %d, "
+                 "top-p %.2f, seed %llu\n",
+                 (long long)ctx.n_ctx(), (long long)ctx.params().n_batch, (long long)ctx.params().n_ubatch,
+                 cache_type_name(ctx.params().cache_type_k), cache_type_name(ctx.params().cache_type_v),
+                 f.sampling.temp, f.sampling.top_k, f.sampling.top_p, (unsigned long long)seed);
+}
+
+// The conversation: each user message (the prompt first when there is one, then each line of stdin) joins
+// the messages, the chat format renders them all with the assistant's generation prompt, and the rendering's
+// tokens are decoded past the prefix the cache already holds (as a server slot reuses its cached prefix),
+// so a turn costs its own tokens. The reply is printed, then a newline. A message that would not fit in the
+// context is refused with a notice and the conversation goes on; a reply that fills the context ends it.
+int converse(const RunFlags &f, const Model &model, Context &ctx) {
+    const Tokenizer &tok = model_tokenizer(model);
+    const server::ChatFormat format = choose_chat_format(f.chat_format, model, "run");
+    const uint64_t seed = f.sampling.resolved_seed();
+    print_sampling(f, ctx, seed);
+    std::fprintf(stderr, "conversation: chat format %s; one message per line of standard input, end with EOF\n",
+                 server::chat_format_name(format));
+    server::ChatOptions opts;
+    if (tok.bos_id() >= 0) opts.bos_text = std::string(tok.token_text(tok.bos_id()));
+    if (tok.eos_id() >= 0) opts.eos_text = std::string(tok.token_text(tok.eos_id()));
+    std::vector<server::ChatMessage> messages;
+    if (!f.system_prompt.empty()) messages.push_back({"system", f.system_prompt, std::nullopt});
+
+    Sampler sampler(f.sampling.params(seed));
+    std::vector<int32_t> cached;  // the tokens sequence 0 holds, at positions 0, 1, ...
+    std::optional<std::string> first = f.prompt;
+    if (!f.prompt_file.empty()) first = read_file(f.prompt_file);
+    if (first && first->empty()) first.reset();
+    const bool interactive = ::isatty(STDIN_FILENO) != 0;
+    int64_t n_turns = 0, n_prompt_decoded = 0, n_generated = 0;
+    double prompt_s = 0, gen_s = 0;
+    for (std::string line;;) {
+        std::string user;
+        if (first) {
+            user = std::move(*first);
+            first.reset();
+        } else {
+            if (interactive) {
+                std::fputs("> ", stdout);
+                std::fflush(stdout);
+            }
+            if (!std::getline(std::cin, line)) break;
+            if (!line.empty() && line.back() == '\r') line.pop_back();
+            if (line.empty()) continue;
+            user = line;
+        }
+        messages.push_back({"user", user, std::nullopt});
+        const std::vector<int32_t> prompt = tok.encode(server::apply_chat_format(format, messages, opts),
+                                                       /*add_special=*/false, /*parse_special=*/true);
+        if (static_cast<int64_t>(prompt.size()) >= ctx.n_ctx()) {
+            std::fprintf(stderr,
+                         "run: with this message the conversation is %zu tokens, which leaves no room for a reply in "
+                         "the context of %lld tokens; the message was not sent (raise -c)\n",
+                         prompt.size(), (long long)ctx.n_ctx());
+            messages.pop_back();
+            continue;
+        }
+        if (f.verbose_prompt) print_prompt_ids(prompt);
+        // Keep the cached prefix the rendering starts with; at least the last token is decoded again (its
+        // logits start the reply).
+        const size_t common = static_cast<size_t>(
+            std::mismatch(cached.begin(), cached.end(), prompt.begin(), prompt.end()).first - cached.begin());
+        const size_t keep = std::min(common, prompt.size() - 1);
+        ctx.seq_rm(0, static_cast<int32_t>(keep), -1);
+        const Stopwatch prompt_clock;
+        decode_prompt(ctx, prompt, keep);
+        prompt_s += prompt_clock.seconds();
+        n_prompt_decoded += static_cast<int64_t>(prompt.size() - keep);
+        cached = prompt;
+
+        const Stopwatch gen_clock;
+        const size_t last =
+            (prompt.size() - keep - 1) % static_cast<size_t>(ctx.params().n_batch);  // in the last batch
+        const Continuation c =
+            continue_from(ctx, sampler, tok, ctx.logits(last), static_cast<int32_t>(prompt.size()), f.n_predict);
+        gen_s += gen_clock.seconds();
+        std::fputs("\n", stdout);
+        std::fflush(stdout);
+        ++n_turns;
+        n_generated += c.n_sampled;
+        cached.insert(cached.end(), c.tokens.begin(), c.tokens.begin() + c.n_decoded);
+        messages.push_back({"assistant", c.text, std::nullopt});
+        if (c.context_full) {
+            std::fprintf(stderr, "run: the context of %lld tokens is full; the conversation ends here (raise -c)\n",
+                         (long long)ctx.n_ctx());
+            break;
+        }
+    }
+    print_sparse_stats(ctx, f.model.dsa_stats);
+    print_memory(model, ctx);
+    std::fprintf(stderr,
+                 "\nturns: %lld | prompt: %lld tokens decoded in %.2f ms | generation: %lld tokens in %.2f ms "
+                 "(%.1f tokens/s)\n",
+                 (long long)n_turns, (long long)n_prompt_decoded, prompt_s * 1e3, (long long)n_generated, gen_s * 1e3,
+                 n_generated > 0 ? n_generated / gen_s : 0.0);
+    return 0;
+}
+
+int run(const RunFlags &f) {
+    auto model = load_model_verbose(f.model);
+    const Tokenizer &tok = model_tokenizer(*model);
+    ContextParams cp = f.model.context_params();
+    cp.record_selections = !f.dump_selection_path.empty();
+    Context ctx(model, cp);
+    print_context_summary(ctx);
+    if (f.conversation) return converse(f, *model, ctx);
+
+    const std::string text = f.prompt_file.empty() ? f.prompt : read_file(f.prompt_file);
+    const std::vector<int32_t> prompt = f.prompt_ids_path.empty()
+                                            ? tok.encode(text, /*add_special=*/true, /*parse_special=*/true)
+                                            : read_prompt_ids(f.prompt_ids_path);
+    if (prompt.empty()) throw_error("the prompt is empty (and the model adds no BOS token)");
+    if (f.n_predict < 0 && static_cast<int64_t>(prompt.size()) > ctx.n_ctx()) {
+        throw_error("the prompt (%zu tokens) does not fit in the context of %lld tokens (raise -c)", prompt.size(),
+                    (long long)ctx.n_ctx());
+    }
+    if (f.n_predict >= 0 && static_cast<int64_t>(prompt.size()) + f.n_predict > ctx.n_ctx()) {
+        throw_error(
+            "the prompt (%zu tokens) plus %lld tokens to generate does not fit in the context of %lld tokens "
+            "(raise -c or lower -n)",
+            prompt.size(), (long long)f.n_predict, (long long)ctx.n_ctx());
+    }
+    const uint64_t seed = f.sampling.resolved_seed();
+    print_sampling(f, ctx, seed);
+    if (f.verbose_prompt) print_prompt_ids(prompt);
+
+    std::fputs(f.prompt_ids_path.empty() ? text.c_str() : tok.decode(prompt).c_str(), stdout);
+    std::fflush(stdout);
+
+    const Stopwatch prompt_clock;
+    decode_prompt(ctx, prompt, 0);
     const double prompt_s = prompt_clock.seconds();
+    const size_t last = (prompt.size() - 1) % static_cast<size_t>(ctx.params().n_batch);  // in the last batch
     if (!f.dump_logits_path.empty()) {
-        const auto last = ctx.logits(batch.size() - 1);
-        write_npy_f32(f.dump_logits_path, last, {static_cast<int64_t>(last.size())});
+        const auto logits = ctx.logits(last);
+        write_npy_f32(f.dump_logits_path, logits, {static_cast<int64_t>(logits.size())});
     }
     if (!f.dump_selection_path.empty()) write_selection_json(f.dump_selection_path, ctx.last_selections());
 
     Sampler sampler(f.sampling.params(seed));
     const Stopwatch gen_clock;
-    int64_t n_generated = 0;
-    int32_t pos = static_cast<int32_t>(prompt.size());
-    std::span<const float> logits = ctx.logits(batch.size() - 1);
-    while (n_generated < f.n_predict) {
-        const int32_t next = sampler.sample(logits);
-        ++n_generated;
-        if (tok.is_eog(next)) break;
-        std::fputs(tok.token_to_piece(next).c_str(), stdout);
-        std::fflush(stdout);
-        if (n_generated == f.n_predict) break;
-        const BatchToken t{next, pos++, 0, true};
-        ctx.decode(std::span<const BatchToken>(&t, 1));
-        logits = ctx.logits(0);
-    }
+    const Continuation c =
+        continue_from(ctx, sampler, tok, ctx.logits(last), static_cast<int32_t>(prompt.size()), f.n_predict);
     const double gen_s = gen_clock.seconds();
     std::fputs("\n", stdout);
     std::fflush(stdout);
+    if (c.context_full)
+        std::fprintf(stderr, "run: stopped at the end of the context (%lld tokens)\n", (long long)ctx.n_ctx());
     print_sparse_stats(ctx, f.model.dsa_stats);
-    std::fprintf(stderr,
-                 "peak resident memory %.1f MiB (weights %.1f MiB, %.1f MiB of them repacked; KV cache %.1f MiB)\n",
-                 peak_rss_bytes() / 1048576.0, model_info(*model).n_weight_bytes / 1048576.0,
-                 model_info(*model).n_repacked_bytes / 1048576.0, ctx.cache_bytes() / 1048576.0);
+    print_memory(*model, ctx);
     std::fprintf(stderr,
                  "\nprompt: %zu tokens in %.2f ms (%.1f tokens/s) | generation: %lld tokens in %.2f ms "
                  "(%.1f tokens/s)\n",
-                 prompt.size(), prompt_s * 1e3, prompt.size() / prompt_s, (long long)n_generated, gen_s * 1e3,
-                 n_generated > 0 ? n_generated / gen_s : 0.0);
+                 prompt.size(), prompt_s * 1e3, prompt.size() / prompt_s, (long long)c.n_sampled, gen_s * 1e3,
+                 c.n_sampled > 0 ? c.n_sampled / gen_s : 0.0);
     return 0;
 }
 }  // namespace
 
 Command register_run(CLI::App &app) {
-    auto *cmd = app.add_subcommand("run", "Generate text from a prompt");
+    auto *cmd = app.add_subcommand("run", "Generate text from a prompt, or hold a conversation (--conversation)");
     auto f = std::make_shared<RunFlags>();
     f->model.add_to(*cmd, 0);
-    auto *prompt = cmd->add_option("-p,--prompt", f->prompt, "Prompt text");
+    auto *prompt = cmd->add_option("-p,--prompt", f->prompt, "Prompt text (--conversation: the first user message)");
+    auto *file = cmd->add_option("-f,--file", f->prompt_file, "Prompt text from a file (as -p)");
     auto *ids = cmd->add_option("--prompt-ids", f->prompt_ids_path, "File of prompt token ids (used verbatim)");
     prompt->excludes(ids);
-    cmd->add_option("--dump-logits", f->dump_logits_path, "Write the last prompt position's logits (.npy)");
-    cmd->add_option("--dump-selection", f->dump_selection_path,
-                    "Write, per layer, the keys the last prompt queries attended (.json; sparse-attention models)");
-    cmd->add_option("-n,--n-predict", f->n_predict, "Tokens to generate")->check(count_at_least(0));
+    prompt->excludes(file);
+    file->excludes(ids);
+    auto *logits =
+        cmd->add_option("--dump-logits", f->dump_logits_path, "Write the last prompt position's logits (.npy)");
+    auto *selection =
+        cmd->add_option("--dump-selection", f->dump_selection_path,
+                        "Write, per layer, the keys the last prompt queries attended (.json; sparse-attention models)");
+    auto *n_predict = cmd->add_option("-n,--n-predict", f->n_predict,
+                                      "Tokens to generate (-1 = until an end-of-generation token or a full context; "
+                                      "--conversation: per reply, default -1)")
+                          ->check(CLI::Range(int64_t(-1), kMaxCount));
     f->sampling.add_to(*cmd);
-    return [f, prompt, ids] {
-        if (prompt->count() == 0 && ids->count() == 0) throw_error("run: give a prompt (-p) or --prompt-ids");
+    cmd->add_flag("--verbose-prompt", f->verbose_prompt,
+                  "Print the prompt's token ids to stderr (--conversation: each turn's whole rendering)");
+    auto *conversation =
+        cmd->add_flag("--conversation", f->conversation,
+                      "Chat: each line of standard input is a user message, answered in the model's chat format");
+    auto *system = cmd->add_option("--system-prompt", f->system_prompt, "--conversation: the system message");
+    auto *format = add_chat_format_option(*cmd, f->chat_format);
+    conversation->excludes(ids)->excludes(logits)->excludes(selection);
+    system->needs(conversation);
+    format->needs(conversation);
+    return [f, prompt, file, ids, n_predict, conversation] {
+        if (f->conversation) {
+            if (n_predict->count() == 0) f->n_predict = -1;
+            return run(*f);
+        }
+        if (prompt->count() == 0 && file->count() == 0 && ids->count() == 0) {
+            throw_error("run: give a prompt (-p, -f or --prompt-ids), or --conversation");
+        }
         return run(*f);
     };
 }

@@ -30,16 +30,6 @@ struct ServeFlags {
     bool verbose = false;
 };
 
-sparrow::server::ChatFormat choose_chat_format(const ServeFlags &f, const Model &model) {
-    if (!f.chat_format.empty()) return sparrow::server::chat_format_from_name(f.chat_format);
-    const std::string tmpl = model.file().get_string("tokenizer.chat_template", std::string());
-    if (const auto found = sparrow::server::detect_chat_format(tmpl)) return *found;
-    std::fprintf(
-        stderr, "serve: %s; using the llama2 chat format (choose another with --chat-format)\n",
-        tmpl.empty() ? "the model has no chat template" : "the model's chat template is not one sparrow knows");
-    return sparrow::server::ChatFormat::llama2;
-}
-
 int serve(const ServeFlags &f) {
     // A write to a connection the client closed must fail (and cancel its request), not kill the server.
     ::signal(SIGPIPE, SIG_IGN);
@@ -51,7 +41,7 @@ int serve(const ServeFlags &f) {
     pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
     auto model = load_model_verbose(f.model);
-    const sparrow::server::ChatFormat chat_format = choose_chat_format(f, *model);
+    const sparrow::server::ChatFormat chat_format = choose_chat_format(f.chat_format, *model, "serve");
     sparrow::server::Scheduler scheduler(model, f.model.context_params(), {f.n_parallel, f.max_queue});
     std::fprintf(stderr, "serve: %d slots of %lld tokens (context %lld), batch %lld, queue %lld, chat format %s%s\n",
                  scheduler.n_slots(), (long long)scheduler.n_ctx_per_slot(), (long long)scheduler.n_ctx(),
@@ -108,11 +98,7 @@ Command register_serve(CLI::App &app) {
     cmd->add_option("--port", f->port, "Port (0 = any free port, printed at start-up)")->check(CLI::Range(0, 65535));
     cmd->add_option("--parallel", f->n_parallel, "Slots: requests decoded together (-np)")->check(CLI::Range(1, 64));
     cmd->add_option("--api-key", f->api_key, "Require 'Authorization: Bearer KEY' on every endpoint but /health");
-    cmd->add_option(
-           "--chat-format", f->chat_format,
-           "Chat format: deepseek3, deepseek4, glm or llama2 (default: recognised from the model's chat template)")
-        ->check(CLI::IsMember(
-            {"deepseek3", "deepseek-v3.2", "deepseek4", "deepseek-v4", "glm", "glm-5", "glm4", "llama2"}));
+    add_chat_format_option(*cmd, f->chat_format);
     cmd->add_option("--alias", f->alias, "Model id shown to clients (default: the file name)");
     cmd->add_option("--max-queue", f->max_queue, "Requests that may wait for a slot; more get HTTP 429")
         ->check(CLI::Range(int64_t(0), int64_t(4096)));

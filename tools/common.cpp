@@ -32,6 +32,25 @@ CLI::Validator finite_in(double lo, double hi) {
         desc);
 }
 
+CLI::Option *add_chat_format_option(CLI::App &cmd, std::string &chat_format) {
+    return cmd
+        .add_option(
+            "--chat-format", chat_format,
+            "Chat format: deepseek3, deepseek4, glm or llama2 (default: recognised from the model's chat template)")
+        ->check(CLI::IsMember(
+            {"deepseek3", "deepseek-v3.2", "deepseek4", "deepseek-v4", "glm", "glm-5", "glm4", "llama2"}));
+}
+
+server::ChatFormat choose_chat_format(const std::string &name, const Model &model, const char *command) {
+    if (!name.empty()) return server::chat_format_from_name(name);
+    const std::string tmpl = model.file().get_string("tokenizer.chat_template", std::string());
+    if (const auto found = server::detect_chat_format(tmpl)) return *found;
+    std::fprintf(
+        stderr, "%s: %s; using the llama2 chat format (choose another with --chat-format)\n", command,
+        tmpl.empty() ? "the model has no chat template" : "the model's chat template is not one sparrow knows");
+    return server::ChatFormat::llama2;
+}
+
 void ModelFlags::add_to(CLI::App &cmd, int64_t default_ctx, bool with_dsa_flag, bool with_stats_flag) {
     n_ctx = default_ctx;
     cmd.add_option("-m,--model", model_path, "Model file (GGUF)")->required();

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "runtime/sampler.h"
+#include "server/chat_format.h"
 #include "sparrow/sparrow.h"
 
 namespace sparrow::tools {
@@ -53,6 +54,12 @@ struct SamplingFlags {
     uint64_t resolved_seed() const;
     SamplerParams params(uint64_t used_seed) const { return {temp, top_k, top_p, used_seed}; }
 };
+
+// --chat-format (run --conversation, serve): one of the built-in formats' names.
+CLI::Option *add_chat_format_option(CLI::App &cmd, std::string &chat_format);
+// The chat format named by --chat-format (`name`), else the one recognised from the model's
+// tokenizer.chat_template, else llama2 with a notice on stderr that starts with `command`.
+server::ChatFormat choose_chat_format(const std::string &name, const Model &model, const char *command);
 
 // Loads the model of the flags and prints one line about it to stderr.
 std::shared_ptr<const Model> load_model_verbose(const ModelFlags &flags);
