@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "model/synthetic.h"
+#include "runtime/tokenizer.h"
 #include "test_util.h"
 
 namespace sparrow::server {
@@ -149,6 +150,70 @@ TEST_F(SchedulerTest, StopStringsCutTheText) {
     const auto [text, u] = finish(*s.submit(t));
     EXPECT_EQ(text, full.substr(0, full.find(full.substr(2, 2))));
     EXPECT_EQ(u.finish, FinishReason::stop);
+}
+
+// token_logprob against a direct log-softmax, with ties (broken by the lower id) and n past the vocabulary.
+TEST(TokenLogprob, MatchesALogSoftmaxAndOrdersTies) {
+    const std::vector<float> logits = {0.5f, 2.0f, -1.0f, 2.0f, 7.25f, -30.0f, 2.0f};
+    double z = 0;
+    for (const float v : logits) z += std::exp(double(v));
+    const auto lp = [&](int id) { return static_cast<float>(logits[static_cast<size_t>(id)] - std::log(z)); };
+    const TokenLogprob t = token_logprob(logits, 2, 4);
+    EXPECT_EQ(t.id, 2);
+    EXPECT_NEAR(t.logprob, lp(2), 1e-6);
+    ASSERT_EQ(t.top.size(), 4u);
+    const int want[] = {4, 1, 3, 6};  // 7.25, then the three 2.0s by id
+    for (size_t i = 0; i < 4; ++i) {
+        EXPECT_EQ(t.top[i].first, want[i]);
+        EXPECT_NEAR(t.top[i].second, lp(want[i]), 1e-6);
+    }
+    EXPECT_TRUE(token_logprob(logits, 5, 0).top.empty());
+    EXPECT_EQ(token_logprob(logits, 5, 100).top.size(), logits.size());
+    // Large logits: no overflow (the maximum is taken out first).
+    const std::vector<float> big = {1000.0f, 1000.0f};
+    EXPECT_NEAR(token_logprob(big, 0, 2).logprob, -std::log(2.0f), 1e-6);
+}
+
+// Each generated token's entry arrives with its text (the held-back tail of a possible stop string included),
+// and a stop string drops the entries of tokens wholly inside it.
+TEST_F(SchedulerTest, LogprobsFollowTheText) {
+    Scheduler s(model_, context(512), {1, 4});
+    const std::vector<int32_t> prompt = {7, 8, 9};
+    const auto collect = [&](Task t) {
+        t.sampling.logprobs = 2;
+        const auto channel = s.submit(std::move(t));
+        std::string text;
+        std::vector<TokenLogprob> lps;
+        TaskUpdate u;
+        do {
+            u = channel->wait(1000ms);
+            text += u.text;
+            lps.insert(lps.end(), u.logprobs.begin(), u.logprobs.end());
+        } while (!u.done);
+        return std::make_tuple(text, lps, u);
+    };
+    const auto [full, all, u] = collect(greedy(prompt, 12));
+    ASSERT_EQ(static_cast<int64_t>(all.size()), u.n_generated);  // max_tokens, no end-of-generation token
+    std::string spelled;
+    for (const TokenLogprob &t : all) {
+        spelled += model_tokenizer(*model_).token_to_piece(t.id);
+        ASSERT_EQ(t.top.size(), 2u);
+        EXPECT_EQ(t.top[0].first, t.id);  // greedy
+        EXPECT_FLOAT_EQ(t.top[0].second, t.logprob);
+    }
+    EXPECT_EQ(spelled, full);
+    // Stop at the text of token 3 onwards: tokens 0..2 are reported (and token 3 only if its text begins
+    // before the stop string).
+    size_t start3 = 0;
+    for (size_t i = 0; i < 3; ++i) start3 += model_tokenizer(*model_).token_to_piece(all[i].id).size();
+    ASSERT_LT(start3, full.size());
+    Task t = greedy(prompt, 12);
+    t.sampling.stop = {full.substr(start3)};
+    const auto [text, cut, u2] = collect(t);
+    EXPECT_EQ(text, full.substr(0, start3));
+    EXPECT_EQ(u2.finish, FinishReason::stop);
+    ASSERT_EQ(cut.size(), 3u);
+    for (size_t i = 0; i < 3; ++i) EXPECT_EQ(cut[i].id, all[i].id);
 }
 
 TEST_F(SchedulerTest, RefusesBadOptions) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <optional>
 #include <unordered_map>
 
@@ -38,6 +39,30 @@ const char *finish_reason_name(FinishReason r) {
     return "?";
 }
 
+TokenLogprob token_logprob(std::span<const float> logits, int32_t token, int n) {
+    // log softmax in double: the sum runs over the whole vocabulary
+    float max_logit = -std::numeric_limits<float>::infinity();
+    for (const float v : logits) max_logit = std::max(max_logit, v);
+    double sum = 0;
+    for (const float v : logits) sum += std::exp(static_cast<double>(v) - max_logit);
+    const double log_z = max_logit + std::log(sum);
+    const auto logprob = [&](int32_t id) { return static_cast<float>(logits[static_cast<size_t>(id)] - log_z); };
+    TokenLogprob out{token, logprob(token), {}};
+    // The n best by (logit descending, id ascending): a bounded insertion, n is small.
+    std::vector<int32_t> best;
+    const auto before = [&](int32_t a, int32_t b) {
+        return logits[static_cast<size_t>(a)] > logits[static_cast<size_t>(b)] ||
+               (logits[static_cast<size_t>(a)] == logits[static_cast<size_t>(b)] && a < b);
+    };
+    for (int32_t id = 0; n > 0 && id < static_cast<int32_t>(logits.size()); ++id) {
+        if (static_cast<int>(best.size()) == n && !before(id, best.back())) continue;
+        if (static_cast<int>(best.size()) == n) best.pop_back();
+        best.insert(std::upper_bound(best.begin(), best.end(), id, before), id);
+    }
+    for (const int32_t id : best) out.top.emplace_back(id, logprob(id));
+    return out;
+}
+
 // --- TaskChannel -------------------------------------------------------------------------------------------
 
 TaskUpdate TaskChannel::wait(std::chrono::milliseconds timeout) {
@@ -47,6 +72,8 @@ TaskUpdate TaskChannel::wait(std::chrono::milliseconds timeout) {
     TaskUpdate out = state_;  // counters and flags
     out.text = std::move(state_.text);
     state_.text.clear();
+    out.logprobs = std::move(state_.logprobs);
+    state_.logprobs.clear();
     if (state_.done) out.embedding = std::move(state_.embedding);
     return out;
 }
@@ -57,10 +84,11 @@ void TaskChannel::start(int64_t n_prompt, int64_t n_cached) {
     state_.n_cached = n_cached;
 }
 
-void TaskChannel::push(std::string_view text, int64_t n_generated) {
+void TaskChannel::push(std::string_view text, int64_t n_generated, std::span<const TokenLogprob> logprobs) {
     {
         std::lock_guard lock(mu_);
         state_.text.append(text);
+        state_.logprobs.insert(state_.logprobs.end(), logprobs.begin(), logprobs.end());
         state_.n_generated = n_generated;
         news_ = true;
     }
@@ -105,7 +133,11 @@ struct Scheduler::Slot {
     std::vector<float> penalised;                 // logits with penalties applied
     std::string text;                             // generated text so far
     size_t n_sent = 0;                            // bytes of text handed to the channel
-    std::vector<float> embd_rows;                 // embeddings: hidden states gathered so far
+    // logprobs >= 0: the entries of generated tokens not yet handed over, with where each token's text begins
+    // in `text` (it ends where the next one begins, or at the end of `text`)
+    std::vector<TokenLogprob> logprobs;
+    std::vector<size_t> logprob_starts;
+    std::vector<float> embd_rows;  // embeddings: hidden states gathered so far
 
     bool busy() const { return channel != nullptr; }
     bool reading_prompt() const { return busy() && n_prompt_done < task.prompt.size(); }
@@ -256,6 +288,8 @@ void Scheduler::start_task(Slot &slot, Queued &queued) {
     slot.counts.clear();
     slot.text.clear();
     slot.n_sent = 0;
+    slot.logprobs.clear();
+    slot.logprob_starts.clear();
     slot.embd_rows.clear();
     slot.channel->start(static_cast<int64_t>(prompt.size()), static_cast<int64_t>(keep));
     counters_.prompt_tokens += static_cast<int64_t>(prompt.size());
@@ -378,6 +412,7 @@ bool Scheduler::step() {
 
 void Scheduler::handle_output(Slot &s, std::span<const float> logits) {
     const SamplingOptions &so = s.task.sampling;
+    const std::span<const float> model_logits = logits;
     if (so.presence_penalty != 0.0f || so.frequency_penalty != 0.0f) {
         s.penalised.assign(logits.begin(), logits.end());
         for (const auto &[id, count] : s.counts) {
@@ -388,27 +423,46 @@ void Scheduler::handle_output(Slot &s, std::span<const float> logits) {
     const int32_t token = s.sampler->sample(logits);
     ++s.n_generated;
     ++counters_.generated_tokens;
+    // Hands the channel text[n_sent, end) with the log probabilities of the tokens whose text ends in it, or,
+    // when the task ends here (last), of every token whose text begins before `end` (a stop string may cut
+    // the last one; tokens wholly inside the stop string are not reported).
+    const auto send = [&](size_t end, bool last) {
+        size_t n = 0;
+        while (n < s.logprob_starts.size()) {
+            const size_t token_end = n + 1 < s.logprob_starts.size() ? s.logprob_starts[n + 1] : s.text.size();
+            if (last ? s.logprob_starts[n] >= end && token_end > s.logprob_starts[n] : token_end > end) break;
+            ++n;
+        }
+        s.channel->push(std::string_view(s.text).substr(s.n_sent, end - s.n_sent), s.n_generated,
+                        std::span<const TokenLogprob>(s.logprobs.data(), n));
+        s.logprobs.erase(s.logprobs.begin(), s.logprobs.begin() + static_cast<std::ptrdiff_t>(n));
+        s.logprob_starts.erase(s.logprob_starts.begin(), s.logprob_starts.begin() + static_cast<std::ptrdiff_t>(n));
+        s.n_sent = end;
+    };
     if (tokenizer_.is_eog(token)) {
-        s.channel->push(std::string_view(s.text).substr(s.n_sent), s.n_generated);
+        send(s.text.size(), true);
         release(s, FinishReason::stop);
         return;
     }
     ++s.counts[token];
+    if (so.logprobs >= 0) {
+        s.logprobs.push_back(token_logprob(model_logits, token, so.logprobs));
+        s.logprob_starts.push_back(s.text.size());
+    }
     s.text += tokenizer_.token_to_piece(token);
     const StopScan scan = scan_stop_strings(s.text, s.n_sent, so.stop);
     if (scan.stop_at != StopScan::npos) {
-        s.channel->push(std::string_view(s.text).substr(s.n_sent, scan.stop_at - s.n_sent), s.n_generated);
+        send(scan.stop_at, true);
         release(s, FinishReason::stop);
         return;
     }
     // The next token would sit at position cache.size() + 1; requests are checked to fit, this is a guard.
     if (s.n_generated >= so.max_tokens || static_cast<int64_t>(s.cache.size()) + 1 >= n_ctx_per_slot_) {
-        s.channel->push(std::string_view(s.text).substr(s.n_sent), s.n_generated);
+        send(s.text.size(), true);
         release(s, FinishReason::length);
         return;
     }
-    s.channel->push(std::string_view(s.text).substr(s.n_sent, scan.safe_end - s.n_sent), s.n_generated);
-    s.n_sent = scan.safe_end;
+    send(scan.safe_end, false);
     s.next_token = token;
 }
 

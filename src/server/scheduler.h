@@ -14,6 +14,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -36,7 +37,19 @@ struct SamplingOptions {
     float frequency_penalty = 0.0f;  // subtracted per occurrence of the token in the generated text
     int64_t max_tokens = 16;         // tokens to sample at most (>= 1)
     std::vector<std::string> stop;   // generation ends before the first occurrence of any of these
+    // >= 0: report each generated token's log probability and the `logprobs` most likely tokens at its
+    // position, under the model's distribution (the logits before penalties and temperature); -1: none.
+    int logprobs = -1;
 };
+
+// One generated token's log probabilities (SamplingOptions::logprobs >= 0).
+struct TokenLogprob {
+    int32_t id = 0;
+    float logprob = 0;
+    std::vector<std::pair<int32_t, float>> top;  // (token, log probability), most likely first
+};
+// The log probability of `token` and the n most likely tokens (ties: lower id first) under softmax(logits).
+TokenLogprob token_logprob(std::span<const float> logits, int32_t token, int n);
 
 struct Task {
     TaskKind kind = TaskKind::completion;
@@ -48,7 +61,8 @@ struct Task {
 
 // A snapshot of a task's progress, taken by the HTTP thread that waits for it.
 struct TaskUpdate {
-    std::string text;  // text produced since the previous take: never part of a stop string
+    std::string text;                    // text produced since the previous take: never part of a stop string
+    std::vector<TokenLogprob> logprobs;  // SamplingOptions::logprobs >= 0: of the tokens whose text is in `text`
     bool done = false;
     FinishReason finish = FinishReason::none;
     std::string error;             // finish == error: what went wrong
@@ -70,7 +84,7 @@ class TaskChannel {
     // Writer side (the scheduler thread).
     bool cancelled() const { return cancelled_.load(); }
     void start(int64_t n_prompt, int64_t n_cached);
-    void push(std::string_view text, int64_t n_generated);
+    void push(std::string_view text, int64_t n_generated, std::span<const TokenLogprob> logprobs = {});
     void set_embedding(std::vector<float> rows, int64_t n_rows);
     void finish(FinishReason reason, const std::string &error = {});
 

@@ -14,6 +14,7 @@ namespace {
 using sparrow::server::FinishReason;
 using sparrow::server::TaskChannel;
 using sparrow::server::TaskUpdate;
+using sparrow::server::TokenLogprob;
 using Clock = std::chrono::steady_clock;
 
 // How long a stream waits for news before looking again, and how long it stays silent before it sends an
@@ -45,6 +46,49 @@ void refuse_if_set(const json &body, const char *key, const char *why) {
     throw ApiError(400, std::string("'") + key + "' is not supported: " + why, "unsupported_parameter");
 }
 
+// The most alternatives a request may ask for per token (OpenAI's top_logprobs limit).
+constexpr int64_t kMaxTopLogprobs = 20;
+
+// A token's bytes as OpenAI's "bytes" field: the values of its UTF-8 bytes (a token may hold part of a character).
+json token_bytes(const std::string &piece) {
+    json out = json::array();
+    for (const unsigned char c : piece) out.push_back(int(c));
+    return out;
+}
+
+// The "logprobs" of a completion choice for `lps`, whose text starts at byte `offset` of the completion:
+// {"tokens", "token_logprobs", "top_logprobs" (one {token: logprob} object per token), "text_offset"}.
+json completion_logprobs(const Tokenizer &tok, const std::vector<TokenLogprob> &lps, size_t &offset) {
+    json tokens = json::array(), logprobs = json::array(), top = json::array(), offsets = json::array();
+    for (const TokenLogprob &lp : lps) {
+        const std::string piece = tok.token_to_piece(lp.id);
+        tokens.push_back(piece);
+        logprobs.push_back(lp.logprob);
+        json alternatives = json::object();
+        for (const auto &[id, value] : lp.top) alternatives[tok.token_to_piece(id)] = value;
+        top.push_back(std::move(alternatives));
+        offsets.push_back(offset);
+        offset += piece.size();
+    }
+    return {{"tokens", tokens}, {"token_logprobs", logprobs}, {"top_logprobs", top}, {"text_offset", offsets}};
+}
+
+// The "logprobs" of a chat choice: {"content": [{"token", "logprob", "bytes", "top_logprobs": [...]}], "refusal"}.
+json chat_logprobs(const Tokenizer &tok, const std::vector<TokenLogprob> &lps) {
+    json content = json::array();
+    for (const TokenLogprob &lp : lps) {
+        const std::string piece = tok.token_to_piece(lp.id);
+        json top = json::array();
+        for (const auto &[id, value] : lp.top) {
+            const std::string alt = tok.token_to_piece(id);
+            top.push_back({{"token", alt}, {"logprob", value}, {"bytes", token_bytes(alt)}});
+        }
+        content.push_back(
+            {{"token", piece}, {"logprob", lp.logprob}, {"bytes", token_bytes(piece)}, {"top_logprobs", top}});
+    }
+    return {{"content", content}, {"refusal", nullptr}};
+}
+
 // stream_options.include_usage (an object or null).
 bool read_include_usage(const json &body) {
     const auto so = body.find("stream_options");
@@ -56,6 +100,9 @@ bool read_include_usage(const json &body) {
 // What one streamed request needs between calls of httplib's content provider.
 struct StreamState {
     std::shared_ptr<TaskChannel> channel;
+    const Tokenizer *tokenizer = nullptr;
+    bool logprobs = false;   // the request asked for log probabilities
+    size_t text_offset = 0;  // completions: bytes of text sent so far (logprobs' text_offset)
     Dialect dialect = Dialect::completion;
     std::string id;
     std::string model;
@@ -90,13 +137,17 @@ bool stream_step(StreamState &st, httplib::DataSink &sink) {
         out += sse(chunk({{"delta", {{"role", "assistant"}, {"content", ""}}}}, nullptr));
         st.sent_role = true;
     }
-    if (!u.text.empty()) {
+    if (!u.text.empty() || (st.logprobs && !u.logprobs.empty())) {
         if (d == Dialect::llama) {
             out += sse({{"content", u.text}, {"stop", false}, {"tokens_predicted", u.n_generated}});
         } else if (d == Dialect::chat) {
-            out += sse(chunk({{"delta", {{"content", u.text}}}}, nullptr));
+            json fields = {{"delta", {{"content", u.text}}}};
+            if (st.logprobs) fields["logprobs"] = chat_logprobs(*st.tokenizer, u.logprobs);
+            out += sse(chunk(fields, nullptr));
         } else {
-            out += sse(chunk({{"text", u.text}}, nullptr));
+            json fields = {{"text", u.text}};
+            if (st.logprobs) fields["logprobs"] = completion_logprobs(*st.tokenizer, u.logprobs, st.text_offset);
+            out += sse(chunk(fields, nullptr));
         }
     }
     if (u.done) {
@@ -143,12 +194,15 @@ bool stream_step(StreamState &st, httplib::DataSink &sink) {
 // A non-streamed reply in the making.
 struct PendingReply {
     std::shared_ptr<TaskChannel> channel;
+    const Tokenizer *tokenizer = nullptr;
+    bool logprobs = false;  // the request asked for log probabilities
     Dialect dialect = Dialect::completion;
     std::string id;
     std::string model;
     int64_t created = 0;
-    std::string text;  // generated so far
-    TaskUpdate last;   // the latest update (counters, done)
+    std::string text;                          // generated so far
+    std::vector<TokenLogprob> token_logprobs;  // with logprobs: of the tokens of `text`
+    TaskUpdate last;                           // the latest update (counters, done)
     Clock::time_point last_write = Clock::now();
 };
 
@@ -173,8 +227,11 @@ std::pair<int, json> final_reply(const PendingReply &r) {
     json choice = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", finish}};
     if (r.dialect == Dialect::chat) {
         choice["message"] = {{"role", "assistant"}, {"content", r.text}};
+        if (r.logprobs) choice["logprobs"] = chat_logprobs(*r.tokenizer, r.token_logprobs);
     } else {
         choice["text"] = r.text;
+        size_t offset = 0;
+        if (r.logprobs) choice["logprobs"] = completion_logprobs(*r.tokenizer, r.token_logprobs, offset);
     }
     return {200,
             {{"id", r.id},
@@ -194,6 +251,7 @@ bool pending_step(PendingReply &r, httplib::DataSink &sink) {
     }
     r.last = r.channel->wait(kStreamPoll);
     r.text += r.last.text;
+    r.token_logprobs.insert(r.token_logprobs.end(), r.last.logprobs.begin(), r.last.logprobs.end());
     std::string out;
     if (r.last.done) {
         out = dump_json(final_reply(r).second);  // a failure after the 200 went out is told in the body
@@ -215,7 +273,6 @@ void Api::completions(const httplib::Request &req, httplib::Response &res) {
     check_model(body);
     refuse_if_set(body, "echo", "the prompt is never echoed");
     refuse_if_set(body, "suffix", "no insertion mode");
-    refuse_if_set(body, "logprobs", "no log probabilities");
     (void)get_int(body, "best_of", 1, 1);  // one candidate per request
     const auto prompt = body.find("prompt");
     if (prompt == body.end() || prompt->is_null()) throw ApiError(400, "'prompt' is required", "missing_field");
@@ -223,6 +280,8 @@ void Api::completions(const httplib::Request &req, httplib::Response &res) {
     task.prompt = read_prompt(*prompt, "prompt", tokenizer_, limits_);
     task.sampling = read_sampling(body, {.temperature = 1.0f, .top_p = 1.0f, .top_k = 0, .max_tokens = 16},
                                   {"max_tokens"}, static_cast<int64_t>(task.prompt.size()), limits_);
+    // logprobs: null (none) or N, the alternatives reported per token with each token's own log probability
+    task.sampling.logprobs = static_cast<int>(get_int(body, "logprobs", 0, kMaxTopLogprobs).value_or(-1));
     const bool stream = get_bool(body, "stream").value_or(false);
     const bool include_usage = read_include_usage(body);
     generate(res, std::move(task), Dialect::completion, stream, include_usage);
@@ -232,7 +291,10 @@ void Api::chat_completions(const httplib::Request &req, httplib::Response &res) 
     const json body = parse_body(req);
     check_model(body);
     refuse_if_set(body, "tools", "no tool calling");
-    refuse_if_set(body, "logprobs", "no log probabilities");
+    // logprobs: true reports each token's log probability, with top_logprobs alternatives per token
+    const bool logprobs = get_bool(body, "logprobs").value_or(false);
+    const std::optional<int64_t> top_logprobs = get_int(body, "top_logprobs", 0, kMaxTopLogprobs);
+    if (top_logprobs && !logprobs) throw ApiError(400, "'top_logprobs' needs 'logprobs': true", "invalid_value");
     if (const auto rf = body.find("response_format"); rf != body.end() && !rf->is_null()) {
         if (!rf->is_object() || get_string(*rf, "type").value_or("text") != "text") {
             throw ApiError(400, "only response_format {\"type\": \"text\"} is supported", "unsupported_parameter");
@@ -252,6 +314,7 @@ void Api::chat_completions(const httplib::Request &req, httplib::Response &res) 
     check_prompt_fits(task.prompt.size(), limits_);
     task.sampling = read_sampling(body, {}, {"max_completion_tokens", "max_tokens"},
                                   static_cast<int64_t>(task.prompt.size()), limits_);
+    if (logprobs) task.sampling.logprobs = static_cast<int>(top_logprobs.value_or(0));
     const bool stream = get_bool(body, "stream").value_or(false);
     const bool include_usage = read_include_usage(body);
     generate(res, std::move(task), Dialect::chat, stream, include_usage);
@@ -273,6 +336,8 @@ void Api::generate(httplib::Response &res, Task task, Dialect dialect, bool stre
     const uint64_t n = next_id_.fetch_add(1);
     const std::string id = (dialect == Dialect::chat ? "chatcmpl-" : "cmpl-") + std::to_string(n);
     const int64_t created = unix_time();
+    // /completion (llama.cpp's) has no OpenAI logprobs
+    const bool logprobs = dialect != Dialect::llama && task.sampling.logprobs >= 0;
     auto channel = submit(std::move(task));
 
     if (!stream) {
@@ -281,6 +346,8 @@ void Api::generate(httplib::Response &res, Task task, Dialect dialect, bool stre
         // while it waits: a client that went away makes such a write fail, which cancels its request.
         auto st = std::make_shared<PendingReply>();
         st->channel = channel;
+        st->tokenizer = &tokenizer_;
+        st->logprobs = logprobs;
         st->dialect = dialect;
         st->id = id;
         st->model = config_.model_id;
@@ -289,6 +356,7 @@ void Api::generate(httplib::Response &res, Task task, Dialect dialect, bool stre
         while (!st->last.done && Clock::now() < deadline) {
             st->last = channel->wait(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()));
             st->text += st->last.text;
+            st->token_logprobs.insert(st->token_logprobs.end(), st->last.logprobs.begin(), st->last.logprobs.end());
         }
         if (st->last.done) {
             const auto [status, body] = final_reply(*st);
@@ -310,6 +378,8 @@ void Api::generate(httplib::Response &res, Task task, Dialect dialect, bool stre
 
     auto st = std::make_shared<StreamState>();
     st->channel = channel;
+    st->tokenizer = &tokenizer_;
+    st->logprobs = logprobs;
     st->dialect = dialect;
     st->id = id;
     st->model = config_.model_id;
