@@ -16,9 +16,9 @@ namespace sparrow::server {
 namespace {
 using Clock = std::chrono::steady_clock;
 
-// Embedding prompts ask for an output per token; their chunks are capped so that one step's logits stay
-// small ([outputs, n_vocab] floats).
-constexpr int64_t kMaxEmbeddingOutputsPerStep = 256;
+// Embedding prompts and prompts whose log probabilities are reported ask for an output per token; their
+// chunks are capped so that one step's logits stay small ([outputs, n_vocab] floats).
+constexpr int64_t kMaxPromptOutputsPerStep = 256;
 constexpr std::chrono::seconds kRateWindow{10};
 
 size_t common_prefix(const std::vector<int32_t> &a, const std::vector<int32_t> &b) {
@@ -74,6 +74,7 @@ TaskUpdate TaskChannel::wait(std::chrono::milliseconds timeout) {
     state_.text.clear();
     out.logprobs = std::move(state_.logprobs);
     state_.logprobs.clear();
+    state_.prompt_logprobs.reset();  // handed over once
     if (state_.done) out.embedding = std::move(state_.embedding);
     return out;
 }
@@ -99,6 +100,15 @@ void TaskChannel::set_embedding(std::vector<float> rows, int64_t n_rows) {
     std::lock_guard lock(mu_);
     state_.embedding = std::move(rows);
     state_.n_embd_rows = n_rows;
+}
+
+void TaskChannel::set_prompt_logprobs(std::vector<TokenLogprob> entries) {
+    {
+        std::lock_guard lock(mu_);
+        state_.prompt_logprobs = std::move(entries);
+        news_ = true;
+    }
+    cv_.notify_all();
 }
 
 void TaskChannel::finish(FinishReason reason, const std::string &error) {
@@ -137,7 +147,8 @@ struct Scheduler::Slot {
     // in `text` (it ends where the next one begins, or at the end of `text`)
     std::vector<TokenLogprob> logprobs;
     std::vector<size_t> logprob_starts;
-    std::vector<float> embd_rows;  // embeddings: hidden states gathered so far
+    std::vector<float> embd_rows;               // embeddings: hidden states gathered so far
+    std::vector<TokenLogprob> prompt_logprobs;  // Task::prompt_logprobs: prompt tokens 1, 2, ... so far
 
     bool busy() const { return channel != nullptr; }
     bool reading_prompt() const { return busy() && n_prompt_done < task.prompt.size(); }
@@ -277,6 +288,7 @@ void Scheduler::start_task(Slot &slot, Queued &queued) {
     // embeddings other than the last token's need every token's hidden state.
     size_t keep = common_prefix(slot.cache, prompt);
     if (slot.task.kind == TaskKind::embedding && slot.task.pooling != Pooling::last) keep = 0;
+    if (slot.task.prompt_logprobs) keep = 0;
     keep = std::min(keep, prompt.size() - 1);
     ctx_->seq_rm(slot.seq_id, static_cast<int32_t>(keep), -1);
     slot.cache.resize(keep);
@@ -291,6 +303,7 @@ void Scheduler::start_task(Slot &slot, Queued &queued) {
     slot.logprobs.clear();
     slot.logprob_starts.clear();
     slot.embd_rows.clear();
+    slot.prompt_logprobs.clear();
     slot.channel->start(static_cast<int64_t>(prompt.size()), static_cast<int64_t>(keep));
     counters_.prompt_tokens += static_cast<int64_t>(prompt.size());
 }
@@ -330,8 +343,9 @@ bool Scheduler::step() {
     for (Slot *s : readers) {
         int64_t budget = n_batch_ - static_cast<int64_t>(batch.size());
         if (budget <= 0) break;
-        const bool all_outputs = s->task.kind == TaskKind::embedding && s->task.pooling != Pooling::last;
-        if (all_outputs) budget = std::min(budget, kMaxEmbeddingOutputsPerStep);
+        const bool all_outputs =
+            (s->task.kind == TaskKind::embedding && s->task.pooling != Pooling::last) || s->task.prompt_logprobs;
+        if (all_outputs) budget = std::min(budget, kMaxPromptOutputsPerStep);
         const size_t n_prompt = s->task.prompt.size();
         const size_t end = std::min(n_prompt, s->n_prompt_done + static_cast<size_t>(budget));
         for (size_t j = s->n_prompt_done; j < end; ++j) {
@@ -401,6 +415,22 @@ bool Scheduler::step() {
                 s.embd_rows.clear();
                 release(s, FinishReason::stop);
             }
+            continue;
+        }
+        if (s.task.prompt_logprobs && static_cast<size_t>(batch[i].pos) < s.task.prompt.size()) {
+            // A prompt token's logits: the log probability of the next prompt token, or, after the last one,
+            // the prompt's entries are complete.
+            const size_t next = static_cast<size_t>(batch[i].pos) + 1;
+            if (next < s.task.prompt.size()) {
+                s.prompt_logprobs.push_back(
+                    token_logprob(ctx_->logits(i), s.task.prompt[next], std::max(s.task.sampling.logprobs, 0)));
+                continue;
+            }
+            s.channel->set_prompt_logprobs(std::move(s.prompt_logprobs));
+            s.prompt_logprobs.clear();
+        }
+        if (s.task.sampling.max_tokens == 0) {  // only the prompt was asked for
+            release(s, FinishReason::length);
             continue;
         }
         handle_output(s, ctx_->logits(i));

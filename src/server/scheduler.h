@@ -14,6 +14,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <thread>
@@ -35,7 +36,7 @@ struct SamplingOptions {
     uint64_t seed = 0;
     float presence_penalty = 0.0f;   // subtracted once from the logit of every token generated so far
     float frequency_penalty = 0.0f;  // subtracted per occurrence of the token in the generated text
-    int64_t max_tokens = 16;         // tokens to sample at most (>= 1)
+    int64_t max_tokens = 16;         // tokens to sample at most (>= 1; 0: only evaluate the prompt)
     std::vector<std::string> stop;   // generation ends before the first occurrence of any of these
     // >= 0: report each generated token's log probability and the `logprobs` most likely tokens at its
     // position, under the model's distribution (the logits before penalties and temperature); -1: none.
@@ -57,12 +58,17 @@ struct Task {
     SamplingOptions sampling;         // completions
     Pooling pooling = Pooling::mean;  // embeddings
     bool normalize = true;            // embeddings: L2-normalise pooled vectors
+    // completions: the log probability of every prompt token after the first (with sampling.logprobs
+    // alternatives), as OpenAI's echo + logprobs report them; every prompt token is evaluated (no cached prefix)
+    bool prompt_logprobs = false;
 };
 
 // A snapshot of a task's progress, taken by the HTTP thread that waits for it.
 struct TaskUpdate {
     std::string text;                    // text produced since the previous take: never part of a stop string
     std::vector<TokenLogprob> logprobs;  // SamplingOptions::logprobs >= 0: of the tokens whose text is in `text`
+    // Task::prompt_logprobs: the entries of prompt tokens 1, 2, ..., handed over once, when the prompt is in
+    std::optional<std::vector<TokenLogprob>> prompt_logprobs;
     bool done = false;
     FinishReason finish = FinishReason::none;
     std::string error;             // finish == error: what went wrong
@@ -86,6 +92,7 @@ class TaskChannel {
     void start(int64_t n_prompt, int64_t n_cached);
     void push(std::string_view text, int64_t n_generated, std::span<const TokenLogprob> logprobs = {});
     void set_embedding(std::vector<float> rows, int64_t n_rows);
+    void set_prompt_logprobs(std::vector<TokenLogprob> entries);
     void finish(FinishReason reason, const std::string &error = {});
 
   private:

@@ -5,13 +5,17 @@
   `run --dump-logits` writes for the same prompt; each later token's entry is consistent (greedy: the chosen
   token is the most likely, alternatives sorted, probabilities sum to at most 1).
 - The entries' tokens spell the returned text; streamed entries equal the plain reply's; a stop string cuts
-  the entries with the text; bad values are refused with 400."""
+  the entries with the text; bad values are refused with 400.
+- `echo: true` puts the prompt before the text and, with logprobs, reports every prompt token's log
+  probability after the first (null) - equal to the numpy float64 reference's - also with max_tokens 0,
+  which only scores the prompt (how evaluation harnesses score continuations)."""
 import math
 import os
 
 import numpy as np
 
 import harness
+import llama_ref
 import serve_util
 
 checks = harness.Checks()
@@ -129,17 +133,52 @@ with serve_util.Server(model, "-np", 2, "-c", 512, *CACHE) as srv:
     checks.check(status == 200 and all(e["top_logprobs"] == [] for e in body["choices"][0]["logprobs"]["content"]),
                  "chat: logprobs without top_logprobs reports no alternatives")
 
+    # --- echo: the prompt's log probabilities ---------------------------------------------------------------
+    status, tok = srv.request("POST", "/tokenize", {"content": PROMPT, "add_special": True})
+    ids = tok["tokens"]
+    ref = llama_ref.next_token_logprobs(llama_ref.LlamaModel(model), np.asarray(ids))
+    for attempt in range(2):  # the second runs on a slot that holds the prompt: it must still score all of it
+        status, body = srv.request("POST", "/v1/completions",
+                                   {"prompt": PROMPT, "max_tokens": 0, "echo": True, "logprobs": 2})
+        c = body["choices"][0]
+        elp = c["logprobs"]
+        checks.check(status == 200 and c["text"] == PROMPT and c["finish_reason"] == "length"
+                     and body["usage"]["completion_tokens"] == 0 and len(elp["tokens"]) == len(ids)
+                     and elp["token_logprobs"][0] is None and elp["top_logprobs"][0] is None
+                     and np.allclose(elp["token_logprobs"][1:], ref, atol=2e-4),
+                     f"echo, max_tokens 0 (request {attempt + 1}): the prompt's log probabilities equal the "
+                     f"reference's: {elp['token_logprobs']} vs {ref}")
+    status, body = srv.request("POST", "/v1/completions", dict(req, echo=True))
+    c = body["choices"][0]
+    checks.check(status == 200 and c["text"] == PROMPT + choice["text"]
+                 and c["logprobs"]["tokens"][len(ids):] == lp["tokens"]
+                 and np.allclose(c["logprobs"]["token_logprobs"][len(ids):], lp["token_logprobs"])
+                 and np.allclose(c["logprobs"]["token_logprobs"][1:len(ids)], ref, atol=2e-4)
+                 and c["logprobs"]["text_offset"][len(ids)] == sum(len(t.encode()) for t in c["logprobs"]["tokens"][:len(ids)]),
+                 "echo with generation: the prompt's entries, then the generated ones")
+    status, events, done = srv.stream("/v1/completions", dict(req, echo=True, stream=True))
+    s_text = "".join(ev["choices"][0]["text"] for ev in events if ev.get("choices"))
+    s_tokens = [t for ev in events if ev.get("choices") and ev["choices"][0].get("logprobs")
+                for t in ev["choices"][0]["logprobs"]["tokens"]]
+    checks.check(done and s_text == c["text"] and s_tokens == c["logprobs"]["tokens"],
+                 "streamed echo: the prompt first, then the same text and entries")
+    status, body = srv.request("POST", "/v1/completions", {"prompt": ids, "max_tokens": 2, "echo": True})
+    checks.check(status == 200 and body["choices"][0]["logprobs"] is None
+                 and body["choices"][0]["text"].startswith(PROMPT[:4]), f"echo of token ids, no logprobs: {body}")
+
     # --- refused values -------------------------------------------------------------------------------------
     for path, extra, what in [
         ("/v1/completions", {"logprobs": 21}, "logprobs above 20"),
         ("/v1/completions", {"logprobs": -1}, "negative logprobs"),
         ("/v1/completions", {"logprobs": "5"}, "logprobs of the wrong type"),
+        ("/v1/completions", {"max_tokens": 0}, "max_tokens 0 without echo"),
+        ("/v1/completions", {"echo": "yes"}, "echo of the wrong type"),
         ("/v1/chat/completions", {"top_logprobs": 2}, "top_logprobs without logprobs"),
         ("/v1/chat/completions", {"logprobs": True, "top_logprobs": 21}, "top_logprobs above 20"),
         ("/v1/chat/completions", {"logprobs": 3}, "chat logprobs that is not a boolean"),
     ]:
         base = {"prompt": PROMPT} if path == "/v1/completions" else {"messages": [{"role": "user", "content": "x"}]}
-        status, body = srv.request("POST", path, dict(base, max_tokens=2, **extra))
+        status, body = srv.request("POST", path, {**base, "max_tokens": 2, **extra})
         checks.check(status == 400 and "error" in body, f"{what}: 400 ({status} {body})")
     status, body = srv.request("GET", "/health")
     checks.check(status == 200, "the server still serves")

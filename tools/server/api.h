@@ -7,6 +7,7 @@
 
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 
 #include "server/api_common.h"
@@ -67,7 +68,9 @@ class Api {
     void completion(const httplib::Request &req, httplib::Response &res);        // llama.cpp's /completion
 
     // Shared by the three generation endpoints (api_generate.cpp).
-    void generate(httplib::Response &res, Task task, Dialect dialect, bool stream, bool include_usage);
+    // echo: the text the reply starts with (completions' echo), before the generated text.
+    void generate(httplib::Response &res, Task task, Dialect dialect, bool stream, bool include_usage,
+                  std::optional<std::string> echo = std::nullopt);
     void check_model(const json &body) const;
     std::shared_ptr<sparrow::server::TaskChannel> submit(Task task);
 

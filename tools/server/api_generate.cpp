@@ -56,21 +56,35 @@ json token_bytes(const std::string &piece) {
     return out;
 }
 
-// The "logprobs" of a completion choice for `lps`, whose text starts at byte `offset` of the completion:
-// {"tokens", "token_logprobs", "top_logprobs" (one {token: logprob} object per token), "text_offset"}.
-json completion_logprobs(const Tokenizer &tok, const std::vector<TokenLogprob> &lps, size_t &offset) {
+// The "logprobs" of a completion choice: {"tokens", "token_logprobs", "top_logprobs" (one {token: logprob}
+// object per token), "text_offset" (bytes)}. `first`: an echoed prompt's first token, which has no log
+// probability (null); `offset`: where the entries' text starts in the reply's text (advanced past it).
+json completion_logprobs(const Tokenizer &tok, std::optional<int32_t> first, const std::vector<TokenLogprob> &lps,
+                         size_t &offset) {
     json tokens = json::array(), logprobs = json::array(), top = json::array(), offsets = json::array();
-    for (const TokenLogprob &lp : lps) {
-        const std::string piece = tok.token_to_piece(lp.id);
+    const auto add = [&](int32_t id, json logprob, json alternatives) {
+        const std::string piece = tok.token_to_piece(id);
         tokens.push_back(piece);
-        logprobs.push_back(lp.logprob);
-        json alternatives = json::object();
-        for (const auto &[id, value] : lp.top) alternatives[tok.token_to_piece(id)] = value;
+        logprobs.push_back(std::move(logprob));
         top.push_back(std::move(alternatives));
         offsets.push_back(offset);
         offset += piece.size();
+    };
+    if (first) add(*first, nullptr, nullptr);
+    for (const TokenLogprob &lp : lps) {
+        json alternatives = json::object();
+        for (const auto &[id, value] : lp.top) alternatives[tok.token_to_piece(id)] = value;
+        add(lp.id, lp.logprob, std::move(alternatives));
     }
     return {{"tokens", tokens}, {"token_logprobs", logprobs}, {"top_logprobs", top}, {"text_offset", offsets}};
+}
+
+// Two completion "logprobs" objects one after the other (an echoed prompt's, then the generated text's).
+json concat_completion_logprobs(json a, const json &b) {
+    for (const char *key : {"tokens", "token_logprobs", "top_logprobs", "text_offset"}) {
+        for (const json &v : b[key]) a[key].push_back(v);
+    }
+    return a;
 }
 
 // The "logprobs" of a chat choice: {"content": [{"token", "logprob", "bytes", "top_logprobs": [...]}], "refusal"}.
@@ -101,8 +115,10 @@ bool read_include_usage(const json &body) {
 struct StreamState {
     std::shared_ptr<TaskChannel> channel;
     const Tokenizer *tokenizer = nullptr;
-    bool logprobs = false;   // the request asked for log probabilities
-    size_t text_offset = 0;  // completions: bytes of text sent so far (logprobs' text_offset)
+    bool logprobs = false;            // the request asked for log probabilities
+    size_t text_offset = 0;           // completions: bytes of text sent so far (logprobs' text_offset)
+    std::optional<std::string> echo;  // completions' echo: the prompt text, until it is sent
+    int32_t first_prompt_token = -1;  // echo with logprobs: the prompt's first token (no log probability)
     Dialect dialect = Dialect::completion;
     std::string id;
     std::string model;
@@ -137,6 +153,18 @@ bool stream_step(StreamState &st, httplib::DataSink &sink) {
         out += sse(chunk({{"delta", {{"role", "assistant"}, {"content", ""}}}}, nullptr));
         st.sent_role = true;
     }
+    // The echoed prompt goes first, with its tokens' log probabilities when asked for (they come when the
+    // prompt has been evaluated).
+    if (st.echo && (!st.logprobs || u.prompt_logprobs || u.done)) {
+        json fields = {{"text", *st.echo}};
+        if (st.logprobs) {
+            fields["logprobs"] =
+                completion_logprobs(*st.tokenizer, st.first_prompt_token,
+                                    u.prompt_logprobs.value_or(std::vector<TokenLogprob>{}), st.text_offset);
+        }
+        out += sse(chunk(fields, nullptr));
+        st.echo.reset();
+    }
     if (!u.text.empty() || (st.logprobs && !u.logprobs.empty())) {
         if (d == Dialect::llama) {
             out += sse({{"content", u.text}, {"stop", false}, {"tokens_predicted", u.n_generated}});
@@ -146,7 +174,9 @@ bool stream_step(StreamState &st, httplib::DataSink &sink) {
             out += sse(chunk(fields, nullptr));
         } else {
             json fields = {{"text", u.text}};
-            if (st.logprobs) fields["logprobs"] = completion_logprobs(*st.tokenizer, u.logprobs, st.text_offset);
+            if (st.logprobs) {
+                fields["logprobs"] = completion_logprobs(*st.tokenizer, std::nullopt, u.logprobs, st.text_offset);
+            }
             out += sse(chunk(fields, nullptr));
         }
     }
@@ -200,11 +230,21 @@ struct PendingReply {
     std::string id;
     std::string model;
     int64_t created = 0;
-    std::string text;                          // generated so far
-    std::vector<TokenLogprob> token_logprobs;  // with logprobs: of the tokens of `text`
-    TaskUpdate last;                           // the latest update (counters, done)
+    std::string text;                           // generated so far
+    std::vector<TokenLogprob> token_logprobs;   // with logprobs: of the tokens of `text`
+    std::optional<std::string> echo;            // completions' echo: the prompt text the reply starts with
+    int32_t first_prompt_token = -1;            // echo with logprobs: the prompt's first token
+    std::vector<TokenLogprob> prompt_logprobs;  // echo with logprobs: prompt tokens 1, 2, ...
+    TaskUpdate last;                            // the latest update (counters, done)
     Clock::time_point last_write = Clock::now();
 };
+
+// Adds an update's text and log probabilities to a reply in the making.
+void take(PendingReply &r, const TaskUpdate &u) {
+    r.text += u.text;
+    r.token_logprobs.insert(r.token_logprobs.end(), u.logprobs.begin(), u.logprobs.end());
+    if (u.prompt_logprobs) r.prompt_logprobs = *u.prompt_logprobs;
+}
 
 // The whole reply of a finished request: (status, body).
 std::pair<int, json> final_reply(const PendingReply &r) {
@@ -229,9 +269,14 @@ std::pair<int, json> final_reply(const PendingReply &r) {
         choice["message"] = {{"role", "assistant"}, {"content", r.text}};
         if (r.logprobs) choice["logprobs"] = chat_logprobs(*r.tokenizer, r.token_logprobs);
     } else {
-        choice["text"] = r.text;
-        size_t offset = 0;
-        if (r.logprobs) choice["logprobs"] = completion_logprobs(*r.tokenizer, r.token_logprobs, offset);
+        choice["text"] = r.echo.value_or("") + r.text;
+        if (r.logprobs) {
+            size_t offset = 0;  // the echoed prompt's entries first, then the generated ones (in this order)
+            json lp =
+                r.echo ? completion_logprobs(*r.tokenizer, r.first_prompt_token, r.prompt_logprobs, offset) : json();
+            json generated = completion_logprobs(*r.tokenizer, std::nullopt, r.token_logprobs, offset);
+            choice["logprobs"] = r.echo ? concat_completion_logprobs(std::move(lp), generated) : std::move(generated);
+        }
     }
     return {200,
             {{"id", r.id},
@@ -250,8 +295,7 @@ bool pending_step(PendingReply &r, httplib::DataSink &sink) {
         return true;
     }
     r.last = r.channel->wait(kStreamPoll);
-    r.text += r.last.text;
-    r.token_logprobs.insert(r.token_logprobs.end(), r.last.logprobs.begin(), r.last.logprobs.end());
+    take(r, r.last);
     std::string out;
     if (r.last.done) {
         out = dump_json(final_reply(r).second);  // a failure after the 200 went out is told in the body
@@ -271,20 +315,29 @@ bool pending_step(PendingReply &r, httplib::DataSink &sink) {
 void Api::completions(const httplib::Request &req, httplib::Response &res) {
     const json body = parse_body(req);
     check_model(body);
-    refuse_if_set(body, "echo", "the prompt is never echoed");
     refuse_if_set(body, "suffix", "no insertion mode");
     (void)get_int(body, "best_of", 1, 1);  // one candidate per request
     const auto prompt = body.find("prompt");
     if (prompt == body.end() || prompt->is_null()) throw ApiError(400, "'prompt' is required", "missing_field");
     Task task;
     task.prompt = read_prompt(*prompt, "prompt", tokenizer_, limits_);
-    task.sampling = read_sampling(body, {.temperature = 1.0f, .top_p = 1.0f, .top_k = 0, .max_tokens = 16},
-                                  {"max_tokens"}, static_cast<int64_t>(task.prompt.size()), limits_);
+    // echo: the reply's text starts with the prompt (as sent, or its token ids' text); then max_tokens may be
+    // 0, which only scores the prompt
+    const bool echo = get_bool(body, "echo").value_or(false);
+    task.sampling = read_sampling(
+        body, {.temperature = 1.0f, .top_p = 1.0f, .top_k = 0, .max_tokens = 16, .min_max_tokens = echo ? 0 : 1},
+        {"max_tokens"}, static_cast<int64_t>(task.prompt.size()), limits_);
     // logprobs: null (none) or N, the alternatives reported per token with each token's own log probability
     task.sampling.logprobs = static_cast<int>(get_int(body, "logprobs", 0, kMaxTopLogprobs).value_or(-1));
+    task.prompt_logprobs = echo && task.sampling.logprobs >= 0;
+    std::optional<std::string> echo_text;
+    if (echo) {
+        const json &p = prompt->is_array() && prompt->size() == 1 && (*prompt)[0].is_string() ? (*prompt)[0] : *prompt;
+        echo_text = p.is_string() ? p.get<std::string>() : tokenizer_.decode(task.prompt);
+    }
     const bool stream = get_bool(body, "stream").value_or(false);
     const bool include_usage = read_include_usage(body);
-    generate(res, std::move(task), Dialect::completion, stream, include_usage);
+    generate(res, std::move(task), Dialect::completion, stream, include_usage, std::move(echo_text));
 }
 
 void Api::chat_completions(const httplib::Request &req, httplib::Response &res) {
@@ -332,12 +385,14 @@ void Api::completion(const httplib::Request &req, httplib::Response &res) {
     generate(res, std::move(task), Dialect::llama, get_bool(body, "stream").value_or(false), false);
 }
 
-void Api::generate(httplib::Response &res, Task task, Dialect dialect, bool stream, bool include_usage) {
+void Api::generate(httplib::Response &res, Task task, Dialect dialect, bool stream, bool include_usage,
+                   std::optional<std::string> echo) {
     const uint64_t n = next_id_.fetch_add(1);
     const std::string id = (dialect == Dialect::chat ? "chatcmpl-" : "cmpl-") + std::to_string(n);
     const int64_t created = unix_time();
     // /completion (llama.cpp's) has no OpenAI logprobs
     const bool logprobs = dialect != Dialect::llama && task.sampling.logprobs >= 0;
+    const int32_t first_prompt_token = task.prompt.empty() ? -1 : task.prompt.front();
     auto channel = submit(std::move(task));
 
     if (!stream) {
@@ -348,6 +403,8 @@ void Api::generate(httplib::Response &res, Task task, Dialect dialect, bool stre
         st->channel = channel;
         st->tokenizer = &tokenizer_;
         st->logprobs = logprobs;
+        st->echo = echo;
+        st->first_prompt_token = first_prompt_token;
         st->dialect = dialect;
         st->id = id;
         st->model = config_.model_id;
@@ -355,8 +412,7 @@ void Api::generate(httplib::Response &res, Task task, Dialect dialect, bool stre
         const auto deadline = Clock::now() + kDirectReplyWait;
         while (!st->last.done && Clock::now() < deadline) {
             st->last = channel->wait(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()));
-            st->text += st->last.text;
-            st->token_logprobs.insert(st->token_logprobs.end(), st->last.logprobs.begin(), st->last.logprobs.end());
+            take(*st, st->last);
         }
         if (st->last.done) {
             const auto [status, body] = final_reply(*st);
@@ -380,6 +436,8 @@ void Api::generate(httplib::Response &res, Task task, Dialect dialect, bool stre
     st->channel = channel;
     st->tokenizer = &tokenizer_;
     st->logprobs = logprobs;
+    st->echo = std::move(echo);
+    st->first_prompt_token = first_prompt_token;
     st->dialect = dialect;
     st->id = id;
     st->model = config_.model_id;

@@ -76,8 +76,8 @@ SamplingOptions read_sampling(const json &body, const SamplingDefaults &defaults
     for (const char *key : max_tokens_keys) {
         // llama.cpp's n_predict = -1 means "until the context is full".
         const bool llama_style = std::string_view(key) == "n_predict";
-        max_tokens = get_int(body, key, llama_style ? -1 : 1, INT64_MAX);
-        if (max_tokens && *max_tokens == 0) {
+        max_tokens = get_int(body, key, llama_style ? -1 : defaults.min_max_tokens, INT64_MAX);
+        if (max_tokens && *max_tokens == 0 && defaults.min_max_tokens > 0) {
             throw ApiError(400, strprintf("'%s' must be at least 1", key), "invalid_value");
         }
         if (max_tokens && *max_tokens == -1) max_tokens = room;

@@ -35,6 +35,7 @@ struct SamplingDefaults {
     float top_p = 1.0f;
     int top_k = 0;
     std::optional<int64_t> max_tokens;  // nullopt: whatever the context leaves after the prompt
+    int64_t min_max_tokens = 1;         // 0 where a request may only score its prompt (completions with echo)
 };
 
 // temperature, top_p, top_k, seed, presence_penalty, frequency_penalty, stop, and max_tokens under the
