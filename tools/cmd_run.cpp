@@ -159,9 +159,7 @@ int converse(const RunFlags &f, const Model &model, Context &ctx) {
     print_sampling(f, ctx, seed);
     std::fprintf(stderr, "conversation: chat format %s; one message per line of standard input, end with EOF\n",
                  server::chat_format_name(format));
-    server::ChatOptions opts;
-    if (tok.bos_id() >= 0) opts.bos_text = std::string(tok.token_text(tok.bos_id()));
-    if (tok.eos_id() >= 0) opts.eos_text = std::string(tok.token_text(tok.eos_id()));
+    const server::ChatOptions opts = server::chat_options_for(tok);
     std::vector<server::ChatMessage> messages;
     if (!f.system_prompt.empty()) messages.push_back({"system", f.system_prompt, std::nullopt});
 

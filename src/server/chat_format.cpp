@@ -1,6 +1,7 @@
 #include "server/chat_format.h"
 
 #include "core/error.h"
+#include "runtime/tokenizer.h"
 
 namespace sparrow::server {
 
@@ -204,6 +205,13 @@ std::string render_llama2(const std::vector<ChatMessage> &messages, const ChatOp
 }
 
 }  // namespace
+
+ChatOptions chat_options_for(const Tokenizer &tok) {
+    ChatOptions opts;
+    if (tok.bos_id() >= 0) opts.bos_text = std::string(tok.token_text(tok.bos_id()));
+    if (tok.eos_id() >= 0) opts.eos_text = std::string(tok.token_text(tok.eos_id()));
+    return opts;
+}
 
 std::optional<ChatFormat> detect_chat_format(std::string_view t) {
     if (contains(t, "<｜User｜>") && contains(t, "<｜Assistant｜>")) {

@@ -9,6 +9,10 @@
 #include <string_view>
 #include <vector>
 
+namespace sparrow {
+class Tokenizer;
+}  // namespace sparrow
+
 namespace sparrow::server {
 
 enum class ChatFormat {
@@ -30,6 +34,9 @@ struct ChatOptions {
     std::string bos_text;                 // the vocabulary's BOS token text ("" when it has none)
     std::string eos_text;                 // the vocabulary's EOS token text
 };
+
+// Options with the vocabulary's BOS and EOS token texts (the rest at their defaults).
+ChatOptions chat_options_for(const Tokenizer &tok);
 
 // Recognises a chat template's family; nullopt when it is none of the built-in ones.
 std::optional<ChatFormat> detect_chat_format(std::string_view jinja_template);

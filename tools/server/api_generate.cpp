@@ -353,14 +353,12 @@ void Api::chat_completions(const httplib::Request &req, httplib::Response &res) 
             throw ApiError(400, "only response_format {\"type\": \"text\"} is supported", "unsupported_parameter");
         }
     }
-    sparrow::server::ChatOptions opts;
+    sparrow::server::ChatOptions opts = sparrow::server::chat_options_for(tokenizer_);
     if (const auto kw = body.find("chat_template_kwargs"); kw != body.end() && !kw->is_null()) {
         if (!kw->is_object()) throw ApiError(400, "'chat_template_kwargs' must be an object", "invalid_type");
         opts.enable_thinking = get_bool(*kw, "enable_thinking");
         if (!opts.enable_thinking) opts.enable_thinking = get_bool(*kw, "thinking");
     }
-    if (tokenizer_.bos_id() >= 0) opts.bos_text = std::string(tokenizer_.token_text(tokenizer_.bos_id()));
-    if (tokenizer_.eos_id() >= 0) opts.eos_text = std::string(tokenizer_.token_text(tokenizer_.eos_id()));
     const std::string text = sparrow::server::apply_chat_format(config_.chat_format, read_messages(body), opts);
     Task task;
     task.prompt = tokenizer_.encode(text, /*add_special=*/false, /*parse_special=*/true);
