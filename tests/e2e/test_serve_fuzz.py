@@ -27,7 +27,7 @@ BASES = {
                         "seed": 3, "stop": ["zz"], "presence_penalty": 0.1, "frequency_penalty": 0.2},
     "/v1/chat/completions": {"messages": [{"role": "system", "content": "Be brief."},
                                           {"role": "user", "content": "Hello there"}],
-                             "max_tokens": 6, "temperature": 0.7, "seed": 9},
+                             "max_tokens": 6, "temperature": 0.7, "seed": 9, "logprobs": True, "top_logprobs": 2},
     "/completion": {"prompt": "The bird", "n_predict": 5, "temperature": 0},
     "/tokenize": {"content": "Hello world"},
     "/detokenize": {"tokens": [5, 6, 7]},
@@ -72,7 +72,8 @@ def mutate(body):
         parent[key] = [parent[key]] if rng.random() < 0.5 else {"value": parent[key]}
     else:  # a sibling: a new key, or the element repeated
         if isinstance(parent, dict):
-            parent[rng.choice(["n", "logprobs", "stream_options", "user", "model", "suffix", "zzz"])] = \
+            parent[rng.choice(["n", "logprobs", "top_logprobs", "echo", "stream_options", "user", "model", "suffix",
+                               "zzz"])] = \
                 copy.deepcopy(rng.choice(HOSTILE))
         else:
             parent.insert(key, copy.deepcopy(parent[key]))
