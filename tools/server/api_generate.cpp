@@ -79,14 +79,6 @@ json completion_logprobs(const Tokenizer &tok, std::optional<int32_t> first, con
     return {{"tokens", tokens}, {"token_logprobs", logprobs}, {"top_logprobs", top}, {"text_offset", offsets}};
 }
 
-// Two completion "logprobs" objects one after the other (an echoed prompt's, then the generated text's).
-json concat_completion_logprobs(json a, const json &b) {
-    for (const char *key : {"tokens", "token_logprobs", "top_logprobs", "text_offset"}) {
-        for (const json &v : b[key]) a[key].push_back(v);
-    }
-    return a;
-}
-
 // The "logprobs" of a chat choice: {"content": [{"token", "logprob", "bytes", "top_logprobs": [...]}], "refusal"}.
 json chat_logprobs(const Tokenizer &tok, const std::vector<TokenLogprob> &lps) {
     json content = json::array();
@@ -270,12 +262,12 @@ std::pair<int, json> final_reply(const PendingReply &r) {
         if (r.logprobs) choice["logprobs"] = chat_logprobs(*r.tokenizer, r.token_logprobs);
     } else {
         choice["text"] = r.echo.value_or("") + r.text;
-        if (r.logprobs) {
-            size_t offset = 0;  // the echoed prompt's entries first, then the generated ones (in this order)
-            json lp =
-                r.echo ? completion_logprobs(*r.tokenizer, r.first_prompt_token, r.prompt_logprobs, offset) : json();
-            json generated = completion_logprobs(*r.tokenizer, std::nullopt, r.token_logprobs, offset);
-            choice["logprobs"] = r.echo ? concat_completion_logprobs(std::move(lp), generated) : std::move(generated);
+        if (r.logprobs) {  // an echoed prompt's entries first
+            std::vector<TokenLogprob> entries = r.echo ? r.prompt_logprobs : std::vector<TokenLogprob>{};
+            entries.insert(entries.end(), r.token_logprobs.begin(), r.token_logprobs.end());
+            size_t offset = 0;
+            choice["logprobs"] = completion_logprobs(
+                *r.tokenizer, r.echo ? std::optional<int32_t>(r.first_prompt_token) : std::nullopt, entries, offset);
         }
     }
     return {200,
