@@ -150,8 +150,10 @@ void print_sampling(const RunFlags &f, const Context &ctx, uint64_t seed) {
 // The conversation: each user message (the prompt first when there is one, then each line of stdin) joins
 // the messages, the chat format renders them all with the assistant's generation prompt, and the rendering's
 // tokens are decoded past the prefix the cache already holds (as a server slot reuses its cached prefix),
-// so a turn costs its own tokens. The reply is printed, then a newline. A message that would not fit in the
-// context is refused with a notice and the conversation goes on; a reply that fills the context ends it.
+// so a turn costs its own tokens. The reply is printed, then a newline. When the rendering leaves too little
+// room for a reply, the oldest exchanges are dropped (then only the cached part before them is reused); a
+// message that does not fit even alone is refused with a notice, and a reply that
+// fills the context is cut. The conversation goes on in each case.
 int converse(const RunFlags &f, const Model &model, Context &ctx) {
     const Tokenizer &tok = model_tokenizer(model);
     const server::ChatFormat format = choose_chat_format(f.chat_format, model, "run");
@@ -187,15 +189,38 @@ int converse(const RunFlags &f, const Model &model, Context &ctx) {
             user = line;
         }
         messages.push_back({"user", user, std::nullopt});
-        const std::vector<int32_t> prompt = tok.encode(server::apply_chat_format(format, messages, opts),
-                                                       /*add_special=*/false, /*parse_special=*/true);
-        if (static_cast<int64_t>(prompt.size()) >= ctx.n_ctx()) {
+        // The rendering must leave room for the reply: -n tokens, or a quarter of the context when replies are
+        // unbounded. Without it, the oldest exchanges (a user message and what follows up to the next one; system
+        // messages stay) are dropped, as a chat front end truncates its history.
+        const int64_t room =
+            f.n_predict >= 0 ? std::max<int64_t>(f.n_predict, 1) : std::max<int64_t>(ctx.n_ctx() / 4, 1);
+        const auto render = [&] {
+            return tok.encode(server::apply_chat_format(format, messages, opts), /*add_special=*/false,
+                              /*parse_special=*/true);
+        };
+        std::vector<int32_t> prompt = render();
+        int64_t n_dropped = 0;
+        while (static_cast<int64_t>(prompt.size()) + room > ctx.n_ctx()) {
+            const auto first_user = std::find_if(messages.begin(), messages.end(),
+                                                 [](const server::ChatMessage &m) { return m.role == "user"; });
+            const auto next_user = std::find_if(first_user + 1, messages.end(),
+                                                [](const server::ChatMessage &m) { return m.role == "user"; });
+            if (next_user == messages.end()) break;  // only the new message is left
+            messages.erase(first_user, next_user);
+            ++n_dropped;
+            prompt = render();
+        }
+        if (static_cast<int64_t>(prompt.size()) + room > ctx.n_ctx()) {
             std::fprintf(stderr,
-                         "run: with this message the conversation is %zu tokens, which leaves no room for a reply in "
-                         "the context of %lld tokens; the message was not sent (raise -c)\n",
-                         prompt.size(), (long long)ctx.n_ctx());
+                         "run: this message makes a rendering of %zu tokens, which leaves less than %lld tokens for a "
+                         "reply in the context of %lld tokens even without earlier turns; it was not sent (raise -c)\n",
+                         prompt.size(), (long long)room, (long long)ctx.n_ctx());
             messages.pop_back();
             continue;
+        }
+        if (n_dropped > 0) {
+            std::fprintf(stderr, "run: the %lld oldest exchange%s dropped to fit the context of %lld tokens\n",
+                         (long long)n_dropped, n_dropped == 1 ? " was" : "s were", (long long)ctx.n_ctx());
         }
         if (f.verbose_prompt) print_prompt_ids(prompt);
         // Keep the cached prefix the rendering starts with; at least the last token is decoded again (its
@@ -223,9 +248,10 @@ int converse(const RunFlags &f, const Model &model, Context &ctx) {
         cached.insert(cached.end(), c.tokens.begin(), c.tokens.begin() + c.n_decoded);
         messages.push_back({"assistant", c.text, std::nullopt});
         if (c.context_full) {
-            std::fprintf(stderr, "run: the context of %lld tokens is full; the conversation ends here (raise -c)\n",
+            std::fprintf(stderr,
+                         "run: the reply filled the context of %lld tokens and was cut; the next message "
+                         "drops the oldest exchanges\n",
                          (long long)ctx.n_ctx());
-            break;
         }
     }
     print_sparse_stats(ctx, f.model.dsa_stats);

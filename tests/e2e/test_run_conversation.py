@@ -7,8 +7,9 @@ already hold. Checked here, greedy, on tiny synthetic models:
 - each turn's reply equals what `serve` answers on /v1/chat/completions for the same messages, for the
   DeepSeek-V3.2 and GLM templates (recognised from the GGUF) and with a system prompt, over three turns
   whose replies are valid UTF-8 (a reply's invalid bytes cannot travel back to the server in JSON);
-- a message too long for the context is refused with a notice and the conversation goes on; a reply that
-  fills the context ends it; bad flag combinations are refused."""
+- a long chat in a small context drops its oldest exchanges and its replies still equal fresh runs; a
+  message too long even alone is refused with a notice and the conversation goes on; bad flag combinations
+  are refused."""
 import os
 import subprocess
 
@@ -130,14 +131,25 @@ if glm_tmpl:
     checks.check("chat format glm" in err, "the GLM template is recognised by run")
 
 # --- limits -------------------------------------------------------------------------------------------------
-# A message too long for the context is refused; the next one is answered.
+# A message too long for the context even alone is refused; the next one is answered.
 out, err, rc = converse(ds, ["word " * 400, "Hello there"], "--chat-format", "llama2", "-c", 128)
-checks.check(rc == 0 and "the message was not sent" in err and "turns: 1" in err and out.count("\n") == 1,
+checks.check(rc == 0 and "it was not sent" in err and "turns: 1" in err and out.count("\n") == 1,
              f"an over-long message is refused and the conversation goes on ({rc}): {err[-300:]}")
-# A reply with no limit runs until an end-of-generation token or a full context; a full context ends it.
+# A long chat in a small context: the oldest exchanges are dropped, every message is answered, and each reply
+# still equals a fresh run over its turn's (shortened) rendering.
+many = [f"{a} {b}" for a, b in zip(["Hello", "Tell me", "Why", "Sing", "Once", "And then"],
+                                     ["there", "more", "the bird", "a song", "the river", "one day"])]
+small = ["--chat-format", "llama2", "-c", 96, "--dsa-top-k", 4]
+out, err = run_bytes(["run", "-m", ds, "--conversation", "-n", N, "--temp", 0, "-t", 2, "--verbose-prompt"] + small,
+                     stdin=("\n".join(many) + "\n").encode())
+turns = turn_ids(err)
+checks.check(f"turns: {len(many)}" in err and "oldest exchange" in err and all(len(t) + N <= 96 for t in turns),
+             f"a long chat drops its oldest exchanges and answers every message: {[len(t) for t in turns]}")
+fresh = b"".join(fresh_reply(ds, ids, "--dsa-top-k", 4) for ids in turns)
+checks.check(out == fresh, "after dropped exchanges each reply still equals a fresh run over its rendering")
+# Unbounded replies keep a quarter of the context free; a reply that fills it is cut and the chat goes on.
 out, err, rc = converse(ds, ["Hello there", "Tell me more"], "--chat-format", "llama2", "-c", 48, n=-1)
-checks.check(rc == 0 and ("the conversation ends here" in err or "turns: 2" in err),
-             f"-n -1 in a small context: replies end at EOS or the full context ends the talk ({rc}): {err[-300:]}")
+checks.check(rc == 0 and "turns: 2" in err, f"-n -1 in a small context: both messages answered ({rc}): {err[-300:]}")
 
 # --- run's prompt options -------------------------------------------------------------------------------------
 prompt_path = os.path.join(tmp, "prompt.txt")
