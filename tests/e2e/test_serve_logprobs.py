@@ -1,5 +1,5 @@
 """`sparrow serve`: log probabilities (OpenAI's `logprobs` on /v1/completions, `logprobs` + `top_logprobs` on
-/v1/chat/completions), plain and streamed.
+/v1/chat/completions, llama.cpp's `n_probs` on /completion), plain and streamed.
 
 - The first generated token's log probability and its alternatives equal log_softmax of the logits that
   `run --dump-logits` writes for the same prompt; each later token's entry is consistent (greedy: the chosen
@@ -133,6 +133,21 @@ with serve_util.Server(model, "-np", 2, "-c", 512, *CACHE) as srv:
     checks.check(status == 200 and all(e["top_logprobs"] == [] for e in body["choices"][0]["logprobs"]["content"]),
                  "chat: logprobs without top_logprobs reports no alternatives")
 
+    # --- llama.cpp's /completion with n_probs ----------------------------------------------------------------
+    status, body = srv.request("POST", "/completion", {"prompt": PROMPT, "n_predict": N, "temperature": 0,
+                                                       "n_probs": 3})
+    probs = body.get("completion_probabilities", [])
+    checks.check(status == 200 and len(probs) == N and [p["token"] for p in probs] == lp["tokens"]
+                 and np.allclose([p["logprob"] for p in probs], lp["token_logprobs"])
+                 and all(len(p["top_logprobs"]) == 3 and p["top_logprobs"][0]["id"] == p["id"] for p in probs),
+                 f"/completion n_probs: llama.cpp's completion_probabilities, equal to the OpenAI entries: {probs[:1]}")
+    status, events, done = srv.stream("/completion", {"prompt": PROMPT, "n_predict": N, "temperature": 0,
+                                                      "n_probs": 3, "stream": True})
+    streamed = [p for ev in events for p in ev.get("completion_probabilities", [])]
+    checks.check([p["id"] for p in streamed] == [p["id"] for p in probs], "/completion n_probs, streamed")
+    status, body = srv.request("POST", "/completion", {"prompt": PROMPT, "n_predict": 2, "temperature": 0})
+    checks.check("completion_probabilities" not in body, "/completion without n_probs has no probabilities")
+
     # --- echo: the prompt's log probabilities ---------------------------------------------------------------
     status, tok = srv.request("POST", "/tokenize", {"content": PROMPT, "add_special": True})
     ids = tok["tokens"]
@@ -172,12 +187,13 @@ with serve_util.Server(model, "-np", 2, "-c", 512, *CACHE) as srv:
         ("/v1/completions", {"logprobs": -1}, "negative logprobs"),
         ("/v1/completions", {"logprobs": "5"}, "logprobs of the wrong type"),
         ("/v1/completions", {"max_tokens": 0}, "max_tokens 0 without echo"),
+        ("/completion", {"n_probs": 21}, "n_probs above 20"),
         ("/v1/completions", {"echo": "yes"}, "echo of the wrong type"),
         ("/v1/chat/completions", {"top_logprobs": 2}, "top_logprobs without logprobs"),
         ("/v1/chat/completions", {"logprobs": True, "top_logprobs": 21}, "top_logprobs above 20"),
         ("/v1/chat/completions", {"logprobs": 3}, "chat logprobs that is not a boolean"),
     ]:
-        base = {"prompt": PROMPT} if path == "/v1/completions" else {"messages": [{"role": "user", "content": "x"}]}
+        base = {"messages": [{"role": "user", "content": "x"}]} if path == "/v1/chat/completions" else {"prompt": PROMPT}
         status, body = srv.request("POST", path, {**base, "max_tokens": 2, **extra})
         checks.check(status == 400 and "error" in body, f"{what}: 400 ({status} {body})")
     status, body = srv.request("GET", "/health")

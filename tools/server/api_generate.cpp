@@ -95,6 +95,23 @@ json chat_logprobs(const Tokenizer &tok, const std::vector<TokenLogprob> &lps) {
     return {{"content", content}, {"refusal", nullptr}};
 }
 
+// llama.cpp's /completion "completion_probabilities" (with n_probs): [{"id", "token", "bytes", "logprob",
+// "top_logprobs": [{"id", "token", "bytes", "logprob"}]}].
+json llama_probabilities(const Tokenizer &tok, const std::vector<TokenLogprob> &lps) {
+    const auto entry = [&](int32_t id, float logprob) {
+        const std::string piece = tok.token_to_piece(id);
+        return json{{"id", id}, {"token", piece}, {"bytes", token_bytes(piece)}, {"logprob", logprob}};
+    };
+    json out = json::array();
+    for (const TokenLogprob &lp : lps) {
+        json e = entry(lp.id, lp.logprob);
+        e["top_logprobs"] = json::array();
+        for (const auto &[id, value] : lp.top) e["top_logprobs"].push_back(entry(id, value));
+        out.push_back(std::move(e));
+    }
+    return out;
+}
+
 // stream_options.include_usage (an object or null).
 bool read_include_usage(const json &body) {
     const auto so = body.find("stream_options");
@@ -159,7 +176,9 @@ bool stream_step(StreamState &st, httplib::DataSink &sink) {
     }
     if (!u.text.empty() || (st.logprobs && !u.logprobs.empty())) {
         if (d == Dialect::llama) {
-            out += sse({{"content", u.text}, {"stop", false}, {"tokens_predicted", u.n_generated}});
+            json event = {{"content", u.text}, {"stop", false}, {"tokens_predicted", u.n_generated}};
+            if (st.logprobs) event["completion_probabilities"] = llama_probabilities(*st.tokenizer, u.logprobs);
+            out += sse(event);
         } else if (d == Dialect::chat) {
             json fields = {{"delta", {{"content", u.text}}}};
             if (st.logprobs) fields["logprobs"] = chat_logprobs(*st.tokenizer, u.logprobs);
@@ -247,14 +266,15 @@ std::pair<int, json> final_reply(const PendingReply &r) {
     }
     const char *finish = sparrow::server::finish_reason_name(u.finish);
     if (r.dialect == Dialect::llama) {
-        return {200,
-                {{"content", r.text},
-                 {"model", r.model},
-                 {"stop", true},
-                 {"finish_reason", finish},
-                 {"tokens_predicted", u.n_generated},
-                 {"tokens_evaluated", u.n_prompt},
-                 {"tokens_cached", u.n_cached}}};
+        json body = {{"content", r.text},
+                     {"model", r.model},
+                     {"stop", true},
+                     {"finish_reason", finish},
+                     {"tokens_predicted", u.n_generated},
+                     {"tokens_evaluated", u.n_prompt},
+                     {"tokens_cached", u.n_cached}};
+        if (r.logprobs) body["completion_probabilities"] = llama_probabilities(*r.tokenizer, r.token_logprobs);
+        return {200, body};
     }
     json choice = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", finish}};
     if (r.dialect == Dialect::chat) {
@@ -372,6 +392,10 @@ void Api::completion(const httplib::Request &req, httplib::Response &res) {
     task.prompt = read_prompt(*prompt, "prompt", tokenizer_, limits_);
     task.sampling = read_sampling(body, {.temperature = 0.8f, .top_p = 0.95f, .top_k = 40, .max_tokens = std::nullopt},
                                   {"n_predict", "max_tokens"}, static_cast<int64_t>(task.prompt.size()), limits_);
+    // n_probs: the log probability of each generated token and of the n_probs most likely ones (llama.cpp's)
+    if (const auto n_probs = get_int(body, "n_probs", 0, kMaxTopLogprobs); n_probs && *n_probs > 0) {
+        task.sampling.logprobs = static_cast<int>(*n_probs);
+    }
     generate(res, std::move(task), Dialect::llama, get_bool(body, "stream").value_or(false), false);
 }
 
@@ -380,8 +404,7 @@ void Api::generate(httplib::Response &res, Task task, Dialect dialect, bool stre
     const uint64_t n = next_id_.fetch_add(1);
     const std::string id = (dialect == Dialect::chat ? "chatcmpl-" : "cmpl-") + std::to_string(n);
     const int64_t created = unix_time();
-    // /completion (llama.cpp's) has no OpenAI logprobs
-    const bool logprobs = dialect != Dialect::llama && task.sampling.logprobs >= 0;
+    const bool logprobs = task.sampling.logprobs >= 0;
     const int32_t first_prompt_token = task.prompt.empty() ? -1 : task.prompt.front();
     auto channel = submit(std::move(task));
 
