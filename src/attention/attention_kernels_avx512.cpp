@@ -11,13 +11,8 @@
 //
 // ODR rule (as src/kernels/cpu/kernels_avx2.cpp): this file includes only <immintrin.h>, <cstdint> and
 // attention_kernels.h, and everything but the exported kernels sits in an anonymous namespace.
-//
-// GCC 12's AVX-512 intrinsics trip its own -Wuninitialized (GCC bug 105593; see kernels_avx512.cpp).
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#include <immintrin.h>
-#pragma GCC diagnostic pop
+
+#include "kernels/cpu/avx512_intrinsics.h"  // <immintrin.h> without GCC 12's false warnings
 
 #include <cstdint>
 

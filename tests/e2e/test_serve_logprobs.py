@@ -100,14 +100,14 @@ with serve_util.Server(model, "-np", 2, "-c", 512, *CACHE) as srv:
     # a stop string cuts the entries with the text
     text = choice["text"]
     cut = next((i for i in range(1, len(text)) if text[i].isprintable() and text[i] != "\ufffd"), None)
-    if cut is not None:
-        status, body = srv.request("POST", "/v1/completions", dict(req, stop=[text[cut:cut + 1]]))
-        c = body["choices"][0]
-        joined = "".join(c["logprobs"]["tokens"])
-        checks.check(status == 200 and c["finish_reason"] == "stop" and joined.startswith(c["text"])
-                     and len(c["logprobs"]["tokens"]) <= body["usage"]["completion_tokens"]
-                     and len(joined) < len("".join(lp["tokens"])),
-                     f"a stop string cuts the entries: {c['text']!r} / {c['logprobs']['tokens']}")
+    checks.check(cut is not None, f"the greedy text has a printable character to stop at: {text!r}")
+    status, body = srv.request("POST", "/v1/completions", dict(req, stop=[text[cut:cut + 1] if cut else "x"]))
+    c = body["choices"][0]
+    joined = "".join(c["logprobs"]["tokens"])
+    checks.check(status == 200 and c["finish_reason"] == "stop" and joined.startswith(c["text"])
+                 and len(c["logprobs"]["tokens"]) <= body["usage"]["completion_tokens"]
+                 and len(joined) < len("".join(lp["tokens"])),
+                 f"a stop string cuts the entries: {c['text']!r} / {c['logprobs']['tokens']}")
 
     # --- chat ---------------------------------------------------------------------------------------------
     chat = {"messages": [{"role": "user", "content": "Hello"}], "max_tokens": N, "temperature": 0,

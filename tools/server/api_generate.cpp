@@ -121,17 +121,21 @@ bool read_include_usage(const json &body) {
 }
 
 // What one streamed request needs between calls of httplib's content provider.
-struct StreamState {
+// What a reply, streamed or not, knows of its request (set once, in generate()).
+struct ReplyInfo {
     std::shared_ptr<TaskChannel> channel;
     const Tokenizer *tokenizer = nullptr;
-    bool logprobs = false;            // the request asked for log probabilities
-    size_t text_offset = 0;           // completions: bytes of text sent so far (logprobs' text_offset)
-    std::optional<std::string> echo;  // completions' echo: the prompt text, until it is sent
-    int32_t first_prompt_token = -1;  // echo with logprobs: the prompt's first token (no log probability)
     Dialect dialect = Dialect::completion;
     std::string id;
     std::string model;
     int64_t created = 0;
+    bool logprobs = false;            // the request asked for log probabilities
+    std::optional<std::string> echo;  // completions' echo: the prompt text the reply starts with
+    int32_t first_prompt_token = -1;  // echo with logprobs: the prompt's first token (no log probability)
+};
+
+struct StreamState : ReplyInfo {
+    size_t text_offset = 0;  // completions: bytes of text sent so far (logprobs' text_offset)
     bool include_usage = false;
     bool sent_role = false;
     bool finished = false;
@@ -162,8 +166,8 @@ bool stream_step(StreamState &st, httplib::DataSink &sink) {
         out += sse(chunk({{"delta", {{"role", "assistant"}, {"content", ""}}}}, nullptr));
         st.sent_role = true;
     }
-    // The echoed prompt goes first, with its tokens' log probabilities when asked for (they come when the
-    // prompt has been evaluated).
+    // The echoed prompt goes first (and once: `echo` is cleared), with its tokens' log probabilities when asked
+    // for (they come when the prompt has been evaluated).
     if (st.echo && (!st.logprobs || u.prompt_logprobs || u.done)) {
         json fields = {{"text", *st.echo}};
         if (st.logprobs) {
@@ -233,18 +237,9 @@ bool stream_step(StreamState &st, httplib::DataSink &sink) {
 }
 
 // A non-streamed reply in the making.
-struct PendingReply {
-    std::shared_ptr<TaskChannel> channel;
-    const Tokenizer *tokenizer = nullptr;
-    bool logprobs = false;  // the request asked for log probabilities
-    Dialect dialect = Dialect::completion;
-    std::string id;
-    std::string model;
-    int64_t created = 0;
+struct PendingReply : ReplyInfo {
     std::string text;                           // generated so far
     std::vector<TokenLogprob> token_logprobs;   // with logprobs: of the tokens of `text`
-    std::optional<std::string> echo;            // completions' echo: the prompt text the reply starts with
-    int32_t first_prompt_token = -1;            // echo with logprobs: the prompt's first token
     std::vector<TokenLogprob> prompt_logprobs;  // echo with logprobs: prompt tokens 1, 2, ...
     TaskUpdate last;                            // the latest update (counters, done)
     Clock::time_point last_write = Clock::now();
@@ -402,26 +397,24 @@ void Api::completion(const httplib::Request &req, httplib::Response &res) {
 void Api::generate(httplib::Response &res, Task task, Dialect dialect, bool stream, bool include_usage,
                    std::optional<std::string> echo) {
     const uint64_t n = next_id_.fetch_add(1);
-    const std::string id = (dialect == Dialect::chat ? "chatcmpl-" : "cmpl-") + std::to_string(n);
-    const int64_t created = unix_time();
-    const bool logprobs = task.sampling.logprobs >= 0;
-    const int32_t first_prompt_token = task.prompt.empty() ? -1 : task.prompt.front();
+    ReplyInfo info{.channel = nullptr,
+                   .tokenizer = &tokenizer_,
+                   .dialect = dialect,
+                   .id = (dialect == Dialect::chat ? "chatcmpl-" : "cmpl-") + std::to_string(n),
+                   .model = config_.model_id,
+                   .created = unix_time(),
+                   .logprobs = task.sampling.logprobs >= 0,
+                   .echo = std::move(echo),
+                   .first_prompt_token = task.prompt.front()};  // prompts are never empty
     auto channel = submit(std::move(task));
+    info.channel = channel;
 
     if (!stream) {
         // Short requests get a plain reply. A request still running after kDirectReplyWait is answered
         // through a chunked reply that sends a space (leading whitespace is valid JSON) every kProbeInterval
         // while it waits: a client that went away makes such a write fail, which cancels its request.
         auto st = std::make_shared<PendingReply>();
-        st->channel = channel;
-        st->tokenizer = &tokenizer_;
-        st->logprobs = logprobs;
-        st->echo = echo;
-        st->first_prompt_token = first_prompt_token;
-        st->dialect = dialect;
-        st->id = id;
-        st->model = config_.model_id;
-        st->created = created;
+        static_cast<ReplyInfo &>(*st) = std::move(info);
         const auto deadline = Clock::now() + kDirectReplyWait;
         while (!st->last.done && Clock::now() < deadline) {
             st->last = channel->wait(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()));
@@ -446,15 +439,7 @@ void Api::generate(httplib::Response &res, Task task, Dialect dialect, bool stre
     }
 
     auto st = std::make_shared<StreamState>();
-    st->channel = channel;
-    st->tokenizer = &tokenizer_;
-    st->logprobs = logprobs;
-    st->echo = std::move(echo);
-    st->first_prompt_token = first_prompt_token;
-    st->dialect = dialect;
-    st->id = id;
-    st->model = config_.model_id;
-    st->created = created;
+    static_cast<ReplyInfo &>(*st) = std::move(info);
     st->include_usage = include_usage;
     const auto provider = [st](size_t, httplib::DataSink &sink) -> bool {
         // An exception must not escape into httplib's thread: it ends this response (and the releaser

@@ -8,13 +8,8 @@
 //
 // Tails use masked loads (lanes past the end are neither read nor faulted), so no scalar clean-up loops.
 // Q8_0 and Q4_0 products use the AVX2 kernels (dispatch.cpp says why).
-// GCC 12's AVX-512 intrinsics initialise their "undefined" pass-through operands from themselves, which
-// its own -Wuninitialized then reports at every use (GCC bug 105593). The header is fine; silence it only.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#include <immintrin.h>
-#pragma GCC diagnostic pop
+
+#include "kernels/cpu/avx512_intrinsics.h"  // <immintrin.h> without GCC 12's false warnings
 
 #include <cstddef>
 #include <cstdint>
