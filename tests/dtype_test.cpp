@@ -1,9 +1,13 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
+#include <vector>
 
 #include "core/dtype.h"
+#include "core/kquants.h"
+#include "kernels/ref/ref_ops.h"
 #include "test_util.h"
 
 namespace sparrow {
@@ -53,16 +57,22 @@ class QuantRoundTrip : public ::testing::TestWithParam<DType> {};
 TEST_P(QuantRoundTrip, ErrorWithinTheTypesStep) {
     const DType t = GetParam();
     std::mt19937 rng(7);
-    for (int64_t n : {32, 64, 4096}) {
+    for (int64_t n : {32, 64, 256, 512, 4096}) {
+        if (n % dtype_info(t).block_size != 0) continue;
         const auto x = test::random_floats(rng, static_cast<size_t>(n), -3.0f, 3.0f);
         std::vector<uint8_t> q(static_cast<size_t>(dtype_row_size(t, n)));
         std::vector<float> y(static_cast<size_t>(n));
         quantize_row(t, x.data(), q.data(), n);
         dequantize_row(t, q.data(), y.data(), n);
         for (int64_t i = 0; i < n; ++i) {
-            // Per-block step: amax/127 (Q8_0), amax/8 (Q4_0); relative 2^-11 (F16), 2^-8 (BF16).
+            // Per-block step: amax/127 (Q8_0), amax/8 (Q4_0); relative 2^-11 (F16), 2^-8 (BF16). K-quants: half
+            // a sub-block's step (range/15, range/31; Q6_K amax/32, or a whole step where +32 clamps to 31) plus
+            // what rounding the sub-block scale (to 1/63 or 1/128 of the largest) and min (1/63) moves.
             const float bound = t == DType::Q8_0   ? 3.0f / 127 * 0.5f + 1e-3f
                                 : t == DType::Q4_0 ? 3.0f / 8 + 1e-3f
+                                : t == DType::Q4_K ? 6.0f / 15 * 0.5f + 16 * (6.0f / 15) / 126 + 3.0f / 126
+                                : t == DType::Q5_K ? 6.0f / 31 * 0.5f + 32 * (6.0f / 31) / 126 + 3.0f / 126
+                                : t == DType::Q6_K ? 3.0f / 32 + 32 * (3.0f / 32) / 256 + 1e-3f
                                 : t == DType::F16  ? std::fabs(x[i]) / 2048
                                 : t == DType::BF16 ? std::fabs(x[i]) / 256
                                                    : 0.0f;
@@ -71,14 +81,15 @@ TEST_P(QuantRoundTrip, ErrorWithinTheTypesStep) {
         // Quantising the dequantised values again must reproduce the same bytes (a fixed point).
         std::vector<uint8_t> q2(q.size());
         quantize_row(t, y.data(), q2.data(), n);
-        if (t != DType::Q4_0) {
+        if (t != DType::Q4_0 && !dtype_is_k_quant(t)) {
             EXPECT_EQ(q, q2) << dtype_name(t);
         }
     }
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, QuantRoundTrip,
-                         ::testing::Values(DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0),
+                         ::testing::Values(DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_K,
+                                           DType::Q5_K, DType::Q6_K),
                          [](const auto &param_info) { return std::string(dtype_name(param_info.param)); });
 
 TEST(DType, Q4_0MatchesGgmlLayout) {
@@ -89,6 +100,99 @@ TEST(DType, Q4_0MatchesGgmlLayout) {
     quantize_row(DType::Q4_0, x, &b, 32);
     EXPECT_EQ(fp16_to_f32(b.d), 0.5f);
     for (int j = 0; j < 16; ++j) EXPECT_EQ(b.qs[j], static_cast<uint8_t>(j | (j << 4)));
+}
+
+TEST(DType, KQuantScalesUnpackAsGgmlPacksThem) {
+    // Sixteen distinct 6-bit numbers: scale s = 10 + s, min s = 40 + s (both above 15 from s = 6 on, so the top two
+    // bits matter). Packed by hand as ggml's quantisers do: for s < 4 the low 6 bits of bytes s and s + 4; for
+    // s >= 4 the low nibbles in byte s + 4 (scale low, min high) and the top 2 bits in bytes s - 4 and s.
+    uint8_t scales[12] = {};
+    for (int s = 0; s < 8; ++s) {
+        const int sc = 10 + s, m = 40 + s;
+        if (s < 4) {
+            scales[s] |= static_cast<uint8_t>(sc);
+            scales[s + 4] |= static_cast<uint8_t>(m);
+        } else {
+            scales[s + 4] = static_cast<uint8_t>((sc & 15) | ((m & 15) << 4));
+            scales[s - 4] |= static_cast<uint8_t>((sc >> 4) << 6);
+            scales[s] |= static_cast<uint8_t>((m >> 4) << 6);
+        }
+    }
+    for (int s = 0; s < 8; ++s) {
+        int sc, m;
+        kquant_scale_min(scales, s, sc, m);
+        EXPECT_EQ(sc, 10 + s) << "sub-block " << s;
+        EXPECT_EQ(m, 40 + s) << "sub-block " << s;
+    }
+}
+
+TEST(DType, KQuantElementsLieWhereGgmlPutsThem) {
+    // Hand-made blocks with one element set, checked against values worked out from the layout by hand.
+    BlockQ4_K q4{};
+    q4.d = f32_to_fp16(0.5f);
+    q4.dmin = f32_to_fp16(0.25f);
+    for (int s = 0; s < 4; ++s) q4.scales[s] = 2, q4.scales[s + 4] = 4;  // sub-blocks 0-3: sc 2, m 4
+    for (int s = 8; s < 12; ++s) q4.scales[s] = 3 | (1 << 4);            // sub-blocks 4-7: sc 3, m 1
+    q4.qs[32 * 2 + 5] = 0x9 << 4;  // chunk 2, high nibble: element 64 * 2 + 32 + 5 = 165, sub-block 5
+    q4.qs[7] = 0xB;                // chunk 0, low nibble: element 7, sub-block 0
+    float y[QK_K];
+    dequantize_row(DType::Q4_K, &q4, y, QK_K);
+    EXPECT_EQ(y[165], 0.5f * 3 * 9 - 0.25f * 1);
+    EXPECT_EQ(y[7], 0.5f * 2 * 11 - 0.25f * 4);
+    EXPECT_EQ(y[6], -0.25f * 4);    // u = 0 in sub-block 0
+    EXPECT_EQ(y[200], -0.25f * 1);  // sub-block 6
+
+    BlockQ5_K q5{};
+    q5.d = f32_to_fp16(1.0f);
+    for (int s = 0; s < 4; ++s) q5.scales[s] = 1;
+    for (int s = 8; s < 12; ++s) q5.scales[s] = 1;
+    q5.qs[32 * 3 + 2] = 0x3 << 4;  // element 64 * 3 + 32 + 2 = 226
+    q5.qh[2] = 1 << 7;             // its fifth bit: bit 2 * 3 + 1
+    q5.qh[9] = 1 << 2;             // element 64 * 1 + 9 = 73 gets 16
+    dequantize_row(DType::Q5_K, &q5, y, QK_K);
+    EXPECT_EQ(y[226], 16.0f + 3.0f);
+    EXPECT_EQ(y[73], 16.0f);
+    EXPECT_EQ(y[2], 0.0f);
+
+    BlockQ6_K q6{};
+    q6.d = f32_to_fp16(0.125f);
+    for (int s = 0; s < 16; ++s) q6.scales[s] = static_cast<int8_t>(s - 8);
+    // Element 128 + 64 + 20 = 212 (half 1, group 2, l = 20): ql[64 + 20] high nibble, qh[32 + 20] bits 4-5.
+    q6.ql[64 + 20] = 0x5 << 4;
+    q6.qh[32 + 20] = 2 << 4;
+    dequantize_row(DType::Q6_K, &q6, y, QK_K);
+    EXPECT_EQ(y[212], 0.125f * float(212 / 16 - 8) * float(0x5 + 32 - 32));
+    EXPECT_EQ(y[0], 0.125f * -8 * -32);  // u = 0 everywhere else: (0 - 32) times sub-block 0's scale
+}
+
+TEST(DType, KQuantDequantisersAgreeWithTheElementDecoder) {
+    // Random bytes in every field (scales, mins, high bits), sane d: dequantize_row against ref::k_quant_element,
+    // which decodes each element on its own from the layout, in double.
+    std::mt19937 rng(5);
+    std::uniform_int_distribution<int> byte(0, 255);
+    for (DType t : {DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
+        const int64_t n = 3 * QK_K;
+        std::vector<uint8_t> row(static_cast<size_t>(dtype_row_size(t, n)));
+        for (auto &b : row) b = static_cast<uint8_t>(byte(rng));
+        const int64_t block_bytes = dtype_info(t).type_size;
+        for (int64_t b = 0; b < n / QK_K; ++b) {
+            uint8_t *blk = row.data() + b * block_bytes;
+            const uint16_t d = f32_to_fp16(0.01f * float(b + 1)), dmin = f32_to_fp16(0.003f * float(b + 2));
+            if (t == DType::Q6_K) {
+                std::memcpy(blk + 208, &d, 2);
+            } else {
+                std::memcpy(blk, &d, 2);
+                std::memcpy(blk + 2, &dmin, 2);
+            }
+        }
+        std::vector<float> y(static_cast<size_t>(n));
+        dequantize_row(t, row.data(), y.data(), n);
+        for (int64_t e = 0; e < n; ++e) {
+            const double want = ref::k_quant_element(t, row.data(), e);
+            ASSERT_NEAR(y[static_cast<size_t>(e)], want, 1e-6 * (std::fabs(want) + 1.0))
+                << dtype_name(t) << " element " << e;
+        }
+    }
 }
 
 }  // namespace

@@ -71,7 +71,8 @@ namespace {
 using cpu::Isa;
 using cpu::KernelTable;
 
-constexpr DType kWeightTypes[] = {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0};
+constexpr DType kWeightTypes[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q8_0,
+                                  DType::Q4_0, DType::Q4_K, DType::Q5_K, DType::Q6_K};
 
 std::string skip_message(Isa isa) { return std::string("skipped: CPU lacks ") + cpu::isa_name(isa); }
 
@@ -90,7 +91,7 @@ std::vector<float> to_floats(DType t, const void *row, int64_t n) {
     return y;
 }
 
-// The dot type of weights of type t: activations are quantised to Q8_0 for Q8_0/Q4_0 weights.
+// The dot type of weights of type t: activations are quantised to Q8_0 for the quantised types.
 DType dot_type(DType t) { return dtype_is_quantized(t) ? DType::Q8_0 : DType::F32; }
 
 // Bytes of one activation row for weights of type t: f32 for float weights, else the table's dot type.
@@ -128,6 +129,10 @@ std::vector<int64_t> dot_lengths(DType t) {
     if (!dtype_is_quantized(t)) {
         for (int64_t odd : {1, 2, 3, 7, 8, 9, 15, 16, 17, 31, 33, 47, 63, 65, 100, 127, 129, 4097}) n.push_back(odd);
     }
+    if (dtype_is_k_quant(t)) {  // super-blocks of 256: the lengths above that hold whole ones, and a few more
+        std::erase_if(n, [](int64_t v) { return v % QK_K != 0; });
+        for (int64_t more : {768, 1280, 1792, 7168}) n.push_back(more);
+    }
     return n;
 }
 
@@ -148,7 +153,7 @@ TEST(Dispatch, ScalarAlwaysAvailableAndActiveIsSupported) {
         for (DType dt : {DType::F32, DType::F16, DType::BF16}) EXPECT_NE(t->axpy(dt), nullptr);
         EXPECT_NE(t->quantize_row_q8_0, nullptr);
     }
-    EXPECT_THROW(active.dot(DType::Q4_K), Error);
+    EXPECT_THROW(active.dot(DType::Q2_K), Error);
     EXPECT_THROW(active.axpy(DType::Q8_0), Error);
 }
 
@@ -534,10 +539,10 @@ void expect_matmul_matches_reference(const TestMatrix &m, const std::vector<floa
 
 TEST(Matmul, MatchesReferenceForEveryTypeAndShape) {
     const std::vector<MatmulShape> shapes = {
-        {1, 32, 1},     {1, 32, 3},     {7, 32, 17},    {31, 32, 5},   {1, 96, 1},    {7, 96, 4},
-        {31, 96, 3},    {64, 96, 8},    {33, 96, 17},   {1, 4128, 1},  {7, 4128, 3},  {31, 4128, 2},
-        {4097, 32, 1},  {4097, 96, 3},  {4097, 32, 17}, {128, 256, 9}, {300, 512, 1}, {257, 1024, 6},
-        {513, 4128, 1}, {1000, 64, 13}, {2, 4096, 7},   {96, 160, 16},
+        {1, 32, 1},     {1, 32, 3},    {7, 32, 17},   {31, 32, 5},    {1, 96, 1},     {7, 96, 4},     {31, 96, 3},
+        {64, 96, 8},    {33, 96, 17},  {1, 4128, 1},  {7, 4128, 3},   {31, 4128, 2},  {4097, 32, 1},  {4097, 96, 3},
+        {4097, 32, 17}, {128, 256, 9}, {300, 512, 1}, {257, 1024, 6}, {513, 4128, 1}, {1000, 64, 13}, {2, 4096, 7},
+        {96, 160, 16},  {5, 768, 1},   {37, 768, 9},  {130, 2048, 3},
     };
     std::mt19937 rng(21);
     for (int n_threads : {1, 2, 3}) {
@@ -547,6 +552,7 @@ TEST(Matmul, MatchesReferenceForEveryTypeAndShape) {
             for (const MatmulShape &s : shapes) {
                 // Keep the run short: the biggest shapes once per type, on the two-thread pool.
                 if (s.n_rows * s.n_cols * s.n_tokens > 400000 && n_threads != 2) continue;
+                if (s.n_cols % dtype_info(t).block_size != 0) continue;  // K-quants: rows of whole super-blocks
                 const TestMatrix m(rng, t, s.n_rows, s.n_cols);
                 const auto x = test::random_floats(rng, static_cast<size_t>(s.n_tokens * s.n_cols), -2.0f, 2.0f);
                 std::vector<float> y(static_cast<size_t>(s.n_tokens * s.n_rows), NAN);
@@ -567,16 +573,16 @@ TEST(Matmul, ResultDoesNotDependOnThreadCountOrTiling) {
     // batch (what makes "N sequences in one batch = each alone" testable exactly).
     std::mt19937 rng(8);
     for (DType t : kWeightTypes) {
-        const TestMatrix m(rng, t, 203, 320);
+        const TestMatrix m(rng, t, 203, 512);
         const int64_t n_tokens = 11;
-        const auto x = test::random_floats(rng, static_cast<size_t>(n_tokens * 320));
+        const auto x = test::random_floats(rng, static_cast<size_t>(n_tokens * 512));
         std::vector<float> y1(static_cast<size_t>(n_tokens * 203)), y4(y1.size()), y_single(y1.size());
         ThreadPool one(1), four(4);
         OpScratch scratch;
         matmul(one, scratch, m.w, x.data(), n_tokens, y1.data());
         matmul(four, scratch, m.w, x.data(), n_tokens, y4.data());
         for (int64_t tok = 0; tok < n_tokens; ++tok) {
-            matmul(four, scratch, m.w, x.data() + tok * 320, 1, y_single.data() + tok * 203);
+            matmul(four, scratch, m.w, x.data() + tok * 512, 1, y_single.data() + tok * 203);
         }
         EXPECT_EQ(y1, y4) << dtype_name(t);
         EXPECT_EQ(y1, y_single) << dtype_name(t);
@@ -697,7 +703,7 @@ TEST(Matmul, RejectsBadShapes) {
     bad_stride.row_bytes = 64;
     EXPECT_THROW(matmul(pool, scratch, bad_stride, x.data(), 1, y.data()), Error);
     WeightMatrix bad_type = w;
-    bad_type.type = DType::Q4_K;
+    bad_type.type = DType::IQ4_NL;  // a ggml type sparrow does not compute with
     EXPECT_THROW(matmul(pool, scratch, bad_type, x.data(), 1, y.data()), Error);
 }
 

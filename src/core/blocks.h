@@ -67,4 +67,43 @@ struct BlockQ4_0x8 {
 };
 static_assert(sizeof(BlockQ4_0x8) == 8 * sizeof(BlockQ4_0), "BlockQ4_0x8 is eight Q4_0 blocks");
 
+// --- K-quants: super-blocks of 256 elements (ggml's QK_K), read as llama.cpp's files store them ----------------
+constexpr int QK_K = 256;
+
+// Q4_K: eight sub-blocks of 32, x = d * sc_s * u - dmin * m_s with u in [0, 15] and a 6-bit scale sc_s and min
+// m_s per sub-block. scales[12] packs the sixteen 6-bit numbers: for s < 4, sc_s = scales[s] & 63 and
+// m_s = scales[s + 4] & 63; for s >= 4, sc_s = (scales[s + 4] & 15) | (scales[s - 4] >> 6) << 4 and
+// m_s = (scales[s + 4] >> 4) | (scales[s] >> 6) << 4. qs holds 64 elements per 32 bytes: byte l of chunk c
+// (c < 4) has element 64c + l in its low nibble and 64c + 32 + l in its high nibble.
+struct BlockQ4_K {
+    uint16_t d;     // fp16 super-block scale of the scales
+    uint16_t dmin;  // fp16 super-block scale of the mins
+    uint8_t scales[12];
+    uint8_t qs[QK_K / 2];
+};
+static_assert(sizeof(BlockQ4_K) == 144, "Q4_K block must match ggml");
+
+// Q5_K: Q4_K with a fifth bit per element, u in [0, 31]: bit 2c of qh[l] is the high bit of element 64c + l,
+// bit 2c + 1 that of element 64c + 32 + l.
+struct BlockQ5_K {
+    uint16_t d;
+    uint16_t dmin;
+    uint8_t scales[12];
+    uint8_t qh[QK_K / 8];
+    uint8_t qs[QK_K / 2];
+};
+static_assert(sizeof(BlockQ5_K) == 176, "Q5_K block must match ggml");
+
+// Q6_K: sixteen sub-blocks of 16, x = d * scales[e / 16] * (u - 32) with u in [0, 63]. Per half h (128
+// elements; ql + 64h, qh + 32h) and l < 32: element 128h + l is ql[l] low nibble | (qh[l] & 3) << 4,
+// 128h + 32 + l is ql[l + 32] low | (qh[l] >> 2 & 3) << 4, 128h + 64 + l is ql[l] high | (qh[l] >> 4 & 3) << 4,
+// 128h + 96 + l is ql[l + 32] high | (qh[l] >> 6) << 4.
+struct BlockQ6_K {
+    uint8_t ql[QK_K / 2];
+    uint8_t qh[QK_K / 4];
+    int8_t scales[QK_K / 16];
+    uint16_t d;
+};
+static_assert(sizeof(BlockQ6_K) == 210, "Q6_K block must match ggml");
+
 }  // namespace sparrow

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "core/kquants.h"
 
 namespace sparrow {
 
@@ -92,8 +93,11 @@ std::optional<DType> dtype_from_name(std::string_view name) {
 }
 
 bool dtype_is_supported(DType t) {
-    return t == DType::F32 || t == DType::F16 || t == DType::BF16 || t == DType::Q8_0 || t == DType::Q4_0;
+    return t == DType::F32 || t == DType::F16 || t == DType::BF16 || t == DType::Q8_0 || t == DType::Q4_0 ||
+           dtype_is_k_quant(t);
 }
+
+bool dtype_is_k_quant(DType t) { return t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K; }
 
 bool dtype_is_quantized(DType t) { return dtype_info(t).block_size > 1; }
 
@@ -123,6 +127,17 @@ void quantize_row(DType t, const float *x, void *dst, int64_t n) {
         case DType::Q4_0:
             if (n % QK4_0) throw_error("q4_0 row of %lld elements is not a multiple of 32", (long long)n);
             quantize_q4_0(x, static_cast<BlockQ4_0 *>(dst), n);
+            return;
+        case DType::Q4_K:
+        case DType::Q5_K:
+        case DType::Q6_K:
+            if (n % QK_K) {
+                throw_error("%s row of %lld elements is not a multiple of 256", std::string(dtype_name(t)).c_str(),
+                            (long long)n);
+            }
+            if (t == DType::Q4_K) quantize_row_q4_k(x, static_cast<BlockQ4_K *>(dst), n);
+            if (t == DType::Q5_K) quantize_row_q5_k(x, static_cast<BlockQ5_K *>(dst), n);
+            if (t == DType::Q6_K) quantize_row_q6_k(x, static_cast<BlockQ6_K *>(dst), n);
             return;
         default: throw_error("cannot quantise to type %s", std::string(dtype_name(t)).c_str());
     }
@@ -160,6 +175,9 @@ void dequantize_row(DType t, const void *src, float *y, int64_t n) {
             }
             return;
         }
+        case DType::Q4_K: dequantize_row_q4_k(static_cast<const BlockQ4_K *>(src), y, n); return;
+        case DType::Q5_K: dequantize_row_q5_k(static_cast<const BlockQ5_K *>(src), y, n); return;
+        case DType::Q6_K: dequantize_row_q6_k(static_cast<const BlockQ6_K *>(src), y, n); return;
         default: throw_error("cannot dequantise type %s", std::string(dtype_name(t)).c_str());
     }
 }

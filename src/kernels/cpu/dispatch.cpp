@@ -54,6 +54,9 @@ constexpr KernelTable kScalarTable = {
     .dot_bf16 = scalar::dot_tile_bf16,
     .dot_q8_0 = scalar::dot_tile_q8_0,
     .dot_q4_0 = scalar::dot_tile_q4_0,
+    .dot_q4_k = scalar::dot_tile_q4_k,
+    .dot_q5_k = scalar::dot_tile_q5_k,
+    .dot_q6_k = scalar::dot_tile_q6_k,
     .dot_rows_q8_0 = rows_by_tile<scalar::dot_tile_q8_0>,
     .dot_rows_q8_0x8 = scalar::dot_rows_q8_0x8,
     .dot_rows_q4_0x8 = scalar::dot_rows_q4_0x8,
@@ -74,6 +77,9 @@ constexpr KernelTable kAvx2Table = {
     .dot_bf16 = avx2::dot_tile_bf16,
     .dot_q8_0 = avx2::dot_tile_q8_0,
     .dot_q4_0 = avx2::dot_tile_q4_0,
+    .dot_q4_k = avx2::dot_tile_q4_k,
+    .dot_q5_k = avx2::dot_tile_q5_k,
+    .dot_q6_k = avx2::dot_tile_q6_k,
     .dot_rows_q8_0 = avx2::dot_rows_q8_0,
     .dot_rows_q8_0x8 = avx2::dot_rows_q8_0x8,
     .dot_rows_q4_0x8 = avx2::dot_rows_q4_0x8,
@@ -100,6 +106,10 @@ constexpr KernelTable kAvx512Table = {
     // The AVX2 kernel: its records hold two blocks (one 256-bit register of nibbles), and a matvec streams
     // weights far slower than either width computes; one tested kernel beats an untested wider one.
     .dot_q4_0 = avx2::dot_tile_q4_0,
+    // K-quants: AVX2's too (a matvec of them is bound by memory as Q4_0's is).
+    .dot_q4_k = avx2::dot_tile_q4_k,
+    .dot_q5_k = avx2::dot_tile_q5_k,
+    .dot_q6_k = avx2::dot_tile_q6_k,
     .dot_rows_q8_0 = avx2::dot_rows_q8_0,
     .dot_rows_q8_0x8 = avx2::dot_rows_q8_0x8,
     .dot_rows_q4_0x8 = avx2::dot_rows_q4_0x8,
@@ -156,6 +166,9 @@ DotTileFn KernelTable::dot(DType t) const {
         case DType::BF16: return dot_bf16;
         case DType::Q8_0: return dot_q8_0;
         case DType::Q4_0: return dot_q4_0;
+        case DType::Q4_K: return dot_q4_k;
+        case DType::Q5_K: return dot_q5_k;
+        case DType::Q6_K: return dot_q6_k;
         default: throw_error("no dot product kernel for weight type %s", std::string(dtype_name(t)).c_str());
     }
 }
@@ -185,18 +198,21 @@ int64_t q8_0_dot_x_row_bytes(int64_t n) {
 
 int64_t KernelTable::dot_x_row_bytes(DType t, int64_t n) {
     switch (t) {
-        case DType::Q8_0: return q8_0_dot_x_row_bytes(n);
+        case DType::Q8_0:
+        case DType::Q4_K:
+        case DType::Q5_K:
+        case DType::Q6_K: return q8_0_dot_x_row_bytes(n);
         case DType::Q4_0: return q4_0_dot_x_row_bytes(n);
         default: throw_error("no quantised activation type for weight type %s", std::string(dtype_name(t)).c_str());
     }
 }
 
 void KernelTable::quantize_dot_x(DType t, const float *x, void *y, int64_t n) const {
-    if (t != DType::Q8_0 && t != DType::Q4_0) {
+    if (t != DType::Q8_0 && t != DType::Q4_0 && !dtype_is_k_quant(t)) {
         throw_error("no quantised activation type for weight type %s", std::string(dtype_name(t)).c_str());
     }
     if (n % QK8_0 != 0) throw_error("quantize_dot_x: n = %lld is not a multiple of %d", (long long)n, QK8_0);
-    if (t == DType::Q8_0) {
+    if (t != DType::Q4_0) {
         // The blocks, then their scales as f32 (exact: every f16 is an f32), then 128 x each block's sum. The
         // blocks are quantised up to 64 at a time on the stack (one call of the level's quantiser) and copied, as
         // y need not be aligned for BlockQ8_0. Per token per matmul, this is a tenth or more of a 768-row

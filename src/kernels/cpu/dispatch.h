@@ -48,8 +48,9 @@ int64_t q8_0_dot_x_row_bytes(int64_t n);
 // out[j] = sum_i w[i] * x_j[i] for j < n_x, 1 <= n_x <= max_tile(weight type).
 //   w: one weight row of n elements (n % 32 == 0 for Q8_0/Q4_0)
 //   x: n_x rows of the weight type's dot type, x_j = (const uint8_t *)x + j * x_stride:
-//      f32 for F32/F16/BF16 weights, Q8_0 blocks + f32 scales for Q8_0 weights (above), BlockQ8_0x2 records for
-//      Q4_0 weights (above; rows 4-byte aligned). KernelTable::quantize_dot_x writes both.
+//      f32 for F32/F16/BF16 weights, Q8_0 blocks + f32 scales + sums for Q8_0 and K-quant weights (above; each
+//      32-block meets one Q4_K/Q5_K sub-block or two Q6_K sub-blocks), BlockQ8_0x2 records for Q4_0 weights
+//      (above; rows 4-byte aligned). KernelTable::quantize_dot_x writes them.
 //   out: [n_x] f32. Accumulates in f32; Q8_0/Q4_0 sums are integer within each 32-block, as ggml.
 using DotTileFn = void (*)(const void *w, const void *x, size_t x_stride, int n_x, int64_t n, float *out);
 // Several weight rows against a tile of tokens: y[j * y_stride + r] = w_r . x_j for r < n_rows, j < n_x
@@ -75,6 +76,9 @@ struct KernelTable {
     DotTileFn dot_bf16 = nullptr;
     DotTileFn dot_q8_0 = nullptr;  // weights Q8_0, activations Q8_0
     DotTileFn dot_q4_0 = nullptr;  // weights Q4_0, activations BlockQ8_0x2
+    DotTileFn dot_q4_k = nullptr;  // weights Q4_K / Q5_K / Q6_K, activations Q8_0 (as dot_q8_0's)
+    DotTileFn dot_q5_k = nullptr;
+    DotTileFn dot_q6_k = nullptr;
     DotRowsFn dot_rows_q8_0 = nullptr;
     // Q8_0 rows packed eight to a record (core/blocks.h BlockQ8_0x8; WeightMatrix::rows8): w at a group's first
     // record, w_stride the bytes of one unpacked row, n_rows a multiple of 8. Unlike the kernels above, whose
@@ -100,10 +104,10 @@ struct KernelTable {
     DotRowsFn dot_rows(DType t) const;
     // The axpy for cache rows of type t (F32, F16, BF16), or throws sparrow::Error.
     AxpyFn axpy(DType t) const;
-    // Bytes of one activation row of n elements in the dot type of quantised weights of type t (Q8_0: the Q8_0
-    // row; Q4_0: BlockQ8_0x2 records), or throws sparrow::Error for other types.
+    // Bytes of one activation row of n elements in the dot type of quantised weights of type t (Q8_0 and the
+    // K-quants: the Q8_0 row; Q4_0: BlockQ8_0x2 records), or throws sparrow::Error for other types.
     static int64_t dot_x_row_bytes(DType t, int64_t n);
-    // x[0..n) (n % 32 == 0) quantised to the dot type of weights of type t (Q8_0 or Q4_0), written to y
+    // x[0..n) (n % 32 == 0) quantised to the dot type of weights of type t (Q8_0, Q4_0 or a K-quant), written to y
     // (dot_x_row_bytes(t, n) bytes), or throws sparrow::Error for other types.
     void quantize_dot_x(DType t, const float *x, void *y, int64_t n) const;
 };

@@ -83,6 +83,19 @@ void dot_rows_q4_0x8(const void *w, size_t w_stride, int64_t n_rows, const void 
                      float *y, size_t y_stride);
 }  // namespace sparrow::cpu::avx512vnni
 
+// K-quant weights (Q4_K, Q5_K, Q6_K) against Q8_0 dot-x activations, as dot_tile_q8_0's (kquant_<isa>.cpp); the
+// AVX-512 table takes the AVX2 ones.
+namespace sparrow::cpu::scalar {
+void dot_tile_q4_k(const void *w, const void *x, size_t x_stride, int n_x, int64_t n, float *out);
+void dot_tile_q5_k(const void *w, const void *x, size_t x_stride, int n_x, int64_t n, float *out);
+void dot_tile_q6_k(const void *w, const void *x, size_t x_stride, int n_x, int64_t n, float *out);
+}  // namespace sparrow::cpu::scalar
+namespace sparrow::cpu::avx2 {
+void dot_tile_q4_k(const void *w, const void *x, size_t x_stride, int n_x, int64_t n, float *out);
+void dot_tile_q5_k(const void *w, const void *x, size_t x_stride, int n_x, int64_t n, float *out);
+void dot_tile_q6_k(const void *w, const void *x, size_t x_stride, int n_x, int64_t n, float *out);
+}  // namespace sparrow::cpu::avx2
+
 // Quantised cache rows to f32 (cache_convert_<isa>.cpp): y[0..n) = the n elements (n % 32 == 0) of a row of
 // Q8_0 / Q4_0 blocks, exactly as dequantize_row(DType::Q8_0 / Q4_0, ...) computes them.
 namespace sparrow::cpu::scalar {

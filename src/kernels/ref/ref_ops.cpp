@@ -58,6 +58,58 @@ float dot_q4_0_q8_0(const BlockQ4_0 *w, const BlockQ8_0 *x, int64_t n) {
     return float(sum);
 }
 
+double k_quant_element(DType t, const void *row, int64_t e) {
+    const int64_t b = e / QK_K, i = e % QK_K;
+    const auto scale_min = [](const uint8_t *scales, int64_t s, int &sc, int &m) {
+        // Scales 0-3 and mins 0-3 are the low 6 bits of bytes 0-7; scales and mins 4-7 put their low 4 bits in
+        // bytes 8-11 (scale low nibble, min high nibble) and their top 2 bits in the top bits of bytes 0-7.
+        if (s < 4) {
+            sc = scales[s] % 64;
+            m = scales[s + 4] % 64;
+        } else {
+            sc = scales[s + 4] % 16 + scales[s - 4] / 64 * 16;
+            m = scales[s + 4] / 16 + scales[s] / 64 * 16;
+        }
+    };
+    if (t == DType::Q4_K || t == DType::Q5_K) {
+        const int64_t chunk = i / 64, l = i % 32;
+        const bool high = i % 64 >= 32;
+        const uint8_t *scales, *qs;
+        uint16_t d16, dmin16;
+        int u;
+        if (t == DType::Q4_K) {
+            const auto &blk = static_cast<const BlockQ4_K *>(row)[b];
+            scales = blk.scales, qs = blk.qs, d16 = blk.d, dmin16 = blk.dmin;
+            u = high ? qs[32 * chunk + l] / 16 : qs[32 * chunk + l] % 16;
+        } else {
+            const auto &blk = static_cast<const BlockQ5_K *>(row)[b];
+            scales = blk.scales, qs = blk.qs, d16 = blk.d, dmin16 = blk.dmin;
+            u = (high ? qs[32 * chunk + l] / 16 : qs[32 * chunk + l] % 16) +
+                16 * ((blk.qh[l] >> (2 * chunk + (high ? 1 : 0))) & 1);
+        }
+        int sc, m;
+        scale_min(scales, 2 * chunk + (high ? 1 : 0), sc, m);
+        return double(fp16_to_f32(d16)) * sc * u - double(fp16_to_f32(dmin16)) * m;
+    }
+    if (t == DType::Q6_K) {
+        const auto &blk = static_cast<const BlockQ6_K *>(row)[b];
+        const int64_t half = i / 128, group = i % 128 / 32, l = i % 32;
+        const uint8_t byte = blk.ql[64 * half + 32 * (group % 2) + l];
+        const int nibble = group >= 2 ? byte / 16 : byte % 16;
+        const int top = (blk.qh[32 * half + l] >> (2 * group)) & 3;
+        return double(fp16_to_f32(blk.d)) * blk.scales[i / 16] * (nibble + 16 * top - 32);
+    }
+    throw_error("ref::k_quant_element: %s is not a K-quant", std::string(dtype_name(t)).c_str());
+}
+
+float dot_k_quant_q8_0(DType t, const void *w, const BlockQ8_0 *x, int64_t n) {
+    double sum = 0.0;
+    for (int64_t e = 0; e < n; ++e) {
+        sum += k_quant_element(t, w, e) * double(fp16_to_f32(x[e / QK8_0].d)) * x[e / QK8_0].qs[e % QK8_0];
+    }
+    return float(sum);
+}
+
 float dot_weight_row(DType t, const void *w, const void *x, int64_t n) {
     switch (t) {
         case DType::F32: return dot_f32_f32(static_cast<const float *>(w), static_cast<const float *>(x), n);
@@ -65,6 +117,9 @@ float dot_weight_row(DType t, const void *w, const void *x, int64_t n) {
         case DType::BF16: return dot_bf16_f32(static_cast<const uint16_t *>(w), static_cast<const float *>(x), n);
         case DType::Q8_0: return dot_q8_0_q8_0(static_cast<const BlockQ8_0 *>(w), static_cast<const BlockQ8_0 *>(x), n);
         case DType::Q4_0: return dot_q4_0_q8_0(static_cast<const BlockQ4_0 *>(w), static_cast<const BlockQ8_0 *>(x), n);
+        case DType::Q4_K:
+        case DType::Q5_K:
+        case DType::Q6_K: return dot_k_quant_q8_0(t, w, static_cast<const BlockQ8_0 *>(x), n);
         default: throw_error("ref::dot_weight_row: unsupported type %s", std::string(dtype_name(t)).c_str());
     }
 }
@@ -75,7 +130,7 @@ void quantize_row_q8_0(const float *x, BlockQ8_0 *y, int64_t n) { quantize_row(D
 // -------------------------------------------------------------------------------------------
 
 void matmul(const WeightMatrix &w, const float *x, int64_t n_tokens, float *y) {
-    const bool quantized = w.type == DType::Q8_0 || w.type == DType::Q4_0;
+    const bool quantized = dtype_is_quantized(w.type);
     const int64_t xq_bytes = dtype_row_size(DType::Q8_0, quantized ? w.n_cols : 0);
     std::vector<uint8_t> xq(static_cast<size_t>(xq_bytes));
     std::vector<uint8_t> unpacked(w.rows8 ? static_cast<size_t>(w.row_bytes) : 0);

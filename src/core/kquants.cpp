@@ -1,0 +1,201 @@
+#include "core/kquants.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "core/dtype.h"
+
+namespace sparrow {
+
+namespace {
+
+constexpr int kSubBlocks = QK_K / 32;  // Q4_K / Q5_K sub-blocks of 32
+
+int nearest(float v) { return static_cast<int>(std::lround(v)); }
+
+// Q4_K / Q5_K: the sub-blocks' u in [0, n_max] (L[256]) and the packed scales, d and dmin of one super-block.
+void quantize_min_max(const float *x, int n_max, uint8_t *L, uint8_t scales[12], uint16_t &d16, uint16_t &dmin16) {
+    float scale[kSubBlocks], min[kSubBlocks];
+    float max_scale = 0.0f, max_min = 0.0f;
+    for (int s = 0; s < kSubBlocks; ++s) {
+        const float *xs = x + 32 * s;
+        // The sub-block spans [lo, hi] with lo <= 0 (the min is subtracted, and stored as a non-negative m).
+        const float lo = std::min(0.0f, *std::min_element(xs, xs + 32));
+        const float hi = *std::max_element(xs, xs + 32);
+        scale[s] = (hi - lo) / float(n_max);
+        min[s] = -lo;
+        max_scale = std::max(max_scale, scale[s]);
+        max_min = std::max(max_min, min[s]);
+    }
+    d16 = f32_to_fp16(max_scale / 63.0f);
+    dmin16 = f32_to_fp16(max_min / 63.0f);
+    const float d = fp16_to_f32(d16), dmin = fp16_to_f32(dmin16);
+    std::memset(scales, 0, 12);
+    uint8_t ls[kSubBlocks], lm[kSubBlocks];
+    for (int s = 0; s < kSubBlocks; ++s) {
+        ls[s] = static_cast<uint8_t>(d > 0.0f ? std::clamp(nearest(scale[s] / d), 0, 63) : 0);
+        lm[s] = static_cast<uint8_t>(dmin > 0.0f ? std::clamp(nearest(min[s] / dmin), 0, 63) : 0);
+    }
+    // The packing kquant_scale_min reads (core/blocks.h).
+    for (int s = 0; s < kSubBlocks; ++s) {
+        if (s < 4) {
+            scales[s] |= ls[s];
+            scales[s + 4] |= lm[s];
+        } else {
+            scales[s + 4] = static_cast<uint8_t>((ls[s] & 15) | ((lm[s] & 15) << 4));
+            scales[s - 4] |= static_cast<uint8_t>((ls[s] >> 4) << 6);
+            scales[s] |= static_cast<uint8_t>((lm[s] >> 4) << 6);
+        }
+    }
+    for (int s = 0; s < kSubBlocks; ++s) {
+        int sc, m;
+        kquant_scale_min(scales, s, sc, m);
+        const float ds = d * float(sc), dm = dmin * float(m);
+        for (int l = 0; l < 32; ++l) {
+            L[32 * s + l] =
+                static_cast<uint8_t>(ds > 0.0f ? std::clamp(nearest((x[32 * s + l] + dm) / ds), 0, n_max) : 0);
+        }
+    }
+}
+
+}  // namespace
+
+void kquant_scale_min(const uint8_t *scales, int s, int &sc, int &m) {
+    if (s < 4) {
+        sc = scales[s] & 63;
+        m = scales[s + 4] & 63;
+    } else {
+        sc = (scales[s + 4] & 15) | ((scales[s - 4] >> 6) << 4);
+        m = (scales[s + 4] >> 4) | ((scales[s] >> 6) << 4);
+    }
+}
+
+void quantize_row_q4_k(const float *x, BlockQ4_K *y, int64_t n) {
+    uint8_t L[QK_K];
+    for (int64_t b = 0; b < n / QK_K; ++b, x += QK_K) {
+        quantize_min_max(x, 15, L, y[b].scales, y[b].d, y[b].dmin);
+        for (int c = 0; c < 4; ++c) {
+            for (int l = 0; l < 32; ++l)
+                y[b].qs[32 * c + l] = static_cast<uint8_t>(L[64 * c + l] | (L[64 * c + 32 + l] << 4));
+        }
+    }
+}
+
+void quantize_row_q5_k(const float *x, BlockQ5_K *y, int64_t n) {
+    uint8_t L[QK_K];
+    for (int64_t b = 0; b < n / QK_K; ++b, x += QK_K) {
+        quantize_min_max(x, 31, L, y[b].scales, y[b].d, y[b].dmin);
+        std::memset(y[b].qh, 0, sizeof y[b].qh);
+        for (int c = 0; c < 4; ++c) {
+            for (int l = 0; l < 32; ++l) {
+                const int lo = L[64 * c + l], hi = L[64 * c + 32 + l];
+                y[b].qs[32 * c + l] = static_cast<uint8_t>((lo & 15) | ((hi & 15) << 4));
+                y[b].qh[l] |= static_cast<uint8_t>(((lo >> 4) << (2 * c)) | ((hi >> 4) << (2 * c + 1)));
+            }
+        }
+    }
+}
+
+void quantize_row_q6_k(const float *x, BlockQ6_K *y, int64_t n) {
+    for (int64_t b = 0; b < n / QK_K; ++b, x += QK_K) {
+        // Each sub-block of 16: the element of largest magnitude maps to -32 (as Q4_0 maps its to -8).
+        float scale[QK_K / 16];
+        float max_scale = 0.0f;
+        for (int s = 0; s < QK_K / 16; ++s) {
+            float amax = 0.0f, signed_max = 0.0f;
+            for (int l = 0; l < 16; ++l) {
+                const float v = x[16 * s + l];
+                if (std::fabs(v) > amax) {
+                    amax = std::fabs(v);
+                    signed_max = v;
+                }
+            }
+            scale[s] = signed_max / -32.0f;
+            if (std::fabs(scale[s]) > std::fabs(max_scale)) max_scale = scale[s];
+        }
+        std::memset(&y[b], 0, sizeof y[b]);
+        if (max_scale == 0.0f) continue;  // an all-zero super-block: d = 0
+        const float iscale = -128.0f / max_scale;
+        y[b].d = f32_to_fp16(1.0f / iscale);
+        const float d = fp16_to_f32(y[b].d);
+        int8_t L[QK_K];
+        for (int s = 0; s < QK_K / 16; ++s) {
+            y[b].scales[s] = static_cast<int8_t>(std::clamp(nearest(iscale * scale[s]), -128, 127));
+            const float ds = d * float(y[b].scales[s]);
+            for (int l = 0; l < 16; ++l) {
+                L[16 * s + l] = static_cast<int8_t>(ds != 0.0f ? std::clamp(nearest(x[16 * s + l] / ds), -32, 31) : 0);
+            }
+        }
+        for (int h = 0; h < 2; ++h) {
+            uint8_t *ql = y[b].ql + 64 * h, *qh = y[b].qh + 32 * h;
+            const int8_t *Lh = L + 128 * h;
+            for (int l = 0; l < 32; ++l) {
+                const int u1 = Lh[l] + 32, u2 = Lh[l + 32] + 32, u3 = Lh[l + 64] + 32, u4 = Lh[l + 96] + 32;
+                ql[l] = static_cast<uint8_t>((u1 & 15) | ((u3 & 15) << 4));
+                ql[l + 32] = static_cast<uint8_t>((u2 & 15) | ((u4 & 15) << 4));
+                qh[l] = static_cast<uint8_t>((u1 >> 4) | ((u2 >> 4) << 2) | ((u3 >> 4) << 4) | ((u4 >> 4) << 6));
+            }
+        }
+    }
+}
+
+// The three dequantisers follow ggml's arithmetic: d1 = d * sc and m1 = dmin * m in f32, then d1 * u - m1
+// (Q6_K: d * sc * (u - 32), left to right).
+void dequantize_row_q4_k(const BlockQ4_K *x, float *y, int64_t n) {
+    for (int64_t b = 0; b < n / QK_K; ++b) {
+        const float d = fp16_to_f32(x[b].d), dmin = fp16_to_f32(x[b].dmin);
+        for (int c = 0; c < 4; ++c) {
+            int sc, m;
+            kquant_scale_min(x[b].scales, 2 * c, sc, m);
+            const float d1 = d * float(sc), m1 = dmin * float(m);
+            kquant_scale_min(x[b].scales, 2 * c + 1, sc, m);
+            const float d2 = d * float(sc), m2 = dmin * float(m);
+            const uint8_t *q = x[b].qs + 32 * c;
+            for (int l = 0; l < 32; ++l) *y++ = d1 * float(q[l] & 15) - m1;
+            for (int l = 0; l < 32; ++l) *y++ = d2 * float(q[l] >> 4) - m2;
+        }
+    }
+}
+
+void dequantize_row_q5_k(const BlockQ5_K *x, float *y, int64_t n) {
+    for (int64_t b = 0; b < n / QK_K; ++b) {
+        const float d = fp16_to_f32(x[b].d), dmin = fp16_to_f32(x[b].dmin);
+        for (int c = 0; c < 4; ++c) {
+            int sc, m;
+            kquant_scale_min(x[b].scales, 2 * c, sc, m);
+            const float d1 = d * float(sc), m1 = dmin * float(m);
+            kquant_scale_min(x[b].scales, 2 * c + 1, sc, m);
+            const float d2 = d * float(sc), m2 = dmin * float(m);
+            const uint8_t *q = x[b].qs + 32 * c;
+            const int lo_bit = 1 << (2 * c), hi_bit = 2 << (2 * c);
+            for (int l = 0; l < 32; ++l) *y++ = d1 * float((q[l] & 15) + (x[b].qh[l] & lo_bit ? 16 : 0)) - m1;
+            for (int l = 0; l < 32; ++l) *y++ = d2 * float((q[l] >> 4) + (x[b].qh[l] & hi_bit ? 16 : 0)) - m2;
+        }
+    }
+}
+
+void dequantize_row_q6_k(const BlockQ6_K *x, float *y, int64_t n) {
+    for (int64_t b = 0; b < n / QK_K; ++b) {
+        const float d = fp16_to_f32(x[b].d);
+        for (int h = 0; h < 2; ++h) {
+            const uint8_t *ql = x[b].ql + 64 * h, *qh = x[b].qh + 32 * h;
+            const int8_t *sc = x[b].scales + 8 * h;
+            float *yh = y + 128 * h;
+            for (int l = 0; l < 32; ++l) {
+                const int is = l / 16;
+                const int q1 = ((ql[l] & 15) | ((qh[l] & 3) << 4)) - 32;
+                const int q2 = ((ql[l + 32] & 15) | (((qh[l] >> 2) & 3) << 4)) - 32;
+                const int q3 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
+                const int q4 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
+                yh[l] = d * float(sc[is]) * float(q1);
+                yh[l + 32] = d * float(sc[is + 2]) * float(q2);
+                yh[l + 64] = d * float(sc[is + 4]) * float(q3);
+                yh[l + 96] = d * float(sc[is + 6]) * float(q4);
+            }
+        }
+        y += QK_K;
+    }
+}
+
+}  // namespace sparrow
