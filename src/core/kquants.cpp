@@ -14,17 +14,41 @@ constexpr int kSubBlocks = QK_K / 32;  // Q4_K / Q5_K sub-blocks of 32
 
 int nearest(float v) { return static_cast<int>(std::lround(v)); }
 
+// A sub-block's scale and min (x ~ scale * u - min, u in [0, n_max], min >= 0): first spanning its range
+// [min(0, lo), hi], then a few rounds of least squares of x on the u that scale gives (min held at 0 where the
+// fit wants it negative), keeping the fit with the smallest squared error. ggml searches more candidates; this
+// already takes Q4_K's error below Q4_0's on the test models.
+void fit_sub_block(const float *x, int n_max, float &scale, float &min) {
+    const float lo = std::min(0.0f, *std::min_element(x, x + 32)), hi = *std::max_element(x, x + 32);
+    scale = (hi - lo) / float(n_max);
+    min = -lo;
+    if (scale <= 0.0f) return;
+    double best = -1.0;
+    float a = scale, b = min;
+    for (int round = 0; round < 4; ++round) {
+        double su = 0, suu = 0, sx = 0, sux = 0, sse = 0;
+        for (int l = 0; l < 32; ++l) {
+            const int u = std::clamp(nearest((x[l] + b) / a), 0, n_max);
+            const double e = double(a) * u - double(b) - double(x[l]);
+            sse += e * e;
+            su += u, suu += double(u) * u, sx += x[l], sux += double(u) * x[l];
+        }
+        if (best < 0.0 || sse < best) best = sse, scale = a, min = b;
+        const double det = 32.0 * suu - su * su;
+        if (det <= 0.0) break;
+        double fa = (32.0 * sux - su * sx) / det, fb = (su * fa - sx) / 32.0;  // x ~ fa * u - fb
+        if (fb < 0.0) fa = suu > 0.0 ? sux / suu : 0.0, fb = 0.0;
+        if (fa <= 0.0) break;
+        a = float(fa), b = float(fb);
+    }
+}
+
 // Q4_K / Q5_K: the sub-blocks' u in [0, n_max] (L[256]) and the packed scales, d and dmin of one super-block.
 void quantize_min_max(const float *x, int n_max, uint8_t *L, uint8_t scales[12], uint16_t &d16, uint16_t &dmin16) {
     float scale[kSubBlocks], min[kSubBlocks];
     float max_scale = 0.0f, max_min = 0.0f;
     for (int s = 0; s < kSubBlocks; ++s) {
-        const float *xs = x + 32 * s;
-        // The sub-block spans [lo, hi] with lo <= 0 (the min is subtracted, and stored as a non-negative m).
-        const float lo = std::min(0.0f, *std::min_element(xs, xs + 32));
-        const float hi = *std::max_element(xs, xs + 32);
-        scale[s] = (hi - lo) / float(n_max);
-        min[s] = -lo;
+        fit_sub_block(x + 32 * s, n_max, scale[s], min[s]);
         max_scale = std::max(max_scale, scale[s]);
         max_min = std::max(max_min, min[s]);
     }

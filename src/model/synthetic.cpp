@@ -24,8 +24,20 @@ uint32_t file_type_of(DType t) {
         case DType::Q4_0: return 2;
         case DType::Q8_0: return 7;
         case DType::BF16: return 32;
+        case DType::Q4_K: return 14;  // LLAMA_FTYPE_MOSTLY_Q4_K_S
+        case DType::Q5_K: return 16;  // LLAMA_FTYPE_MOSTLY_Q5_K_S
+        case DType::Q6_K: return 18;  // LLAMA_FTYPE_MOSTLY_Q6_K
         default: throw_error("make-model: weight type %s is not supported", std::string(dtype_name(t)).c_str());
     }
+}
+
+// The type a matrix with rows of n_cols is stored in when the file's type is t: t where its blocks fit the row;
+// else, for K-quants (super-blocks of 256), Q8_0 where 32-blocks fit, as llama.cpp's quantiser falls back for
+// the rows a K-quant cannot hold; else f32.
+DType storage_type(DType t, int64_t n_cols) {
+    if (n_cols % dtype_info(t).block_size == 0) return t;
+    if (dtype_is_k_quant(t) && n_cols % QK8_0 == 0) return DType::Q8_0;
+    return DType::F32;
 }
 
 class TensorSink {
@@ -38,7 +50,7 @@ class TensorSink {
         std::normal_distribution<float> dist(0.0f, scale / std::sqrt(static_cast<float>(n_cols)));
         std::vector<float> x(static_cast<size_t>(n_cols * n_rows));
         for (auto &v : x) v = dist(rng_);
-        const DType t = n_cols % dtype_info(type_).block_size == 0 ? type_ : DType::F32;
+        const DType t = storage_type(type_, n_cols);
         std::vector<uint8_t> bytes(static_cast<size_t>(dtype_row_size(t, n_cols) * n_rows));
         for (int64_t r = 0; r < n_rows; ++r) {
             quantize_row(t, x.data() + r * n_cols, bytes.data() + r * dtype_row_size(t, n_cols), n_cols);
@@ -189,7 +201,7 @@ class StreamSink {
         const int64_t n_cols = ne[0];
         int64_t n_rows = 1;
         for (size_t i = 1; i < ne.size(); ++i) n_rows *= ne[i];
-        const DType t = keep_f32 || n_cols % dtype_info(type_).block_size != 0 ? DType::F32 : type_;
+        const DType t = keep_f32 ? DType::F32 : storage_type(type_, n_cols);
         const float stddev = gain / std::sqrt(static_cast<float>(n_cols));
         add(name, t, std::move(ne), n_cols, n_rows, 0.0f, stddev, std::move(scaled));
     }

@@ -126,7 +126,7 @@ def tensor_nbytes(ggml_type: int, n_elements: int) -> int:
 
 
 # --------------------------------------------------------------------------------------------------
-# Element formats: half, bfloat16, Q8_0, Q4_0
+# Element formats: half, bfloat16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K
 # --------------------------------------------------------------------------------------------------
 
 def bf16_to_f64(bits: np.ndarray) -> np.ndarray:
@@ -147,6 +147,45 @@ Q8_0_BLOCK = np.dtype([("d", "<f2"), ("qs", "i1", (32,))])
 # Q4_0 block: fp16 d, then 16 bytes; x[j] = d * ((qs[j] & 15) - 8), x[j + 16] = d * ((qs[j] >> 4) - 8).
 Q4_0_BLOCK = np.dtype([("d", "<f2"), ("qs", "u1", (16,))])
 assert Q8_0_BLOCK.itemsize == 34 and Q4_0_BLOCK.itemsize == 18
+# K-quants: super-blocks of 256 elements.
+#   Q4_K / Q5_K: eight sub-blocks of 32, x = d * sc * u - dmin * m, u in [0, 15] / [0, 31]; twelve bytes hold the
+#   sixteen 6-bit sc and m; qs byte l of chunk c holds elements 64c + l (low nibble) and 64c + 32 + l (high);
+#   Q5_K's qh[l] bit s is the fifth bit of sub-block s's element l.
+#   Q6_K: x = d * scales[e // 16] * (u - 32), u in [0, 63], four bits from ql and two from qh (see dequantize).
+Q4_K_BLOCK = np.dtype([("d", "<f2"), ("dmin", "<f2"), ("scales", "u1", (12,)), ("qs", "u1", (128,))])
+Q5_K_BLOCK = np.dtype([("d", "<f2"), ("dmin", "<f2"), ("scales", "u1", (12,)), ("qh", "u1", (32,)),
+                       ("qs", "u1", (128,))])
+Q6_K_BLOCK = np.dtype([("ql", "u1", (128,)), ("qh", "u1", (64,)), ("scales", "i1", (16,)), ("d", "<f2")])
+assert Q4_K_BLOCK.itemsize == 144 and Q5_K_BLOCK.itemsize == 176 and Q6_K_BLOCK.itemsize == 210
+
+
+def k_scales_mins(scales: np.ndarray):
+    """[nb, 12] packed bytes -> ([nb, 8] scales, [nb, 8] mins), as integers."""
+    s = scales.astype(np.int64)
+    sc = np.concatenate([s[:, 0:4] & 63, (s[:, 8:12] & 15) | ((s[:, 0:4] >> 6) << 4)], axis=1)
+    m = np.concatenate([s[:, 4:8] & 63, (s[:, 8:12] >> 4) | ((s[:, 4:8] >> 6) << 4)], axis=1)
+    return sc, m
+
+
+def dequantize_k(t, buf: np.ndarray) -> np.ndarray:
+    if t in (GGMLType.Q4_K, GGMLType.Q5_K):
+        b = buf.view(Q4_K_BLOCK if t == GGMLType.Q4_K else Q5_K_BLOCK)
+        qs = b["qs"].astype(np.int64).reshape(-1, 4, 1, 32)
+        u = np.concatenate([qs & 15, qs >> 4], axis=2).reshape(-1, 8, 32)  # sub-block 2c + (high nibble)
+        if t == GGMLType.Q5_K:
+            qh = b["qh"].astype(np.int64)[:, None, :]
+            u = u + 16 * ((qh >> np.arange(8)[None, :, None]) & 1)
+        sc, m = k_scales_mins(b["scales"])
+        d = b["d"].astype(np.float64)[:, None, None]
+        dmin = b["dmin"].astype(np.float64)[:, None, None]
+        return (d * sc[:, :, None] * u - dmin * m[:, :, None]).reshape(-1)
+    b = buf.view(Q6_K_BLOCK)
+    ql = b["ql"].astype(np.int64).reshape(-1, 2, 2, 32)  # [block, half, low 32 / high 32 bytes, l]
+    qh = b["qh"].astype(np.int64).reshape(-1, 2, 32)
+    groups = [ql[:, :, 0] & 15, ql[:, :, 1] & 15, ql[:, :, 0] >> 4, ql[:, :, 1] >> 4]  # elements 32g + l of a half
+    u = np.stack([g | (((qh >> (2 * i)) & 3) << 4) for i, g in enumerate(groups)], axis=2).reshape(-1, 256)
+    scale = np.repeat(b["scales"].astype(np.float64), 16, axis=1)
+    return (b["d"].astype(np.float64)[:, None] * scale * (u - 32)).reshape(-1)
 
 
 def dequantize(ggml_type: int, data, n_elements: int) -> np.ndarray:
@@ -171,6 +210,8 @@ def dequantize(ggml_type: int, data, n_elements: int) -> np.ndarray:
         lo = (b["qs"] & 15).astype(np.float64) - 8.0
         hi = (b["qs"] >> 4).astype(np.float64) - 8.0
         return (b["d"].astype(np.float64)[:, None] * np.concatenate([lo, hi], axis=1)).reshape(-1)
+    if t in (GGMLType.Q4_K, GGMLType.Q5_K, GGMLType.Q6_K):
+        return dequantize_k(t, buf)
     raise NotImplementedError(f"dequantisation of {t.name} is not implemented in the reference")
 
 

@@ -5,8 +5,9 @@
 //
 // Per super-block the weights are unpacked once into 32-byte registers of u (one per activation block) and
 // meet each token's block in one maddubs (u unsigned, x signed: pairs reach 2 * 63 * 127, no saturation) and
-// one madd into eight int32 lanes. Lanes are scaled in f32 and accumulated per token; the mins (Q4_K, Q5_K)
-// are eight sub-blocks' dmin * m * dx * sum(x) in one vector, from the activation row's block sums.
+// one madd into eight int32 lanes. The eight blocks' lanes are summed to one lane per block, scaled in f32 by
+// eight-lane vectors of the blocks' scales and accumulated per token; the mins (Q4_K, Q5_K) are the eight
+// sub-blocks' dmin * m * dx * sum(x) in one vector, from the activation row's block sums.
 #include <immintrin.h>
 
 #include <cstddef>
@@ -33,18 +34,26 @@ inline float hsum(__m256 v) {
     return _mm_cvtss_f32(s);
 }
 
-// The 6-bit scale and min of sub-block s (core/blocks.h packing).
-inline void scale_min(const uint8_t *q, int s, int &sc, int &m) {
-    if (s < 4) {
-        sc = q[s] & 63;
-        m = q[s + 4] & 63;
-    } else {
-        sc = (q[s + 4] & 15) | ((q[s - 4] >> 6) << 4);
-        m = (q[s + 4] >> 4) | ((q[s] >> 6) << 4);
-    }
+// The eight 6-bit scales (sc) and mins (m) of a Q4_K / Q5_K block's twelve packed bytes (core/blocks.h), as
+// eight bytes each: with the bytes read as three little-endian words w0..w2, sc 0-3 are the low 6 bits of w0's
+// bytes and m 0-3 those of w1's; sc 4-7 are w2's low nibbles with the top 2 bits of w0's bytes above them, and
+// m 4-7 w2's high nibbles with the top 2 bits of w1's bytes.
+inline void scales_mins(const uint8_t *q, uint8_t sc[8], uint8_t m[8]) {
+    uint32_t w[3];
+    std::memcpy(w, q, 12);
+    const uint32_t low6 = 0x3f3f3f3f, low4 = 0x0f0f0f0f, top2 = 0x03030303;
+    const uint32_t s[2] = {w[0] & low6, (w[2] & low4) | (((w[0] >> 6) & top2) << 4)};
+    const uint32_t mm[2] = {w[1] & low6, ((w[2] >> 4) & low4) | (((w[1] >> 6) & top2) << 4)};
+    std::memcpy(sc, s, 8);
+    std::memcpy(m, mm, 8);
 }
 
-// Token j's activation row: block b's 32 quants, its f32 scale, and the eight block sums / scales from b on.
+// Eight bytes as eight f32.
+inline __m256 bytes_to_ps(const uint8_t *b) {
+    return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i *>(b))));
+}
+
+// Token j's activation row: block b's 32 quants, and the scales and block sums of the eight blocks from b on.
 struct XRow {
     const uint8_t *base;
     int64_t scales_at, sums_at;
@@ -54,11 +63,6 @@ struct XRow {
           sums_at(scales_at + n / QK8_0 * 4) {}
     __m256i quants(int64_t b) const {
         return _mm256_loadu_si256(reinterpret_cast<const __m256i *>(base + b * sizeof(BlockQ8_0) + 2));
-    }
-    float scale(int64_t b) const {
-        float d;
-        std::memcpy(&d, base + scales_at + b * 4, 4);
-        return d;
     }
     __m256 scales8(int64_t b) const {
         return _mm256_loadu_ps(reinterpret_cast<const float *>(base + scales_at + b * 4));
@@ -74,7 +78,18 @@ inline __m256i dot_u8_i8(__m256i u, __m256i x) {
     return _mm256_madd_epi16(_mm256_maddubs_epi16(u, x), _mm256_set1_epi16(1));
 }
 
-// Q4_K / Q5_K. HighBits: whether the block has Q5_K's fifth bits.
+// Eight vectors of eight int32 lanes to one vector whose lane s is the sum of p[s]'s lanes: pairwise adds
+// within each 128-bit half leave each vector's two half-sums side by side, and the halves then meet.
+inline __m256i sum_lanes8(const __m256i p[8]) {
+    const __m256i a = _mm256_hadd_epi32(_mm256_hadd_epi32(p[0], p[1]), _mm256_hadd_epi32(p[2], p[3]));
+    const __m256i b = _mm256_hadd_epi32(_mm256_hadd_epi32(p[4], p[5]), _mm256_hadd_epi32(p[6], p[7]));
+    // a = [s0 s1 s2 s3 | s0' s1' s2' s3'] (low half-sums | high ones), b likewise for 4..7.
+    return _mm256_add_epi32(_mm256_permute2x128_si256(a, b, 0x20), _mm256_permute2x128_si256(a, b, 0x31));
+}
+
+// Q4_K / Q5_K. HighBits: whether the block has Q5_K's fifth bits. Per super-block and token: the eight
+// sub-blocks' integer dots in one vector (lane s), scaled by d * sc_s * dx_s; the mins by dmin * m_s * dx_s *
+// sum(x_s), both as eight-lane vectors.
 template <typename Block, bool HighBits>
 void dot_tile_min_max(const void *w, const void *x, size_t x_stride, int n_x, int64_t n, float *out) {
     const auto *blocks = static_cast<const Block *>(w);
@@ -88,34 +103,31 @@ void dot_tile_min_max(const void *w, const void *x, size_t x_stride, int n_x, in
         for (int l = 0; l < static_cast<int>(sizeof(Block)); l += 64) {
             _mm_prefetch(reinterpret_cast<const char *>(&b) + kPrefetchBytes + l, _MM_HINT_T0);
         }
-        const float d = half_to_float(b.d), dmin = half_to_float(b.dmin);
-        int sc[8], m[8];
-        for (int s = 0; s < 8; ++s) scale_min(b.scales, s, sc[s], m[s]);
-        const __m256 mv =
-            _mm256_mul_ps(_mm256_set1_ps(dmin),
-                          _mm256_cvtepi32_ps(_mm256_setr_epi32(m[0], m[1], m[2], m[3], m[4], m[5], m[6], m[7])));
+        uint8_t sc[8], m[8];
+        scales_mins(b.scales, sc, m);
+        const __m256 dsc = _mm256_mul_ps(_mm256_set1_ps(half_to_float(b.d)), bytes_to_ps(sc));
+        const __m256 dm = _mm256_mul_ps(_mm256_set1_ps(half_to_float(b.dmin)), bytes_to_ps(m));
+        __m256i u[8];
         __m256i qh = _mm256_setzero_si256();
         if constexpr (HighBits) qh = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(b.qh));
         for (int c = 0; c < 4; ++c) {
             const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(b.qs + 32 * c));
-            __m256i lo = _mm256_and_si256(q, low4);
-            __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), low4);
+            u[2 * c] = _mm256_and_si256(q, low4);
+            u[2 * c + 1] = _mm256_and_si256(_mm256_srli_epi16(q, 4), low4);
             if constexpr (HighBits) {
                 const __m128i s_lo = _mm_cvtsi32_si128(2 * c), s_hi = _mm_cvtsi32_si128(2 * c + 1);
-                lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srl_epi16(qh, s_lo), one), 4));
-                hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srl_epi16(qh, s_hi), one), 4));
-            }
-            const float d_lo = d * static_cast<float>(sc[2 * c]), d_hi = d * static_cast<float>(sc[2 * c + 1]);
-            for (int j = 0; j < n_x; ++j) {
-                const int64_t xb = i * 8 + 2 * c;
-                const __m256 p_lo = _mm256_cvtepi32_ps(dot_u8_i8(lo, xr[j].quants(xb)));
-                const __m256 p_hi = _mm256_cvtepi32_ps(dot_u8_i8(hi, xr[j].quants(xb + 1)));
-                acc[j] = _mm256_fmadd_ps(p_lo, _mm256_set1_ps(d_lo * xr[j].scale(xb)), acc[j]);
-                acc[j] = _mm256_fmadd_ps(p_hi, _mm256_set1_ps(d_hi * xr[j].scale(xb + 1)), acc[j]);
+                u[2 * c] =
+                    _mm256_or_si256(u[2 * c], _mm256_slli_epi16(_mm256_and_si256(_mm256_srl_epi16(qh, s_lo), one), 4));
+                u[2 * c + 1] = _mm256_or_si256(u[2 * c + 1],
+                                               _mm256_slli_epi16(_mm256_and_si256(_mm256_srl_epi16(qh, s_hi), one), 4));
             }
         }
         for (int j = 0; j < n_x; ++j) {
-            mins[j] = _mm256_fmadd_ps(_mm256_mul_ps(mv, xr[j].scales8(i * 8)), xr[j].sums8(i * 8), mins[j]);
+            __m256i p[8];
+            for (int s = 0; s < 8; ++s) p[s] = dot_u8_i8(u[s], xr[j].quants(i * 8 + s));
+            const __m256 dx = xr[j].scales8(i * 8);
+            acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum_lanes8(p)), _mm256_mul_ps(dsc, dx), acc[j]);
+            mins[j] = _mm256_fmadd_ps(_mm256_mul_ps(dm, dx), xr[j].sums8(i * 8), mins[j]);
         }
     }
     for (int j = 0; j < n_x; ++j) out[j] = hsum(acc[j]) - hsum(mins[j]) * (1.0f / 128.0f);
@@ -132,46 +144,57 @@ void dot_tile_q5_k(const void *w, const void *x, size_t x_stride, int n_x, int64
 }
 
 void dot_tile_q6_k(const void *w, const void *x, size_t x_stride, int n_x, int64_t n, float *out) {
+    // Per 32-element activation block: maddubs(u, x) - maddubs(32, x) is sum((u - 32) x) per pair of elements
+    // (|.| <= 2 * 32 * 127, int16), and one madd with the block's two sub-block scales (pairs 0-7 meet the
+    // first, 8-15 the second) gives eight int32 lanes already scaled; the eight blocks of a super-block then
+    // sum to one lane each and are scaled by d * dx.
     const auto *blocks = static_cast<const BlockQ6_K *>(w);
-    const __m256i low4 = _mm256_set1_epi8(15), two = _mm256_set1_epi8(3), one = _mm256_set1_epi8(1);
+    const __m256i low4 = _mm256_set1_epi8(15), two_bits = _mm256_set1_epi8(3), k32 = _mm256_set1_epi8(32);
     XRow xr[kMaxTile] = {XRow(x, n), XRow(x, n), XRow(x, n), XRow(x, n)};
     for (int j = 0; j < n_x; ++j) xr[j] = XRow(static_cast<const uint8_t *>(x) + j * x_stride, n);
     __m256 acc[kMaxTile];
     for (auto &a : acc) a = _mm256_setzero_ps();
+    // pick[k]: int16 lane 2k of a 128-bit half in every low-half lane, lane 2k + 1 in every high-half one.
+    __m256i pick[4];
+    for (int k = 0; k < 4; ++k) {
+        pick[k] = _mm256_setr_m128i(_mm_set1_epi16(static_cast<int16_t>((4 * k + 1) << 8 | 4 * k)),
+                                    _mm_set1_epi16(static_cast<int16_t>((4 * k + 3) << 8 | (4 * k + 2))));
+    }
     for (int64_t i = 0; i < n / QK_K; ++i) {
         const BlockQ6_K &b = blocks[i];
         for (int l = 0; l < static_cast<int>(sizeof(BlockQ6_K)); l += 64) {
             _mm_prefetch(reinterpret_cast<const char *>(&b) + kPrefetchBytes + l, _MM_HINT_T0);
         }
-        const float d = half_to_float(b.d);
+        __m256i u[8], scale16[8];
         for (int h = 0; h < 2; ++h) {
             const __m256i ql0 = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(b.ql + 64 * h));
             const __m256i ql1 = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(b.ql + 64 * h + 32));
             const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(b.qh + 32 * h));
-            // Activation block g of this half: its u, and high bits 2g..2g+1 of qh.
-            const __m256i u[4] = {
-                _mm256_or_si256(_mm256_and_si256(ql0, low4), _mm256_slli_epi16(_mm256_and_si256(qh, two), 4)),
-                _mm256_or_si256(_mm256_and_si256(ql1, low4),
-                                _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), two), 4)),
-                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), low4),
-                                _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), two), 4)),
-                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), low4),
-                                _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), two), 4)),
-            };
-            for (int g = 0; g < 4; ++g) {
-                // Lanes 0-3 hold elements 0..15 of the block (scale 8h + 2g), lanes 4-7 elements 16..31 (the next).
-                const float s0 = d * static_cast<float>(b.scales[8 * h + 2 * g]);
-                const float s1 = d * static_cast<float>(b.scales[8 * h + 2 * g + 1]);
-                const __m256 sv = _mm256_setr_ps(s0, s0, s0, s0, s1, s1, s1, s1);
-                for (int j = 0; j < n_x; ++j) {
-                    const int64_t xb = i * 8 + 4 * h + g;
-                    const __m256i xq = xr[j].quants(xb);
-                    // sum((u - 32) x) = sum(u x) - 32 sum(x), per four elements.
-                    const __m256i p = _mm256_sub_epi32(dot_u8_i8(u[g], xq), _mm256_slli_epi32(dot_u8_i8(one, xq), 5));
-                    acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_mul_ps(sv, _mm256_set1_ps(xr[j].scale(xb))),
-                                             acc[j]);
-                }
+            // Block 4h + g of the super-block: four bits from ql, bits 2g..2g+1 of qh above them.
+            u[4 * h] =
+                _mm256_or_si256(_mm256_and_si256(ql0, low4), _mm256_slli_epi16(_mm256_and_si256(qh, two_bits), 4));
+            u[4 * h + 1] = _mm256_or_si256(_mm256_and_si256(ql1, low4),
+                                           _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), two_bits), 4));
+            u[4 * h + 2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), low4),
+                                           _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), two_bits), 4));
+            u[4 * h + 3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), low4),
+                                           _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), two_bits), 4));
+        }
+        // The sixteen scales as int16, eight per 128-bit register copied to both halves; a byte shuffle then puts
+        // scale 2g in the low half of block g's vector and 2g + 1 in the high half.
+        const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i *>(b.scales)));
+        const __m256i halves[2] = {_mm256_permute2x128_si256(sc16, sc16, 0x00),
+                                   _mm256_permute2x128_si256(sc16, sc16, 0x11)};
+        for (int g = 0; g < 8; ++g) scale16[g] = _mm256_shuffle_epi8(halves[g / 4], pick[g % 4]);
+        const __m256 d = _mm256_set1_ps(half_to_float(b.d));
+        for (int j = 0; j < n_x; ++j) {
+            __m256i p[8];
+            for (int g = 0; g < 8; ++g) {
+                const __m256i xq = xr[j].quants(i * 8 + g);
+                const __m256i pairs = _mm256_sub_epi16(_mm256_maddubs_epi16(u[g], xq), _mm256_maddubs_epi16(k32, xq));
+                p[g] = _mm256_madd_epi16(pairs, scale16[g]);
             }
+            acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum_lanes8(p)), _mm256_mul_ps(d, xr[j].scales8(i * 8)), acc[j]);
         }
     }
     for (int j = 0; j < n_x; ++j) out[j] = hsum(acc[j]);
