@@ -84,7 +84,7 @@ std::vector<uint8_t> random_data(std::mt19937 &rng, DType type, const std::vecto
     return data;
 }
 
-bool is_block_type(DType t) { return t == DType::Q8_0 || t == DType::Q4_0; }
+bool is_block_type(DType t) { return dtype_is_quantized(t); }
 
 // An integer for a field of the given type: boundary values, small values, and the old value nudged. The
 // result always fits `type` (the writer refuses values out of range, and so would the reader).
@@ -258,7 +258,8 @@ std::string mutate(std::mt19937 &rng, Draft &d) {
             }
             break;
         case 3: {  // another element type
-            const DType types[] = {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0};
+            const DType types[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q8_0,
+                                   DType::Q4_0, DType::Q4_K, DType::Q5_K, DType::Q6_K};
             t.type = types[std::uniform_int_distribution<size_t>(0, std::size(types) - 1)(rng)];
             break;
         }
@@ -273,7 +274,8 @@ std::string mutate(std::mt19937 &rng, Draft &d) {
             t.name += ".x";
             return "renamed " + name;
     }
-    if (is_block_type(t.type) && t.ne[0] % 32 != 0) t.type = DType::F32;  // not representable otherwise
+    // Not representable otherwise: rows must hold whole blocks.
+    if (is_block_type(t.type) && t.ne[0] % dtype_info(t.type).block_size != 0) t.type = DType::F32;
     t.data = random_data(rng, t.type, t.ne);
     std::string shape;
     for (int64_t n : t.ne) {
@@ -346,6 +348,10 @@ std::vector<Seed> seeds() {
     ds_q8.yarn = true;
     ds_q8.n_nextn = 1;
     s.push_back({"deepseek32 q8_0 yarn mtp", ds_q8});
+    SyntheticParams llama_k = synthetic_defaults("llama");
+    llama_k.type = DType::Q4_K;
+    llama_k.n_embd = 256;  // rows of whole super-blocks (the narrower matrices fall back to q8_0)
+    s.push_back({"llama q4_k", llama_k});
     SyntheticParams glm = synthetic_defaults("glm-dsa");
     glm.n_layer = 3;
     glm.indexer_types = {1, 0, 1};
@@ -451,6 +457,45 @@ TEST(ModelFuzz, UnusableHyperParametersAreRefusedWithTheKeyNamed) {
             ADD_FAILURE() << c.key << " = " << c.value.to_display_string() << " loaded";
         } catch (const Error &e) {
             EXPECT_NE(std::string(e.what()).find(c.key), std::string::npos) << e.what();
+        }
+    }
+    std::filesystem::remove_all(dir);
+}
+
+TEST(ModelFuzz, WeightTypesSparrowCannotComputeWithAreRefusedByName) {
+    // Q2_K, Q3_K and the IQ types are valid GGUF that sparrow has no kernels for: the load names the tensor and
+    // its type (and a K-quant it does support loads).
+    const std::string dir = test::make_temp_dir("model_types");
+    SyntheticParams p = synthetic_defaults("llama");
+    p.n_embd = 256;
+    const std::string seed_path = dir + "/llama.gguf";
+    write_synthetic_model(p, seed_path);
+    const gguf::File original = gguf::File::open(seed_path);
+    for (const DType t : {DType::Q2_K, DType::Q3_K, DType::IQ4_XS, DType::IQ2_XXS, DType::Q4_K}) {
+        Draft d = draft_of(original);
+        for (Tensor &tensor : d.tensors) {
+            if (tensor.name != "blk.0.ffn_up.weight") continue;
+            tensor.type = t;
+            tensor.data.assign(static_cast<size_t>(dtype_row_size(t, tensor.ne[0]) * n_rows(tensor.ne)), 0);
+        }
+        gguf::Writer w;
+        for (const auto &[k, v] : d.kv) w.set(k, v);
+        for (const auto &tensor : d.tensors) {
+            w.add_tensor(tensor.name, tensor.type, tensor.ne, tensor.data.data(), tensor.data.size());
+        }
+        const std::string path = dir + "/typed.gguf";
+        w.write(path);
+        if (t == DType::Q4_K) {
+            EXPECT_NO_THROW(load_model(path));
+            continue;
+        }
+        try {
+            load_model(path);
+            ADD_FAILURE() << dtype_name(t) << " loaded";
+        } catch (const Error &e) {
+            const std::string msg = e.what();
+            EXPECT_NE(msg.find("blk.0.ffn_up.weight"), std::string::npos) << msg;
+            EXPECT_NE(msg.find(std::string(dtype_name(t))), std::string::npos) << msg;
         }
     }
     std::filesystem::remove_all(dir);
