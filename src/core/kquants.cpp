@@ -166,7 +166,11 @@ void quantize_row_q6_k(const float *x, BlockQ6_K *y, int64_t n) {
 
 // The three dequantisers follow ggml's arithmetic: d1 = d * sc and m1 = dmin * m in f32, then d1 * u - m1
 // (Q6_K: d * sc * (u - 32), left to right).
-void dequantize_row_q4_k(const BlockQ4_K *x, float *y, int64_t n) {
+namespace {
+
+// Q4_K and Q5_K (Block::qh only in Q5_K: HighBits).
+template <typename Block, bool HighBits>
+void dequantize_min_max(const Block *x, float *y, int64_t n) {
     for (int64_t b = 0; b < n / QK_K; ++b) {
         const float d = fp16_to_f32(x[b].d), dmin = fp16_to_f32(x[b].dmin);
         for (int c = 0; c < 4; ++c) {
@@ -176,28 +180,25 @@ void dequantize_row_q4_k(const BlockQ4_K *x, float *y, int64_t n) {
             kquant_scale_min(x[b].scales, 2 * c + 1, sc, m);
             const float d2 = d * float(sc), m2 = dmin * float(m);
             const uint8_t *q = x[b].qs + 32 * c;
-            for (int l = 0; l < 32; ++l) *y++ = d1 * float(q[l] & 15) - m1;
-            for (int l = 0; l < 32; ++l) *y++ = d2 * float(q[l] >> 4) - m2;
+            for (int l = 0; l < 32; ++l) {
+                int u = q[l] & 15;
+                if constexpr (HighBits) u += (x[b].qh[l] >> (2 * c)) & 1 ? 16 : 0;
+                *y++ = d1 * float(u) - m1;
+            }
+            for (int l = 0; l < 32; ++l) {
+                int u = q[l] >> 4;
+                if constexpr (HighBits) u += (x[b].qh[l] >> (2 * c + 1)) & 1 ? 16 : 0;
+                *y++ = d2 * float(u) - m2;
+            }
         }
     }
 }
 
-void dequantize_row_q5_k(const BlockQ5_K *x, float *y, int64_t n) {
-    for (int64_t b = 0; b < n / QK_K; ++b) {
-        const float d = fp16_to_f32(x[b].d), dmin = fp16_to_f32(x[b].dmin);
-        for (int c = 0; c < 4; ++c) {
-            int sc, m;
-            kquant_scale_min(x[b].scales, 2 * c, sc, m);
-            const float d1 = d * float(sc), m1 = dmin * float(m);
-            kquant_scale_min(x[b].scales, 2 * c + 1, sc, m);
-            const float d2 = d * float(sc), m2 = dmin * float(m);
-            const uint8_t *q = x[b].qs + 32 * c;
-            const int lo_bit = 1 << (2 * c), hi_bit = 2 << (2 * c);
-            for (int l = 0; l < 32; ++l) *y++ = d1 * float((q[l] & 15) + (x[b].qh[l] & lo_bit ? 16 : 0)) - m1;
-            for (int l = 0; l < 32; ++l) *y++ = d2 * float((q[l] >> 4) + (x[b].qh[l] & hi_bit ? 16 : 0)) - m2;
-        }
-    }
-}
+}  // namespace
+
+void dequantize_row_q4_k(const BlockQ4_K *x, float *y, int64_t n) { dequantize_min_max<BlockQ4_K, false>(x, y, n); }
+
+void dequantize_row_q5_k(const BlockQ5_K *x, float *y, int64_t n) { dequantize_min_max<BlockQ5_K, true>(x, y, n); }
 
 void dequantize_row_q6_k(const BlockQ6_K *x, float *y, int64_t n) {
     for (int64_t b = 0; b < n / QK_K; ++b) {

@@ -49,6 +49,18 @@ def rel_error(a, b):
     return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-30))
 
 
+def log_softmax(logits):
+    """log of the softmax of a vector, in float64."""
+    x = np.asarray(logits, dtype=np.float64)
+    x = x - x.max()
+    return x - np.log(np.exp(x).sum())
+
+
+def kl(p_log, q_log):
+    """KL(P || Q) of two log-probability vectors."""
+    return float(np.sum(np.exp(p_log) * (p_log - q_log)))
+
+
 # A small vocabulary of plain words: perplexity tests write texts of random picks from it.
 TEXT_WORDS = ["the", "little", "bird", "sang", "a", "song", "and", "flew", "over", "house", "girl", "smiled", "one",
               "day", "tree", "river", "found", "big", "red", "ball"]

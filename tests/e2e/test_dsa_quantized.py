@@ -14,14 +14,7 @@ tmp = harness.temp_dir()
 rng = np.random.default_rng(2)
 
 
-def log_softmax(logits):
-    x = np.asarray(logits, dtype=np.float64)
-    x = x - x.max()
-    return x - np.log(np.exp(x).sum())
-
-
-def kl(p_log, q_log):
-    return float(np.sum(np.exp(p_log) * (p_log - q_log)))
+log_softmax, kl = harness.log_softmax, harness.kl
 
 
 def sparrow_logits(model, ids, tag):

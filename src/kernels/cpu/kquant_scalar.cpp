@@ -46,7 +46,9 @@ struct MinMaxBlock {
     float d, dmin;
 };
 
-void unpack(const BlockQ4_K &w, MinMaxBlock &o) {
+// Q4_K and Q5_K (Block::qh only in Q5_K: HighBits).
+template <typename Block, bool HighBits>
+void unpack(const Block &w, MinMaxBlock &o) {
     o.d = fp16_to_f32(w.d);
     o.dmin = fp16_to_f32(w.dmin);
     for (int s = 0; s < 8; ++s) kquant_scale_min(w.scales, s, o.sc[s], o.m[s]);
@@ -54,29 +56,21 @@ void unpack(const BlockQ4_K &w, MinMaxBlock &o) {
         for (int l = 0; l < 32; ++l) {
             o.u[64 * c + l] = w.qs[32 * c + l] & 15;
             o.u[64 * c + 32 + l] = w.qs[32 * c + l] >> 4;
+            if constexpr (HighBits) {
+                o.u[64 * c + l] |= static_cast<uint8_t>(((w.qh[l] >> (2 * c)) & 1) << 4);
+                o.u[64 * c + 32 + l] |= static_cast<uint8_t>(((w.qh[l] >> (2 * c + 1)) & 1) << 4);
+            }
         }
     }
 }
 
-void unpack(const BlockQ5_K &w, MinMaxBlock &o) {
-    o.d = fp16_to_f32(w.d);
-    o.dmin = fp16_to_f32(w.dmin);
-    for (int s = 0; s < 8; ++s) kquant_scale_min(w.scales, s, o.sc[s], o.m[s]);
-    for (int c = 0; c < 4; ++c) {
-        for (int l = 0; l < 32; ++l) {
-            o.u[64 * c + l] = static_cast<uint8_t>((w.qs[32 * c + l] & 15) | ((w.qh[l] >> (2 * c)) & 1) << 4);
-            o.u[64 * c + 32 + l] = static_cast<uint8_t>((w.qs[32 * c + l] >> 4) | ((w.qh[l] >> (2 * c + 1)) & 1) << 4);
-        }
-    }
-}
-
-template <typename Block>
+template <typename Block, bool HighBits>
 void dot_tile_min_max(const void *w, const void *x, size_t x_stride, int n_x, int64_t n, float *out) {
     const auto *blocks = static_cast<const Block *>(w);
     float acc[kMaxTile] = {};
     MinMaxBlock b;
     for (int64_t i = 0; i < n / QK_K; ++i) {
-        unpack(blocks[i], b);
+        unpack<Block, HighBits>(blocks[i], b);
         for (int j = 0; j < n_x; ++j) {
             const XRow xr(static_cast<const uint8_t *>(x) + j * x_stride, n);
             for (int s = 0; s < 8; ++s) {
@@ -94,11 +88,11 @@ void dot_tile_min_max(const void *w, const void *x, size_t x_stride, int n_x, in
 }  // namespace
 
 void dot_tile_q4_k(const void *w, const void *x, size_t x_stride, int n_x, int64_t n, float *out) {
-    dot_tile_min_max<BlockQ4_K>(w, x, x_stride, n_x, n, out);
+    dot_tile_min_max<BlockQ4_K, false>(w, x, x_stride, n_x, n, out);
 }
 
 void dot_tile_q5_k(const void *w, const void *x, size_t x_stride, int n_x, int64_t n, float *out) {
-    dot_tile_min_max<BlockQ5_K>(w, x, x_stride, n_x, n, out);
+    dot_tile_min_max<BlockQ5_K, true>(w, x, x_stride, n_x, n, out);
 }
 
 void dot_tile_q6_k(const void *w, const void *x, size_t x_stride, int n_x, int64_t n, float *out) {
