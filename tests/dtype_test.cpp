@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstddef>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -67,9 +68,12 @@ TEST_P(QuantRoundTrip, ErrorWithinTheTypesStep) {
         for (int64_t i = 0; i < n; ++i) {
             // Per-block step: amax/127 (Q8_0), amax/8 (Q4_0); relative 2^-11 (F16), 2^-8 (BF16). K-quants: half
             // a sub-block's step (range/15, range/31; Q6_K amax/32, or a whole step where +32 clamps to 31) plus
-            // what rounding the sub-block scale (to 1/63 or 1/128 of the largest) and min (1/63) moves.
+            // what rounding the sub-block scale (to 1/63 or 1/128 of the largest) and min (1/63) moves. Q2_K: one
+            // step (range/3) and its 4-bit scales; Q3_K: a step (amax/4, the sign opposite amax clamps at 3).
             const float bound = t == DType::Q8_0   ? 3.0f / 127 * 0.5f + 1e-3f
                                 : t == DType::Q4_0 ? 3.0f / 8 + 1e-3f
+                                : t == DType::Q2_K ? 6.0f / 3 + 0.3f
+                                : t == DType::Q3_K ? 3.0f / 4 + 4 * (3.0f / 4) / 64 + 1e-3f
                                 : t == DType::Q4_K ? 6.0f / 15 * 0.5f + 16 * (6.0f / 15) / 126 + 3.0f / 126
                                 : t == DType::Q5_K ? 6.0f / 31 * 0.5f + 32 * (6.0f / 31) / 126 + 3.0f / 126
                                 : t == DType::Q6_K ? 3.0f / 32 + 32 * (3.0f / 32) / 256 + 1e-3f
@@ -88,8 +92,8 @@ TEST_P(QuantRoundTrip, ErrorWithinTheTypesStep) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, QuantRoundTrip,
-                         ::testing::Values(DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_K,
-                                           DType::Q5_K, DType::Q6_K),
+                         ::testing::Values(DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q2_K,
+                                           DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K),
                          [](const auto &param_info) { return std::string(dtype_name(param_info.param)); });
 
 TEST(DType, Q4_0MatchesGgmlLayout) {
@@ -163,6 +167,31 @@ TEST(DType, KQuantElementsLieWhereGgmlPutsThem) {
     dequantize_row(DType::Q6_K, &q6, y, QK_K);
     EXPECT_EQ(y[212], 0.125f * float(212 / 16 - 8) * float(0x5 + 32 - 32));
     EXPECT_EQ(y[0], 0.125f * -8 * -32);  // u = 0 everywhere else: (0 - 32) times sub-block 0's scale
+
+    BlockQ2_K q2{};
+    q2.d = f32_to_fp16(0.5f);
+    q2.dmin = f32_to_fp16(0.25f);
+    for (int s = 0; s < 16; ++s) q2.scales[s] = static_cast<uint8_t>((s % 16) | ((15 - s) << 4));
+    // Element 128 + 64 + 17 = 209 (half 1, group 2, l = 17): bits 4-5 of qs[32 + 17]; sub-block 13.
+    q2.qs[32 + 17] = 3 << 4;
+    dequantize_row(DType::Q2_K, &q2, y, QK_K);
+    EXPECT_EQ(y[209], 0.5f * 13 * 3 - 0.25f * 2);
+    EXPECT_EQ(y[208], -0.25f * 2);  // u = 0 in the same sub-block
+    EXPECT_EQ(y[17], -0.25f * 14);  // the same byte's bits 0-1 are element 17: 0
+
+    BlockQ3_K q3{};
+    q3.d = f32_to_fp16(2.0f);
+    // Scale 9 (s >= 8: high nibble of byte 1, top bits at bit 4 of byte 9) = 0b10'0111 = 39: 39 - 32 = 7.
+    q3.scales[1] = 0x7 << 4;
+    q3.scales[9] = 2 << 4;
+    // Element 151 = 128 + 16 + 7: sub-block 9, half 1, group 0, l = 23: bits 0-1 of qs[32 + 23]; third bit 4 of
+    // hmask[23].
+    q3.qs[32 + 23] = 2;
+    q3.hmask[23] = 1 << 4;
+    dequantize_row(DType::Q3_K, &q3, y, QK_K);
+    EXPECT_EQ(y[151], 2.0f * 7 * 2);   // u = 2 + 4: (u - 4) = 2
+    EXPECT_EQ(y[150], 2.0f * 7 * -4);  // third bit clear, low bits 0: -4
+    EXPECT_EQ(y[0], 2.0f * -32 * -4);  // sub-block 0: scale bits all 0, -32
 }
 
 TEST(DType, KQuantDequantisersAgreeWithTheElementDecoder) {
@@ -170,7 +199,7 @@ TEST(DType, KQuantDequantisersAgreeWithTheElementDecoder) {
     // which decodes each element on its own from the layout, in double.
     std::mt19937 rng(5);
     std::uniform_int_distribution<int> byte(0, 255);
-    for (DType t : {DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
+    for (DType t : {DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
         const int64_t n = 3 * QK_K;
         std::vector<uint8_t> row(static_cast<size_t>(dtype_row_size(t, n)));
         for (auto &b : row) b = static_cast<uint8_t>(byte(rng));
@@ -179,7 +208,12 @@ TEST(DType, KQuantDequantisersAgreeWithTheElementDecoder) {
             uint8_t *blk = row.data() + b * block_bytes;
             const uint16_t d = f32_to_fp16(0.01f * float(b + 1)), dmin = f32_to_fp16(0.003f * float(b + 2));
             if (t == DType::Q6_K) {
-                std::memcpy(blk + 208, &d, 2);
+                std::memcpy(blk + offsetof(BlockQ6_K, d), &d, 2);
+            } else if (t == DType::Q3_K) {
+                std::memcpy(blk + offsetof(BlockQ3_K, d), &d, 2);
+            } else if (t == DType::Q2_K) {
+                std::memcpy(blk + offsetof(BlockQ2_K, d), &d, 2);
+                std::memcpy(blk + offsetof(BlockQ2_K, dmin), &dmin, 2);
             } else {
                 std::memcpy(blk, &d, 2);
                 std::memcpy(blk + 2, &dmin, 2);

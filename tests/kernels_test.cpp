@@ -71,8 +71,8 @@ namespace {
 using cpu::Isa;
 using cpu::KernelTable;
 
-constexpr DType kWeightTypes[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q8_0,
-                                  DType::Q4_0, DType::Q4_K, DType::Q5_K, DType::Q6_K};
+constexpr DType kWeightTypes[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q8_0, DType::Q4_0,
+                                  DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K};
 
 std::string skip_message(Isa isa) { return std::string("skipped: CPU lacks ") + cpu::isa_name(isa); }
 
@@ -153,7 +153,7 @@ TEST(Dispatch, ScalarAlwaysAvailableAndActiveIsSupported) {
         for (DType dt : {DType::F32, DType::F16, DType::BF16}) EXPECT_NE(t->axpy(dt), nullptr);
         EXPECT_NE(t->quantize_row_q8_0, nullptr);
     }
-    EXPECT_THROW(active.dot(DType::Q2_K), Error);
+    EXPECT_THROW(active.dot(DType::IQ4_XS), Error);
     EXPECT_THROW(active.axpy(DType::Q8_0), Error);
 }
 

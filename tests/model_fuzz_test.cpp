@@ -258,8 +258,8 @@ std::string mutate(std::mt19937 &rng, Draft &d) {
             }
             break;
         case 3: {  // another element type
-            const DType types[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q8_0,
-                                   DType::Q4_0, DType::Q4_K, DType::Q5_K, DType::Q6_K};
+            const DType types[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q8_0, DType::Q4_0,
+                                   DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K};
             t.type = types[std::uniform_int_distribution<size_t>(0, std::size(types) - 1)(rng)];
             break;
         }
@@ -463,15 +463,15 @@ TEST(ModelFuzz, UnusableHyperParametersAreRefusedWithTheKeyNamed) {
 }
 
 TEST(ModelFuzz, WeightTypesSparrowCannotComputeWithAreRefusedByName) {
-    // Q2_K, Q3_K and the IQ types are valid GGUF that sparrow has no kernels for: the load names the tensor and
-    // its type (and a K-quant it does support loads).
+    // The IQ types and Q8_K are valid GGUF that sparrow has no kernels for: the load names the tensor and its
+    // type (and the K-quants it does support load).
     const std::string dir = test::make_temp_dir("model_types");
     SyntheticParams p = synthetic_defaults("llama");
     p.n_embd = 256;
     const std::string seed_path = dir + "/llama.gguf";
     write_synthetic_model(p, seed_path);
     const gguf::File original = gguf::File::open(seed_path);
-    for (const DType t : {DType::Q2_K, DType::Q3_K, DType::IQ4_XS, DType::IQ2_XXS, DType::Q4_K}) {
+    for (const DType t : {DType::IQ4_XS, DType::IQ2_XXS, DType::IQ3_S, DType::Q8_K, DType::Q2_K, DType::Q4_K}) {
         Draft d = draft_of(original);
         for (Tensor &tensor : d.tensors) {
             if (tensor.name != "blk.0.ffn_up.weight") continue;
@@ -485,7 +485,7 @@ TEST(ModelFuzz, WeightTypesSparrowCannotComputeWithAreRefusedByName) {
         }
         const std::string path = dir + "/typed.gguf";
         w.write(path);
-        if (t == DType::Q4_K) {
+        if (dtype_is_k_quant(t)) {
             EXPECT_NO_THROW(load_model(path));
             continue;
         }

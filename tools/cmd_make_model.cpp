@@ -50,9 +50,10 @@ Command register_make_model(CLI::App &app) {
         ->check(CLI::IsMember({"bench"}));
     cmd->add_option("-o,--output", *out, "Output file")->required();
     cmd->add_option("--type", *type,
-                    "Weight type: f32, f16, bf16, q8_0, q4_0, q4_k, q5_k, q6_k (default f32; bench: q8_0). Matrices "
+                    "Weight type: f32, f16, bf16, q8_0, q4_0, q2_k, q3_k, q4_k, q5_k, q6_k (default f32; bench: q8_0). "
+                    "Matrices "
                     "whose rows the type's blocks do not divide are stored q8_0 (K-quants) or f32")
-        ->check(CLI::IsMember({"f32", "f16", "bf16", "q8_0", "q4_0", "q4_k", "q5_k", "q6_k"}));
+        ->check(CLI::IsMember({"f32", "f16", "bf16", "q8_0", "q4_0", "q2_k", "q3_k", "q4_k", "q5_k", "q6_k"}));
 
     const auto num = [&](const std::string &name, int64_t SyntheticParams::*field, const std::string &help, int64_t lo,
                          int64_t hi) {

@@ -70,6 +70,27 @@ static_assert(sizeof(BlockQ4_0x8) == 8 * sizeof(BlockQ4_0), "BlockQ4_0x8 is eigh
 // --- K-quants: super-blocks of 256 elements (ggml's QK_K), read as llama.cpp's files store them ----------------
 constexpr int QK_K = 256;
 
+// Q2_K: sixteen sub-blocks of 16, x = d * (scales[s] & 15) * u - dmin * (scales[s] >> 4) with u in [0, 3] and
+// s = e / 16; element e = 128h + 32g + l (l < 32) is bits 2g..2g+1 of qs[32h + l].
+struct BlockQ2_K {
+    uint8_t scales[QK_K / 16];  // low nibble: scale, high nibble: min
+    uint8_t qs[QK_K / 4];
+    uint16_t d;     // fp16 super-block scale of the scales
+    uint16_t dmin;  // fp16 super-block scale of the mins
+};
+static_assert(sizeof(BlockQ2_K) == 84, "Q2_K block must match ggml");
+
+// Q3_K: sixteen sub-blocks of 16, x = d * (sc_s - 32) * (u - 4) with u in [0, 7] and s = e / 16: u's low two bits
+// lie as Q2_K's, its third bit is bit e / 32 of hmask[e % 32]. The 6-bit sc_s has its low nibble in scales[s]
+// (s < 8) or in the high nibble of scales[s - 8], and its top two bits at bit 2 * (s / 4) of scales[8 + s % 4].
+struct BlockQ3_K {
+    uint8_t hmask[QK_K / 8];
+    uint8_t qs[QK_K / 4];
+    uint8_t scales[12];
+    uint16_t d;
+};
+static_assert(sizeof(BlockQ3_K) == 110, "Q3_K block must match ggml");
+
 // Q4_K: eight sub-blocks of 32, x = d * sc_s * u - dmin * m_s with u in [0, 15] and a 6-bit scale sc_s and min
 // m_s per sub-block. scales[12] packs the sixteen 6-bit numbers: for s < 4, sc_s = scales[s] & 63 and
 // m_s = scales[s + 4] & 63; for s >= 4, sc_s = (scales[s + 4] & 15) | (scales[s - 4] >> 6) << 4 and

@@ -97,7 +97,9 @@ bool dtype_is_supported(DType t) {
            dtype_is_k_quant(t);
 }
 
-bool dtype_is_k_quant(DType t) { return t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K; }
+bool dtype_is_k_quant(DType t) {
+    return t == DType::Q2_K || t == DType::Q3_K || t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K;
+}
 
 bool dtype_is_quantized(DType t) { return dtype_info(t).block_size > 1; }
 
@@ -128,6 +130,8 @@ void quantize_row(DType t, const float *x, void *dst, int64_t n) {
             if (n % QK4_0) throw_error("q4_0 row of %lld elements is not a multiple of 32", (long long)n);
             quantize_q4_0(x, static_cast<BlockQ4_0 *>(dst), n);
             return;
+        case DType::Q2_K:
+        case DType::Q3_K:
         case DType::Q4_K:
         case DType::Q5_K:
         case DType::Q6_K:
@@ -135,6 +139,8 @@ void quantize_row(DType t, const float *x, void *dst, int64_t n) {
                 throw_error("%s row of %lld elements is not a multiple of 256", std::string(dtype_name(t)).c_str(),
                             (long long)n);
             }
+            if (t == DType::Q2_K) quantize_row_q2_k(x, static_cast<BlockQ2_K *>(dst), n);
+            if (t == DType::Q3_K) quantize_row_q3_k(x, static_cast<BlockQ3_K *>(dst), n);
             if (t == DType::Q4_K) quantize_row_q4_k(x, static_cast<BlockQ4_K *>(dst), n);
             if (t == DType::Q5_K) quantize_row_q5_k(x, static_cast<BlockQ5_K *>(dst), n);
             if (t == DType::Q6_K) quantize_row_q6_k(x, static_cast<BlockQ6_K *>(dst), n);
@@ -175,6 +181,8 @@ void dequantize_row(DType t, const void *src, float *y, int64_t n) {
             }
             return;
         }
+        case DType::Q2_K: dequantize_row_q2_k(static_cast<const BlockQ2_K *>(src), y, n); return;
+        case DType::Q3_K: dequantize_row_q3_k(static_cast<const BlockQ3_K *>(src), y, n); return;
         case DType::Q4_K: dequantize_row_q4_k(static_cast<const BlockQ4_K *>(src), y, n); return;
         case DType::Q5_K: dequantize_row_q5_k(static_cast<const BlockQ5_K *>(src), y, n); return;
         case DType::Q6_K: dequantize_row_q6_k(static_cast<const BlockQ6_K *>(src), y, n); return;

@@ -59,8 +59,8 @@ std::optional<DTypeInfo> dtype_info(uint32_t id);
 const DTypeInfo &dtype_info(DType t);  // t must be a known id
 std::string_view dtype_name(DType t);
 std::optional<DType> dtype_from_name(std::string_view name);  // case-insensitive
-bool dtype_is_supported(DType t);                             // F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K
-bool dtype_is_k_quant(DType t);                               // Q4_K, Q5_K, Q6_K
+bool dtype_is_supported(DType t);                             // F32, F16, BF16, Q8_0, Q4_0 and the K-quants
+bool dtype_is_k_quant(DType t);                               // Q2_K, Q3_K, Q4_K, Q5_K, Q6_K
 bool dtype_is_quantized(DType t);                             // block size > 1
 // Bytes of a row of n elements; n must be a multiple of the block size.
 int64_t dtype_row_size(DType t, int64_t n);
@@ -117,7 +117,7 @@ inline uint16_t f32_to_bf16(float f) {
 // --- rows
 // --------------------------------------------------------------------------------------------------- Convert
 // n floats to a row of type t (F32, F16, BF16, Q8_0, Q4_0), exactly as ggml's reference quantisers do; n must
-// be a multiple of the block size. Q4_K, Q5_K, Q6_K: valid blocks from sparrow's own quantiser (core/kquants.h).
+// be a multiple of the block size. K-quants: valid blocks from sparrow's own quantiser (core/kquants.h).
 void quantize_row(DType t, const float *x, void *dst, int64_t n);
 // The inverse: n elements of a row of type t (any supported type) to floats.
 void dequantize_row(DType t, const void *src, float *y, int64_t n);

@@ -18,8 +18,8 @@ int nearest(float v) { return static_cast<int>(std::lround(v)); }
 // [min(0, lo), hi], then a few rounds of least squares of x on the u that scale gives (min held at 0 where the
 // fit wants it negative), keeping the fit with the smallest squared error. ggml searches more candidates; this
 // already takes Q4_K's error below Q4_0's on the test models.
-void fit_sub_block(const float *x, int n_max, float &scale, float &min) {
-    const float lo = std::min(0.0f, *std::min_element(x, x + 32)), hi = *std::max_element(x, x + 32);
+void fit_sub_block(const float *x, int len, int n_max, float &scale, float &min) {
+    const float lo = std::min(0.0f, *std::min_element(x, x + len)), hi = *std::max_element(x, x + len);
     scale = (hi - lo) / float(n_max);
     min = -lo;
     if (scale <= 0.0f) return;
@@ -27,16 +27,16 @@ void fit_sub_block(const float *x, int n_max, float &scale, float &min) {
     float a = scale, b = min;
     for (int round = 0; round < 4; ++round) {
         double su = 0, suu = 0, sx = 0, sux = 0, sse = 0;
-        for (int l = 0; l < 32; ++l) {
+        for (int l = 0; l < len; ++l) {
             const int u = std::clamp(nearest((x[l] + b) / a), 0, n_max);
             const double e = double(a) * u - double(b) - double(x[l]);
             sse += e * e;
             su += u, suu += double(u) * u, sx += x[l], sux += double(u) * x[l];
         }
         if (best < 0.0 || sse < best) best = sse, scale = a, min = b;
-        const double det = 32.0 * suu - su * su;
+        const double det = len * suu - su * su;
         if (det <= 0.0) break;
-        double fa = (32.0 * sux - su * sx) / det, fb = (su * fa - sx) / 32.0;  // x ~ fa * u - fb
+        double fa = (len * sux - su * sx) / det, fb = (su * fa - sx) / len;  // x ~ fa * u - fb
         if (fb < 0.0) fa = suu > 0.0 ? sux / suu : 0.0, fb = 0.0;
         if (fa <= 0.0) break;
         a = float(fa), b = float(fb);
@@ -48,7 +48,7 @@ void quantize_min_max(const float *x, int n_max, uint8_t *L, uint8_t scales[12],
     float scale[kSubBlocks], min[kSubBlocks];
     float max_scale = 0.0f, max_min = 0.0f;
     for (int s = 0; s < kSubBlocks; ++s) {
-        fit_sub_block(x + 32 * s, n_max, scale[s], min[s]);
+        fit_sub_block(x + 32 * s, 32, n_max, scale[s], min[s]);
         max_scale = std::max(max_scale, scale[s]);
         max_min = std::max(max_min, min[s]);
     }
@@ -83,6 +83,31 @@ void quantize_min_max(const float *x, int n_max, uint8_t *L, uint8_t scales[12],
     }
 }
 
+// The sub-block's scale when its element of largest magnitude maps to -q_min (Q6_K: 32, Q3_K: 4), as Q4_0
+// maps its to -8.
+float signed_max_scale(const float *x, int len, float q_min) {
+    float amax = 0.0f, signed_max = 0.0f;
+    for (int l = 0; l < len; ++l) {
+        if (std::fabs(x[l]) > amax) {
+            amax = std::fabs(x[l]);
+            signed_max = x[l];
+        }
+    }
+    return signed_max / -q_min;
+}
+
+// Q2_K / Q3_K / Q6_K element e = 128h + 32g + l of a super-block's u[256] into the two-bit planes of qs: bits 2g of
+// qs[32h + l] (the low two bits of u).
+void pack_two_bit_planes(const uint8_t *u, uint8_t *qs) {
+    for (int h = 0; h < 2; ++h) {
+        for (int l = 0; l < 32; ++l) {
+            const uint8_t *uh = u + 128 * h;
+            qs[32 * h + l] = static_cast<uint8_t>((uh[l] & 3) | (uh[l + 32] & 3) << 2 | (uh[l + 64] & 3) << 4 |
+                                                  (uh[l + 96] & 3) << 6);
+        }
+    }
+}
+
 }  // namespace
 
 void kquant_scale_min(const uint8_t *scales, int s, int &sc, int &m) {
@@ -92,6 +117,71 @@ void kquant_scale_min(const uint8_t *scales, int s, int &sc, int &m) {
     } else {
         sc = (scales[s + 4] & 15) | ((scales[s - 4] >> 6) << 4);
         m = (scales[s + 4] >> 4) | ((scales[s] >> 6) << 4);
+    }
+}
+
+int q3_k_scale(const uint8_t *scales, int s) {
+    const int low = s < 8 ? scales[s] & 15 : scales[s - 8] >> 4;
+    return (low | ((scales[8 + s % 4] >> (2 * (s / 4))) & 3) << 4) - 32;
+}
+
+void quantize_row_q2_k(const float *x, BlockQ2_K *y, int64_t n) {
+    for (int64_t b = 0; b < n / QK_K; ++b, x += QK_K) {
+        // Sixteen sub-blocks of 16 fitted as Q4_K's, u in [0, 3]; their scales and mins rounded to 4 bits of the
+        // largest.
+        float scale[16], min[16], max_scale = 0.0f, max_min = 0.0f;
+        for (int s = 0; s < 16; ++s) {
+            fit_sub_block(x + 16 * s, 16, 3, scale[s], min[s]);
+            max_scale = std::max(max_scale, scale[s]);
+            max_min = std::max(max_min, min[s]);
+        }
+        y[b].d = f32_to_fp16(max_scale / 15.0f);
+        y[b].dmin = f32_to_fp16(max_min / 15.0f);
+        const float d = fp16_to_f32(y[b].d), dmin = fp16_to_f32(y[b].dmin);
+        uint8_t u[QK_K];
+        for (int s = 0; s < 16; ++s) {
+            const int ls = d > 0.0f ? std::clamp(nearest(scale[s] / d), 0, 15) : 0;
+            const int lm = dmin > 0.0f ? std::clamp(nearest(min[s] / dmin), 0, 15) : 0;
+            y[b].scales[s] = static_cast<uint8_t>(ls | lm << 4);
+            const float ds = d * float(ls), dm = dmin * float(lm);
+            for (int l = 0; l < 16; ++l) {
+                u[16 * s + l] =
+                    static_cast<uint8_t>(ds > 0.0f ? std::clamp(nearest((x[16 * s + l] + dm) / ds), 0, 3) : 0);
+            }
+        }
+        pack_two_bit_planes(u, y[b].qs);
+    }
+}
+
+void quantize_row_q3_k(const float *x, BlockQ3_K *y, int64_t n) {
+    for (int64_t b = 0; b < n / QK_K; ++b, x += QK_K) {
+        float scale[16], max_scale = 0.0f;
+        for (int s = 0; s < 16; ++s) {
+            scale[s] = signed_max_scale(x + 16 * s, 16, 4.0f);
+            if (std::fabs(scale[s]) > std::fabs(max_scale)) max_scale = scale[s];
+        }
+        std::memset(&y[b], 0, sizeof y[b]);
+        if (max_scale == 0.0f) continue;  // an all-zero super-block: d = 0
+        // Signed 6-bit scales against d: the largest maps to -32.
+        const float iscale = -32.0f / max_scale;
+        y[b].d = f32_to_fp16(1.0f / iscale);
+        const float d = fp16_to_f32(y[b].d);
+        uint8_t u[QK_K];
+        for (int s = 0; s < 16; ++s) {
+            const int l = std::clamp(nearest(iscale * scale[s]), -32, 31) + 32;
+            if (s < 8) {
+                y[b].scales[s] |= static_cast<uint8_t>(l & 15);
+            } else {
+                y[b].scales[s - 8] |= static_cast<uint8_t>((l & 15) << 4);
+            }
+            y[b].scales[8 + s % 4] |= static_cast<uint8_t>((l >> 4) << (2 * (s / 4)));
+            const float ds = d * float(l - 32);
+            for (int e = 16 * s; e < 16 * s + 16; ++e) {
+                u[e] = static_cast<uint8_t>((ds != 0.0f ? std::clamp(nearest(x[e] / ds), -4, 3) : 0) + 4);
+                if (u[e] & 4) y[b].hmask[e % 32] |= static_cast<uint8_t>(1 << (e / 32));
+            }
+        }
+        pack_two_bit_planes(u, y[b].qs);
     }
 }
 
@@ -123,19 +213,10 @@ void quantize_row_q5_k(const float *x, BlockQ5_K *y, int64_t n) {
 
 void quantize_row_q6_k(const float *x, BlockQ6_K *y, int64_t n) {
     for (int64_t b = 0; b < n / QK_K; ++b, x += QK_K) {
-        // Each sub-block of 16: the element of largest magnitude maps to -32 (as Q4_0 maps its to -8).
         float scale[QK_K / 16];
         float max_scale = 0.0f;
         for (int s = 0; s < QK_K / 16; ++s) {
-            float amax = 0.0f, signed_max = 0.0f;
-            for (int l = 0; l < 16; ++l) {
-                const float v = x[16 * s + l];
-                if (std::fabs(v) > amax) {
-                    amax = std::fabs(v);
-                    signed_max = v;
-                }
-            }
-            scale[s] = signed_max / -32.0f;
+            scale[s] = signed_max_scale(x + 16 * s, 16, 32.0f);
             if (std::fabs(scale[s]) > std::fabs(max_scale)) max_scale = scale[s];
         }
         std::memset(&y[b], 0, sizeof y[b]);
@@ -164,8 +245,32 @@ void quantize_row_q6_k(const float *x, BlockQ6_K *y, int64_t n) {
     }
 }
 
-// The three dequantisers follow ggml's arithmetic: d1 = d * sc and m1 = dmin * m in f32, then d1 * u - m1
-// (Q6_K: d * sc * (u - 32), left to right).
+// The dequantisers follow ggml's arithmetic: d1 = d * sc and m1 = dmin * m in f32, then d1 * u - m1 (Q3_K,
+// Q6_K: d * sc * (u - offset), left to right).
+void dequantize_row_q2_k(const BlockQ2_K *x, float *y, int64_t n) {
+    for (int64_t b = 0; b < n / QK_K; ++b, y += QK_K) {
+        const float d = fp16_to_f32(x[b].d), dmin = fp16_to_f32(x[b].dmin);
+        for (int e = 0; e < QK_K; ++e) {
+            const uint8_t sc = x[b].scales[e / 16];
+            const float dl = d * float(sc & 15), ml = dmin * float(sc >> 4);
+            const int u = (x[b].qs[32 * (e / 128) + e % 32] >> (2 * (e % 128 / 32))) & 3;
+            y[e] = dl * float(u) - ml;
+        }
+    }
+}
+
+void dequantize_row_q3_k(const BlockQ3_K *x, float *y, int64_t n) {
+    for (int64_t b = 0; b < n / QK_K; ++b, y += QK_K) {
+        const float d = fp16_to_f32(x[b].d);
+        for (int e = 0; e < QK_K; ++e) {
+            const float dl = d * float(q3_k_scale(x[b].scales, e / 16));
+            const int low = (x[b].qs[32 * (e / 128) + e % 32] >> (2 * (e % 128 / 32))) & 3;
+            const int u = low - ((x[b].hmask[e % 32] >> (e / 32)) & 1 ? 0 : 4);
+            y[e] = dl * float(u);
+        }
+    }
+}
+
 namespace {
 
 // Q4_K and Q5_K (Block::qh only in Q5_K: HighBits).

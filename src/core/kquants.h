@@ -1,6 +1,7 @@
-// K-quant rows (Q4_K, Q5_K, Q6_K; layouts in core/blocks.h): the formats most GGUF files users download are
-// written in (Q4_K_M mixes Q4_K and Q6_K). Dequantisation computes exactly what ggml's does, in the same f32
-// operations. The quantisers are sparrow's own and simpler than ggml's (which searches each sub-block's scale
+// K-quant rows (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K; layouts in core/blocks.h): the formats most GGUF files users
+// download are written in (Q4_K_M mixes Q4_K and Q6_K; Q2_K and Q3_K files, the ones that fit very large models
+// into a workstation, mix Q2_K or Q3_K with the larger ones). Dequantisation computes exactly what ggml's does, in the
+// same f32 operations. The quantisers are sparrow's own and simpler than ggml's (which searches each sub-block's scale
 // and min to minimise a weighted error): each sub-block spans its own min..max, and the 6-bit (Q6_K: 8-bit)
 // sub-block scales are rounded against the super-block's largest. They write valid blocks of the same format,
 // for make-model and tests; the files users bring were quantised by llama.cpp.
@@ -14,11 +15,17 @@ namespace sparrow {
 
 // Sub-block s (0..7) of a Q4_K / Q5_K block's packed scales: its 6-bit scale and min.
 void kquant_scale_min(const uint8_t *scales, int s, int &sc, int &m);
+// Sub-block s (0..15) of a Q3_K block's packed scales: its signed scale sc_s - 32.
+int q3_k_scale(const uint8_t *scales, int s);
 
 // n floats (n % 256 == 0) to n / 256 blocks, and back.
+void quantize_row_q2_k(const float *x, BlockQ2_K *y, int64_t n);
+void quantize_row_q3_k(const float *x, BlockQ3_K *y, int64_t n);
 void quantize_row_q4_k(const float *x, BlockQ4_K *y, int64_t n);
 void quantize_row_q5_k(const float *x, BlockQ5_K *y, int64_t n);
 void quantize_row_q6_k(const float *x, BlockQ6_K *y, int64_t n);
+void dequantize_row_q2_k(const BlockQ2_K *x, float *y, int64_t n);
+void dequantize_row_q3_k(const BlockQ3_K *x, float *y, int64_t n);
 void dequantize_row_q4_k(const BlockQ4_K *x, float *y, int64_t n);
 void dequantize_row_q5_k(const BlockQ5_K *x, float *y, int64_t n);
 void dequantize_row_q6_k(const BlockQ6_K *x, float *y, int64_t n);

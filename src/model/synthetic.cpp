@@ -24,6 +24,8 @@ uint32_t file_type_of(DType t) {
         case DType::Q4_0: return 2;
         case DType::Q8_0: return 7;
         case DType::BF16: return 32;
+        case DType::Q2_K: return 10;  // LLAMA_FTYPE_MOSTLY_Q2_K
+        case DType::Q3_K: return 11;  // LLAMA_FTYPE_MOSTLY_Q3_K_S
         case DType::Q4_K: return 14;  // LLAMA_FTYPE_MOSTLY_Q4_K_S
         case DType::Q5_K: return 16;  // LLAMA_FTYPE_MOSTLY_Q5_K_S
         case DType::Q6_K: return 18;  // LLAMA_FTYPE_MOSTLY_Q6_K

@@ -1,4 +1,4 @@
-"""K-quant weights (Q4_K, Q5_K, Q6_K), the formats of most GGUF files users download, end to end:
+"""K-quant weights (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K), the formats of most GGUF files users download, end to end:
 make-model writes them (matrices whose rows the 256-element super-blocks do not divide fall back to Q8_0,
 as llama.cpp's quantiser does); sparrow's run of each file agrees with the float64 reference evaluated on
 the same weights, which reads the blocks with its own numpy decoder (tests/reference/gguf.py), within the
@@ -17,7 +17,7 @@ import llama_ref
 checks = harness.Checks()
 tmp = harness.temp_dir()
 rng = np.random.default_rng(3)
-K_TYPES = ["q4_k", "q5_k", "q6_k"]
+K_TYPES = ["q2_k", "q3_k", "q4_k", "q5_k", "q6_k"]
 
 
 log_softmax, kl = harness.log_softmax, harness.kl

@@ -126,7 +126,7 @@ def tensor_nbytes(ggml_type: int, n_elements: int) -> int:
 
 
 # --------------------------------------------------------------------------------------------------
-# Element formats: half, bfloat16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K
+# Element formats: half, bfloat16, Q8_0, Q4_0, Q2_K ... Q6_K
 # --------------------------------------------------------------------------------------------------
 
 def bf16_to_f64(bits: np.ndarray) -> np.ndarray:
@@ -156,7 +156,19 @@ Q4_K_BLOCK = np.dtype([("d", "<f2"), ("dmin", "<f2"), ("scales", "u1", (12,)), (
 Q5_K_BLOCK = np.dtype([("d", "<f2"), ("dmin", "<f2"), ("scales", "u1", (12,)), ("qh", "u1", (32,)),
                        ("qs", "u1", (128,))])
 Q6_K_BLOCK = np.dtype([("ql", "u1", (128,)), ("qh", "u1", (64,)), ("scales", "i1", (16,)), ("d", "<f2")])
+#   Q2_K: sixteen sub-blocks of 16, x = d * (scales & 15) * u - dmin * (scales >> 4), u in [0, 3].
+#   Q3_K: x = d * (sc - 32) * (u - 4), u in [0, 7] (third bit in hmask), sc 6 bits packed in twelve bytes.
+#   Both: element 128h + 32g + l has its low two bits at bits 2g of qs[32h + l].
+Q2_K_BLOCK = np.dtype([("scales", "u1", (16,)), ("qs", "u1", (64,)), ("d", "<f2"), ("dmin", "<f2")])
+Q3_K_BLOCK = np.dtype([("hmask", "u1", (32,)), ("qs", "u1", (64,)), ("scales", "u1", (12,)), ("d", "<f2")])
 assert Q4_K_BLOCK.itemsize == 144 and Q5_K_BLOCK.itemsize == 176 and Q6_K_BLOCK.itemsize == 210
+assert Q2_K_BLOCK.itemsize == 84 and Q3_K_BLOCK.itemsize == 110
+
+
+def two_bit_planes(qs: np.ndarray) -> np.ndarray:
+    """[nb, 64] Q2_K / Q3_K qs bytes -> [nb, 256] low two bits per element."""
+    q = qs.astype(np.int64).reshape(-1, 2, 1, 32)  # [block, half, -, l]
+    return ((q >> (2 * np.arange(4)[None, None, :, None])) & 3).reshape(-1, 256)
 
 
 def k_scales_mins(scales: np.ndarray):
@@ -168,6 +180,23 @@ def k_scales_mins(scales: np.ndarray):
 
 
 def dequantize_k(t, buf: np.ndarray) -> np.ndarray:
+    if t == GGMLType.Q2_K:
+        b = buf.view(Q2_K_BLOCK)
+        u = two_bit_planes(b["qs"])
+        sc = np.repeat((b["scales"] & 15).astype(np.float64), 16, axis=1)
+        m = np.repeat((b["scales"] >> 4).astype(np.float64), 16, axis=1)
+        return (b["d"].astype(np.float64)[:, None] * sc * u - b["dmin"].astype(np.float64)[:, None] * m).reshape(-1)
+    if t == GGMLType.Q3_K:
+        b = buf.view(Q3_K_BLOCK)
+        low = two_bit_planes(b["qs"])
+        e = np.arange(256)
+        third = (b["hmask"].astype(np.int64)[:, e % 32] >> (e // 32)[None, :]) & 1
+        s = b["scales"].astype(np.int64)
+        j = np.arange(16)
+        nibble = np.where(j < 8, s[:, j % 8] & 15, s[:, j % 8] >> 4)
+        top = (s[:, 8 + j % 4] >> (2 * (j // 4))) & 3
+        sc = np.repeat((nibble | (top << 4)) - 32, 16, axis=1).astype(np.float64)
+        return (b["d"].astype(np.float64)[:, None] * sc * (low - 4 * (1 - third))).reshape(-1)
     if t in (GGMLType.Q4_K, GGMLType.Q5_K):
         b = buf.view(Q4_K_BLOCK if t == GGMLType.Q4_K else Q5_K_BLOCK)
         qs = b["qs"].astype(np.int64).reshape(-1, 4, 1, 32)
@@ -210,7 +239,7 @@ def dequantize(ggml_type: int, data, n_elements: int) -> np.ndarray:
         lo = (b["qs"] & 15).astype(np.float64) - 8.0
         hi = (b["qs"] >> 4).astype(np.float64) - 8.0
         return (b["d"].astype(np.float64)[:, None] * np.concatenate([lo, hi], axis=1)).reshape(-1)
-    if t in (GGMLType.Q4_K, GGMLType.Q5_K, GGMLType.Q6_K):
+    if t in (GGMLType.Q2_K, GGMLType.Q3_K, GGMLType.Q4_K, GGMLType.Q5_K, GGMLType.Q6_K):
         return dequantize_k(t, buf)
     raise NotImplementedError(f"dequantisation of {t.name} is not implemented in the reference")
 

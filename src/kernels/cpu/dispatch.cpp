@@ -54,6 +54,8 @@ constexpr KernelTable kScalarTable = {
     .dot_bf16 = scalar::dot_tile_bf16,
     .dot_q8_0 = scalar::dot_tile_q8_0,
     .dot_q4_0 = scalar::dot_tile_q4_0,
+    .dot_q2_k = scalar::dot_tile_q2_k,
+    .dot_q3_k = scalar::dot_tile_q3_k,
     .dot_q4_k = scalar::dot_tile_q4_k,
     .dot_q5_k = scalar::dot_tile_q5_k,
     .dot_q6_k = scalar::dot_tile_q6_k,
@@ -77,6 +79,8 @@ constexpr KernelTable kAvx2Table = {
     .dot_bf16 = avx2::dot_tile_bf16,
     .dot_q8_0 = avx2::dot_tile_q8_0,
     .dot_q4_0 = avx2::dot_tile_q4_0,
+    .dot_q2_k = avx2::dot_tile_q2_k,
+    .dot_q3_k = avx2::dot_tile_q3_k,
     .dot_q4_k = avx2::dot_tile_q4_k,
     .dot_q5_k = avx2::dot_tile_q5_k,
     .dot_q6_k = avx2::dot_tile_q6_k,
@@ -107,6 +111,8 @@ constexpr KernelTable kAvx512Table = {
     // weights far slower than either width computes; one tested kernel beats an untested wider one.
     .dot_q4_0 = avx2::dot_tile_q4_0,
     // K-quants: AVX2's too (a matvec of them is bound by memory as Q4_0's is).
+    .dot_q2_k = avx2::dot_tile_q2_k,
+    .dot_q3_k = avx2::dot_tile_q3_k,
     .dot_q4_k = avx2::dot_tile_q4_k,
     .dot_q5_k = avx2::dot_tile_q5_k,
     .dot_q6_k = avx2::dot_tile_q6_k,
@@ -166,6 +172,8 @@ DotTileFn KernelTable::dot(DType t) const {
         case DType::BF16: return dot_bf16;
         case DType::Q8_0: return dot_q8_0;
         case DType::Q4_0: return dot_q4_0;
+        case DType::Q2_K: return dot_q2_k;
+        case DType::Q3_K: return dot_q3_k;
         case DType::Q4_K: return dot_q4_k;
         case DType::Q5_K: return dot_q5_k;
         case DType::Q6_K: return dot_q6_k;
@@ -199,6 +207,8 @@ int64_t q8_0_dot_x_row_bytes(int64_t n) {
 int64_t KernelTable::dot_x_row_bytes(DType t, int64_t n) {
     switch (t) {
         case DType::Q8_0:
+        case DType::Q2_K:
+        case DType::Q3_K:
         case DType::Q4_K:
         case DType::Q5_K:
         case DType::Q6_K: return q8_0_dot_x_row_bytes(n);

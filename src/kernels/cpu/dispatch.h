@@ -76,7 +76,9 @@ struct KernelTable {
     DotTileFn dot_bf16 = nullptr;
     DotTileFn dot_q8_0 = nullptr;  // weights Q8_0, activations Q8_0
     DotTileFn dot_q4_0 = nullptr;  // weights Q4_0, activations BlockQ8_0x2
-    DotTileFn dot_q4_k = nullptr;  // weights Q4_K / Q5_K / Q6_K, activations Q8_0 (as dot_q8_0's)
+    DotTileFn dot_q2_k = nullptr;  // weights Q2_K ... Q6_K, activations Q8_0 (as dot_q8_0's)
+    DotTileFn dot_q3_k = nullptr;
+    DotTileFn dot_q4_k = nullptr;
     DotTileFn dot_q5_k = nullptr;
     DotTileFn dot_q6_k = nullptr;
     DotRowsFn dot_rows_q8_0 = nullptr;

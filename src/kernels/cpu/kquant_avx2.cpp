@@ -87,6 +87,36 @@ inline __m256i sum_lanes8(const __m256i p[8]) {
     return _mm256_add_epi32(_mm256_permute2x128_si256(a, b, 0x20), _mm256_permute2x128_si256(a, b, 0x31));
 }
 
+// Sixteen sub-block numbers of 16 elements (int16 lanes of v, sub-block s in lane s) spread over the eight
+// 32-element blocks: out[b] holds number 2b in its low 128 bits and 2b + 1 in its high ones, so that a madd of
+// block b's sixteen pair sums (pairs 0-7 in the low half) scales each pair by its own sub-block's number.
+inline void spread_pairs(__m256i v, __m256i out[8]) {
+    const __m256i halves[2] = {_mm256_permute2x128_si256(v, v, 0x00), _mm256_permute2x128_si256(v, v, 0x11)};
+    for (int b = 0; b < 8; ++b) {
+        const int k = b % 4;  // within a half: int16 lane 2k to the low 128 bits, 2k + 1 to the high ones
+        const __m256i pick = _mm256_setr_m128i(_mm_set1_epi16(static_cast<int16_t>((4 * k + 1) << 8 | 4 * k)),
+                                               _mm_set1_epi16(static_cast<int16_t>((4 * k + 3) << 8 | (4 * k + 2))));
+        out[b] = _mm256_shuffle_epi8(halves[b / 4], pick);
+    }
+}
+
+// Q2_K and Q3_K: the low two bits of the elements of block 4h + g (g < 4) are bits 2g of the 32 bytes of qs
+// from 32h; u[b] gets them.
+inline void two_bit_planes(const uint8_t *qs, __m256i u[8]) {
+    const __m256i three = _mm256_set1_epi8(3);
+    for (int h = 0; h < 2; ++h) {
+        const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(qs + 32 * h));
+        u[4 * h] = _mm256_and_si256(q, three);
+        u[4 * h + 1] = _mm256_and_si256(_mm256_srli_epi16(q, 2), three);
+        u[4 * h + 2] = _mm256_and_si256(_mm256_srli_epi16(q, 4), three);
+        u[4 * h + 3] = _mm256_and_si256(_mm256_srli_epi16(q, 6), three);
+    }
+}
+
+inline void prefetch_block(const void *b, size_t bytes) {
+    for (size_t l = 0; l < bytes; l += 64) _mm_prefetch(static_cast<const char *>(b) + kPrefetchBytes + l, _MM_HINT_T0);
+}
+
 // Q4_K / Q5_K. HighBits: whether the block has Q5_K's fifth bits. Per super-block and token: the eight
 // sub-blocks' integer dots in one vector (lane s), scaled by d * sc_s * dx_s; the mins by dmin * m_s * dx_s *
 // sum(x_s), both as eight-lane vectors.
@@ -100,9 +130,7 @@ void dot_tile_min_max(const void *w, const void *x, size_t x_stride, int n_x, in
     for (int j = 0; j < kMaxTile; ++j) acc[j] = mins[j] = _mm256_setzero_ps();
     for (int64_t i = 0; i < n / QK_K; ++i) {
         const Block &b = blocks[i];
-        for (int l = 0; l < static_cast<int>(sizeof(Block)); l += 64) {
-            _mm_prefetch(reinterpret_cast<const char *>(&b) + kPrefetchBytes + l, _MM_HINT_T0);
-        }
+        prefetch_block(&b, sizeof b);
         uint8_t sc[8], m[8];
         scales_mins(b.scales, sc, m);
         const __m256 dsc = _mm256_mul_ps(_mm256_set1_ps(half_to_float(b.d)), bytes_to_ps(sc));
@@ -135,6 +163,83 @@ void dot_tile_min_max(const void *w, const void *x, size_t x_stride, int n_x, in
 
 }  // namespace
 
+void dot_tile_q2_k(const void *w, const void *x, size_t x_stride, int n_x, int64_t n, float *out) {
+    // Per block: madd of the pair sums of u x with the two sub-blocks' scales, and of x with their mins; the eight
+    // blocks then sum to one lane each, scaled by d * dx and dmin * dx.
+    const auto *blocks = static_cast<const BlockQ2_K *>(w);
+    const __m256i one = _mm256_set1_epi8(1);
+    XRow xr[kMaxTile] = {XRow(x, n), XRow(x, n), XRow(x, n), XRow(x, n)};
+    for (int j = 0; j < n_x; ++j) xr[j] = XRow(static_cast<const uint8_t *>(x) + j * x_stride, n);
+    __m256 acc[kMaxTile];
+    for (auto &a : acc) a = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / QK_K; ++i) {
+        const BlockQ2_K &b = blocks[i];
+        prefetch_block(&b, sizeof b);
+        __m256i u[8], sc16[8], m16[8];
+        two_bit_planes(b.qs, u);
+        const __m256i packed = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i *>(b.scales)));
+        spread_pairs(_mm256_and_si256(packed, _mm256_set1_epi16(15)), sc16);
+        spread_pairs(_mm256_srli_epi16(packed, 4), m16);
+        const __m256 d = _mm256_set1_ps(half_to_float(b.d)), dmin = _mm256_set1_ps(half_to_float(b.dmin));
+        for (int j = 0; j < n_x; ++j) {
+            __m256i p[8], q[8];
+            for (int g = 0; g < 8; ++g) {
+                const __m256i xq = xr[j].quants(i * 8 + g);
+                p[g] = _mm256_madd_epi16(_mm256_maddubs_epi16(u[g], xq), sc16[g]);
+                q[g] = _mm256_madd_epi16(_mm256_maddubs_epi16(one, xq), m16[g]);
+            }
+            const __m256 scaled = _mm256_fmsub_ps(_mm256_cvtepi32_ps(sum_lanes8(p)), d,
+                                                  _mm256_mul_ps(_mm256_cvtepi32_ps(sum_lanes8(q)), dmin));
+            acc[j] = _mm256_fmadd_ps(scaled, xr[j].scales8(i * 8), acc[j]);
+        }
+    }
+    for (int j = 0; j < n_x; ++j) out[j] = hsum(acc[j]);
+}
+
+void dot_tile_q3_k(const void *w, const void *x, size_t x_stride, int n_x, int64_t n, float *out) {
+    // As Q6_K: u = low two bits | third bit << 2 in [0, 7], maddubs(u, x) - maddubs(4, x) = sum((u - 4) x) per
+    // pair, madd with the signed sub-block scales, eight blocks to one lane each, scaled by d * dx.
+    const auto *blocks = static_cast<const BlockQ3_K *>(w);
+    const __m256i one = _mm256_set1_epi8(1), k4 = _mm256_set1_epi8(4);
+    XRow xr[kMaxTile] = {XRow(x, n), XRow(x, n), XRow(x, n), XRow(x, n)};
+    for (int j = 0; j < n_x; ++j) xr[j] = XRow(static_cast<const uint8_t *>(x) + j * x_stride, n);
+    __m256 acc[kMaxTile];
+    for (auto &a : acc) a = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / QK_K; ++i) {
+        const BlockQ3_K &b = blocks[i];
+        prefetch_block(&b, sizeof b);
+        __m256i u[8], sc16[8];
+        two_bit_planes(b.qs, u);
+        const __m256i hm = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(b.hmask));
+        for (int g = 0; g < 8; ++g) {  // block g's third bits: bit g of hmask's bytes
+            const __m256i bit = _mm256_and_si256(_mm256_srl_epi16(hm, _mm_cvtsi32_si128(g)), one);
+            u[g] = _mm256_or_si256(u[g], _mm256_slli_epi16(bit, 2));
+        }
+        // The sixteen 6-bit scales from the twelve bytes read as words w0..w2 (core/blocks.h): scales 0-3 are w0's
+        // low nibbles, 4-7 w1's, 8-11 w0's high nibbles, 12-15 w1's, each with two bits of w2's bytes above
+        // (bits 0-1 for 0-3, 2-3 for 4-7, 4-5 for 8-11, 6-7 for 12-15); minus 32.
+        uint32_t wv[3];
+        std::memcpy(wv, b.scales, 12);
+        const uint32_t low4 = 0x0f0f0f0f, top2 = 0x03030303;
+        const uint32_t sw[4] = {(wv[0] & low4) | ((wv[2] & top2) << 4), (wv[1] & low4) | (((wv[2] >> 2) & top2) << 4),
+                                ((wv[0] >> 4) & low4) | (((wv[2] >> 4) & top2) << 4),
+                                ((wv[1] >> 4) & low4) | (((wv[2] >> 6) & top2) << 4)};
+        const __m128i sc8 = _mm_sub_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i *>(sw)), _mm_set1_epi8(32));
+        spread_pairs(_mm256_cvtepi8_epi16(sc8), sc16);
+        const __m256 d = _mm256_set1_ps(half_to_float(b.d));
+        for (int j = 0; j < n_x; ++j) {
+            __m256i p[8];
+            for (int g = 0; g < 8; ++g) {
+                const __m256i xq = xr[j].quants(i * 8 + g);
+                const __m256i pairs = _mm256_sub_epi16(_mm256_maddubs_epi16(u[g], xq), _mm256_maddubs_epi16(k4, xq));
+                p[g] = _mm256_madd_epi16(pairs, sc16[g]);
+            }
+            acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum_lanes8(p)), _mm256_mul_ps(d, xr[j].scales8(i * 8)), acc[j]);
+        }
+    }
+    for (int j = 0; j < n_x; ++j) out[j] = hsum(acc[j]);
+}
+
 void dot_tile_q4_k(const void *w, const void *x, size_t x_stride, int n_x, int64_t n, float *out) {
     dot_tile_min_max<BlockQ4_K, false>(w, x, x_stride, n_x, n, out);
 }
@@ -154,17 +259,9 @@ void dot_tile_q6_k(const void *w, const void *x, size_t x_stride, int n_x, int64
     for (int j = 0; j < n_x; ++j) xr[j] = XRow(static_cast<const uint8_t *>(x) + j * x_stride, n);
     __m256 acc[kMaxTile];
     for (auto &a : acc) a = _mm256_setzero_ps();
-    // pick[k]: int16 lane 2k of a 128-bit half in every low-half lane, lane 2k + 1 in every high-half one.
-    __m256i pick[4];
-    for (int k = 0; k < 4; ++k) {
-        pick[k] = _mm256_setr_m128i(_mm_set1_epi16(static_cast<int16_t>((4 * k + 1) << 8 | 4 * k)),
-                                    _mm_set1_epi16(static_cast<int16_t>((4 * k + 3) << 8 | (4 * k + 2))));
-    }
     for (int64_t i = 0; i < n / QK_K; ++i) {
         const BlockQ6_K &b = blocks[i];
-        for (int l = 0; l < static_cast<int>(sizeof(BlockQ6_K)); l += 64) {
-            _mm_prefetch(reinterpret_cast<const char *>(&b) + kPrefetchBytes + l, _MM_HINT_T0);
-        }
+        prefetch_block(&b, sizeof b);
         __m256i u[8], scale16[8];
         for (int h = 0; h < 2; ++h) {
             const __m256i ql0 = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(b.ql + 64 * h));
@@ -180,12 +277,7 @@ void dot_tile_q6_k(const void *w, const void *x, size_t x_stride, int n_x, int64
             u[4 * h + 3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), low4),
                                            _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), two_bits), 4));
         }
-        // The sixteen scales as int16, eight per 128-bit register copied to both halves; a byte shuffle then puts
-        // scale 2g in the low half of block g's vector and 2g + 1 in the high half.
-        const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i *>(b.scales)));
-        const __m256i halves[2] = {_mm256_permute2x128_si256(sc16, sc16, 0x00),
-                                   _mm256_permute2x128_si256(sc16, sc16, 0x11)};
-        for (int g = 0; g < 8; ++g) scale16[g] = _mm256_shuffle_epi8(halves[g / 4], pick[g % 4]);
+        spread_pairs(_mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i *>(b.scales))), scale16);
         const __m256 d = _mm256_set1_ps(half_to_float(b.d));
         for (int j = 0; j < n_x; ++j) {
             __m256i p[8];

@@ -1,9 +1,10 @@
-// The portable level's K-quant products (Q4_K, Q5_K, Q6_K weights; layouts in core/blocks.h) against Q8_0
+// The portable level's K-quant products (Q2_K ... Q6_K weights; layouts in core/blocks.h) against Q8_0
 // activations in the dot-x row of Q8_0 weights (dispatch.h: the blocks, then their scales as f32, then
 // 128 x each block's sum). Every 32-element activation block meets one Q4_K / Q5_K sub-block (one scale and
-// min) or two Q6_K sub-blocks of 16 (two scales), so a sub-block's dot is an integer sum:
+// min) or two Q2_K / Q3_K / Q6_K sub-blocks of 16, so a sub-block's dot is an integer sum:
 //   Q4_K / Q5_K: dx * (d * (sc * sum(u x)) - dmin * (m * sum(x)))
-//   Q6_K:        dx * d * (sc_0 * sum_{l<16} (u - 32) x + sc_1 * sum_{l>=16} (u - 32) x)
+//   Q2_K:        dx * (d * (sc_0 * sum_{l<16} u x + sc_1 * sum_{l>=16} u x) - dmin * (m_0 * sum_{l<16} x + ...))
+//   Q3_K, Q6_K:  dx * d * (sc_0 * sum_{l<16} v x + sc_1 * sum_{l>=16} v x), v = u - 4 or u - 32
 // with the integer products in int32 (at most 63 * 31 * 127 * 32 and 2 * 128 * 63 * 127 * 16) and one f32
 // accumulation per sub-block and token. The SIMD levels compute the same integers in another f32 order.
 #include <cstring>
@@ -93,6 +94,62 @@ void dot_tile_q4_k(const void *w, const void *x, size_t x_stride, int n_x, int64
 
 void dot_tile_q5_k(const void *w, const void *x, size_t x_stride, int n_x, int64_t n, float *out) {
     dot_tile_min_max<BlockQ5_K, true>(w, x, x_stride, n_x, n, out);
+}
+
+// Q2_K and Q3_K: element e = 128h + 32g + l keeps its low two bits at bits 2g of qs[32h + l].
+inline int two_bits(const uint8_t *qs, int e) { return (qs[32 * (e / 128) + e % 32] >> (2 * (e % 128 / 32))) & 3; }
+
+void dot_tile_q2_k(const void *w, const void *x, size_t x_stride, int n_x, int64_t n, float *out) {
+    const auto *blocks = static_cast<const BlockQ2_K *>(w);
+    float acc[kMaxTile] = {};
+    uint8_t u[QK_K];
+    for (int64_t i = 0; i < n / QK_K; ++i) {
+        const BlockQ2_K &b = blocks[i];
+        for (int e = 0; e < QK_K; ++e) u[e] = static_cast<uint8_t>(two_bits(b.qs, e));
+        const float d = fp16_to_f32(b.d), dmin = fp16_to_f32(b.dmin);
+        for (int j = 0; j < n_x; ++j) {
+            const XRow xr(static_cast<const uint8_t *>(x) + j * x_stride, n);
+            for (int s = 0; s < 8; ++s) {
+                const int64_t xb = i * 8 + s;
+                const int8_t *qx = xr.blocks[xb].qs;
+                int32_t dot[2] = {0, 0}, sum[2] = {0, 0};
+                for (int l = 0; l < 32; ++l) {
+                    dot[l / 16] += int32_t(u[32 * s + l]) * qx[l];
+                    sum[l / 16] += qx[l];
+                }
+                const int sc0 = b.scales[2 * s], sc1 = b.scales[2 * s + 1];
+                acc[j] += xr.scale(xb) * (d * float((sc0 & 15) * dot[0] + (sc1 & 15) * dot[1]) -
+                                          dmin * float((sc0 >> 4) * sum[0] + (sc1 >> 4) * sum[1]));
+            }
+        }
+    }
+    for (int j = 0; j < n_x; ++j) out[j] = acc[j];
+}
+
+void dot_tile_q3_k(const void *w, const void *x, size_t x_stride, int n_x, int64_t n, float *out) {
+    const auto *blocks = static_cast<const BlockQ3_K *>(w);
+    float acc[kMaxTile] = {};
+    int8_t v[QK_K];  // u - 4
+    int sc[16];
+    for (int64_t i = 0; i < n / QK_K; ++i) {
+        const BlockQ3_K &b = blocks[i];
+        for (int e = 0; e < QK_K; ++e) {
+            v[e] = static_cast<int8_t>(two_bits(b.qs, e) - ((b.hmask[e % 32] >> (e / 32)) & 1 ? 0 : 4));
+        }
+        for (int s = 0; s < 16; ++s) sc[s] = q3_k_scale(b.scales, s);
+        const float d = fp16_to_f32(b.d);
+        for (int j = 0; j < n_x; ++j) {
+            const XRow xr(static_cast<const uint8_t *>(x) + j * x_stride, n);
+            for (int s = 0; s < 8; ++s) {
+                const int64_t xb = i * 8 + s;
+                const int8_t *qx = xr.blocks[xb].qs;
+                int32_t dot[2] = {0, 0};
+                for (int l = 0; l < 32; ++l) dot[l / 16] += int32_t(v[32 * s + l]) * qx[l];
+                acc[j] += xr.scale(xb) * (d * float(sc[2 * s] * dot[0] + sc[2 * s + 1] * dot[1]));
+            }
+        }
+    }
+    for (int j = 0; j < n_x; ++j) out[j] = acc[j];
 }
 
 void dot_tile_q6_k(const void *w, const void *x, size_t x_stride, int n_x, int64_t n, float *out) {

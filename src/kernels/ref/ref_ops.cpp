@@ -91,6 +91,24 @@ double k_quant_element(DType t, const void *row, int64_t e) {
         scale_min(scales, 2 * chunk + (high ? 1 : 0), sc, m);
         return double(fp16_to_f32(d16)) * sc * u - double(fp16_to_f32(dmin16)) * m;
     }
+    if (t == DType::Q2_K || t == DType::Q3_K) {
+        // Element i = 128h + 32g + l: bits 2g..2g+1 of qs[32h + l]; sub-block i / 16.
+        const int64_t half = i / 128, group = i % 128 / 32, l = i % 32, s = i / 16;
+        if (t == DType::Q2_K) {
+            const auto &blk = static_cast<const BlockQ2_K *>(row)[b];
+            const int u = blk.qs[32 * half + l] / (1 << (2 * group)) % 4;
+            return double(fp16_to_f32(blk.d)) * (blk.scales[s] % 16) * u -
+                   double(fp16_to_f32(blk.dmin)) * (blk.scales[s] / 16);
+        }
+        const auto &blk = static_cast<const BlockQ3_K *>(row)[b];
+        const int low = blk.qs[32 * half + l] / (1 << (2 * group)) % 4;
+        const int third = blk.hmask[i % 32] / (1 << (i / 32)) % 2;  // set: u = low, clear: u = low - 4
+        // Scale s: its low nibble from byte s (s < 8, low nibble) or s - 8 (high nibble), its top two bits from
+        // byte 8 + s % 4 at bit 2 * (s / 4).
+        const int nibble = s < 8 ? blk.scales[s] % 16 : blk.scales[s - 8] / 16;
+        const int top = blk.scales[8 + s % 4] / (1 << (2 * (s / 4))) % 4;
+        return double(fp16_to_f32(blk.d)) * (nibble + 16 * top - 32) * (low - (third ? 0 : 4));
+    }
     if (t == DType::Q6_K) {
         const auto &blk = static_cast<const BlockQ6_K *>(row)[b];
         const int64_t half = i / 128, group = i % 128 / 32, l = i % 32;
@@ -117,6 +135,8 @@ float dot_weight_row(DType t, const void *w, const void *x, int64_t n) {
         case DType::BF16: return dot_bf16_f32(static_cast<const uint16_t *>(w), static_cast<const float *>(x), n);
         case DType::Q8_0: return dot_q8_0_q8_0(static_cast<const BlockQ8_0 *>(w), static_cast<const BlockQ8_0 *>(x), n);
         case DType::Q4_0: return dot_q4_0_q8_0(static_cast<const BlockQ4_0 *>(w), static_cast<const BlockQ8_0 *>(x), n);
+        case DType::Q2_K:
+        case DType::Q3_K:
         case DType::Q4_K:
         case DType::Q5_K:
         case DType::Q6_K: return dot_k_quant_q8_0(t, w, static_cast<const BlockQ8_0 *>(x), n);
