@@ -70,16 +70,22 @@ TEST_P(QuantRoundTrip, ErrorWithinTheTypesStep) {
             // a sub-block's step (range/15, range/31; Q6_K amax/32, or a whole step where +32 clamps to 31) plus
             // what rounding the sub-block scale (to 1/63 or 1/128 of the largest) and min (1/63) moves. Q2_K: one
             // step (range/3) and its 4-bit scales; Q3_K: a step (amax/4, the sign opposite amax clamps at 3).
-            const float bound = t == DType::Q8_0   ? 3.0f / 127 * 0.5f + 1e-3f
-                                : t == DType::Q4_0 ? 3.0f / 8 + 1e-3f
-                                : t == DType::Q2_K ? 6.0f / 3 + 0.3f
-                                : t == DType::Q3_K ? 3.0f / 4 + 4 * (3.0f / 4) / 64 + 1e-3f
-                                : t == DType::Q4_K ? 6.0f / 15 * 0.5f + 16 * (6.0f / 15) / 126 + 3.0f / 126
-                                : t == DType::Q5_K ? 6.0f / 31 * 0.5f + 32 * (6.0f / 31) / 126 + 3.0f / 126
-                                : t == DType::Q6_K ? 3.0f / 32 + 32 * (3.0f / 32) / 256 + 1e-3f
-                                : t == DType::F16  ? std::fabs(x[i]) / 2048
-                                : t == DType::BF16 ? std::fabs(x[i]) / 256
-                                                   : 0.0f;
+            // Q4_1 / Q5_1: half of range/15, range/31 (+ the f16 rounding of d and m); Q5_0: a step of amax/16
+            // (+16 clamps at 15); IQ4_NL: the code book's widest gap at its end, 113 -> 127, in units of amax/127.
+            const float bound = t == DType::Q8_0     ? 3.0f / 127 * 0.5f + 1e-3f
+                                : t == DType::Q4_0   ? 3.0f / 8 + 1e-3f
+                                : t == DType::Q4_1   ? 6.0f / 15 * 0.5f + 3e-3f
+                                : t == DType::Q5_1   ? 6.0f / 31 * 0.5f + 3e-3f
+                                : t == DType::Q5_0   ? 3.0f / 16 + 1e-3f
+                                : t == DType::IQ4_NL ? 3.0f / 127 * 14 + 1e-3f
+                                : t == DType::Q2_K   ? 6.0f / 3 + 0.3f
+                                : t == DType::Q3_K   ? 3.0f / 4 + 4 * (3.0f / 4) / 64 + 1e-3f
+                                : t == DType::Q4_K   ? 6.0f / 15 * 0.5f + 16 * (6.0f / 15) / 126 + 3.0f / 126
+                                : t == DType::Q5_K   ? 6.0f / 31 * 0.5f + 32 * (6.0f / 31) / 126 + 3.0f / 126
+                                : t == DType::Q6_K   ? 3.0f / 32 + 32 * (3.0f / 32) / 256 + 1e-3f
+                                : t == DType::F16    ? std::fabs(x[i]) / 2048
+                                : t == DType::BF16   ? std::fabs(x[i]) / 256
+                                                     : 0.0f;
             ASSERT_LE(std::fabs(x[i] - y[i]), bound) << dtype_name(t) << " element " << i;
         }
         // Quantising the dequantised values again must reproduce the same bytes (a fixed point).
@@ -92,8 +98,9 @@ TEST_P(QuantRoundTrip, ErrorWithinTheTypesStep) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, QuantRoundTrip,
-                         ::testing::Values(DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q2_K,
-                                           DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K),
+                         ::testing::Values(DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1,
+                                           DType::Q5_0, DType::Q5_1, DType::IQ4_NL, DType::Q2_K, DType::Q3_K,
+                                           DType::Q4_K, DType::Q5_K, DType::Q6_K),
                          [](const auto &param_info) { return std::string(dtype_name(param_info.param)); });
 
 TEST(DType, Q4_0MatchesGgmlLayout) {
@@ -192,6 +199,35 @@ TEST(DType, KQuantElementsLieWhereGgmlPutsThem) {
     EXPECT_EQ(y[151], 2.0f * 7 * 2);   // u = 2 + 4: (u - 4) = 2
     EXPECT_EQ(y[150], 2.0f * 7 * -4);  // third bit clear, low bits 0: -4
     EXPECT_EQ(y[0], 2.0f * -32 * -4);  // sub-block 0: scale bits all 0, -32
+
+    // 32-element blocks: element 20 is the high nibble of qs[4], its fifth bit bit 20 of qh (byte 2, bit 4).
+    BlockQ5_0 q50{};
+    q50.d = f32_to_fp16(0.5f);
+    q50.qs[4] = 0x3 << 4;
+    q50.qh[2] = 1 << 4;
+    dequantize_row(DType::Q5_0, &q50, y, 32);
+    EXPECT_EQ(y[20], 0.5f * (3 + 16 - 16));
+    EXPECT_EQ(y[4], 0.5f * -16);
+    BlockQ5_1 q51{};
+    q51.d = f32_to_fp16(0.5f);
+    q51.m = f32_to_fp16(-1.0f);
+    q51.qs[4] = 0x3 << 4;
+    q51.qh[2] = 1 << 4;
+    dequantize_row(DType::Q5_1, &q51, y, 32);
+    EXPECT_EQ(y[20], 0.5f * 19 - 1.0f);
+    BlockQ4_1 q41{};
+    q41.d = f32_to_fp16(0.25f);
+    q41.m = f32_to_fp16(2.0f);
+    q41.qs[15] = 0xA1;  // element 15: 1, element 31: 10
+    dequantize_row(DType::Q4_1, &q41, y, 32);
+    EXPECT_EQ(y[15], 0.25f + 2.0f);
+    EXPECT_EQ(y[31], 2.5f + 2.0f);
+    BlockIQ4_NL nl{};
+    nl.d = f32_to_fp16(0.5f);
+    nl.qs[0] = 0xF0;  // element 0: entry 0 (-127), element 16: entry 15 (113)
+    dequantize_row(DType::IQ4_NL, &nl, y, 32);
+    EXPECT_EQ(y[0], 0.5f * -127);
+    EXPECT_EQ(y[16], 0.5f * 113);
 }
 
 TEST(DType, KQuantDequantisersAgreeWithTheElementDecoder) {
@@ -199,18 +235,21 @@ TEST(DType, KQuantDequantisersAgreeWithTheElementDecoder) {
     // which decodes each element on its own from the layout, in double.
     std::mt19937 rng(5);
     std::uniform_int_distribution<int> byte(0, 255);
-    for (DType t : {DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
+    for (DType t : {DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::IQ4_NL, DType::Q2_K, DType::Q3_K, DType::Q4_K,
+                    DType::Q5_K, DType::Q6_K}) {
         const int64_t n = 3 * QK_K;
         std::vector<uint8_t> row(static_cast<size_t>(dtype_row_size(t, n)));
         for (auto &b : row) b = static_cast<uint8_t>(byte(rng));
         const int64_t block_bytes = dtype_info(t).type_size;
-        for (int64_t b = 0; b < n / QK_K; ++b) {
+        for (int64_t b = 0; b < n / dtype_info(t).block_size; ++b) {
             uint8_t *blk = row.data() + b * block_bytes;
             const uint16_t d = f32_to_fp16(0.01f * float(b + 1)), dmin = f32_to_fp16(0.003f * float(b + 2));
             if (t == DType::Q6_K) {
                 std::memcpy(blk + offsetof(BlockQ6_K, d), &d, 2);
             } else if (t == DType::Q3_K) {
                 std::memcpy(blk + offsetof(BlockQ3_K, d), &d, 2);
+            } else if (t == DType::Q5_0 || t == DType::IQ4_NL) {
+                std::memcpy(blk, &d, 2);  // d first; the rest (qh, qs) random
             } else if (t == DType::Q2_K) {
                 std::memcpy(blk + offsetof(BlockQ2_K, d), &d, 2);
                 std::memcpy(blk + offsetof(BlockQ2_K, dmin), &dmin, 2);

@@ -71,8 +71,9 @@ namespace {
 using cpu::Isa;
 using cpu::KernelTable;
 
-constexpr DType kWeightTypes[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q8_0, DType::Q4_0,
-                                  DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K};
+constexpr DType kWeightTypes[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q8_0,   DType::Q4_0,
+                                  DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::IQ4_NL, DType::Q2_K,
+                                  DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K};
 
 std::string skip_message(Isa isa) { return std::string("skipped: CPU lacks ") + cpu::isa_name(isa); }
 
@@ -703,7 +704,7 @@ TEST(Matmul, RejectsBadShapes) {
     bad_stride.row_bytes = 64;
     EXPECT_THROW(matmul(pool, scratch, bad_stride, x.data(), 1, y.data()), Error);
     WeightMatrix bad_type = w;
-    bad_type.type = DType::IQ4_NL;  // a ggml type sparrow does not compute with
+    bad_type.type = DType::IQ2_S;  // a ggml type sparrow does not compute with
     EXPECT_THROW(matmul(pool, scratch, bad_type, x.data(), 1, y.data()), Error);
 }
 

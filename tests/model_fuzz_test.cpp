@@ -258,8 +258,9 @@ std::string mutate(std::mt19937 &rng, Draft &d) {
             }
             break;
         case 3: {  // another element type
-            const DType types[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q8_0, DType::Q4_0,
-                                   DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K};
+            const DType types[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q8_0,   DType::Q4_0,
+                                   DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::IQ4_NL, DType::Q2_K,
+                                   DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K};
             t.type = types[std::uniform_int_distribution<size_t>(0, std::size(types) - 1)(rng)];
             break;
         }

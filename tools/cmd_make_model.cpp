@@ -49,11 +49,13 @@ Command register_make_model(CLI::App &app) {
     cmd->add_option("--preset", *preset, "Size preset: bench (deepseek32 / glm-dsa: n_embd 2048, 8 layers, q8_0)")
         ->check(CLI::IsMember({"bench"}));
     cmd->add_option("-o,--output", *out, "Output file")->required();
-    cmd->add_option("--type", *type,
-                    "Weight type: f32, f16, bf16, q8_0, q4_0, q2_k, q3_k, q4_k, q5_k, q6_k (default f32; bench: q8_0). "
-                    "Matrices "
-                    "whose rows the type's blocks do not divide are stored q8_0 (K-quants) or f32")
-        ->check(CLI::IsMember({"f32", "f16", "bf16", "q8_0", "q4_0", "q2_k", "q3_k", "q4_k", "q5_k", "q6_k"}));
+    cmd->add_option(
+           "--type", *type,
+           "Weight type: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, q2_k, q3_k, q4_k, q5_k, q6_k "
+           "(default f32; bench: q8_0). Matrices "
+           "whose rows the type's blocks do not divide are stored in llama.cpp's fallback type (K-quants) or f32")
+        ->check(CLI::IsMember({"f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl", "q2_k", "q3_k",
+                               "q4_k", "q5_k", "q6_k"}));
 
     const auto num = [&](const std::string &name, int64_t SyntheticParams::*field, const std::string &help, int64_t lo,
                          int64_t hi) {

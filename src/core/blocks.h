@@ -24,6 +24,40 @@ struct BlockQ4_0 {
 };
 static_assert(sizeof(BlockQ4_0) == 18, "Q4_0 block must match ggml");
 
+// The other 32-element block types llama.cpp writes: older whole-file types, and the fallbacks its quantiser
+// uses for matrices whose rows a K-quant cannot hold (Q2_K/Q3_K -> IQ4_NL, Q4_K -> Q5_0, Q5_K -> Q5_1,
+// Q6_K -> Q8_0; e.g. DeepSeek's attn_k_b, rows of 128). Byte j of qs holds element j in its low nibble and
+// element j + 16 in its high one; the fifth bit of element j (Q5_*) is bit j of the 32-bit qh.
+// Q4_1: x = d * u + m, u in [0, 15].
+struct BlockQ4_1 {
+    uint16_t d;  // fp16
+    uint16_t m;  // fp16
+    uint8_t qs[16];
+};
+static_assert(sizeof(BlockQ4_1) == 20, "Q4_1 block must match ggml");
+// Q5_0: x = d * (u - 16), u in [0, 31].
+struct BlockQ5_0 {
+    uint16_t d;
+    uint8_t qh[4];
+    uint8_t qs[16];
+};
+static_assert(sizeof(BlockQ5_0) == 22, "Q5_0 block must match ggml");
+// Q5_1: x = d * u + m, u in [0, 31].
+struct BlockQ5_1 {
+    uint16_t d;
+    uint16_t m;
+    uint8_t qh[4];
+    uint8_t qs[16];
+};
+static_assert(sizeof(BlockQ5_1) == 24, "Q5_1 block must match ggml");
+// IQ4_NL: x = d * kIq4nlValues[u], u in [0, 15]: a non-linear code book, denser near zero.
+struct BlockIQ4_NL {
+    uint16_t d;
+    uint8_t qs[16];
+};
+static_assert(sizeof(BlockIQ4_NL) == 18, "IQ4_NL block must match ggml");
+inline constexpr int8_t kIq4nlValues[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+
 // Not a GGUF type: the activations Q4_0 weights are multiplied with (kernels/cpu/dispatch.h), two Q8_0 blocks
 // per record, arranged for the kernels. A Q4_0 byte holds element k in its low nibble and k + 16 in its high
 // nibble, and the nibbles u = value + 8 are unsigned, so:

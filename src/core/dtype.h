@@ -117,7 +117,8 @@ inline uint16_t f32_to_bf16(float f) {
 // --- rows
 // --------------------------------------------------------------------------------------------------- Convert
 // n floats to a row of type t (F32, F16, BF16, Q8_0, Q4_0), exactly as ggml's reference quantisers do; n must
-// be a multiple of the block size. K-quants: valid blocks from sparrow's own quantiser (core/kquants.h).
+// be a multiple of the block size. K-quants and the other 32-blocks: valid blocks from the quantisers of core/kquants.h
+// and core/quants32.h.
 void quantize_row(DType t, const float *x, void *dst, int64_t n);
 // The inverse: n elements of a row of type t (any supported type) to floats.
 void dequantize_row(DType t, const void *src, float *y, int64_t n);

@@ -24,6 +24,10 @@ uint32_t file_type_of(DType t) {
         case DType::Q4_0: return 2;
         case DType::Q8_0: return 7;
         case DType::BF16: return 32;
+        case DType::Q4_1: return 3;
+        case DType::Q5_0: return 8;
+        case DType::Q5_1: return 9;
+        case DType::IQ4_NL: return 25;
         case DType::Q2_K: return 10;  // LLAMA_FTYPE_MOSTLY_Q2_K
         case DType::Q3_K: return 11;  // LLAMA_FTYPE_MOSTLY_Q3_K_S
         case DType::Q4_K: return 14;  // LLAMA_FTYPE_MOSTLY_Q4_K_S
@@ -34,11 +38,19 @@ uint32_t file_type_of(DType t) {
 }
 
 // The type a matrix with rows of n_cols is stored in when the file's type is t: t where its blocks fit the row;
-// else, for K-quants (super-blocks of 256), Q8_0 where 32-blocks fit, as llama.cpp's quantiser falls back for
-// the rows a K-quant cannot hold; else f32.
+// else, for K-quants (super-blocks of 256), the 32-element type llama.cpp's quantiser falls back to (Q2_K and
+// Q3_K: IQ4_NL, Q4_K: Q5_0, Q5_K: Q5_1, Q6_K: Q8_0); else f32.
 DType storage_type(DType t, int64_t n_cols) {
     if (n_cols % dtype_info(t).block_size == 0) return t;
-    if (dtype_is_k_quant(t) && n_cols % QK8_0 == 0) return DType::Q8_0;
+    if (dtype_is_k_quant(t) && n_cols % QK8_0 == 0) {
+        switch (t) {
+            case DType::Q2_K:
+            case DType::Q3_K: return DType::IQ4_NL;
+            case DType::Q4_K: return DType::Q5_0;
+            case DType::Q5_K: return DType::Q5_1;
+            default: return DType::Q8_0;
+        }
+    }
     return DType::F32;
 }
 

@@ -126,7 +126,7 @@ def tensor_nbytes(ggml_type: int, n_elements: int) -> int:
 
 
 # --------------------------------------------------------------------------------------------------
-# Element formats: half, bfloat16, Q8_0, Q4_0, Q2_K ... Q6_K
+# Element formats: half, bfloat16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, Q2_K ... Q6_K
 # --------------------------------------------------------------------------------------------------
 
 def bf16_to_f64(bits: np.ndarray) -> np.ndarray:
@@ -147,6 +147,23 @@ Q8_0_BLOCK = np.dtype([("d", "<f2"), ("qs", "i1", (32,))])
 # Q4_0 block: fp16 d, then 16 bytes; x[j] = d * ((qs[j] & 15) - 8), x[j + 16] = d * ((qs[j] >> 4) - 8).
 Q4_0_BLOCK = np.dtype([("d", "<f2"), ("qs", "u1", (16,))])
 assert Q8_0_BLOCK.itemsize == 34 and Q4_0_BLOCK.itemsize == 18
+# Q4_1 (x = d * u + m), Q5_0 (x = d * (u - 16)), Q5_1 (x = d * u + m), IQ4_NL (x = d * book[u]): byte j of qs holds
+# element j (low nibble) and j + 16 (high nibble); bit j of the little-endian 32-bit qh is element j's fifth bit.
+Q4_1_BLOCK = np.dtype([("d", "<f2"), ("m", "<f2"), ("qs", "u1", (16,))])
+Q5_0_BLOCK = np.dtype([("d", "<f2"), ("qh", "<u4"), ("qs", "u1", (16,))])
+Q5_1_BLOCK = np.dtype([("d", "<f2"), ("m", "<f2"), ("qh", "<u4"), ("qs", "u1", (16,))])
+IQ4_NL_BLOCK = np.dtype([("d", "<f2"), ("qs", "u1", (16,))])
+IQ4_NL_BOOK = np.array([-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113], dtype=np.float64)
+assert (Q4_1_BLOCK.itemsize, Q5_0_BLOCK.itemsize, Q5_1_BLOCK.itemsize, IQ4_NL_BLOCK.itemsize) == (20, 22, 24, 18)
+
+
+def block32_u(b) -> np.ndarray:
+    """[nb, 32] element codes of Q4_1 / Q5_0 / Q5_1 / IQ4_NL blocks (with the fifth bit where there is one)."""
+    qs = b["qs"].astype(np.int64)
+    u = np.concatenate([qs & 15, qs >> 4], axis=1)
+    if "qh" in b.dtype.names:
+        u = u + 16 * ((b["qh"].astype(np.int64)[:, None] >> np.arange(32)[None, :]) & 1)
+    return u
 # K-quants: super-blocks of 256 elements.
 #   Q4_K / Q5_K: eight sub-blocks of 32, x = d * sc * u - dmin * m, u in [0, 15] / [0, 31]; twelve bytes hold the
 #   sixteen 6-bit sc and m; qs byte l of chunk c holds elements 64c + l (low nibble) and 64c + 32 + l (high);
@@ -241,6 +258,15 @@ def dequantize(ggml_type: int, data, n_elements: int) -> np.ndarray:
         return (b["d"].astype(np.float64)[:, None] * np.concatenate([lo, hi], axis=1)).reshape(-1)
     if t in (GGMLType.Q2_K, GGMLType.Q3_K, GGMLType.Q4_K, GGMLType.Q5_K, GGMLType.Q6_K):
         return dequantize_k(t, buf)
+    if t in (GGMLType.Q4_1, GGMLType.Q5_1):
+        b = buf.view(Q4_1_BLOCK if t == GGMLType.Q4_1 else Q5_1_BLOCK)
+        return (b["d"].astype(np.float64)[:, None] * block32_u(b) + b["m"].astype(np.float64)[:, None]).reshape(-1)
+    if t == GGMLType.Q5_0:
+        b = buf.view(Q5_0_BLOCK)
+        return (b["d"].astype(np.float64)[:, None] * (block32_u(b) - 16)).reshape(-1)
+    if t == GGMLType.IQ4_NL:
+        b = buf.view(IQ4_NL_BLOCK)
+        return (b["d"].astype(np.float64)[:, None] * IQ4_NL_BOOK[block32_u(b)]).reshape(-1)
     raise NotImplementedError(f"dequantisation of {t.name} is not implemented in the reference")
 
 

@@ -54,6 +54,10 @@ constexpr KernelTable kScalarTable = {
     .dot_bf16 = scalar::dot_tile_bf16,
     .dot_q8_0 = scalar::dot_tile_q8_0,
     .dot_q4_0 = scalar::dot_tile_q4_0,
+    .dot_q4_1 = scalar::dot_tile_q4_1,
+    .dot_q5_0 = scalar::dot_tile_q5_0,
+    .dot_q5_1 = scalar::dot_tile_q5_1,
+    .dot_iq4_nl = scalar::dot_tile_iq4_nl,
     .dot_q2_k = scalar::dot_tile_q2_k,
     .dot_q3_k = scalar::dot_tile_q3_k,
     .dot_q4_k = scalar::dot_tile_q4_k,
@@ -79,6 +83,10 @@ constexpr KernelTable kAvx2Table = {
     .dot_bf16 = avx2::dot_tile_bf16,
     .dot_q8_0 = avx2::dot_tile_q8_0,
     .dot_q4_0 = avx2::dot_tile_q4_0,
+    .dot_q4_1 = avx2::dot_tile_q4_1,
+    .dot_q5_0 = avx2::dot_tile_q5_0,
+    .dot_q5_1 = avx2::dot_tile_q5_1,
+    .dot_iq4_nl = avx2::dot_tile_iq4_nl,
     .dot_q2_k = avx2::dot_tile_q2_k,
     .dot_q3_k = avx2::dot_tile_q3_k,
     .dot_q4_k = avx2::dot_tile_q4_k,
@@ -111,6 +119,10 @@ constexpr KernelTable kAvx512Table = {
     // weights far slower than either width computes; one tested kernel beats an untested wider one.
     .dot_q4_0 = avx2::dot_tile_q4_0,
     // K-quants: AVX2's too (a matvec of them is bound by memory as Q4_0's is).
+    .dot_q4_1 = avx2::dot_tile_q4_1,
+    .dot_q5_0 = avx2::dot_tile_q5_0,
+    .dot_q5_1 = avx2::dot_tile_q5_1,
+    .dot_iq4_nl = avx2::dot_tile_iq4_nl,
     .dot_q2_k = avx2::dot_tile_q2_k,
     .dot_q3_k = avx2::dot_tile_q3_k,
     .dot_q4_k = avx2::dot_tile_q4_k,
@@ -172,6 +184,10 @@ DotTileFn KernelTable::dot(DType t) const {
         case DType::BF16: return dot_bf16;
         case DType::Q8_0: return dot_q8_0;
         case DType::Q4_0: return dot_q4_0;
+        case DType::Q4_1: return dot_q4_1;
+        case DType::Q5_0: return dot_q5_0;
+        case DType::Q5_1: return dot_q5_1;
+        case DType::IQ4_NL: return dot_iq4_nl;
         case DType::Q2_K: return dot_q2_k;
         case DType::Q3_K: return dot_q3_k;
         case DType::Q4_K: return dot_q4_k;
@@ -207,6 +223,10 @@ int64_t q8_0_dot_x_row_bytes(int64_t n) {
 int64_t KernelTable::dot_x_row_bytes(DType t, int64_t n) {
     switch (t) {
         case DType::Q8_0:
+        case DType::Q4_1:
+        case DType::Q5_0:
+        case DType::Q5_1:
+        case DType::IQ4_NL:
         case DType::Q2_K:
         case DType::Q3_K:
         case DType::Q4_K:
@@ -218,7 +238,7 @@ int64_t KernelTable::dot_x_row_bytes(DType t, int64_t n) {
 }
 
 void KernelTable::quantize_dot_x(DType t, const float *x, void *y, int64_t n) const {
-    if (t != DType::Q8_0 && t != DType::Q4_0 && !dtype_is_k_quant(t)) {
+    if (!dtype_is_quantized(t) || !dtype_is_supported(t)) {
         throw_error("no quantised activation type for weight type %s", std::string(dtype_name(t)).c_str());
     }
     if (n % QK8_0 != 0) throw_error("quantize_dot_x: n = %lld is not a multiple of %d", (long long)n, QK8_0);

@@ -76,7 +76,11 @@ struct KernelTable {
     DotTileFn dot_bf16 = nullptr;
     DotTileFn dot_q8_0 = nullptr;  // weights Q8_0, activations Q8_0
     DotTileFn dot_q4_0 = nullptr;  // weights Q4_0, activations BlockQ8_0x2
-    DotTileFn dot_q2_k = nullptr;  // weights Q2_K ... Q6_K, activations Q8_0 (as dot_q8_0's)
+    DotTileFn dot_q4_1 = nullptr;  // weights Q4_1, Q5_0, Q5_1, IQ4_NL, Q2_K ... Q6_K, activations Q8_0 (as dot_q8_0's)
+    DotTileFn dot_q5_0 = nullptr;
+    DotTileFn dot_q5_1 = nullptr;
+    DotTileFn dot_iq4_nl = nullptr;
+    DotTileFn dot_q2_k = nullptr;
     DotTileFn dot_q3_k = nullptr;
     DotTileFn dot_q4_k = nullptr;
     DotTileFn dot_q5_k = nullptr;
@@ -106,10 +110,10 @@ struct KernelTable {
     DotRowsFn dot_rows(DType t) const;
     // The axpy for cache rows of type t (F32, F16, BF16), or throws sparrow::Error.
     AxpyFn axpy(DType t) const;
-    // Bytes of one activation row of n elements in the dot type of quantised weights of type t (Q8_0 and the
-    // K-quants: the Q8_0 row; Q4_0: BlockQ8_0x2 records), or throws sparrow::Error for other types.
+    // Bytes of one activation row of n elements in the dot type of quantised weights of type t (Q4_0:
+    // BlockQ8_0x2 records; every other supported block type: the Q8_0 row), or throws sparrow::Error otherwise.
     static int64_t dot_x_row_bytes(DType t, int64_t n);
-    // x[0..n) (n % 32 == 0) quantised to the dot type of weights of type t (Q8_0, Q4_0 or a K-quant), written to y
+    // x[0..n) (n % 32 == 0) quantised to the dot type of weights of type t (a supported block type), written to y
     // (dot_x_row_bytes(t, n) bytes), or throws sparrow::Error for other types.
     void quantize_dot_x(DType t, const float *x, void *y, int64_t n) const;
 };

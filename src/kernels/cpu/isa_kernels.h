@@ -83,9 +83,13 @@ void dot_rows_q4_0x8(const void *w, size_t w_stride, int64_t n_rows, const void 
                      float *y, size_t y_stride);
 }  // namespace sparrow::cpu::avx512vnni
 
-// K-quant weights (Q2_K ... Q6_K) against Q8_0 dot-x activations, as dot_tile_q8_0's (kquant_<isa>.cpp); the
-// AVX-512 table takes the AVX2 ones.
+// Q4_1, Q5_0, Q5_1, IQ4_NL (quants32_<isa>.cpp) and K-quant (Q2_K ... Q6_K; kquant_<isa>.cpp) weights against
+// Q8_0 dot-x activations, as dot_tile_q8_0's; the AVX-512 table takes the AVX2 ones.
 namespace sparrow::cpu::scalar {
+void dot_tile_q4_1(const void *w, const void *x, size_t x_stride, int n_x, int64_t n, float *out);
+void dot_tile_q5_0(const void *w, const void *x, size_t x_stride, int n_x, int64_t n, float *out);
+void dot_tile_q5_1(const void *w, const void *x, size_t x_stride, int n_x, int64_t n, float *out);
+void dot_tile_iq4_nl(const void *w, const void *x, size_t x_stride, int n_x, int64_t n, float *out);
 void dot_tile_q2_k(const void *w, const void *x, size_t x_stride, int n_x, int64_t n, float *out);
 void dot_tile_q3_k(const void *w, const void *x, size_t x_stride, int n_x, int64_t n, float *out);
 void dot_tile_q4_k(const void *w, const void *x, size_t x_stride, int n_x, int64_t n, float *out);
@@ -93,6 +97,10 @@ void dot_tile_q5_k(const void *w, const void *x, size_t x_stride, int n_x, int64
 void dot_tile_q6_k(const void *w, const void *x, size_t x_stride, int n_x, int64_t n, float *out);
 }  // namespace sparrow::cpu::scalar
 namespace sparrow::cpu::avx2 {
+void dot_tile_q4_1(const void *w, const void *x, size_t x_stride, int n_x, int64_t n, float *out);
+void dot_tile_q5_0(const void *w, const void *x, size_t x_stride, int n_x, int64_t n, float *out);
+void dot_tile_q5_1(const void *w, const void *x, size_t x_stride, int n_x, int64_t n, float *out);
+void dot_tile_iq4_nl(const void *w, const void *x, size_t x_stride, int n_x, int64_t n, float *out);
 void dot_tile_q2_k(const void *w, const void *x, size_t x_stride, int n_x, int64_t n, float *out);
 void dot_tile_q3_k(const void *w, const void *x, size_t x_stride, int n_x, int64_t n, float *out);
 void dot_tile_q4_k(const void *w, const void *x, size_t x_stride, int n_x, int64_t n, float *out);

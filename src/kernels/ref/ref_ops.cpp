@@ -91,6 +91,28 @@ double k_quant_element(DType t, const void *row, int64_t e) {
         scale_min(scales, 2 * chunk + (high ? 1 : 0), sc, m);
         return double(fp16_to_f32(d16)) * sc * u - double(fp16_to_f32(dmin16)) * m;
     }
+    if (t == DType::Q4_1 || t == DType::Q5_0 || t == DType::Q5_1 || t == DType::IQ4_NL) {
+        // 32-element blocks: element j < 16 is the low nibble of qs[j], element j >= 16 the high nibble of
+        // qs[j - 16]; Q5_*: plus 16 times bit j of the little-endian 32-bit qh.
+        const int64_t blk = e / 32, j = e % 32;
+        const auto nibble = [j](const uint8_t *qs) { return j < 16 ? qs[j] % 16 : qs[j - 16] / 16; };
+        const auto bit = [j](const uint8_t *qh) { return qh[j / 8] / (1 << (j % 8)) % 2; };
+        if (t == DType::Q4_1) {
+            const auto &w = static_cast<const BlockQ4_1 *>(row)[blk];
+            return double(fp16_to_f32(w.d)) * nibble(w.qs) + double(fp16_to_f32(w.m));
+        }
+        if (t == DType::Q5_0) {
+            const auto &w = static_cast<const BlockQ5_0 *>(row)[blk];
+            return double(fp16_to_f32(w.d)) * (nibble(w.qs) + 16 * bit(w.qh) - 16);
+        }
+        if (t == DType::Q5_1) {
+            const auto &w = static_cast<const BlockQ5_1 *>(row)[blk];
+            return double(fp16_to_f32(w.d)) * (nibble(w.qs) + 16 * bit(w.qh)) + double(fp16_to_f32(w.m));
+        }
+        const auto &w = static_cast<const BlockIQ4_NL *>(row)[blk];
+        constexpr int kBook[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+        return double(fp16_to_f32(w.d)) * kBook[nibble(w.qs)];
+    }
     if (t == DType::Q2_K || t == DType::Q3_K) {
         // Element i = 128h + 32g + l: bits 2g..2g+1 of qs[32h + l]; sub-block i / 16.
         const int64_t half = i / 128, group = i % 128 / 32, l = i % 32, s = i / 16;
@@ -117,7 +139,8 @@ double k_quant_element(DType t, const void *row, int64_t e) {
         const int top = (blk.qh[32 * half + l] >> (2 * group)) & 3;
         return double(fp16_to_f32(blk.d)) * blk.scales[i / 16] * (nibble + 16 * top - 32);
     }
-    throw_error("ref::k_quant_element: %s is not a K-quant", std::string(dtype_name(t)).c_str());
+    throw_error("ref::k_quant_element: %s is not a K-quant or one of Q4_1, Q5_0, Q5_1, IQ4_NL",
+                std::string(dtype_name(t)).c_str());
 }
 
 float dot_k_quant_q8_0(DType t, const void *w, const BlockQ8_0 *x, int64_t n) {
@@ -135,6 +158,10 @@ float dot_weight_row(DType t, const void *w, const void *x, int64_t n) {
         case DType::BF16: return dot_bf16_f32(static_cast<const uint16_t *>(w), static_cast<const float *>(x), n);
         case DType::Q8_0: return dot_q8_0_q8_0(static_cast<const BlockQ8_0 *>(w), static_cast<const BlockQ8_0 *>(x), n);
         case DType::Q4_0: return dot_q4_0_q8_0(static_cast<const BlockQ4_0 *>(w), static_cast<const BlockQ8_0 *>(x), n);
+        case DType::Q4_1:
+        case DType::Q5_0:
+        case DType::Q5_1:
+        case DType::IQ4_NL:
         case DType::Q2_K:
         case DType::Q3_K:
         case DType::Q4_K:

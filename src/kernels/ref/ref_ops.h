@@ -20,10 +20,10 @@ float dot_bf16_f32(const uint16_t *w, const float *x, int64_t n);
 float dot_q8_0_q8_0(const BlockQ8_0 *w, const BlockQ8_0 *x, int64_t n);
 // The same with Q4_0 weights (values (nibble - 8)), as ggml's vec_dot_q4_0_q8_0.
 float dot_q4_0_q8_0(const BlockQ4_0 *w, const BlockQ8_0 *x, int64_t n);
-// K-quant element e of a row, in double, decoded element by element from the format (core/blocks.h), not
-// through the dequantisers or kernels it checks: d * sc * u - dmin * m (Q4_K, Q5_K) or d * sc * (u - 32) (Q6_K).
+// Element e of a row of a K-quant or of Q4_1 / Q5_0 / Q5_1 / IQ4_NL, in double, decoded element by element from
+// the format (core/blocks.h), not through the dequantisers or kernels it checks.
 double k_quant_element(DType t, const void *row, int64_t e);
-// A K-quant weight row against Q8_0 activations: sum of k_quant_element * d_x * q_x in double (the exact
+// A weight row of one of those types against Q8_0 activations: sum of k_quant_element * d_x * q_x in double (the exact
 // product of the dequantised weights and activations; the kernels' integer sums equal it up to f32 rounding).
 float dot_k_quant_q8_0(DType t, const void *w, const BlockQ8_0 *x, int64_t n);
 // One weight row of type t against the activation row in t's dot type (f32, or Q8_0 for the quantised types).

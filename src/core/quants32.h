@@ -1,0 +1,25 @@
+// Rows of the 32-element block types besides Q8_0 and Q4_0 (layouts in core/blocks.h): Q4_1, Q5_0, Q5_1 and
+// IQ4_NL. llama.cpp still writes them: as whole files of the older types, and as the fallback of a K-quant
+// file for the matrices whose rows are not whole 256-element super-blocks. Dequantisation computes exactly
+// what ggml's does; the quantisers follow ggml's reference ones for Q4_1, Q5_0 and Q5_1 (min/max and
+// max-magnitude scales) and, for IQ4_NL, map the largest magnitude to the code book's end and take each
+// element's nearest entry (ggml also searches the scale).
+#pragma once
+
+#include <cstdint>
+
+#include "core/blocks.h"
+
+namespace sparrow {
+
+// n floats (n % 32 == 0) to n / 32 blocks, and back.
+void quantize_row_q4_1(const float *x, BlockQ4_1 *y, int64_t n);
+void quantize_row_q5_0(const float *x, BlockQ5_0 *y, int64_t n);
+void quantize_row_q5_1(const float *x, BlockQ5_1 *y, int64_t n);
+void quantize_row_iq4_nl(const float *x, BlockIQ4_NL *y, int64_t n);
+void dequantize_row_q4_1(const BlockQ4_1 *x, float *y, int64_t n);
+void dequantize_row_q5_0(const BlockQ5_0 *x, float *y, int64_t n);
+void dequantize_row_q5_1(const BlockQ5_1 *x, float *y, int64_t n);
+void dequantize_row_iq4_nl(const BlockIQ4_NL *x, float *y, int64_t n);
+
+}  // namespace sparrow
