@@ -1,4 +1,4 @@
-// AVX2 K-quant products (Q4_K, Q5_K, Q6_K weights against the Q8_0 dot-x activations; the integer sums
+// AVX2 K-quant products (Q2_K ... Q6_K weights against the Q8_0 dot-x activations; the integer sums
 // kquant_scalar.cpp describes). Compiled with -mavx2 -mfma -mf16c; the ODR rule of kernels_avx2.cpp holds
 // here: only <immintrin.h>, <cstddef>, <cstdint>, <cstring>, core/blocks.h and isa_kernels.h, and everything
 // but the exported kernels in an anonymous namespace.

@@ -86,6 +86,9 @@ void dot_tile_min_max(const void *w, const void *x, size_t x_stride, int n_x, in
     for (int j = 0; j < n_x; ++j) out[j] = acc[j];
 }
 
+// Q2_K and Q3_K: element e = 128h + 32g + l keeps its low two bits at bits 2g of qs[32h + l].
+int two_bits(const uint8_t *qs, int e) { return (qs[32 * (e / 128) + e % 32] >> (2 * (e % 128 / 32))) & 3; }
+
 }  // namespace
 
 void dot_tile_q4_k(const void *w, const void *x, size_t x_stride, int n_x, int64_t n, float *out) {
@@ -95,9 +98,6 @@ void dot_tile_q4_k(const void *w, const void *x, size_t x_stride, int n_x, int64
 void dot_tile_q5_k(const void *w, const void *x, size_t x_stride, int n_x, int64_t n, float *out) {
     dot_tile_min_max<BlockQ5_K, true>(w, x, x_stride, n_x, n, out);
 }
-
-// Q2_K and Q3_K: element e = 128h + 32g + l keeps its low two bits at bits 2g of qs[32h + l].
-inline int two_bits(const uint8_t *qs, int e) { return (qs[32 * (e / 128) + e % 32] >> (2 * (e % 128 / 32))) & 3; }
 
 void dot_tile_q2_k(const void *w, const void *x, size_t x_stride, int n_x, int64_t n, float *out) {
     const auto *blocks = static_cast<const BlockQ2_K *>(w);
