@@ -422,15 +422,15 @@ TEST_P(IsaTest, QuantizeDotXWritesQ8_0AndForQ4_0PairedRecords) {
         const int64_t nb = n / QK8_0;
         std::vector<BlockQ8_0> expected(static_cast<size_t>(nb));
         ref::quantize_row_q8_0(x.data(), expected.data(), n);
-        ASSERT_EQ(KernelTable::dot_x_row_bytes(DType::Q8_0, n), nb * (34 + 4 + 4));
+        ASSERT_EQ(KernelTable::dot_x_row_bytes(DType::Q8_0, n), nb * (34 + 4 + 4 + 4));
         ASSERT_EQ(KernelTable::dot_x_row_bytes(DType::Q4_0, n), (nb + 1) / 2 * 104);
         for (DType t : {DType::Q8_0, DType::Q4_0}) {
             std::vector<uint8_t> y(static_cast<size_t>(KernelTable::dot_x_row_bytes(t, n)) + 2, 0xAB);
             table->quantize_dot_x(t, x.data(), y.data() + 2, n);
             const uint8_t *p = y.data() + 2;
             if (t == DType::Q8_0) {
-                // The blocks, then each block's scale as f32, then 128 x each block's sum as int32 (unaligned;
-                // the last block, all -127, checks the extreme sum).
+                // The blocks, then each block's scale as f32, then 128 x each block's sum as int32, then the sums
+                // of its two halves as int16 (unaligned; the last block, all -127, checks the extreme sums).
                 ASSERT_EQ(std::memcmp(p, expected.data(), static_cast<size_t>(nb) * 34), 0);
                 for (int64_t b = 0; b < nb; ++b) {
                     float d;
@@ -440,6 +440,12 @@ TEST_P(IsaTest, QuantizeDotXWritesQ8_0AndForQ4_0PairedRecords) {
                     std::memcpy(&offset, p + nb * 38 + 4 * b, sizeof offset);
                     for (const int8_t v : expected[static_cast<size_t>(b)].qs) sum += v;
                     ASSERT_EQ(offset, 128 * sum) << "block " << b;
+                    int16_t halves[2];
+                    std::memcpy(halves, p + nb * 42 + 4 * b, sizeof halves);
+                    int32_t first = 0;
+                    for (int k = 0; k < 16; ++k) first += expected[static_cast<size_t>(b)].qs[k];
+                    ASSERT_EQ(halves[0], first) << "block " << b;
+                    ASSERT_EQ(halves[1], sum - first) << "block " << b;
                 }
                 continue;
             }

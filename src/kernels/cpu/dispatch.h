@@ -39,10 +39,13 @@ int64_t q4_0_dot_x_row_bytes(int64_t n);
 
 // The activation row Q8_0 weights dot with: the n / 32 Q8_0 blocks of quantize_row_q8_0, followed by the same
 // blocks' scales as f32 (n / 32 floats, unaligned), then 128 x the sum of each block's quants (n / 32 int32,
-// unaligned). Why the scales: with several tokens per weight row, converting each token's f16 scale in the inner
-// loop cost as much as a third of the multiply work; converted once per token per matmul, the inner loop
-// broadcasts the f32 straight from memory. Why the sums: the 512-bit VNNI kernel (kernels_vnni.cpp) multiplies
-// weights offset by 128 (unsigned) with the signed activations, and takes 128 x sum(x) off each block's dot.
+// unaligned), then the sums of each block's first and last 16 quants (2 x n / 32 int16, unaligned). Why the
+// scales: with several tokens per weight row, converting each token's f16 scale in the inner loop cost as much as a
+// third of the multiply work; converted once per token per matmul, the inner loop broadcasts the f32 straight from
+// memory. Why the sums: the 512-bit VNNI kernel (kernels_vnni.cpp) multiplies weights offset by 128 (unsigned) with the
+// signed activations, and takes 128 x sum(x) off each block's dot. Why the half sums: Q2_K, Q3_K and Q6_K weights come
+// in sub-blocks of 16 with a min or an offset each, whose share of the dot, number_s x sum(x_s), is then one madd of 16
+// numbers with 16 sums per super-block.
 int64_t q8_0_dot_x_row_bytes(int64_t n);
 
 // out[j] = sum_i w[i] * x_j[i] for j < n_x, 1 <= n_x <= max_tile(weight type).

@@ -5,9 +5,11 @@
 //
 // Per super-block the weights are unpacked once into 32-byte registers of u (one per activation block) and
 // meet each token's block in one maddubs (u unsigned, x signed: pairs reach 2 * 63 * 127, no saturation) and
-// one madd into eight int32 lanes. The eight blocks' lanes are summed to one lane per block, scaled in f32 by
-// eight-lane vectors of the blocks' scales and accumulated per token; the mins (Q4_K, Q5_K) are the eight
-// sub-blocks' dmin * m * dx * sum(x) in one vector, from the activation row's block sums.
+// one madd into eight int32 lanes (with the sub-block scales as the madd's factors where sub-blocks have 16
+// elements; their mins or offsets come from the activations' half sums in one madd per super-block). The eight blocks'
+// lanes are summed to one lane per block, scaled in f32 by eight-lane vectors of the blocks' scales and accumulated per
+// token; the mins (Q4_K, Q5_K) are the eight sub-blocks' dmin * m * dx * sum(x) in one vector, from the activation
+// row's block sums.
 #include <immintrin.h>
 
 #include <cstddef>
@@ -53,14 +55,16 @@ inline __m256 bytes_to_ps(const uint8_t *b) {
     return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i *>(b))));
 }
 
-// Token j's activation row: block b's 32 quants, and the scales and block sums of the eight blocks from b on.
+// Token j's activation row: block b's 32 quants, and the scales, block sums and half sums of the eight blocks
+// from b on.
 struct XRow {
     const uint8_t *base;
-    int64_t scales_at, sums_at;
+    int64_t scales_at, sums_at, halves_at;
     XRow(const void *x, int64_t n)
         : base(static_cast<const uint8_t *>(x)),
           scales_at(n / QK8_0 * static_cast<int64_t>(sizeof(BlockQ8_0))),
-          sums_at(scales_at + n / QK8_0 * 4) {}
+          sums_at(scales_at + n / QK8_0 * 4),
+          halves_at(sums_at + n / QK8_0 * 4) {}
     __m256i quants(int64_t b) const {
         return _mm256_loadu_si256(reinterpret_cast<const __m256i *>(base + b * sizeof(BlockQ8_0) + 2));
     }
@@ -70,6 +74,10 @@ struct XRow {
     // 128 x sum(x) of eight blocks from b, as f32 (exact: |128 x 32 x 127| < 2^24).
     __m256 sums8(int64_t b) const {
         return _mm256_cvtepi32_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(base + sums_at + b * 4)));
+    }
+    // The sums of the sixteen halves of eight blocks from b (int16 lane 2k: block b + k's first 16 quants).
+    __m256i halves16(int64_t b) const {
+        return _mm256_loadu_si256(reinterpret_cast<const __m256i *>(base + halves_at + b * 4));
     }
 };
 
@@ -164,10 +172,10 @@ void dot_tile_min_max(const void *w, const void *x, size_t x_stride, int n_x, in
 }  // namespace
 
 void dot_tile_q2_k(const void *w, const void *x, size_t x_stride, int n_x, int64_t n, float *out) {
-    // Per block: madd of the pair sums of u x with the two sub-blocks' scales, and of x with their mins; the eight
-    // blocks then sum to one lane each, scaled by d * dx and dmin * dx.
+    // Per block: madd of the pair sums of u x with the two sub-blocks' scales; the eight blocks then sum to one lane
+    // each. The mins: one madd of the sixteen mins with the activations' sixteen half sums gives each block's
+    // m_0 * sum(x_0) + m_1 * sum(x_1) in its lane. Scaled by d * dx and dmin * dx.
     const auto *blocks = static_cast<const BlockQ2_K *>(w);
-    const __m256i one = _mm256_set1_epi8(1);
     XRow xr[kMaxTile] = {XRow(x, n), XRow(x, n), XRow(x, n), XRow(x, n)};
     for (int j = 0; j < n_x; ++j) xr[j] = XRow(static_cast<const uint8_t *>(x) + j * x_stride, n);
     __m256 acc[kMaxTile];
@@ -175,21 +183,18 @@ void dot_tile_q2_k(const void *w, const void *x, size_t x_stride, int n_x, int64
     for (int64_t i = 0; i < n / QK_K; ++i) {
         const BlockQ2_K &b = blocks[i];
         prefetch_block(&b, sizeof b);
-        __m256i u[8], sc16[8], m16[8];
+        __m256i u[8], sc16[8];
         two_bit_planes(b.qs, u);
         const __m256i packed = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i *>(b.scales)));
         spread_pairs(_mm256_and_si256(packed, _mm256_set1_epi16(15)), sc16);
-        spread_pairs(_mm256_srli_epi16(packed, 4), m16);
+        const __m256i mins16 = _mm256_srli_epi16(packed, 4);  // lane s: sub-block s's min
         const __m256 d = _mm256_set1_ps(half_to_float(b.d)), dmin = _mm256_set1_ps(half_to_float(b.dmin));
         for (int j = 0; j < n_x; ++j) {
-            __m256i p[8], q[8];
-            for (int g = 0; g < 8; ++g) {
-                const __m256i xq = xr[j].quants(i * 8 + g);
-                p[g] = _mm256_madd_epi16(_mm256_maddubs_epi16(u[g], xq), sc16[g]);
-                q[g] = _mm256_madd_epi16(_mm256_maddubs_epi16(one, xq), m16[g]);
-            }
-            const __m256 scaled = _mm256_fmsub_ps(_mm256_cvtepi32_ps(sum_lanes8(p)), d,
-                                                  _mm256_mul_ps(_mm256_cvtepi32_ps(sum_lanes8(q)), dmin));
+            __m256i p[8];
+            for (int g = 0; g < 8; ++g)
+                p[g] = _mm256_madd_epi16(_mm256_maddubs_epi16(u[g], xr[j].quants(i * 8 + g)), sc16[g]);
+            const __m256 mins = _mm256_cvtepi32_ps(_mm256_madd_epi16(mins16, xr[j].halves16(i * 8)));
+            const __m256 scaled = _mm256_fmsub_ps(_mm256_cvtepi32_ps(sum_lanes8(p)), d, _mm256_mul_ps(mins, dmin));
             acc[j] = _mm256_fmadd_ps(scaled, xr[j].scales8(i * 8), acc[j]);
         }
     }
@@ -197,10 +202,11 @@ void dot_tile_q2_k(const void *w, const void *x, size_t x_stride, int n_x, int64
 }
 
 void dot_tile_q3_k(const void *w, const void *x, size_t x_stride, int n_x, int64_t n, float *out) {
-    // As Q6_K: u = low two bits | third bit << 2 in [0, 7], maddubs(u, x) - maddubs(4, x) = sum((u - 4) x) per
-    // pair, madd with the signed sub-block scales, eight blocks to one lane each, scaled by d * dx.
+    // As Q6_K: u = low two bits | third bit << 2 in [0, 7]; per block a madd of the pair sums of u x with the two
+    // signed sub-block scales, eight blocks to one lane each, less 4 x (sc_0 sum(x_0) + sc_1 sum(x_1)) from one
+    // madd of the sixteen scales with the half sums; scaled by d * dx.
     const auto *blocks = static_cast<const BlockQ3_K *>(w);
-    const __m256i one = _mm256_set1_epi8(1), k4 = _mm256_set1_epi8(4);
+    const __m256i one = _mm256_set1_epi8(1);
     XRow xr[kMaxTile] = {XRow(x, n), XRow(x, n), XRow(x, n), XRow(x, n)};
     for (int j = 0; j < n_x; ++j) xr[j] = XRow(static_cast<const uint8_t *>(x) + j * x_stride, n);
     __m256 acc[kMaxTile];
@@ -225,16 +231,16 @@ void dot_tile_q3_k(const void *w, const void *x, size_t x_stride, int n_x, int64
                                 ((wv[0] >> 4) & low4) | (((wv[2] >> 4) & top2) << 4),
                                 ((wv[1] >> 4) & low4) | (((wv[2] >> 6) & top2) << 4)};
         const __m128i sc8 = _mm_sub_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i *>(sw)), _mm_set1_epi8(32));
-        spread_pairs(_mm256_cvtepi8_epi16(sc8), sc16);
+        const __m256i scales16 = _mm256_cvtepi8_epi16(sc8);  // lane s: sub-block s's scale
+        spread_pairs(scales16, sc16);
         const __m256 d = _mm256_set1_ps(half_to_float(b.d));
         for (int j = 0; j < n_x; ++j) {
             __m256i p[8];
-            for (int g = 0; g < 8; ++g) {
-                const __m256i xq = xr[j].quants(i * 8 + g);
-                const __m256i pairs = _mm256_sub_epi16(_mm256_maddubs_epi16(u[g], xq), _mm256_maddubs_epi16(k4, xq));
-                p[g] = _mm256_madd_epi16(pairs, sc16[g]);
-            }
-            acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum_lanes8(p)), _mm256_mul_ps(d, xr[j].scales8(i * 8)), acc[j]);
+            for (int g = 0; g < 8; ++g)
+                p[g] = _mm256_madd_epi16(_mm256_maddubs_epi16(u[g], xr[j].quants(i * 8 + g)), sc16[g]);
+            const __m256i offset = _mm256_madd_epi16(scales16, xr[j].halves16(i * 8));
+            const __m256i total = _mm256_sub_epi32(sum_lanes8(p), _mm256_slli_epi32(offset, 2));
+            acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(total), _mm256_mul_ps(d, xr[j].scales8(i * 8)), acc[j]);
         }
     }
     for (int j = 0; j < n_x; ++j) out[j] = hsum(acc[j]);
@@ -249,12 +255,12 @@ void dot_tile_q5_k(const void *w, const void *x, size_t x_stride, int n_x, int64
 }
 
 void dot_tile_q6_k(const void *w, const void *x, size_t x_stride, int n_x, int64_t n, float *out) {
-    // Per 32-element activation block: maddubs(u, x) - maddubs(32, x) is sum((u - 32) x) per pair of elements
-    // (|.| <= 2 * 32 * 127, int16), and one madd with the block's two sub-block scales (pairs 0-7 meet the
-    // first, 8-15 the second) gives eight int32 lanes already scaled; the eight blocks of a super-block then
-    // sum to one lane each and are scaled by d * dx.
+    // Per 32-element activation block: a madd of the pair sums of u x with the block's two sub-block scales (pairs
+    // 0-7 meet the first, 8-15 the second) gives eight int32 lanes already scaled; the eight blocks of a
+    // super-block then sum to one lane each, less 32 x (sc_0 sum(x_0) + sc_1 sum(x_1)) from one madd of the sixteen
+    // scales with the half sums, and are scaled by d * dx.
     const auto *blocks = static_cast<const BlockQ6_K *>(w);
-    const __m256i low4 = _mm256_set1_epi8(15), two_bits = _mm256_set1_epi8(3), k32 = _mm256_set1_epi8(32);
+    const __m256i low4 = _mm256_set1_epi8(15), two_bits = _mm256_set1_epi8(3);
     XRow xr[kMaxTile] = {XRow(x, n), XRow(x, n), XRow(x, n), XRow(x, n)};
     for (int j = 0; j < n_x; ++j) xr[j] = XRow(static_cast<const uint8_t *>(x) + j * x_stride, n);
     __m256 acc[kMaxTile];
@@ -277,16 +283,17 @@ void dot_tile_q6_k(const void *w, const void *x, size_t x_stride, int n_x, int64
             u[4 * h + 3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), low4),
                                            _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), two_bits), 4));
         }
-        spread_pairs(_mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i *>(b.scales))), scale16);
+        const __m256i scales16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i *>(b.scales)));
+        spread_pairs(scales16, scale16);
         const __m256 d = _mm256_set1_ps(half_to_float(b.d));
         for (int j = 0; j < n_x; ++j) {
             __m256i p[8];
             for (int g = 0; g < 8; ++g) {
-                const __m256i xq = xr[j].quants(i * 8 + g);
-                const __m256i pairs = _mm256_sub_epi16(_mm256_maddubs_epi16(u[g], xq), _mm256_maddubs_epi16(k32, xq));
-                p[g] = _mm256_madd_epi16(pairs, scale16[g]);
+                p[g] = _mm256_madd_epi16(_mm256_maddubs_epi16(u[g], xr[j].quants(i * 8 + g)), scale16[g]);
             }
-            acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum_lanes8(p)), _mm256_mul_ps(d, xr[j].scales8(i * 8)), acc[j]);
+            const __m256i offset = _mm256_madd_epi16(scales16, xr[j].halves16(i * 8));
+            const __m256i total = _mm256_sub_epi32(sum_lanes8(p), _mm256_slli_epi32(offset, 5));
+            acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(total), _mm256_mul_ps(d, xr[j].scales8(i * 8)), acc[j]);
         }
     }
     for (int j = 0; j < n_x; ++j) out[j] = hsum(acc[j]);
