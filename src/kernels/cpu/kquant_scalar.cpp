@@ -86,6 +86,22 @@ void dot_tile_min_max(const void *w, const void *x, size_t x_stride, int n_x, in
     for (int j = 0; j < n_x; ++j) out[j] = acc[j];
 }
 
+// Q3_K and Q6_K: one super-block of signed values v[256] in sub-blocks of 16 with integer scales sc[16] and d,
+// added to each token's accumulator: dx * d * (sc_2s * sum_{l<16} v x + sc_2s+1 * sum_{l>=16} v x) per block s.
+void accumulate_signed16(const int8_t *v, const int *sc, float d, int64_t i, const void *x, size_t x_stride, int n_x,
+                         int64_t n, float *acc) {
+    for (int j = 0; j < n_x; ++j) {
+        const XRow xr(static_cast<const uint8_t *>(x) + j * x_stride, n);
+        for (int s = 0; s < 8; ++s) {
+            const int64_t xb = i * 8 + s;
+            const int8_t *qx = xr.blocks[xb].qs;
+            int32_t dot[2] = {0, 0};
+            for (int l = 0; l < 32; ++l) dot[l / 16] += int32_t(v[32 * s + l]) * qx[l];
+            acc[j] += xr.scale(xb) * (d * float(sc[2 * s] * dot[0] + sc[2 * s + 1] * dot[1]));
+        }
+    }
+}
+
 // Q2_K and Q3_K: element e = 128h + 32g + l keeps its low two bits at bits 2g of qs[32h + l].
 int two_bits(const uint8_t *qs, int e) { return (qs[32 * (e / 128) + e % 32] >> (2 * (e % 128 / 32))) & 3; }
 
@@ -137,17 +153,7 @@ void dot_tile_q3_k(const void *w, const void *x, size_t x_stride, int n_x, int64
             v[e] = static_cast<int8_t>(two_bits(b.qs, e) - ((b.hmask[e % 32] >> (e / 32)) & 1 ? 0 : 4));
         }
         for (int s = 0; s < 16; ++s) sc[s] = q3_k_scale(b.scales, s);
-        const float d = fp16_to_f32(b.d);
-        for (int j = 0; j < n_x; ++j) {
-            const XRow xr(static_cast<const uint8_t *>(x) + j * x_stride, n);
-            for (int s = 0; s < 8; ++s) {
-                const int64_t xb = i * 8 + s;
-                const int8_t *qx = xr.blocks[xb].qs;
-                int32_t dot[2] = {0, 0};
-                for (int l = 0; l < 32; ++l) dot[l / 16] += int32_t(v[32 * s + l]) * qx[l];
-                acc[j] += xr.scale(xb) * (d * float(sc[2 * s] * dot[0] + sc[2 * s + 1] * dot[1]));
-            }
-        }
+        accumulate_signed16(v, sc, fp16_to_f32(b.d), i, x, x_stride, n_x, n, acc);
     }
     for (int j = 0; j < n_x; ++j) out[j] = acc[j];
 }
@@ -168,18 +174,9 @@ void dot_tile_q6_k(const void *w, const void *x, size_t x_stride, int n_x, int64
                 vh[l + 96] = static_cast<int8_t>(((ql[l + 32] >> 4) | ((qh[l] >> 6) & 3) << 4) - 32);
             }
         }
-        const float d = fp16_to_f32(b.d);
-        for (int j = 0; j < n_x; ++j) {
-            const XRow xr(static_cast<const uint8_t *>(x) + j * x_stride, n);
-            for (int s = 0; s < 8; ++s) {
-                const int64_t xb = i * 8 + s;
-                const int8_t *qx = xr.blocks[xb].qs;
-                int32_t lo = 0, hi = 0;
-                for (int l = 0; l < 16; ++l) lo += int32_t(v[32 * s + l]) * qx[l];
-                for (int l = 16; l < 32; ++l) hi += int32_t(v[32 * s + l]) * qx[l];
-                acc[j] += xr.scale(xb) * (d * float(b.scales[2 * s] * lo + b.scales[2 * s + 1] * hi));
-            }
-        }
+        int sc[16];
+        for (int s = 0; s < 16; ++s) sc[s] = b.scales[s];
+        accumulate_signed16(v, sc, fp16_to_f32(b.d), i, x, x_stride, n_x, n, acc);
     }
     for (int j = 0; j < n_x; ++j) out[j] = acc[j];
 }
