@@ -117,7 +117,8 @@ constexpr KernelTable kAvx512Table = {
     // The AVX2 kernel: its records hold two blocks (one 256-bit register of nibbles), and a matvec streams
     // weights far slower than either width computes; one tested kernel beats an untested wider one.
     .dot_q4_0 = avx2::dot_tile_q4_0,
-    // K-quants: AVX2's too (a matvec of them is bound by memory as Q4_0's is).
+    // The K-quants and the other 32-element types: AVX2's (no wider kernels yet; they are bound by unpacking, not
+    // by the multiplies, and README "K-quant weights" has their speed).
     .dot_q4_1 = avx2::dot_tile_q4_1,
     .dot_q5_0 = avx2::dot_tile_q5_0,
     .dot_q5_1 = avx2::dot_tile_q5_1,
@@ -244,10 +245,10 @@ void KernelTable::quantize_dot_x(DType t, const float *x, void *y, int64_t n) co
     if (n % QK8_0 != 0) throw_error("quantize_dot_x: n = %lld is not a multiple of %d", (long long)n, QK8_0);
     if (t != DType::Q4_0) {
         // The blocks, then their scales as f32 (exact: every f16 is an f32), then 128 x each block's sum, then the
-        // sums of its two halves. The
-        // blocks are quantised up to 64 at a time on the stack (one call of the level's quantiser) and copied, as
-        // y need not be aligned for BlockQ8_0. Per token per matmul, this is a tenth or more of a 768-row
-        // expert's product: a call per block, and a plain loop for each sum, showed in prefill profiles.
+        // sums of its two halves. The blocks are quantised up to 64 at a time on the stack (one call of the
+        // level's quantiser) and copied, as y need not be aligned for BlockQ8_0. Per token per matmul, this is a tenth
+        // or more of a 768-row expert's product: a call per block, and a plain loop for each sum, showed in prefill
+        // profiles.
         const int64_t nb = n / QK8_0;
         auto *blocks = static_cast<uint8_t *>(y);
         uint8_t *scales = blocks + nb * static_cast<int64_t>(sizeof(BlockQ8_0));
