@@ -92,8 +92,9 @@ std::vector<float> to_floats(DType t, const void *row, int64_t n) {
     return y;
 }
 
-// The dot type of weights of type t: activations are quantised to Q8_0 for the quantised types.
-DType dot_type(DType t) { return dtype_is_quantized(t) ? DType::Q8_0 : DType::F32; }
+// The dot type of weights of type t: activations are quantised to Q8_K for K-quants, to Q8_0 for the other
+// quantised types.
+DType dot_type(DType t) { return dtype_is_k_quant(t) ? DType::Q8_K : dtype_is_quantized(t) ? DType::Q8_0 : DType::F32; }
 
 // Bytes of one activation row for weights of type t: f32 for float weights, else the table's dot type.
 int64_t x_row_bytes(DType t, int64_t n) {
@@ -422,15 +423,15 @@ TEST_P(IsaTest, QuantizeDotXWritesQ8_0AndForQ4_0PairedRecords) {
         const int64_t nb = n / QK8_0;
         std::vector<BlockQ8_0> expected(static_cast<size_t>(nb));
         ref::quantize_row_q8_0(x.data(), expected.data(), n);
-        ASSERT_EQ(KernelTable::dot_x_row_bytes(DType::Q8_0, n), nb * (34 + 4 + 4 + 4));
+        ASSERT_EQ(KernelTable::dot_x_row_bytes(DType::Q8_0, n), nb * (34 + 4 + 4));
         ASSERT_EQ(KernelTable::dot_x_row_bytes(DType::Q4_0, n), (nb + 1) / 2 * 104);
         for (DType t : {DType::Q8_0, DType::Q4_0}) {
             std::vector<uint8_t> y(static_cast<size_t>(KernelTable::dot_x_row_bytes(t, n)) + 2, 0xAB);
             table->quantize_dot_x(t, x.data(), y.data() + 2, n);
             const uint8_t *p = y.data() + 2;
             if (t == DType::Q8_0) {
-                // The blocks, then each block's scale as f32, then 128 x each block's sum as int32, then the sums
-                // of its two halves as int16 (unaligned; the last block, all -127, checks the extreme sums).
+                // The blocks, then each block's scale as f32, then 128 x each block's sum as int32 (unaligned;
+                // the last block, all -127, checks the extreme sum).
                 ASSERT_EQ(std::memcmp(p, expected.data(), static_cast<size_t>(nb) * 34), 0);
                 for (int64_t b = 0; b < nb; ++b) {
                     float d;
@@ -440,12 +441,6 @@ TEST_P(IsaTest, QuantizeDotXWritesQ8_0AndForQ4_0PairedRecords) {
                     std::memcpy(&offset, p + nb * 38 + 4 * b, sizeof offset);
                     for (const int8_t v : expected[static_cast<size_t>(b)].qs) sum += v;
                     ASSERT_EQ(offset, 128 * sum) << "block " << b;
-                    int16_t halves[2];
-                    std::memcpy(halves, p + nb * 42 + 4 * b, sizeof halves);
-                    int32_t first = 0;
-                    for (int k = 0; k < 16; ++k) first += expected[static_cast<size_t>(b)].qs[k];
-                    ASSERT_EQ(halves[0], first) << "block " << b;
-                    ASSERT_EQ(halves[1], sum - first) << "block " << b;
                 }
                 continue;
             }
@@ -466,8 +461,30 @@ TEST_P(IsaTest, QuantizeDotXWritesQ8_0AndForQ4_0PairedRecords) {
             }
         }
     }
+    // K-quant weights get Q8_K blocks (one scale per 256, the largest magnitude at -127, the sums of each 16),
+    // from the same quantiser as the references, written unaligned.
+    for (int64_t n : {256, 768}) {
+        auto x = test::random_floats(rng, static_cast<size_t>(n), -3.0f, 3.0f);
+        x[5] = 7.5f;  // the largest magnitude of the first block: its quant is -127
+        std::vector<uint8_t> want(static_cast<size_t>(dtype_row_size(DType::Q8_K, n)));
+        quantize_row(DType::Q8_K, x.data(), want.data(), n);
+        ASSERT_EQ(KernelTable::dot_x_row_bytes(DType::Q4_K, n), static_cast<int64_t>(want.size()));
+        std::vector<uint8_t> y(want.size() + 1);
+        table->quantize_dot_x(DType::Q4_K, x.data(), y.data() + 1, n);
+        ASSERT_EQ(std::memcmp(y.data() + 1, want.data(), want.size()), 0);
+        BlockQ8_K b;
+        std::memcpy(&b, want.data(), sizeof b);
+        EXPECT_EQ(b.qs[5], -127);
+        EXPECT_FLOAT_EQ(b.d, 7.5f / -127.0f);
+        for (int k = 0; k < 16; ++k) {
+            int sum = 0;
+            for (int j = 0; j < 16; ++j) sum += b.qs[16 * k + j];
+            EXPECT_EQ(b.bsums[k], sum);
+        }
+    }
     std::vector<float> x(64);
     std::vector<uint8_t> y(256);
+    EXPECT_THROW(table->quantize_dot_x(DType::Q4_K, x.data(), y.data(), 64), Error);  // not whole super-blocks
     EXPECT_THROW(table->quantize_dot_x(DType::F16, x.data(), y.data(), 64), Error);
     EXPECT_THROW(table->quantize_dot_x(DType::Q4_0, x.data(), y.data(), 48), Error);
     EXPECT_THROW(KernelTable::dot_x_row_bytes(DType::F32, 64), Error);

@@ -9,6 +9,7 @@ namespace sparrow {
 
 constexpr int QK8_0 = 32;  // elements per Q8_0 block
 constexpr int QK4_0 = 32;  // elements per Q4_0 block
+constexpr int QK_K = 256;  // elements per K-quant super-block (and Q8_K block)
 
 // Q8_0: x[i] = d * qs[i]; d = max|x| / 127 stored as IEEE half.
 struct BlockQ8_0 {
@@ -58,6 +59,17 @@ struct BlockIQ4_NL {
 static_assert(sizeof(BlockIQ4_NL) == 18, "IQ4_NL block must match ggml");
 inline constexpr int8_t kIq4nlValues[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
 
+// The activations K-quant weights are multiplied with (ggml's block_q8_K, GGUF id 15, never a weight here): 256
+// values x = d * qs with one f32 scale, and the sums of each 16 (a sub-block's min or offset times its sum of x
+// is then an integer madd). One scale per super-block, as ggml uses, so that every sub-block's scale can
+// multiply integer dot products and the f32 scaling comes once per super-block.
+struct BlockQ8_K {
+    float d;
+    int8_t qs[QK_K];
+    int16_t bsums[QK_K / 16];
+};
+static_assert(sizeof(BlockQ8_K) == 292, "Q8_K block must match ggml");
+
 // Not a GGUF type: the activations Q4_0 weights are multiplied with (kernels/cpu/dispatch.h), two Q8_0 blocks
 // per record, arranged for the kernels. A Q4_0 byte holds element k in its low nibble and k + 16 in its high
 // nibble, and the nibbles u = value + 8 are unsigned, so:
@@ -102,7 +114,6 @@ struct BlockQ4_0x8 {
 static_assert(sizeof(BlockQ4_0x8) == 8 * sizeof(BlockQ4_0), "BlockQ4_0x8 is eight Q4_0 blocks");
 
 // --- K-quants: super-blocks of 256 elements (ggml's QK_K), read as llama.cpp's files store them ----------------
-constexpr int QK_K = 256;
 
 // Q2_K: sixteen sub-blocks of 16, x = d * (scales[s] & 15) * u - dmin * (scales[s] >> 4) with u in [0, 3] and
 // s = e / 16; element e = 128h + 32g + l (l < 32) is bits 2g..2g+1 of qs[32h + l].

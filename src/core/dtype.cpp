@@ -144,6 +144,7 @@ void quantize_row(DType t, const float *x, void *dst, int64_t n) {
             if (t == DType::Q5_1) quantize_row_q5_1(x, static_cast<BlockQ5_1 *>(dst), n);
             if (t == DType::IQ4_NL) quantize_row_iq4_nl(x, static_cast<BlockIQ4_NL *>(dst), n);
             return;
+        case DType::Q8_K:
         case DType::Q2_K:
         case DType::Q3_K:
         case DType::Q4_K:
@@ -153,6 +154,7 @@ void quantize_row(DType t, const float *x, void *dst, int64_t n) {
                 throw_error("%s row of %lld elements is not a multiple of 256", std::string(dtype_name(t)).c_str(),
                             (long long)n);
             }
+            if (t == DType::Q8_K) quantize_row_q8_k(x, dst, n);
             if (t == DType::Q2_K) quantize_row_q2_k(x, static_cast<BlockQ2_K *>(dst), n);
             if (t == DType::Q3_K) quantize_row_q3_k(x, static_cast<BlockQ3_K *>(dst), n);
             if (t == DType::Q4_K) quantize_row_q4_k(x, static_cast<BlockQ4_K *>(dst), n);
@@ -199,6 +201,7 @@ void dequantize_row(DType t, const void *src, float *y, int64_t n) {
         case DType::Q5_0: dequantize_row_q5_0(static_cast<const BlockQ5_0 *>(src), y, n); return;
         case DType::Q5_1: dequantize_row_q5_1(static_cast<const BlockQ5_1 *>(src), y, n); return;
         case DType::IQ4_NL: dequantize_row_iq4_nl(static_cast<const BlockIQ4_NL *>(src), y, n); return;
+        case DType::Q8_K: dequantize_row_q8_k(src, y, n); return;
         case DType::Q2_K: dequantize_row_q2_k(static_cast<const BlockQ2_K *>(src), y, n); return;
         case DType::Q3_K: dequantize_row_q3_k(static_cast<const BlockQ3_K *>(src), y, n); return;
         case DType::Q4_K: dequantize_row_q4_k(static_cast<const BlockQ4_K *>(src), y, n); return;

@@ -120,6 +120,40 @@ void kquant_scale_min(const uint8_t *scales, int s, int &sc, int &m) {
     }
 }
 
+void quantize_row_q8_k(const float *x, void *y, int64_t n) {
+    auto *out = static_cast<uint8_t *>(y);
+    for (int64_t b = 0; b < n / QK_K; ++b, x += QK_K, out += sizeof(BlockQ8_K)) {
+        BlockQ8_K blk;
+        float amax = 0.0f, max = 0.0f;
+        for (int j = 0; j < QK_K; ++j) {
+            if (std::fabs(x[j]) > amax) amax = std::fabs(x[j]), max = x[j];
+        }
+        const float iscale = amax > 0.0f ? -127.0f / max : 0.0f;
+        blk.d = amax > 0.0f ? 1.0f / iscale : 0.0f;
+        // Round to nearest even by adding and taking away 1.5 * 2^23 (|v| <= 127): a loop the compiler vectorises.
+        constexpr float kRound = 12582912.0f;
+        for (int j = 0; j < QK_K; ++j) {
+            const float r = (iscale * x[j] + kRound) - kRound;
+            blk.qs[j] = static_cast<int8_t>(std::min(r, 127.0f));
+        }
+        for (int k = 0; k < QK_K / 16; ++k) {
+            int sum = 0;
+            for (int j = 0; j < 16; ++j) sum += blk.qs[16 * k + j];
+            blk.bsums[k] = static_cast<int16_t>(sum);
+        }
+        std::memcpy(out, &blk, sizeof blk);
+    }
+}
+
+void dequantize_row_q8_k(const void *x, float *y, int64_t n) {
+    const auto *in = static_cast<const uint8_t *>(x);
+    for (int64_t b = 0; b < n / QK_K; ++b, in += sizeof(BlockQ8_K), y += QK_K) {
+        BlockQ8_K blk;
+        std::memcpy(&blk, in, sizeof blk);
+        for (int j = 0; j < QK_K; ++j) y[j] = blk.d * float(blk.qs[j]);
+    }
+}
+
 int q3_k_scale(const uint8_t *scales, int s) {
     const int low = s < 8 ? scales[s] & 15 : scales[s - 8] >> 4;
     return (low | ((scales[8 + s % 4] >> (2 * (s / 4))) & 3) << 4) - 32;

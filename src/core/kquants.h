@@ -18,6 +18,12 @@ void kquant_scale_min(const uint8_t *scales, int s, int &sc, int &m);
 // Sub-block s (0..15) of a Q3_K block's packed scales: its signed scale sc_s - 32.
 int q3_k_scale(const uint8_t *scales, int s);
 
+// The activations of K-quant products: n floats (n % 256 == 0) to n / 256 Q8_K blocks written to y byte by byte
+// (y need not be aligned). Per block the value of largest magnitude maps to -127, as ggml's quantiser does, the
+// others round to nearest even; bsums are the sums of each 16 quants. And back, from an unaligned row.
+void quantize_row_q8_k(const float *x, void *y, int64_t n);
+void dequantize_row_q8_k(const void *x, float *y, int64_t n);
+
 // n floats (n % 256 == 0) to n / 256 blocks, and back.
 void quantize_row_q2_k(const float *x, BlockQ2_K *y, int64_t n);
 void quantize_row_q3_k(const float *x, BlockQ3_K *y, int64_t n);

@@ -28,20 +28,21 @@ void rows_by_tile(const void *w, size_t w_stride, int64_t n_rows, const void *x,
     }
 }
 
-// The sum of 16 quants: with SSE2 (every x86-64), psadbw adds the bytes flipped to unsigned (x + 128) eight at
-// a time, and 16 * 128 comes off.
-int32_t half_sum(const int8_t *qs) {
+// The sum of a Q8_0 block's 32 quants: with SSE2 (every x86-64), psadbw adds the bytes flipped to unsigned
+// (x + 128) eight at a time, and 32 * 128 comes off.
+int32_t block_sum(const int8_t *qs) {
 #if defined(__SSE2__)
     const __m128i flip = _mm_set1_epi8(static_cast<char>(0x80)), zero = _mm_setzero_si128();
-    const __m128i s = _mm_sad_epu8(_mm_xor_si128(_mm_loadu_si128(reinterpret_cast<const __m128i *>(qs)), flip), zero);
-    return _mm_cvtsi128_si32(s) + _mm_cvtsi128_si32(_mm_unpackhi_epi64(s, s)) - 16 * 128;
+    const __m128i a = _mm_xor_si128(_mm_loadu_si128(reinterpret_cast<const __m128i *>(qs)), flip);
+    const __m128i b = _mm_xor_si128(_mm_loadu_si128(reinterpret_cast<const __m128i *>(qs + 16)), flip);
+    const __m128i s = _mm_add_epi64(_mm_sad_epu8(a, zero), _mm_sad_epu8(b, zero));
+    return _mm_cvtsi128_si32(s) + _mm_cvtsi128_si32(_mm_unpackhi_epi64(s, s)) - 32 * 128;
 #else
     int32_t sum = 0;
-    for (int i = 0; i < 16; ++i) sum += qs[i];
+    for (int i = 0; i < QK8_0; ++i) sum += qs[i];
     return sum;
 #endif
 }
-int32_t block_sum(const int8_t *qs) { return half_sum(qs) + half_sum(qs + 16); }
 
 // One table per level, built from each ISA file's exported functions. Constant data: nothing here changes
 // after start-up, and a table is only handed out when cpu_supports() says its code can run.
@@ -217,8 +218,7 @@ int64_t q4_0_dot_x_row_bytes(int64_t n) {
 }
 
 int64_t q8_0_dot_x_row_bytes(int64_t n) {
-    return (n / QK8_0) *
-           static_cast<int64_t>(sizeof(BlockQ8_0) + sizeof(float) + sizeof(int32_t) + 2 * sizeof(int16_t));
+    return (n / QK8_0) * static_cast<int64_t>(sizeof(BlockQ8_0) + sizeof(float) + sizeof(int32_t));
 }
 
 int64_t KernelTable::dot_x_row_bytes(DType t, int64_t n) {
@@ -227,12 +227,12 @@ int64_t KernelTable::dot_x_row_bytes(DType t, int64_t n) {
         case DType::Q4_1:
         case DType::Q5_0:
         case DType::Q5_1:
-        case DType::IQ4_NL:
+        case DType::IQ4_NL: return q8_0_dot_x_row_bytes(n);
         case DType::Q2_K:
         case DType::Q3_K:
         case DType::Q4_K:
         case DType::Q5_K:
-        case DType::Q6_K: return q8_0_dot_x_row_bytes(n);
+        case DType::Q6_K: return n / QK_K * static_cast<int64_t>(sizeof(BlockQ8_K));
         case DType::Q4_0: return q4_0_dot_x_row_bytes(n);
         default: throw_error("no quantised activation type for weight type %s", std::string(dtype_name(t)).c_str());
     }
@@ -243,17 +243,21 @@ void KernelTable::quantize_dot_x(DType t, const float *x, void *y, int64_t n) co
         throw_error("no quantised activation type for weight type %s", std::string(dtype_name(t)).c_str());
     }
     if (n % QK8_0 != 0) throw_error("quantize_dot_x: n = %lld is not a multiple of %d", (long long)n, QK8_0);
+    if (dtype_is_k_quant(t)) {
+        if (n % QK_K != 0) throw_error("quantize_dot_x: n = %lld is not a multiple of %d", (long long)n, QK_K);
+        quantize_row(DType::Q8_K, x, y, n);  // core/kquants.h: one quantiser for the kernels and the references
+        return;
+    }
     if (t != DType::Q4_0) {
-        // The blocks, then their scales as f32 (exact: every f16 is an f32), then 128 x each block's sum, then the
-        // sums of its two halves. The blocks are quantised up to 64 at a time on the stack (one call of the
-        // level's quantiser) and copied, as y need not be aligned for BlockQ8_0. Per token per matmul, this is a tenth
+        // The blocks, then their scales as f32 (exact: every f16 is an f32), then 128 x each block's sum. The
+        // blocks are quantised up to 64 at a time on the stack (one call of the level's quantiser) and copied, as
+        // y need not be aligned for BlockQ8_0. Per token per matmul, this is a tenth
         // or more of a 768-row expert's product: a call per block, and a plain loop for each sum, showed in prefill
         // profiles.
         const int64_t nb = n / QK8_0;
         auto *blocks = static_cast<uint8_t *>(y);
         uint8_t *scales = blocks + nb * static_cast<int64_t>(sizeof(BlockQ8_0));
         uint8_t *offsets = scales + nb * static_cast<int64_t>(sizeof(float));
-        uint8_t *halves = offsets + nb * static_cast<int64_t>(sizeof(int32_t));
         constexpr int64_t kChunk = 64;
         BlockQ8_0 q[kChunk];
         for (int64_t b0 = 0; b0 < nb; b0 += kChunk) {
@@ -264,11 +268,8 @@ void KernelTable::quantize_dot_x(DType t, const float *x, void *y, int64_t n) co
             for (int64_t i = 0; i < nq; ++i) {
                 const float d = fp16_to_f32(q[i].d);
                 std::memcpy(scales + (b0 + i) * static_cast<int64_t>(sizeof d), &d, sizeof d);
-                const int16_t half[2] = {static_cast<int16_t>(half_sum(q[i].qs)),
-                                         static_cast<int16_t>(half_sum(q[i].qs + 16))};
-                const int32_t offset = 128 * (half[0] + half[1]);
+                const int32_t offset = 128 * block_sum(q[i].qs);
                 std::memcpy(offsets + (b0 + i) * static_cast<int64_t>(sizeof offset), &offset, sizeof offset);
-                std::memcpy(halves + (b0 + i) * static_cast<int64_t>(sizeof half), half, sizeof half);
             }
         }
         return;

@@ -39,21 +39,18 @@ int64_t q4_0_dot_x_row_bytes(int64_t n);
 
 // The activation row Q8_0 weights dot with: the n / 32 Q8_0 blocks of quantize_row_q8_0, followed by the same
 // blocks' scales as f32 (n / 32 floats, unaligned), then 128 x the sum of each block's quants (n / 32 int32,
-// unaligned), then the sums of each block's first and last 16 quants (2 x n / 32 int16, unaligned). Why the
-// scales: with several tokens per weight row, converting each token's f16 scale in the inner loop cost as much as a
-// third of the multiply work; converted once per token per matmul, the inner loop broadcasts the f32 straight from
-// memory. Why the sums: the 512-bit VNNI kernel (kernels_vnni.cpp) multiplies weights offset by 128 (unsigned) with the
-// signed activations, and takes 128 x sum(x) off each block's dot. Why the half sums: Q2_K, Q3_K and Q6_K weights come
-// in sub-blocks of 16 with a min or an offset each, whose share of the dot, number_s x sum(x_s), is then one madd of 16
-// numbers with 16 sums per super-block.
+// unaligned). Why the scales: with several tokens per weight row, converting each token's f16 scale in the inner
+// loop cost as much as a third of the multiply work; converted once per token per matmul, the inner loop
+// broadcasts the f32 straight from memory. Why the sums: the 512-bit VNNI kernel (kernels_vnni.cpp) multiplies
+// weights offset by 128 (unsigned) with the signed activations, and takes 128 x sum(x) off each block's dot.
 int64_t q8_0_dot_x_row_bytes(int64_t n);
 
 // out[j] = sum_i w[i] * x_j[i] for j < n_x, 1 <= n_x <= max_tile(weight type).
 //   w: one weight row of n elements (n % 32 == 0 for Q8_0/Q4_0)
 //   x: n_x rows of the weight type's dot type, x_j = (const uint8_t *)x + j * x_stride:
-//      f32 for F32/F16/BF16 weights, Q8_0 blocks + f32 scales + sums for Q8_0 and K-quant weights (above; each
-//      32-block meets one Q4_K/Q5_K sub-block or two Q6_K sub-blocks), BlockQ8_0x2 records for Q4_0 weights
-//      (above; rows 4-byte aligned). KernelTable::quantize_dot_x writes them.
+//      f32 for F32/F16/BF16 weights, Q8_0 blocks + f32 scales + sums for Q8_0, Q4_1, Q5_0, Q5_1 and IQ4_NL weights
+//      (above), BlockQ8_K blocks (core/blocks.h; unaligned) for the K-quants, BlockQ8_0x2 records for Q4_0
+//      weights (above; rows 4-byte aligned). KernelTable::quantize_dot_x writes them.
 //   out: [n_x] f32. Accumulates in f32; Q8_0/Q4_0 sums are integer within each 32-block, as ggml.
 using DotTileFn = void (*)(const void *w, const void *x, size_t x_stride, int n_x, int64_t n, float *out);
 // Several weight rows against a tile of tokens: y[j * y_stride + r] = w_r . x_j for r < n_rows, j < n_x
@@ -114,7 +111,8 @@ struct KernelTable {
     // The axpy for cache rows of type t (F32, F16, BF16), or throws sparrow::Error.
     AxpyFn axpy(DType t) const;
     // Bytes of one activation row of n elements in the dot type of quantised weights of type t (Q4_0:
-    // BlockQ8_0x2 records; every other supported block type: the Q8_0 row), or throws sparrow::Error otherwise.
+    // BlockQ8_0x2 records; K-quants: BlockQ8_K blocks; the other block types: the Q8_0 row), or throws
+    // sparrow::Error otherwise.
     static int64_t dot_x_row_bytes(DType t, int64_t n);
     // x[0..n) (n % 32 == 0) quantised to the dot type of weights of type t (a supported block type), written to y
     // (dot_x_row_bytes(t, n) bytes), or throws sparrow::Error for other types.

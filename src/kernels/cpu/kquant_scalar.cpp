@@ -1,12 +1,10 @@
-// The portable level's K-quant products (Q2_K ... Q6_K weights; layouts in core/blocks.h) against Q8_0
-// activations in the dot-x row of Q8_0 weights (dispatch.h: the blocks, then their scales as f32, then
-// 128 x each block's sum). Every 32-element activation block meets one Q4_K / Q5_K sub-block (one scale and
-// min) or two Q2_K / Q3_K / Q6_K sub-blocks of 16, so a sub-block's dot is an integer sum:
-//   Q4_K / Q5_K: dx * (d * (sc * sum(u x)) - dmin * (m * sum(x)))
-//   Q2_K:        dx * (d * (sc_0 * sum_{l<16} u x + sc_1 * sum_{l>=16} u x) - dmin * (m_0 * sum_{l<16} x + ...))
-//   Q3_K, Q6_K:  dx * d * (sc_0 * sum_{l<16} v x + sc_1 * sum_{l>=16} v x), v = u - 4 or u - 32
-// with the integer products in int32 (at most 63 * 31 * 127 * 32 and 2 * 128 * 63 * 127 * 16) and one f32
-// accumulation per sub-block and token. The SIMD levels compute the same integers in another f32 order.
+// The portable level's K-quant products (Q2_K ... Q6_K weights; layouts in core/blocks.h) against Q8_K activations
+// (one f32 scale dx per 256 values, and the sums of each 16). Within a super-block everything is an integer:
+//   Q4_K / Q5_K: dx * (d * sum_s sc_s * sum(u x)_s - dmin * sum_s m_s * sum(x)_s)            sub-blocks of 32
+//   Q2_K:        the same over sub-blocks of 16 (sc_s, m_s: 4 bits)
+//   Q3_K, Q6_K:  dx * d * sum_s sc_s * (sum(u x)_s - offset * sum(x)_s), offset 4 or 32        sub-blocks of 16
+// with the sums of x from the activations' bsums, and two f32 multiplies per super-block and token. The SIMD
+// levels compute the same integers and may round the f32 accumulation in another order.
 #include <cstring>
 
 #include "core/dtype.h"
@@ -18,167 +16,125 @@ namespace sparrow::cpu::scalar {
 
 namespace {
 
-// Token j's activations: the quantised blocks, and each block's scale as f32 and its sum.
-struct XRow {
-    const BlockQ8_0 *blocks;
-    const uint8_t *scales;  // f32, unaligned
-    const uint8_t *sums;    // int32 (128 x the block's sum), unaligned
-
-    XRow(const void *x, int64_t n)
-        : blocks(static_cast<const BlockQ8_0 *>(x)),
-          scales(static_cast<const uint8_t *>(x) + n / QK8_0 * static_cast<int64_t>(sizeof(BlockQ8_0))),
-          sums(scales + n / QK8_0 * static_cast<int64_t>(sizeof(float))) {}
-    float scale(int64_t b) const {
-        float d;
-        std::memcpy(&d, scales + b * 4, 4);
-        return d;
-    }
-    int32_t sum(int64_t b) const {
-        int32_t s;
-        std::memcpy(&s, sums + b * 4, 4);
-        return s / 128;
-    }
-};
-
-// One Q4_K / Q5_K super-block as u[256], the sub-blocks' scales and mins, d and dmin.
-struct MinMaxBlock {
-    uint8_t u[QK_K];
-    int sc[8], m[8];
-    float d, dmin;
-};
-
-// Q4_K and Q5_K (Block::qh only in Q5_K: HighBits).
-template <typename Block, bool HighBits>
-void unpack(const Block &w, MinMaxBlock &o) {
-    o.d = fp16_to_f32(w.d);
-    o.dmin = fp16_to_f32(w.dmin);
-    for (int s = 0; s < 8; ++s) kquant_scale_min(w.scales, s, o.sc[s], o.m[s]);
-    for (int c = 0; c < 4; ++c) {
-        for (int l = 0; l < 32; ++l) {
-            o.u[64 * c + l] = w.qs[32 * c + l] & 15;
-            o.u[64 * c + 32 + l] = w.qs[32 * c + l] >> 4;
-            if constexpr (HighBits) {
-                o.u[64 * c + l] |= static_cast<uint8_t>(((w.qh[l] >> (2 * c)) & 1) << 4);
-                o.u[64 * c + 32 + l] |= static_cast<uint8_t>(((w.qh[l] >> (2 * c + 1)) & 1) << 4);
-            }
-        }
-    }
+// Super-block i of token j's activation row (unaligned: copied out).
+BlockQ8_K x_block(const void *x, size_t x_stride, int j, int64_t i) {
+    BlockQ8_K b;
+    std::memcpy(&b, static_cast<const uint8_t *>(x) + j * x_stride + i * static_cast<int64_t>(sizeof b), sizeof b);
+    return b;
 }
 
-template <typename Block, bool HighBits>
-void dot_tile_min_max(const void *w, const void *x, size_t x_stride, int n_x, int64_t n, float *out) {
-    const auto *blocks = static_cast<const Block *>(w);
-    float acc[kMaxTile] = {};
-    MinMaxBlock b;
-    for (int64_t i = 0; i < n / QK_K; ++i) {
-        unpack<Block, HighBits>(blocks[i], b);
-        for (int j = 0; j < n_x; ++j) {
-            const XRow xr(static_cast<const uint8_t *>(x) + j * x_stride, n);
-            for (int s = 0; s < 8; ++s) {
-                const int64_t xb = i * 8 + s;
-                const int8_t *qx = xr.blocks[xb].qs;
-                int32_t isum = 0;
-                for (int l = 0; l < 32; ++l) isum += int32_t(b.u[32 * s + l]) * qx[l];
-                acc[j] += xr.scale(xb) * (b.d * float(b.sc[s] * isum) - b.dmin * float(b.m[s] * xr.sum(xb)));
-            }
-        }
-    }
-    for (int j = 0; j < n_x; ++j) out[j] = acc[j];
-}
+// One super-block of weights as integers: u[256], the scale and min (or 0) of each of its n_sub sub-blocks, the
+// offset subtracted from every u (0, 4 or 32), and d, dmin.
+struct IntBlock {
+    int u[QK_K];
+    int sc[16], m[16];
+    int n_sub = 0, offset = 0;
+    float d = 0.0f, dmin = 0.0f;
+};
 
-// Q3_K and Q6_K: one super-block of signed values v[256] in sub-blocks of 16 with integer scales sc[16] and d,
-// added to each token's accumulator: dx * d * (sc_2s * sum_{l<16} v x + sc_2s+1 * sum_{l>=16} v x) per block s.
-void accumulate_signed16(const int8_t *v, const int *sc, float d, int64_t i, const void *x, size_t x_stride, int n_x,
-                         int64_t n, float *acc) {
+// Adds each token's dx * (d * sum_s sc_s * (sum(u x)_s - offset sum(x)_s) - dmin * sum_s m_s * sum(x)_s).
+void accumulate(const IntBlock &w, const void *x, size_t x_stride, int n_x, int64_t i, float *acc) {
+    const int len = QK_K / w.n_sub;
     for (int j = 0; j < n_x; ++j) {
-        const XRow xr(static_cast<const uint8_t *>(x) + j * x_stride, n);
-        for (int s = 0; s < 8; ++s) {
-            const int64_t xb = i * 8 + s;
-            const int8_t *qx = xr.blocks[xb].qs;
-            int32_t dot[2] = {0, 0};
-            for (int l = 0; l < 32; ++l) dot[l / 16] += int32_t(v[32 * s + l]) * qx[l];
-            acc[j] += xr.scale(xb) * (d * float(sc[2 * s] * dot[0] + sc[2 * s + 1] * dot[1]));
+        const BlockQ8_K xb = x_block(x, x_stride, j, i);
+        int32_t dot = 0, mins = 0;
+        for (int s = 0; s < w.n_sub; ++s) {
+            int32_t sum_ux = 0, sum_x = 0;
+            for (int l = s * len; l < (s + 1) * len; ++l) sum_ux += w.u[l] * xb.qs[l];
+            for (int k = s * len / 16; k < (s + 1) * len / 16; ++k) sum_x += xb.bsums[k];
+            dot += w.sc[s] * (sum_ux - w.offset * sum_x);
+            mins += w.m[s] * sum_x;
         }
+        acc[j] += xb.d * (w.d * float(dot) - w.dmin * float(mins));
     }
 }
 
 // Q2_K and Q3_K: element e = 128h + 32g + l keeps its low two bits at bits 2g of qs[32h + l].
 int two_bits(const uint8_t *qs, int e) { return (qs[32 * (e / 128) + e % 32] >> (2 * (e % 128 / 32))) & 3; }
 
+// Q4_K and Q5_K (Block::qh only in Q5_K: HighBits).
+template <typename Block, bool HighBits>
+void unpack_min_max(const Block &b, IntBlock &w) {
+    w.n_sub = 8;
+    w.d = fp16_to_f32(b.d);
+    w.dmin = fp16_to_f32(b.dmin);
+    for (int s = 0; s < 8; ++s) kquant_scale_min(b.scales, s, w.sc[s], w.m[s]);
+    for (int c = 0; c < 4; ++c) {
+        for (int l = 0; l < 32; ++l) {
+            w.u[64 * c + l] = b.qs[32 * c + l] & 15;
+            w.u[64 * c + 32 + l] = b.qs[32 * c + l] >> 4;
+            if constexpr (HighBits) {
+                w.u[64 * c + l] |= ((b.qh[l] >> (2 * c)) & 1) << 4;
+                w.u[64 * c + 32 + l] |= ((b.qh[l] >> (2 * c + 1)) & 1) << 4;
+            }
+        }
+    }
+}
+
+void unpack(const BlockQ4_K &b, IntBlock &w) { unpack_min_max<BlockQ4_K, false>(b, w); }
+void unpack(const BlockQ5_K &b, IntBlock &w) { unpack_min_max<BlockQ5_K, true>(b, w); }
+
+void unpack(const BlockQ2_K &b, IntBlock &w) {
+    w.n_sub = 16;
+    w.d = fp16_to_f32(b.d);
+    w.dmin = fp16_to_f32(b.dmin);
+    for (int s = 0; s < 16; ++s) w.sc[s] = b.scales[s] & 15, w.m[s] = b.scales[s] >> 4;
+    for (int e = 0; e < QK_K; ++e) w.u[e] = two_bits(b.qs, e);
+}
+
+void unpack(const BlockQ3_K &b, IntBlock &w) {
+    w.n_sub = 16;
+    w.offset = 4;
+    w.d = fp16_to_f32(b.d);
+    for (int s = 0; s < 16; ++s) w.sc[s] = q3_k_scale(b.scales, s), w.m[s] = 0;
+    for (int e = 0; e < QK_K; ++e) w.u[e] = two_bits(b.qs, e) | ((b.hmask[e % 32] >> (e / 32)) & 1) << 2;
+}
+
+void unpack(const BlockQ6_K &b, IntBlock &w) {
+    w.n_sub = 16;
+    w.offset = 32;
+    w.d = fp16_to_f32(b.d);
+    for (int s = 0; s < 16; ++s) w.sc[s] = b.scales[s], w.m[s] = 0;
+    for (int h = 0; h < 2; ++h) {
+        const uint8_t *ql = b.ql + 64 * h, *qh = b.qh + 32 * h;
+        int *uh = w.u + 128 * h;
+        for (int l = 0; l < 32; ++l) {
+            uh[l] = (ql[l] & 15) | (qh[l] & 3) << 4;
+            uh[l + 32] = (ql[l + 32] & 15) | ((qh[l] >> 2) & 3) << 4;
+            uh[l + 64] = (ql[l] >> 4) | ((qh[l] >> 4) & 3) << 4;
+            uh[l + 96] = (ql[l + 32] >> 4) | ((qh[l] >> 6) & 3) << 4;
+        }
+    }
+}
+
+template <typename Block>
+void dot_tile_k(const void *w, const void *x, size_t x_stride, int n_x, int64_t n, float *out) {
+    const auto *blocks = static_cast<const Block *>(w);
+    float acc[kMaxTile] = {};
+    IntBlock b;
+    for (int64_t i = 0; i < n / QK_K; ++i) {
+        unpack(blocks[i], b);
+        accumulate(b, x, x_stride, n_x, i, acc);
+    }
+    for (int j = 0; j < n_x; ++j) out[j] = acc[j];
+}
+
 }  // namespace
 
-void dot_tile_q4_k(const void *w, const void *x, size_t x_stride, int n_x, int64_t n, float *out) {
-    dot_tile_min_max<BlockQ4_K, false>(w, x, x_stride, n_x, n, out);
-}
-
-void dot_tile_q5_k(const void *w, const void *x, size_t x_stride, int n_x, int64_t n, float *out) {
-    dot_tile_min_max<BlockQ5_K, true>(w, x, x_stride, n_x, n, out);
-}
-
 void dot_tile_q2_k(const void *w, const void *x, size_t x_stride, int n_x, int64_t n, float *out) {
-    const auto *blocks = static_cast<const BlockQ2_K *>(w);
-    float acc[kMaxTile] = {};
-    uint8_t u[QK_K];
-    for (int64_t i = 0; i < n / QK_K; ++i) {
-        const BlockQ2_K &b = blocks[i];
-        for (int e = 0; e < QK_K; ++e) u[e] = static_cast<uint8_t>(two_bits(b.qs, e));
-        const float d = fp16_to_f32(b.d), dmin = fp16_to_f32(b.dmin);
-        for (int j = 0; j < n_x; ++j) {
-            const XRow xr(static_cast<const uint8_t *>(x) + j * x_stride, n);
-            for (int s = 0; s < 8; ++s) {
-                const int64_t xb = i * 8 + s;
-                const int8_t *qx = xr.blocks[xb].qs;
-                int32_t dot[2] = {0, 0}, sum[2] = {0, 0};
-                for (int l = 0; l < 32; ++l) {
-                    dot[l / 16] += int32_t(u[32 * s + l]) * qx[l];
-                    sum[l / 16] += qx[l];
-                }
-                const int sc0 = b.scales[2 * s], sc1 = b.scales[2 * s + 1];
-                acc[j] += xr.scale(xb) * (d * float((sc0 & 15) * dot[0] + (sc1 & 15) * dot[1]) -
-                                          dmin * float((sc0 >> 4) * sum[0] + (sc1 >> 4) * sum[1]));
-            }
-        }
-    }
-    for (int j = 0; j < n_x; ++j) out[j] = acc[j];
+    dot_tile_k<BlockQ2_K>(w, x, x_stride, n_x, n, out);
 }
-
 void dot_tile_q3_k(const void *w, const void *x, size_t x_stride, int n_x, int64_t n, float *out) {
-    const auto *blocks = static_cast<const BlockQ3_K *>(w);
-    float acc[kMaxTile] = {};
-    int8_t v[QK_K];  // u - 4
-    int sc[16];
-    for (int64_t i = 0; i < n / QK_K; ++i) {
-        const BlockQ3_K &b = blocks[i];
-        for (int e = 0; e < QK_K; ++e) {
-            v[e] = static_cast<int8_t>(two_bits(b.qs, e) - ((b.hmask[e % 32] >> (e / 32)) & 1 ? 0 : 4));
-        }
-        for (int s = 0; s < 16; ++s) sc[s] = q3_k_scale(b.scales, s);
-        accumulate_signed16(v, sc, fp16_to_f32(b.d), i, x, x_stride, n_x, n, acc);
-    }
-    for (int j = 0; j < n_x; ++j) out[j] = acc[j];
+    dot_tile_k<BlockQ3_K>(w, x, x_stride, n_x, n, out);
 }
-
+void dot_tile_q4_k(const void *w, const void *x, size_t x_stride, int n_x, int64_t n, float *out) {
+    dot_tile_k<BlockQ4_K>(w, x, x_stride, n_x, n, out);
+}
+void dot_tile_q5_k(const void *w, const void *x, size_t x_stride, int n_x, int64_t n, float *out) {
+    dot_tile_k<BlockQ5_K>(w, x, x_stride, n_x, n, out);
+}
 void dot_tile_q6_k(const void *w, const void *x, size_t x_stride, int n_x, int64_t n, float *out) {
-    const auto *blocks = static_cast<const BlockQ6_K *>(w);
-    float acc[kMaxTile] = {};
-    int8_t v[QK_K];  // u - 32
-    for (int64_t i = 0; i < n / QK_K; ++i) {
-        const BlockQ6_K &b = blocks[i];
-        for (int h = 0; h < 2; ++h) {
-            const uint8_t *ql = b.ql + 64 * h, *qh = b.qh + 32 * h;
-            int8_t *vh = v + 128 * h;
-            for (int l = 0; l < 32; ++l) {
-                vh[l] = static_cast<int8_t>(((ql[l] & 15) | (qh[l] & 3) << 4) - 32);
-                vh[l + 32] = static_cast<int8_t>(((ql[l + 32] & 15) | ((qh[l] >> 2) & 3) << 4) - 32);
-                vh[l + 64] = static_cast<int8_t>(((ql[l] >> 4) | ((qh[l] >> 4) & 3) << 4) - 32);
-                vh[l + 96] = static_cast<int8_t>(((ql[l + 32] >> 4) | ((qh[l] >> 6) & 3) << 4) - 32);
-            }
-        }
-        int sc[16];
-        for (int s = 0; s < 16; ++s) sc[s] = b.scales[s];
-        accumulate_signed16(v, sc, fp16_to_f32(b.d), i, x, x_stride, n_x, n, acc);
-    }
-    for (int j = 0; j < n_x; ++j) out[j] = acc[j];
+    dot_tile_k<BlockQ6_K>(w, x, x_stride, n_x, n, out);
 }
 
 }  // namespace sparrow::cpu::scalar

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <cstring>
 #include <numbers>
 #include <numeric>
 #include <vector>
@@ -143,10 +144,20 @@ double k_quant_element(DType t, const void *row, int64_t e) {
                 std::string(dtype_name(t)).c_str());
 }
 
-float dot_k_quant_q8_0(DType t, const void *w, const BlockQ8_0 *x, int64_t n) {
+float dot_decoded_q8_0(DType t, const void *w, const BlockQ8_0 *x, int64_t n) {
     double sum = 0.0;
     for (int64_t e = 0; e < n; ++e) {
         sum += k_quant_element(t, w, e) * double(fp16_to_f32(x[e / QK8_0].d)) * x[e / QK8_0].qs[e % QK8_0];
+    }
+    return float(sum);
+}
+
+float dot_decoded_q8_k(DType t, const void *w, const void *x, int64_t n) {
+    double sum = 0.0;
+    for (int64_t b = 0; b < n / QK_K; ++b) {
+        BlockQ8_K xb;
+        std::memcpy(&xb, static_cast<const uint8_t *>(x) + b * static_cast<int64_t>(sizeof xb), sizeof xb);
+        for (int j = 0; j < QK_K; ++j) sum += k_quant_element(t, w, b * QK_K + j) * double(xb.d) * xb.qs[j];
     }
     return float(sum);
 }
@@ -161,12 +172,12 @@ float dot_weight_row(DType t, const void *w, const void *x, int64_t n) {
         case DType::Q4_1:
         case DType::Q5_0:
         case DType::Q5_1:
-        case DType::IQ4_NL:
+        case DType::IQ4_NL: return dot_decoded_q8_0(t, w, static_cast<const BlockQ8_0 *>(x), n);
         case DType::Q2_K:
         case DType::Q3_K:
         case DType::Q4_K:
         case DType::Q5_K:
-        case DType::Q6_K: return dot_k_quant_q8_0(t, w, static_cast<const BlockQ8_0 *>(x), n);
+        case DType::Q6_K: return dot_decoded_q8_k(t, w, x, n);
         default: throw_error("ref::dot_weight_row: unsupported type %s", std::string(dtype_name(t)).c_str());
     }
 }
@@ -178,12 +189,13 @@ void quantize_row_q8_0(const float *x, BlockQ8_0 *y, int64_t n) { quantize_row(D
 
 void matmul(const WeightMatrix &w, const float *x, int64_t n_tokens, float *y) {
     const bool quantized = dtype_is_quantized(w.type);
-    const int64_t xq_bytes = dtype_row_size(DType::Q8_0, quantized ? w.n_cols : 0);
+    const DType xq_type = dtype_is_k_quant(w.type) ? DType::Q8_K : DType::Q8_0;
+    const int64_t xq_bytes = dtype_row_size(xq_type, quantized ? w.n_cols : 0);
     std::vector<uint8_t> xq(static_cast<size_t>(xq_bytes));
     std::vector<uint8_t> unpacked(w.rows8 ? static_cast<size_t>(w.row_bytes) : 0);
     for (int64_t t = 0; t < n_tokens; ++t) {
         const float *xt = x + t * w.n_cols;
-        if (quantized) quantize_row_q8_0(xt, reinterpret_cast<BlockQ8_0 *>(xq.data()), w.n_cols);
+        if (quantized) quantize_row(xq_type, xt, xq.data(), w.n_cols);
         const void *xd = quantized ? static_cast<const void *>(xq.data()) : static_cast<const void *>(xt);
         for (int64_t r = 0; r < w.n_rows; ++r) {
             const void *row = w.row(r);

@@ -23,10 +23,12 @@ float dot_q4_0_q8_0(const BlockQ4_0 *w, const BlockQ8_0 *x, int64_t n);
 // Element e of a row of a K-quant or of Q4_1 / Q5_0 / Q5_1 / IQ4_NL, in double, decoded element by element from
 // the format (core/blocks.h), not through the dequantisers or kernels it checks.
 double k_quant_element(DType t, const void *row, int64_t e);
-// A weight row of one of those types against Q8_0 activations: sum of k_quant_element * d_x * q_x in double (the exact
-// product of the dequantised weights and activations; the kernels' integer sums equal it up to f32 rounding).
-float dot_k_quant_q8_0(DType t, const void *w, const BlockQ8_0 *x, int64_t n);
-// One weight row of type t against the activation row in t's dot type (f32, or Q8_0 for the quantised types).
+// A weight row of Q4_1 / Q5_0 / Q5_1 / IQ4_NL against Q8_0 activations, and of a K-quant against Q8_K activations
+// (an unaligned row of BlockQ8_K): sum of k_quant_element * d_x * q_x in double, the exact product of the decoded
+// weights and activations (the kernels' integer sums equal it up to f32 rounding).
+float dot_decoded_q8_0(DType t, const void *w, const BlockQ8_0 *x, int64_t n);
+float dot_decoded_q8_k(DType t, const void *w, const void *x, int64_t n);
+// One weight row of type t against the activation row in t's dot type (f32; Q8_K for K-quants; else Q8_0).
 float dot_weight_row(DType t, const void *w, const void *x, int64_t n);
 
 // Activations to Q8_0, ggml's reference quantiser (d = amax/127, round half away from zero).
@@ -35,8 +37,8 @@ void quantize_row_q8_0(const float *x, BlockQ8_0 *y, int64_t n);
 
 // --- the ops of ops.h
 // ----------------------------------------------------------------------------------------- y[t, r] = w[r, :]
-// . x[t, :]: one token and one row at a time, x quantised to Q8_0 per token first for Q8_0/Q4_0 weights (so
-// the result is what ggml computes, not the exact real product).
+// . x[t, :]: one token and one row at a time, x quantised per token first for quantised weights (Q8_K for
+// K-quants, else Q8_0; so the result is what ggml computes, not the exact real product).
 void matmul(const WeightMatrix &w, const float *x, int64_t n_tokens, float *y);
 void get_rows(const WeightMatrix &table, const int32_t *ids, int64_t n, float *out);
 void rms_norm(const float *x, const float *w, float *y, int64_t n_rows, int64_t n, float eps);
