@@ -2,8 +2,8 @@
 make-model writes them (matrices whose rows the 256-element super-blocks do not divide fall back to the
 32-element types llama.cpp's quantiser uses: IQ4_NL, Q5_0, Q5_1, Q8_0), and whole files of Q4_1, Q5_0, Q5_1
 and IQ4_NL too; sparrow's run of each file agrees with the float64 reference evaluated on the same weights,
-which reads the blocks with its own numpy decoder (tests/reference/gguf.py), within the error of Q8_0
-activation quantisation; `run`, `perplexity` and a 300-token prompt with the selection active
+which reads the blocks with its own numpy decoder (tests/reference/gguf.py), within the error of activation
+quantisation (Q8_K for K-quants, Q8_0 otherwise); `run`, `perplexity` and a 300-token prompt with the selection active
 work on them; and the KL divergence of each type against the f32 file of the same seed is printed (README).
 Three architectures: deepseek32 (MLA, MoE, the indexer), glm-dsa (the same with IndexShare) and llama."""
 import os
@@ -61,7 +61,7 @@ for arch, forward in (("deepseek32", dsa_forward), ("glm-dsa", dsa_forward),
             want = forward(paths[t], ids)
             vs_ref.append(kl(log_softmax(want[-1]), got))
             vs_f32.append(kl(sparrow_logits(paths["f32"], ids, f"{arch}-f32-{i}"), got))
-        # Only the Q8_0 rounding of the activations separates sparrow from the reference on the same weights.
+        # Only the rounding of the activations (Q8_K, Q8_0) separates sparrow from the reference on these weights.
         # The MoE models' routing is discontinuous: that rounding (or the f32 order of another ISA level) can
         # flip an expert choice in some prompt and move its logits by a lot, so the median is bounded there; a
         # misread block moves every prompt (checked: a swapped sub-block scale gave KL 2-15 in every one).
