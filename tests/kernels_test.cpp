@@ -662,8 +662,9 @@ TEST(Matmul, PackedRowsMatchTheFileRowsAndAreTheSameAtEveryTileAndThreadCount) {
 }
 
 TEST(Matmul, ManyEqualsSeparateCallsBitForBit) {
-    // matmul_many's outputs are the bits of one matmul per task, whatever the mix: every weight type in one
-    // set, tasks sharing activations (quantised once) and not, 0 tokens, big and tiny products, 1-3 threads.
+    // matmul_many's outputs are the bits of one matmul per task, whatever the mix: weight types of every
+    // activation format in one set, tasks sharing activations (quantised once) and not, 0 tokens, big and tiny
+    // products, 1-3 threads.
     std::mt19937 rng(31);
     struct Spec {
         DType type;
@@ -671,13 +672,29 @@ TEST(Matmul, ManyEqualsSeparateCallsBitForBit) {
         int x_index;  // tasks with the same index and width read the same activations
     };
     const std::vector<Spec> specs = {
-        {DType::Q8_0, 768, 256, 3, 0},  {DType::Q8_0, 700, 256, 3, 0}, {DType::Q4_0, 65, 256, 3, 0},
-        {DType::Q8_0, 33, 96, 1, 1},    {DType::F16, 129, 96, 1, 1},   {DType::F32, 40, 96, 9, 2},
-        {DType::BF16, 7, 96, 9, 2},     {DType::Q8_0, 300, 96, 17, 3}, {DType::Q8_0, 5, 96, 0, 4},
+        {DType::Q8_0, 768, 256, 3, 0},
+        {DType::Q8_0, 700, 256, 3, 0},
+        {DType::Q4_0, 65, 256, 3, 0},
+        {DType::Q8_0, 33, 96, 1, 1},
+        {DType::F16, 129, 96, 1, 1},
+        {DType::F32, 40, 96, 9, 2},
+        {DType::BF16, 7, 96, 9, 2},
+        {DType::Q8_0, 300, 96, 17, 3},
+        {DType::Q8_0, 5, 96, 0, 4},
         {DType::Q4_0, 1000, 512, 2, 5},
+        // K-quants (Q8_K activations) and the 32-element types beside Q8_0 / Q4_0 on the same activations, as a
+        // K-quant file's MoE layer mixes them (Q4_K gate and up, Q6_K down, a Q5_0 fallback).
+        {DType::Q4_K, 768, 256, 3, 0},
+        {DType::Q6_K, 70, 256, 3, 0},
+        {DType::Q5_0, 33, 96, 1, 1},
+        {DType::IQ4_NL, 9, 96, 1, 1},
+        {DType::Q4_K, 300, 512, 2, 5},
+        {DType::Q2_K, 64, 256, 17, 6},
+        {DType::Q3_K, 40, 256, 17, 6},
+        {DType::Q5_K, 16, 256, 0, 6},
     };
     std::vector<TestMatrix> mats;
-    std::vector<std::vector<float>> xs(6);
+    std::vector<std::vector<float>> xs(7);
     for (const Spec &sp : specs) {
         mats.emplace_back(rng, sp.type, sp.n_rows, sp.n_cols);
         auto &x = xs[static_cast<size_t>(sp.x_index)];
