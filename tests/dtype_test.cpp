@@ -231,7 +231,7 @@ TEST(DType, KQuantElementsLieWhereGgmlPutsThem) {
 }
 
 TEST(DType, KQuantDequantisersAgreeWithTheElementDecoder) {
-    // Random bytes in every field (scales, mins, high bits), sane d: dequantize_row against ref::k_quant_element,
+    // Random bytes in every field (scales, mins, high bits), sane d: dequantize_row against ref::block_element,
     // which decodes each element on its own from the layout, in double.
     std::mt19937 rng(5);
     std::uniform_int_distribution<int> byte(0, 255);
@@ -261,7 +261,7 @@ TEST(DType, KQuantDequantisersAgreeWithTheElementDecoder) {
         std::vector<float> y(static_cast<size_t>(n));
         dequantize_row(t, row.data(), y.data(), n);
         for (int64_t e = 0; e < n; ++e) {
-            const double want = ref::k_quant_element(t, row.data(), e);
+            const double want = ref::block_element(t, row.data(), e);
             ASSERT_NEAR(y[static_cast<size_t>(e)], want, 1e-6 * (std::fabs(want) + 1.0))
                 << dtype_name(t) << " element " << e;
         }

@@ -50,14 +50,7 @@ void quantize_q8_0(const float *x, BlockQ8_0 *out, int64_t n) {
 void quantize_q4_0(const float *x, BlockQ4_0 *out, int64_t n) {
     for (int64_t b = 0; b < n / QK4_0; ++b, x += QK4_0) {
         // The scale maps the value of largest magnitude (with its sign) to -8, as ggml does.
-        float amax = 0.0f, max = 0.0f;
-        for (int j = 0; j < QK4_0; ++j) {
-            if (std::fabs(x[j]) > amax) {
-                amax = std::fabs(x[j]);
-                max = x[j];
-            }
-        }
-        const float d = max / -8.0f;
+        const float d = signed_absmax(x, QK4_0) / -8.0f;
         const float id = d != 0.0f ? 1.0f / d : 0.0f;
         out[b].d = f32_to_fp16(d);
         for (int j = 0; j < QK4_0 / 2; ++j) {

@@ -83,17 +83,15 @@ void quantize_min_max(const float *x, int n_max, uint8_t *L, uint8_t scales[12],
     }
 }
 
-// The sub-block's scale when its element of largest magnitude maps to -q_min (Q6_K: 32, Q3_K: 4), as Q4_0
-// maps its to -8.
-float signed_max_scale(const float *x, int len, float q_min) {
-    float amax = 0.0f, signed_max = 0.0f;
-    for (int l = 0; l < len; ++l) {
-        if (std::fabs(x[l]) > amax) {
-            amax = std::fabs(x[l]);
-            signed_max = x[l];
-        }
+// The sixteen sub-blocks of 16 scaled so that each one's element of largest magnitude maps to -q_min (Q3_K: 4,
+// Q6_K: 32; as Q4_0 maps its to -8); returns the scale of largest magnitude, with its sign.
+float signed_sub_block_scales(const float *x, float q_min, float scale[16]) {
+    float max_scale = 0.0f;
+    for (int s = 0; s < 16; ++s) {
+        scale[s] = signed_absmax(x + 16 * s, 16) / -q_min;
+        if (std::fabs(scale[s]) > std::fabs(max_scale)) max_scale = scale[s];
     }
-    return signed_max / -q_min;
+    return max_scale;
 }
 
 // Q2_K / Q3_K / Q6_K element e = 128h + 32g + l of a super-block's u[256] into the two-bit planes of qs: bits 2g of
@@ -108,7 +106,102 @@ void pack_two_bit_planes(const uint8_t *u, uint8_t *qs) {
     }
 }
 
+// Sub-block s (0..15) of a Q3_K block's packed scales: its signed scale sc_s - 32.
+int q3_k_scale(const uint8_t *scales, int s) {
+    const int low = s < 8 ? scales[s] & 15 : scales[s - 8] >> 4;
+    return (low | ((scales[8 + s % 4] >> (2 * (s / 4))) & 3) << 4) - 32;
+}
+
+// Q2_K and Q3_K: element e = 128h + 32g + l keeps its low two bits at bits 2g of qs[32h + l].
+int two_bits(const uint8_t *qs, int e) { return (qs[32 * (e / 128) + e % 32] >> (2 * (e % 128 / 32))) & 3; }
+
+// Q4_K and Q5_K (Block::qh only in Q5_K: HighBits).
+template <typename Block, bool HighBits>
+void decode_min_max(const Block &b, KQuantInts &w) {
+    w.n_sub = 8;
+    w.offset = 0;
+    w.d = fp16_to_f32(b.d);
+    w.dmin = fp16_to_f32(b.dmin);
+    for (int s = 0; s < 8; ++s) kquant_scale_min(b.scales, s, w.sc[s], w.m[s]);
+    for (int c = 0; c < 4; ++c) {
+        for (int l = 0; l < 32; ++l) {
+            w.u[64 * c + l] = b.qs[32 * c + l] & 15;
+            w.u[64 * c + 32 + l] = b.qs[32 * c + l] >> 4;
+            if constexpr (HighBits) {
+                w.u[64 * c + l] |= ((b.qh[l] >> (2 * c)) & 1) << 4;
+                w.u[64 * c + 32 + l] |= ((b.qh[l] >> (2 * c + 1)) & 1) << 4;
+            }
+        }
+    }
+}
+
+// y[0..256) from the decoded super-block in ggml's f32 order: (d * sc) * (u - offset) - dmin * m. Where a type
+// has no mins (Q3_K, Q6_K) the last term is +0, which leaves every value as ggml's (d * sc) * (u - offset).
+void dequantize_ints(const KQuantInts &w, float *y) {
+    const int len = QK_K / w.n_sub;
+    for (int e = 0; e < QK_K; ++e) {
+        const int s = e / len;
+        y[e] = w.d * float(w.sc[s]) * float(w.u[e] - w.offset) - w.dmin * float(w.m[s]);
+    }
+}
+
+template <typename Block>
+void dequantize_k(const Block *x, float *y, int64_t n) {
+    KQuantInts w;
+    for (int64_t b = 0; b < n / QK_K; ++b, y += QK_K) {
+        decode_kquant(x[b], w);
+        dequantize_ints(w, y);
+    }
+}
+
 }  // namespace
+
+float signed_absmax(const float *x, int64_t n) {
+    float amax = 0.0f, max = 0.0f;
+    for (int64_t i = 0; i < n; ++i) {
+        if (std::fabs(x[i]) > amax) amax = std::fabs(x[i]), max = x[i];
+    }
+    return max;
+}
+
+void decode_kquant(const BlockQ4_K &b, KQuantInts &w) { decode_min_max<BlockQ4_K, false>(b, w); }
+void decode_kquant(const BlockQ5_K &b, KQuantInts &w) { decode_min_max<BlockQ5_K, true>(b, w); }
+
+void decode_kquant(const BlockQ2_K &b, KQuantInts &w) {
+    w.n_sub = 16;
+    w.offset = 0;
+    w.d = fp16_to_f32(b.d);
+    w.dmin = fp16_to_f32(b.dmin);
+    for (int s = 0; s < 16; ++s) w.sc[s] = b.scales[s] & 15, w.m[s] = b.scales[s] >> 4;
+    for (int e = 0; e < QK_K; ++e) w.u[e] = two_bits(b.qs, e);
+}
+
+void decode_kquant(const BlockQ3_K &b, KQuantInts &w) {
+    w.n_sub = 16;
+    w.offset = 4;  // u = low two bits | third bit << 2; the value is u - 4
+    w.d = fp16_to_f32(b.d);
+    w.dmin = 0.0f;
+    for (int s = 0; s < 16; ++s) w.sc[s] = q3_k_scale(b.scales, s), w.m[s] = 0;
+    for (int e = 0; e < QK_K; ++e) w.u[e] = two_bits(b.qs, e) | ((b.hmask[e % 32] >> (e / 32)) & 1) << 2;
+}
+
+void decode_kquant(const BlockQ6_K &b, KQuantInts &w) {
+    w.n_sub = 16;
+    w.offset = 32;
+    w.d = fp16_to_f32(b.d);
+    w.dmin = 0.0f;
+    for (int s = 0; s < 16; ++s) w.sc[s] = b.scales[s], w.m[s] = 0;
+    for (int h = 0; h < 2; ++h) {
+        const uint8_t *ql = b.ql + 64 * h, *qh = b.qh + 32 * h;
+        int *uh = w.u + 128 * h;
+        for (int l = 0; l < 32; ++l) {
+            uh[l] = (ql[l] & 15) | (qh[l] & 3) << 4;
+            uh[l + 32] = (ql[l + 32] & 15) | ((qh[l] >> 2) & 3) << 4;
+            uh[l + 64] = (ql[l] >> 4) | ((qh[l] >> 4) & 3) << 4;
+            uh[l + 96] = (ql[l + 32] >> 4) | ((qh[l] >> 6) & 3) << 4;
+        }
+    }
+}
 
 void kquant_scale_min(const uint8_t *scales, int s, int &sc, int &m) {
     if (s < 4) {
@@ -124,12 +217,9 @@ void quantize_row_q8_k(const float *x, void *y, int64_t n) {
     auto *out = static_cast<uint8_t *>(y);
     for (int64_t b = 0; b < n / QK_K; ++b, x += QK_K, out += sizeof(BlockQ8_K)) {
         BlockQ8_K blk;
-        float amax = 0.0f, max = 0.0f;
-        for (int j = 0; j < QK_K; ++j) {
-            if (std::fabs(x[j]) > amax) amax = std::fabs(x[j]), max = x[j];
-        }
-        const float iscale = amax > 0.0f ? -127.0f / max : 0.0f;
-        blk.d = amax > 0.0f ? 1.0f / iscale : 0.0f;
+        const float max = signed_absmax(x, QK_K);
+        const float iscale = max != 0.0f ? -127.0f / max : 0.0f;
+        blk.d = max != 0.0f ? 1.0f / iscale : 0.0f;
         // Round to nearest even by adding and taking away 1.5 * 2^23 (|v| <= 127): a loop the compiler vectorises.
         constexpr float kRound = 12582912.0f;
         for (int j = 0; j < QK_K; ++j) {
@@ -152,11 +242,6 @@ void dequantize_row_q8_k(const void *x, float *y, int64_t n) {
         std::memcpy(&blk, in, sizeof blk);
         for (int j = 0; j < QK_K; ++j) y[j] = blk.d * float(blk.qs[j]);
     }
-}
-
-int q3_k_scale(const uint8_t *scales, int s) {
-    const int low = s < 8 ? scales[s] & 15 : scales[s - 8] >> 4;
-    return (low | ((scales[8 + s % 4] >> (2 * (s / 4))) & 3) << 4) - 32;
 }
 
 void quantize_row_q2_k(const float *x, BlockQ2_K *y, int64_t n) {
@@ -189,11 +274,8 @@ void quantize_row_q2_k(const float *x, BlockQ2_K *y, int64_t n) {
 
 void quantize_row_q3_k(const float *x, BlockQ3_K *y, int64_t n) {
     for (int64_t b = 0; b < n / QK_K; ++b, x += QK_K) {
-        float scale[16], max_scale = 0.0f;
-        for (int s = 0; s < 16; ++s) {
-            scale[s] = signed_max_scale(x + 16 * s, 16, 4.0f);
-            if (std::fabs(scale[s]) > std::fabs(max_scale)) max_scale = scale[s];
-        }
+        float scale[16];
+        const float max_scale = signed_sub_block_scales(x, 4.0f, scale);
         std::memset(&y[b], 0, sizeof y[b]);
         if (max_scale == 0.0f) continue;  // an all-zero super-block: d = 0
         // Signed 6-bit scales against d: the largest maps to -32.
@@ -247,12 +329,8 @@ void quantize_row_q5_k(const float *x, BlockQ5_K *y, int64_t n) {
 
 void quantize_row_q6_k(const float *x, BlockQ6_K *y, int64_t n) {
     for (int64_t b = 0; b < n / QK_K; ++b, x += QK_K) {
-        float scale[QK_K / 16];
-        float max_scale = 0.0f;
-        for (int s = 0; s < QK_K / 16; ++s) {
-            scale[s] = signed_max_scale(x + 16 * s, 16, 32.0f);
-            if (std::fabs(scale[s]) > std::fabs(max_scale)) max_scale = scale[s];
-        }
+        float scale[16];
+        const float max_scale = signed_sub_block_scales(x, 32.0f, scale);
         std::memset(&y[b], 0, sizeof y[b]);
         if (max_scale == 0.0f) continue;  // an all-zero super-block: d = 0
         const float iscale = -128.0f / max_scale;
@@ -279,87 +357,11 @@ void quantize_row_q6_k(const float *x, BlockQ6_K *y, int64_t n) {
     }
 }
 
-// The dequantisers follow ggml's arithmetic: d1 = d * sc and m1 = dmin * m in f32, then d1 * u - m1 (Q3_K,
-// Q6_K: d * sc * (u - offset), left to right).
-void dequantize_row_q2_k(const BlockQ2_K *x, float *y, int64_t n) {
-    for (int64_t b = 0; b < n / QK_K; ++b, y += QK_K) {
-        const float d = fp16_to_f32(x[b].d), dmin = fp16_to_f32(x[b].dmin);
-        for (int e = 0; e < QK_K; ++e) {
-            const uint8_t sc = x[b].scales[e / 16];
-            const float dl = d * float(sc & 15), ml = dmin * float(sc >> 4);
-            const int u = (x[b].qs[32 * (e / 128) + e % 32] >> (2 * (e % 128 / 32))) & 3;
-            y[e] = dl * float(u) - ml;
-        }
-    }
-}
-
-void dequantize_row_q3_k(const BlockQ3_K *x, float *y, int64_t n) {
-    for (int64_t b = 0; b < n / QK_K; ++b, y += QK_K) {
-        const float d = fp16_to_f32(x[b].d);
-        for (int e = 0; e < QK_K; ++e) {
-            const float dl = d * float(q3_k_scale(x[b].scales, e / 16));
-            const int low = (x[b].qs[32 * (e / 128) + e % 32] >> (2 * (e % 128 / 32))) & 3;
-            const int u = low - ((x[b].hmask[e % 32] >> (e / 32)) & 1 ? 0 : 4);
-            y[e] = dl * float(u);
-        }
-    }
-}
-
-namespace {
-
-// Q4_K and Q5_K (Block::qh only in Q5_K: HighBits).
-template <typename Block, bool HighBits>
-void dequantize_min_max(const Block *x, float *y, int64_t n) {
-    for (int64_t b = 0; b < n / QK_K; ++b) {
-        const float d = fp16_to_f32(x[b].d), dmin = fp16_to_f32(x[b].dmin);
-        for (int c = 0; c < 4; ++c) {
-            int sc, m;
-            kquant_scale_min(x[b].scales, 2 * c, sc, m);
-            const float d1 = d * float(sc), m1 = dmin * float(m);
-            kquant_scale_min(x[b].scales, 2 * c + 1, sc, m);
-            const float d2 = d * float(sc), m2 = dmin * float(m);
-            const uint8_t *q = x[b].qs + 32 * c;
-            for (int l = 0; l < 32; ++l) {
-                int u = q[l] & 15;
-                if constexpr (HighBits) u += (x[b].qh[l] >> (2 * c)) & 1 ? 16 : 0;
-                *y++ = d1 * float(u) - m1;
-            }
-            for (int l = 0; l < 32; ++l) {
-                int u = q[l] >> 4;
-                if constexpr (HighBits) u += (x[b].qh[l] >> (2 * c + 1)) & 1 ? 16 : 0;
-                *y++ = d2 * float(u) - m2;
-            }
-        }
-    }
-}
-
-}  // namespace
-
-void dequantize_row_q4_k(const BlockQ4_K *x, float *y, int64_t n) { dequantize_min_max<BlockQ4_K, false>(x, y, n); }
-
-void dequantize_row_q5_k(const BlockQ5_K *x, float *y, int64_t n) { dequantize_min_max<BlockQ5_K, true>(x, y, n); }
-
-void dequantize_row_q6_k(const BlockQ6_K *x, float *y, int64_t n) {
-    for (int64_t b = 0; b < n / QK_K; ++b) {
-        const float d = fp16_to_f32(x[b].d);
-        for (int h = 0; h < 2; ++h) {
-            const uint8_t *ql = x[b].ql + 64 * h, *qh = x[b].qh + 32 * h;
-            const int8_t *sc = x[b].scales + 8 * h;
-            float *yh = y + 128 * h;
-            for (int l = 0; l < 32; ++l) {
-                const int is = l / 16;
-                const int q1 = ((ql[l] & 15) | ((qh[l] & 3) << 4)) - 32;
-                const int q2 = ((ql[l + 32] & 15) | (((qh[l] >> 2) & 3) << 4)) - 32;
-                const int q3 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
-                const int q4 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
-                yh[l] = d * float(sc[is]) * float(q1);
-                yh[l + 32] = d * float(sc[is + 2]) * float(q2);
-                yh[l + 64] = d * float(sc[is + 4]) * float(q3);
-                yh[l + 96] = d * float(sc[is + 6]) * float(q4);
-            }
-        }
-        y += QK_K;
-    }
-}
+// The dequantisers: ggml's f32 arithmetic through dequantize_ints.
+void dequantize_row_q2_k(const BlockQ2_K *x, float *y, int64_t n) { dequantize_k(x, y, n); }
+void dequantize_row_q3_k(const BlockQ3_K *x, float *y, int64_t n) { dequantize_k(x, y, n); }
+void dequantize_row_q4_k(const BlockQ4_K *x, float *y, int64_t n) { dequantize_k(x, y, n); }
+void dequantize_row_q5_k(const BlockQ5_K *x, float *y, int64_t n) { dequantize_k(x, y, n); }
+void dequantize_row_q6_k(const BlockQ6_K *x, float *y, int64_t n) { dequantize_k(x, y, n); }
 
 }  // namespace sparrow

@@ -15,8 +15,22 @@ namespace sparrow {
 
 // Sub-block s (0..7) of a Q4_K / Q5_K block's packed scales: its 6-bit scale and min.
 void kquant_scale_min(const uint8_t *scales, int s, int &sc, int &m);
-// Sub-block s (0..15) of a Q3_K block's packed scales: its signed scale sc_s - 32.
-int q3_k_scale(const uint8_t *scales, int s);
+// The element of largest magnitude, with its sign (0 when all are 0; the first of equals), as ggml's
+// quantisers pick it.
+float signed_absmax(const float *x, int64_t n);
+// One K-quant super-block as integers: element e is d * sc[s] * (u[e] - offset) - dmin * m[s], s = e / (256 /
+// n_sub), computed in that f32 order by the dequantisers (ggml's) and as integer sums by the scalar kernels.
+struct KQuantInts {
+    int u[QK_K];
+    int sc[16], m[16];
+    int n_sub = 0, offset = 0;  // sub-blocks (8 or 16); what comes off every u (Q3_K: 4, Q6_K: 32)
+    float d = 0.0f, dmin = 0.0f;
+};
+void decode_kquant(const BlockQ2_K &b, KQuantInts &w);
+void decode_kquant(const BlockQ3_K &b, KQuantInts &w);
+void decode_kquant(const BlockQ4_K &b, KQuantInts &w);
+void decode_kquant(const BlockQ5_K &b, KQuantInts &w);
+void decode_kquant(const BlockQ6_K &b, KQuantInts &w);
 
 // The activations of K-quant products: n floats (n % 256 == 0) to n / 256 Q8_K blocks written to y byte by byte
 // (y need not be aligned). Per block the value of largest magnitude maps to -127, as ggml's quantiser does, the

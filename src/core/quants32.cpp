@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "core/dtype.h"
+#include "core/kquants.h"
 
 namespace sparrow {
 
@@ -52,11 +53,7 @@ void quantize_row_q5_1(const float *x, BlockQ5_1 *y, int64_t n) { quantize_min_m
 void quantize_row_q5_0(const float *x, BlockQ5_0 *y, int64_t n) {
     // As Q4_0 with 32 levels: the element of largest magnitude maps to -16.
     for (int64_t b = 0; b < n / kBlock; ++b, x += kBlock) {
-        float amax = 0.0f, max = 0.0f;
-        for (int j = 0; j < kBlock; ++j) {
-            if (std::fabs(x[j]) > amax) amax = std::fabs(x[j]), max = x[j];
-        }
-        const float d = max / -16.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+        const float d = signed_absmax(x, kBlock) / -16.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
         y[b].d = f32_to_fp16(d);
         int u[kBlock];
         for (int j = 0; j < kBlock; ++j) u[j] = std::min(31, static_cast<int>(static_cast<int8_t>(x[j] * id + 16.5f)));
@@ -67,11 +64,7 @@ void quantize_row_q5_0(const float *x, BlockQ5_0 *y, int64_t n) {
 
 void quantize_row_iq4_nl(const float *x, BlockIQ4_NL *y, int64_t n) {
     for (int64_t b = 0; b < n / kBlock; ++b, x += kBlock) {
-        float amax = 0.0f, max = 0.0f;
-        for (int j = 0; j < kBlock; ++j) {
-            if (std::fabs(x[j]) > amax) amax = std::fabs(x[j]), max = x[j];
-        }
-        y[b].d = f32_to_fp16(max / float(kIq4nlValues[0]));
+        y[b].d = f32_to_fp16(signed_absmax(x, kBlock) / float(kIq4nlValues[0]));
         const float d = fp16_to_f32(y[b].d);
         int u[kBlock];
         for (int j = 0; j < kBlock; ++j) {
@@ -86,47 +79,46 @@ void quantize_row_iq4_nl(const float *x, BlockIQ4_NL *y, int64_t n) {
     }
 }
 
-// The dequantisers in ggml's f32 operations: u * d + m (Q4_1, Q5_1), (u - 16) * d (Q5_0), d * value (IQ4_NL).
-void dequantize_row_q4_1(const BlockQ4_1 *x, float *y, int64_t n) {
+namespace {
+
+// The nibble of element j: byte j's low nibble for j < 16, byte j - 16's high nibble after.
+int nibble(const uint8_t qs[16], int j) { return j < 16 ? qs[j] & 15 : qs[j - 16] >> 4; }
+
+template <typename Block>
+void dequantize_block32(const Block *x, float *y, int64_t n) {
+    Block32Ints w;
     for (int64_t b = 0; b < n / kBlock; ++b, y += kBlock) {
-        const float d = fp16_to_f32(x[b].d), m = fp16_to_f32(x[b].m);
-        for (int j = 0; j < 16; ++j) {
-            y[j] = float(x[b].qs[j] & 15) * d + m;
-            y[j + 16] = float(x[b].qs[j] >> 4) * d + m;
-        }
+        decode_block32(x[b], w);
+        for (int j = 0; j < kBlock; ++j) y[j] = w.has_m ? float(w.v[j]) * w.d + w.m : float(w.v[j]) * w.d;
     }
 }
 
-void dequantize_row_q5_0(const BlockQ5_0 *x, float *y, int64_t n) {
-    for (int64_t b = 0; b < n / kBlock; ++b, y += kBlock) {
-        const float d = fp16_to_f32(x[b].d);
-        const uint32_t qh = fifth_bits(x[b].qh);
-        for (int j = 0; j < 16; ++j) {
-            y[j] = float(int((x[b].qs[j] & 15) | ((qh >> j) & 1) << 4) - 16) * d;
-            y[j + 16] = float(int((x[b].qs[j] >> 4) | ((qh >> (j + 16)) & 1) << 4) - 16) * d;
-        }
-    }
+}  // namespace
+
+void decode_block32(const BlockQ4_1 &b, Block32Ints &w) {
+    for (int j = 0; j < kBlock; ++j) w.v[j] = nibble(b.qs, j);
+    w.d = fp16_to_f32(b.d), w.m = fp16_to_f32(b.m), w.has_m = true;
+}
+void decode_block32(const BlockQ5_0 &b, Block32Ints &w) {
+    const uint32_t qh = fifth_bits(b.qh);
+    for (int j = 0; j < kBlock; ++j) w.v[j] = (nibble(b.qs, j) | ((qh >> j) & 1) << 4) - 16;
+    w.d = fp16_to_f32(b.d), w.m = 0.0f, w.has_m = false;
+}
+void decode_block32(const BlockQ5_1 &b, Block32Ints &w) {
+    const uint32_t qh = fifth_bits(b.qh);
+    for (int j = 0; j < kBlock; ++j) w.v[j] = nibble(b.qs, j) | ((qh >> j) & 1) << 4;
+    w.d = fp16_to_f32(b.d), w.m = fp16_to_f32(b.m), w.has_m = true;
+}
+void decode_block32(const BlockIQ4_NL &b, Block32Ints &w) {
+    for (int j = 0; j < kBlock; ++j) w.v[j] = kIq4nlValues[nibble(b.qs, j)];
+    w.d = fp16_to_f32(b.d), w.m = 0.0f, w.has_m = false;
 }
 
-void dequantize_row_q5_1(const BlockQ5_1 *x, float *y, int64_t n) {
-    for (int64_t b = 0; b < n / kBlock; ++b, y += kBlock) {
-        const float d = fp16_to_f32(x[b].d), m = fp16_to_f32(x[b].m);
-        const uint32_t qh = fifth_bits(x[b].qh);
-        for (int j = 0; j < 16; ++j) {
-            y[j] = float((x[b].qs[j] & 15) | ((qh >> j) & 1) << 4) * d + m;
-            y[j + 16] = float((x[b].qs[j] >> 4) | ((qh >> (j + 16)) & 1) << 4) * d + m;
-        }
-    }
-}
-
-void dequantize_row_iq4_nl(const BlockIQ4_NL *x, float *y, int64_t n) {
-    for (int64_t b = 0; b < n / kBlock; ++b, y += kBlock) {
-        const float d = fp16_to_f32(x[b].d);
-        for (int j = 0; j < 16; ++j) {
-            y[j] = d * float(kIq4nlValues[x[b].qs[j] & 15]);
-            y[j + 16] = d * float(kIq4nlValues[x[b].qs[j] >> 4]);
-        }
-    }
-}
+// The dequantisers, in ggml's f32 operations: v * d + m (Q4_1, Q5_1), v * d (Q5_0, IQ4_NL; ggml's d * value is
+// the same product).
+void dequantize_row_q4_1(const BlockQ4_1 *x, float *y, int64_t n) { dequantize_block32(x, y, n); }
+void dequantize_row_q5_0(const BlockQ5_0 *x, float *y, int64_t n) { dequantize_block32(x, y, n); }
+void dequantize_row_q5_1(const BlockQ5_1 *x, float *y, int64_t n) { dequantize_block32(x, y, n); }
+void dequantize_row_iq4_nl(const BlockIQ4_NL *x, float *y, int64_t n) { dequantize_block32(x, y, n); }
 
 }  // namespace sparrow

@@ -12,6 +12,19 @@
 
 namespace sparrow {
 
+// One block as integers: element j is d * v[j], plus m for the types with one (Q4_1, Q5_1): v = u (Q4_1, Q5_1),
+// u - 16 (Q5_0), the code book's value (IQ4_NL). The dequantisers compute float(v) * d (+ m), ggml's f32 order;
+// the scalar kernels the integer sums of v x.
+struct Block32Ints {
+    int v[32];
+    float d = 0.0f, m = 0.0f;
+    bool has_m = false;
+};
+void decode_block32(const BlockQ4_1 &b, Block32Ints &w);
+void decode_block32(const BlockQ5_0 &b, Block32Ints &w);
+void decode_block32(const BlockQ5_1 &b, Block32Ints &w);
+void decode_block32(const BlockIQ4_NL &b, Block32Ints &w);
+
 // n floats (n % 32 == 0) to n / 32 blocks, and back.
 void quantize_row_q4_1(const float *x, BlockQ4_1 *y, int64_t n);
 void quantize_row_q5_0(const float *x, BlockQ5_0 *y, int64_t n);

@@ -118,8 +118,8 @@ constexpr KernelTable kAvx512Table = {
     // The AVX2 kernel: its records hold two blocks (one 256-bit register of nibbles), and a matvec streams
     // weights far slower than either width computes; one tested kernel beats an untested wider one.
     .dot_q4_0 = avx2::dot_tile_q4_0,
-    // The K-quants and the other 32-element types: AVX2's (no wider kernels yet; they are bound by unpacking, not
-    // by the multiplies, and README "K-quant weights" has their speed).
+    // The K-quants and the other 32-element types: AVX2's (no wider kernels yet; README "K-quant weights" has
+    // their speed).
     .dot_q4_1 = avx2::dot_tile_q4_1,
     .dot_q5_0 = avx2::dot_tile_q5_0,
     .dot_q5_1 = avx2::dot_tile_q5_1,
@@ -222,20 +222,12 @@ int64_t q8_0_dot_x_row_bytes(int64_t n) {
 }
 
 int64_t KernelTable::dot_x_row_bytes(DType t, int64_t n) {
-    switch (t) {
-        case DType::Q8_0:
-        case DType::Q4_1:
-        case DType::Q5_0:
-        case DType::Q5_1:
-        case DType::IQ4_NL: return q8_0_dot_x_row_bytes(n);
-        case DType::Q2_K:
-        case DType::Q3_K:
-        case DType::Q4_K:
-        case DType::Q5_K:
-        case DType::Q6_K: return n / QK_K * static_cast<int64_t>(sizeof(BlockQ8_K));
-        case DType::Q4_0: return q4_0_dot_x_row_bytes(n);
-        default: throw_error("no quantised activation type for weight type %s", std::string(dtype_name(t)).c_str());
+    if (!dtype_is_quantized(t) || !dtype_is_supported(t)) {
+        throw_error("no quantised activation type for weight type %s", std::string(dtype_name(t)).c_str());
     }
+    if (t == DType::Q4_0) return q4_0_dot_x_row_bytes(n);
+    if (dtype_is_k_quant(t)) return n / QK_K * static_cast<int64_t>(sizeof(BlockQ8_K));
+    return q8_0_dot_x_row_bytes(n);
 }
 
 void KernelTable::quantize_dot_x(DType t, const float *x, void *y, int64_t n) const {
@@ -244,8 +236,8 @@ void KernelTable::quantize_dot_x(DType t, const float *x, void *y, int64_t n) co
     }
     if (n % QK8_0 != 0) throw_error("quantize_dot_x: n = %lld is not a multiple of %d", (long long)n, QK8_0);
     if (dtype_is_k_quant(t)) {
-        if (n % QK_K != 0) throw_error("quantize_dot_x: n = %lld is not a multiple of %d", (long long)n, QK_K);
-        quantize_row(DType::Q8_K, x, y, n);  // core/kquants.h: one quantiser for the kernels and the references
+        // core/kquants.h: one quantiser for the kernels and the references (it refuses n % 256 != 0).
+        quantize_row(DType::Q8_K, x, y, n);
         return;
     }
     if (t != DType::Q4_0) {

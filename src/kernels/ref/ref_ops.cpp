@@ -59,7 +59,7 @@ float dot_q4_0_q8_0(const BlockQ4_0 *w, const BlockQ8_0 *x, int64_t n) {
     return float(sum);
 }
 
-double k_quant_element(DType t, const void *row, int64_t e) {
+double block_element(DType t, const void *row, int64_t e) {
     const int64_t b = e / QK_K, i = e % QK_K;
     const auto scale_min = [](const uint8_t *scales, int64_t s, int &sc, int &m) {
         // Scales 0-3 and mins 0-3 are the low 6 bits of bytes 0-7; scales and mins 4-7 put their low 4 bits in
@@ -140,14 +140,14 @@ double k_quant_element(DType t, const void *row, int64_t e) {
         const int top = (blk.qh[32 * half + l] >> (2 * group)) & 3;
         return double(fp16_to_f32(blk.d)) * blk.scales[i / 16] * (nibble + 16 * top - 32);
     }
-    throw_error("ref::k_quant_element: %s is not a K-quant or one of Q4_1, Q5_0, Q5_1, IQ4_NL",
+    throw_error("ref::block_element: %s is not a K-quant or one of Q4_1, Q5_0, Q5_1, IQ4_NL",
                 std::string(dtype_name(t)).c_str());
 }
 
 float dot_decoded_q8_0(DType t, const void *w, const BlockQ8_0 *x, int64_t n) {
     double sum = 0.0;
     for (int64_t e = 0; e < n; ++e) {
-        sum += k_quant_element(t, w, e) * double(fp16_to_f32(x[e / QK8_0].d)) * x[e / QK8_0].qs[e % QK8_0];
+        sum += block_element(t, w, e) * double(fp16_to_f32(x[e / QK8_0].d)) * x[e / QK8_0].qs[e % QK8_0];
     }
     return float(sum);
 }
@@ -157,7 +157,7 @@ float dot_decoded_q8_k(DType t, const void *w, const void *x, int64_t n) {
     for (int64_t b = 0; b < n / QK_K; ++b) {
         BlockQ8_K xb;
         std::memcpy(&xb, static_cast<const uint8_t *>(x) + b * static_cast<int64_t>(sizeof xb), sizeof xb);
-        for (int j = 0; j < QK_K; ++j) sum += k_quant_element(t, w, b * QK_K + j) * double(xb.d) * xb.qs[j];
+        for (int j = 0; j < QK_K; ++j) sum += block_element(t, w, b * QK_K + j) * double(xb.d) * xb.qs[j];
     }
     return float(sum);
 }
