@@ -149,6 +149,23 @@ struct BlockQ4_K {
 };
 static_assert(sizeof(BlockQ4_K) == 144, "Q4_K block must match ggml");
 
+// Not a GGUF type: Q4_K weight rows repacked at load eight to a record (kernels/ops.h pack_rows8), as Q4_0's.
+// Record b of rows 8R..8R+7 holds super-block b of each of those rows:
+//   d, dmin  the eight rows' fp16 super-block scales
+//   scales   the rows' twelve packed scale bytes as three planes of words: scales[32 * p + 4 * r + i] = row r's
+//            scales[4 * p + i], so one load gives word p of all eight rows in eight int32 lanes and the unpacking of
+//            the 6-bit scales and mins (masks and shifts on words, BlockQ4_K above) runs on the eight rows at once
+//   qs       qs[32 * g + 4 * r + e] = row r's qs[4 * g + e] (g < 32): for chunk c = g / 8 and l = 4 * (g % 8) + e,
+//            the low nibble is element 64c + l (sub-block 2c) and the high nibble element 64c + 32 + l (2c + 1)
+// 1152 bytes = the eight BlockQ4_K it replaces.
+struct BlockQ4_Kx8 {
+    uint16_t d[8];
+    uint16_t dmin[8];
+    uint8_t scales[8 * 12];
+    uint8_t qs[8 * QK_K / 2];
+};
+static_assert(sizeof(BlockQ4_Kx8) == 8 * sizeof(BlockQ4_K), "BlockQ4_Kx8 is eight Q4_K blocks");
+
 // Q5_K: Q4_K with a fifth bit per element, u in [0, 31]: bit 2c of qh[l] is the high bit of element 64c + l,
 // bit 2c + 1 that of element 64c + 32 + l.
 struct BlockQ5_K {

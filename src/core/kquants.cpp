@@ -167,6 +167,22 @@ float signed_absmax(const float *x, int64_t n) {
 void decode_kquant(const BlockQ4_K &b, KQuantInts &w) { decode_min_max<BlockQ4_K, false>(b, w); }
 void decode_kquant(const BlockQ5_K &b, KQuantInts &w) { decode_min_max<BlockQ5_K, true>(b, w); }
 
+// The fp16 scales as Q4_0's records hold them, the twelve scale bytes as three planes of words, the quants in groups
+// of four bytes (core/blocks.h).
+void pack_q4_k_lane(const BlockQ4_K &blk, int r, BlockQ4_Kx8 &rec) {
+    rec.d[r] = blk.d;
+    rec.dmin[r] = blk.dmin;
+    for (int p = 0; p < 3; ++p) std::memcpy(rec.scales + 32 * p + 4 * r, blk.scales + 4 * p, 4);
+    for (int g = 0; g < QK_K / 8; ++g) std::memcpy(rec.qs + 32 * g + 4 * r, blk.qs + 4 * g, 4);
+}
+
+void unpack_q4_k_lane(const BlockQ4_Kx8 &rec, int r, BlockQ4_K &blk) {
+    blk.d = rec.d[r];
+    blk.dmin = rec.dmin[r];
+    for (int p = 0; p < 3; ++p) std::memcpy(blk.scales + 4 * p, rec.scales + 32 * p + 4 * r, 4);
+    for (int g = 0; g < QK_K / 8; ++g) std::memcpy(blk.qs + 4 * g, rec.qs + 32 * g + 4 * r, 4);
+}
+
 void decode_kquant(const BlockQ2_K &b, KQuantInts &w) {
     w.n_sub = 16;
     w.offset = 0;

@@ -27,7 +27,7 @@ int64_t available_memory_bytes() {
 }  // namespace
 
 bool Model::repack_fits(const ModelParams &params) {
-    int64_t q8_bytes = 0;  // Q8_0 and Q4_0
+    int64_t q8_bytes = 0;  // the types packs_rows8 packs
     for (const gguf::TensorInfo &t : file_.tensors()) {
         if (packs_rows8(t.type)) q8_bytes += t.n_bytes;
     }
@@ -40,7 +40,7 @@ bool Model::repack_fits(const ModelParams &params) {
     if (q8_bytes <= limit) return true;
     char note[200];
     std::snprintf(note, sizeof note,
-                  "not repacked: %.1f GiB of q8_0/q4_0 weights against %.1f GiB allowed (3/4 of the "
+                  "not repacked: %.1f GiB of q8_0/q4_0/q4_k weights against %.1f GiB allowed (3/4 of the "
                   "available memory); mapped as stored instead",
                   q8_bytes / 1073741824.0, limit / 1073741824.0);
     info_.repack_note = note;

@@ -95,6 +95,10 @@ struct KernelTable {
     // The same for Q4_0 rows packed eight to a record (BlockQ4_0x8) against BlockQ8_0x2 activations: the block's
     // integer dot is sum((u - 8) * x), the same order and the same bits on every level.
     DotRowsFn dot_rows_q4_0x8 = nullptr;
+    // Q4_K rows packed eight to a record (BlockQ4_Kx8) against Q8_K activations, the same bits on every level: per
+    // row, token and super-block, with isum = sum_s sc_s * sum(u x)_s and msum = sum_s m_s * sum(x)_s (integers),
+    // acc = fma(-float(msum), dmin * dx, acc) then acc = fma(float(isum), d * dx, acc), from 0.
+    DotRowsFn dot_rows_q4_kx8 = nullptr;
     AxpyFn axpy_f32 = nullptr;
     AxpyFn axpy_f16 = nullptr;
     AxpyFn axpy_bf16 = nullptr;
@@ -108,6 +112,8 @@ struct KernelTable {
     DotTileFn dot(DType t) const;
     // The multi-row dot for weights of type t (a supported type), or nullptr where the level has none for t.
     DotRowsFn dot_rows(DType t) const;
+    // The dot of rows of type t packed eight to a record (a type packs_rows8 takes), or throws sparrow::Error.
+    DotRowsFn dot_rows8(DType t) const;
     // The axpy for cache rows of type t (F32, F16, BF16), or throws sparrow::Error.
     AxpyFn axpy(DType t) const;
     // Bytes of one activation row of n elements in the dot type of quantised weights of type t (Q4_0:

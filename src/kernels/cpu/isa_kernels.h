@@ -83,6 +83,21 @@ void dot_rows_q4_0x8(const void *w, size_t w_stride, int64_t n_rows, const void 
                      float *y, size_t y_stride);
 }  // namespace sparrow::cpu::avx512vnni
 
+// Q4_K rows packed eight to a record (BlockQ4_Kx8) against Q8_K activations (kquant_<isa>.cpp, kquant_vnni.cpp):
+// every level gives the scalar level's bits (dispatch.h).
+namespace sparrow::cpu::scalar {
+void dot_rows_q4_kx8(const void *w, size_t w_stride, int64_t n_rows, const void *x, size_t x_stride, int n_x, int64_t n,
+                     float *y, size_t y_stride);
+}  // namespace sparrow::cpu::scalar
+namespace sparrow::cpu::avx2 {
+void dot_rows_q4_kx8(const void *w, size_t w_stride, int64_t n_rows, const void *x, size_t x_stride, int n_x, int64_t n,
+                     float *y, size_t y_stride);
+}  // namespace sparrow::cpu::avx2
+namespace sparrow::cpu::avx512vnni {
+void dot_rows_q4_kx8(const void *w, size_t w_stride, int64_t n_rows, const void *x, size_t x_stride, int n_x, int64_t n,
+                     float *y, size_t y_stride);
+}  // namespace sparrow::cpu::avx512vnni
+
 // Q4_1, Q5_0, Q5_1, IQ4_NL (quants32_<isa>.cpp) and K-quant (Q2_K ... Q6_K; kquant_<isa>.cpp) weights against
 // Q8_0 dot-x activations, as dot_tile_q8_0's; the AVX-512 table takes the AVX2 ones.
 namespace sparrow::cpu::scalar {

@@ -204,6 +204,135 @@ void dot_tile_16(const void *w, const void *x, size_t x_stride, int n_x, int64_t
     for (int j = 0; j < n_x; ++j) out[j] = hsum(acc[j]);
 }
 
+// --- Q4_K rows packed eight to a record (BlockQ4_Kx8) ------------------------------------------------------------
+// One 256-bit load holds four bytes of each of the eight rows; their low nibbles (sub-block 2c) and high nibbles
+// (2c + 1) meet the token's broadcast activation dwords in maddubs. Pairs of products reach 2 * 15 * 127, so the
+// eight groups of a sub-block add up in int16 (30480 at most) before one madd with the rows' scales as int16 pairs
+// takes them to int32. The mins are four madd of the rows' mins (int16 pairs) with the token's pairs of
+// 32-element sums; then the two FMAs in the order dispatch.h defines, so the outputs have the scalar level's bits.
+
+constexpr int kPackedPassTokens = 2;  // tokens per pass over a group's records: 16 registers hold two
+constexpr int64_t kStageBlocks = 8;   // super-blocks of activations staged at a time
+
+// NT tokens' Q8_K activations for up to kStageBlocks super-blocks (as kquant_vnni.cpp's): quants, scale, and the
+// sums of each 32 as int16 pairs (s0, s2), (s1, s3), (s4, s6), (s5, s7).
+template <int NT>
+struct StagedQ8K {
+    alignas(32) int8_t qs[kStageBlocks][NT][QK_K];
+    float dx[kStageBlocks][NT];
+    int32_t sum_pairs[kStageBlocks][NT][4];
+
+    void fill(const uint8_t *x, size_t x_stride, int64_t k0, int64_t n) {
+        for (int j = 0; j < NT; ++j) {
+            for (int64_t k = 0; k < n; ++k) {
+                const uint8_t *blk = x + j * x_stride + (k0 + k) * static_cast<int64_t>(sizeof(BlockQ8_K));
+                std::memcpy(&dx[k][j], blk + offsetof(BlockQ8_K, d), sizeof(float));
+                std::memcpy(qs[k][j], blk + offsetof(BlockQ8_K, qs), QK_K);
+                int16_t bsums[QK_K / 16];
+                std::memcpy(bsums, blk + offsetof(BlockQ8_K, bsums), sizeof bsums);
+                uint32_t s[8];  // the sums of each 32, as int16 bits
+                for (int i = 0; i < 8; ++i) s[i] = static_cast<uint16_t>(bsums[2 * i] + bsums[2 * i + 1]);
+                const uint32_t pairs[4] = {s[0] | s[2] << 16, s[1] | s[3] << 16, s[4] | s[6] << 16, s[5] | s[7] << 16};
+                std::memcpy(sum_pairs[k][j], pairs, sizeof pairs);
+            }
+        }
+    }
+};
+
+inline __m256i broadcast_dword(const int8_t *p) {
+    int32_t v;
+    std::memcpy(&v, p, sizeof v);
+    return _mm256_set1_epi32(v);
+}
+
+// One group of eight rows, super-blocks [0, n) of rec against the NT staged tokens, continuing the sums in y unless
+// `first`.
+template <int NT>
+void q4_k_rows8(const BlockQ4_Kx8 *rec, const StagedQ8K<NT> &x, int64_t n, bool first, float *y, size_t y_stride) {
+    const __m256i nibble = _mm256_set1_epi8(0x0f), byte = _mm256_set1_epi32(0xff);
+    const __m256i low6 = _mm256_set1_epi32(0x3f3f3f3f), low4 = _mm256_set1_epi32(0x0f0f0f0f);
+    const __m256i top2 = _mm256_set1_epi32(0x03030303), even_bytes = _mm256_set1_epi32(0x00ff00ff);
+    __m256 acc[NT];
+    for (int j = 0; j < NT; ++j) acc[j] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(y + j * y_stride);
+    for (int64_t k = 0; k < n; ++k) {
+        const BlockQ4_Kx8 &r = rec[k];
+        prefetch_block(&r, sizeof r);
+        const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(r.d)));
+        const __m256 dmw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(r.dmin)));
+        const auto word = [&r](int p) {
+            return _mm256_loadu_si256(reinterpret_cast<const __m256i *>(r.scales + 32 * p));
+        };
+        const __m256i w0 = word(0), w1 = word(1), w2 = word(2);
+        const __m256i sc_lo = _mm256_and_si256(w0, low6);
+        const __m256i sc_hi = _mm256_or_si256(_mm256_and_si256(w2, low4),
+                                              _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(w0, 6), top2), 4));
+        const __m256i m_lo = _mm256_and_si256(w1, low6);
+        const __m256i m_hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(w2, 4), low4),
+                                             _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(w1, 6), top2), 4));
+        {
+            const __m256i m02 = _mm256_and_si256(m_lo, even_bytes);
+            const __m256i m13 = _mm256_and_si256(_mm256_srli_epi32(m_lo, 8), even_bytes);
+            const __m256i m46 = _mm256_and_si256(m_hi, even_bytes);
+            const __m256i m57 = _mm256_and_si256(_mm256_srli_epi32(m_hi, 8), even_bytes);
+            for (int j = 0; j < NT; ++j) {
+                const int32_t *p = x.sum_pairs[k][j];
+                const __m256i msum =
+                    _mm256_add_epi32(_mm256_add_epi32(_mm256_madd_epi16(m02, _mm256_set1_epi32(p[0])),
+                                                      _mm256_madd_epi16(m13, _mm256_set1_epi32(p[1]))),
+                                     _mm256_add_epi32(_mm256_madd_epi16(m46, _mm256_set1_epi32(p[2])),
+                                                      _mm256_madd_epi16(m57, _mm256_set1_epi32(p[3]))));
+                acc[j] =
+                    _mm256_fnmadd_ps(_mm256_cvtepi32_ps(msum), _mm256_mul_ps(dmw, _mm256_set1_ps(x.dx[k][j])), acc[j]);
+            }
+        }
+        __m256i isum[NT];
+        for (int j = 0; j < NT; ++j) isum[j] = _mm256_setzero_si256();
+        for (int c = 0; c < 4; ++c) {
+            const __m256i sc = c < 2 ? sc_lo : sc_hi;  // sub-blocks 2c and 2c + 1: bytes 2c % 4 and 2c % 4 + 1
+            const __m256i sc_a = _mm256_and_si256(_mm256_srli_epi32(sc, 16 * (c % 2)), byte);
+            const __m256i sc_b = _mm256_and_si256(_mm256_srli_epi32(sc, 16 * (c % 2) + 8), byte);
+            const __m256i sc16_a = _mm256_or_si256(sc_a, _mm256_slli_epi32(sc_a, 16));
+            const __m256i sc16_b = _mm256_or_si256(sc_b, _mm256_slli_epi32(sc_b, 16));
+            __m256i slo[NT], shi[NT];
+            for (int j = 0; j < NT; ++j) slo[j] = shi[j] = _mm256_setzero_si256();
+#pragma GCC unroll 8
+            for (int g = 0; g < 8; ++g) {
+                const __m256i wq = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(r.qs + 32 * (8 * c + g)));
+                const __m256i lo = _mm256_and_si256(wq, nibble);
+                const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(wq, 4), nibble);
+                for (int j = 0; j < NT; ++j) {
+                    const int8_t *xq = x.qs[k][j] + 64 * c + 4 * g;
+                    slo[j] = _mm256_add_epi16(slo[j], _mm256_maddubs_epi16(lo, broadcast_dword(xq)));
+                    shi[j] = _mm256_add_epi16(shi[j], _mm256_maddubs_epi16(hi, broadcast_dword(xq + 32)));
+                }
+            }
+            for (int j = 0; j < NT; ++j) {
+                isum[j] = _mm256_add_epi32(
+                    isum[j], _mm256_add_epi32(_mm256_madd_epi16(slo[j], sc16_a), _mm256_madd_epi16(shi[j], sc16_b)));
+            }
+        }
+        for (int j = 0; j < NT; ++j) {
+            acc[j] =
+                _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[j]), _mm256_mul_ps(dw, _mm256_set1_ps(x.dx[k][j])), acc[j]);
+        }
+    }
+    for (int j = 0; j < NT; ++j) _mm256_storeu_ps(y + j * y_stride, acc[j]);
+}
+
+template <int NT>
+void q4_k_pass(const uint8_t *w, size_t w_stride, int64_t n_rows, const uint8_t *x, size_t x_stride, int64_t nb,
+               float *y, size_t y_stride) {
+    StagedQ8K<NT> staged;
+    for (int64_t k0 = 0; k0 < nb; k0 += kStageBlocks) {
+        const int64_t n = nb - k0 < kStageBlocks ? nb - k0 : kStageBlocks;
+        staged.fill(x, x_stride, k0, n);
+        for (int64_t g0 = 0; g0 < n_rows; g0 += 8) {
+            const auto *rec = reinterpret_cast<const BlockQ4_Kx8 *>(w + g0 * static_cast<int64_t>(w_stride));
+            q4_k_rows8<NT>(rec + k0, staged, n, k0 == 0, y + g0, y_stride);
+        }
+    }
+}
+
 }  // namespace
 
 void dot_tile_q2_k(const void *w, const void *x, size_t x_stride, int n_x, int64_t n, float *out) {
@@ -281,6 +410,20 @@ void dot_tile_q6_k(const void *w, const void *x, size_t x_stride, int n_x, int64
         o.d = half_to_float(b.d);
         o.dmin = 0.0f;
     });
+}
+
+void dot_rows_q4_kx8(const void *w, size_t w_stride, int64_t n_rows, const void *x, size_t x_stride, int n_x, int64_t n,
+                     float *y, size_t y_stride) {
+    const auto *wb = static_cast<const uint8_t *>(w);
+    const int64_t nb = n / QK_K;
+    for (int j0 = 0; j0 < n_x; j0 += kPackedPassTokens) {
+        const uint8_t *xp = static_cast<const uint8_t *>(x) + j0 * x_stride;
+        if (n_x - j0 >= 2) {
+            q4_k_pass<2>(wb, w_stride, n_rows, xp, x_stride, nb, y + j0 * y_stride, y_stride);
+        } else {
+            q4_k_pass<1>(wb, w_stride, n_rows, xp, x_stride, nb, y + j0 * y_stride, y_stride);
+        }
+    }
 }
 
 }  // namespace sparrow::cpu::avx2

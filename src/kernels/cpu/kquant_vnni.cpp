@@ -1,0 +1,207 @@
+// AVX512-VNNI kernel for Q4_K rows packed eight to a record (BlockQ4_Kx8; core/blocks.h) against Q8_K activations.
+// Compiled with AVX-512 and VNNI (CMakeLists.txt: files named *_vnni.cpp) and called only when cpuid has both.
+//
+// As kernels_vnni.cpp does for Q4_0: sixteen rows at a time, the records of two groups of eight side by side in one
+// 512-bit register, so one vpdpbusd multiplies four unsigned nibbles of each of 16 rows with a token's broadcast
+// activation dword. A chunk of 64 elements holds two sub-blocks (the low and the high nibbles of 32 bytes), whose
+// dots end in two int32 vectors, one lane per row; the rows' 6-bit sub-block scales, unpacked for all 16 rows at once
+// from the record's planes of scale words, multiply them (vpmulld) into the super-block's integer sum. The mins are
+// four vpmaddwd of the rows' mins (int16 pairs) with the token's 32-element activation sums. Then two FMAs per
+// super-block and token, in the order dispatch.h defines for packed Q4_K rows, so every output has the scalar level's
+// bits.
+//
+// Tokens go at most four per pass over a group's records (kPassTokens): the two dot vectors, the integer sum and the
+// f32 accumulator of four tokens, and the unpacked weights, fill the 32 registers.
+//
+// ODR rule (as kernels_avx2.cpp): this file includes only <immintrin.h>, <cstddef>, <cstdint>, <cstring>,
+// core/blocks.h and isa_kernels.h, and everything but the exported kernel sits in an anonymous namespace.
+
+#include "kernels/cpu/avx512_intrinsics.h"  // <immintrin.h> without GCC 12's false warnings
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#include "core/blocks.h"
+#include "kernels/cpu/isa_kernels.h"
+
+namespace sparrow::cpu::avx512vnni {
+
+namespace {
+
+constexpr int kPassTokens = 4;
+// Super-blocks of activations staged at a time (8 = a 2048-wide row); the stage serves every group of rows.
+constexpr int64_t kStageBlocks = 8;
+
+// As kernels_vnni.cpp: the packed matrix is streamed, so ask for the bytes 4 KiB ahead of those being read.
+constexpr int64_t kPrefetchBytes = 4096;
+inline void prefetch_ahead(const void *p, size_t bytes) {
+    const char *ahead = static_cast<const char *>(p) + kPrefetchBytes;
+    for (size_t l = 0; l < bytes; l += 64) _mm_prefetch(ahead + l, _MM_HINT_T0);
+}
+
+// acc + the dword sums of u (unsigned bytes) x the signed dword at p broadcast to all 16 lanes (kernels_vnni.cpp
+// says why in asm).
+inline __m512i dpbusd_bcast(__m512i acc, __m512i u, const int8_t *p) {
+    asm("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(u), "m"(*reinterpret_cast<const int32_t(*)>(p)));
+    return acc;
+}
+
+// Two records' 32 bytes at the same offset (rows 0..7 of a, then of b) in one 512-bit register.
+inline __m512i load_pair(const void *a, const void *b) {
+    return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(a))),
+                              _mm256_loadu_si256(reinterpret_cast<const __m256i *>(b)), 1);
+}
+
+// NT tokens' Q8_K activations for up to kStageBlocks super-blocks, at constant offsets from one pointer: the
+// quants, the scale, and the sums of each 32 quants as int16 pairs (s0, s2), (s1, s3), (s4, s6), (s5, s7), the
+// pairs the rows' mins are laid out in (q4_k_rows16).
+template <int NT>
+struct StagedQ8K {
+    alignas(64) int8_t qs[kStageBlocks][NT][QK_K];
+    float dx[kStageBlocks][NT];
+    int32_t sum_pairs[kStageBlocks][NT][4];
+
+    void fill(const uint8_t *x, size_t x_stride, int64_t k0, int64_t n) {
+        for (int j = 0; j < NT; ++j) {
+            for (int64_t k = 0; k < n; ++k) {
+                const uint8_t *blk = x + j * x_stride + (k0 + k) * static_cast<int64_t>(sizeof(BlockQ8_K));
+                std::memcpy(&dx[k][j], blk + offsetof(BlockQ8_K, d), sizeof(float));
+                std::memcpy(qs[k][j], blk + offsetof(BlockQ8_K, qs), QK_K);
+                int16_t bsums[QK_K / 16];
+                std::memcpy(bsums, blk + offsetof(BlockQ8_K, bsums), sizeof bsums);
+                uint32_t s[8];  // the sums of each 32, as int16 bits
+                for (int i = 0; i < 8; ++i) s[i] = static_cast<uint16_t>(bsums[2 * i] + bsums[2 * i + 1]);
+                const uint32_t pairs[4] = {s[0] | s[2] << 16, s[1] | s[3] << 16, s[4] | s[6] << 16, s[5] | s[7] << 16};
+                std::memcpy(sum_pairs[k][j], pairs, sizeof pairs);
+            }
+        }
+    }
+};
+
+// Rows of the records a and b (16 lanes; a last group of eight passes b = a and keeps the low lanes), super-blocks
+// [0, n) against the NT staged tokens, continuing the sums in y unless `first`.
+template <int NT>
+void q4_k_rows16(const BlockQ4_Kx8 *a, const BlockQ4_Kx8 *b, const StagedQ8K<NT> &x, int64_t n, bool first,
+                 __mmask16 lanes, float *y, size_t y_stride) {
+    const __m512i nibble = _mm512_set1_epi8(0x0f), byte = _mm512_set1_epi32(0xff);
+    const __m512i low6 = _mm512_set1_epi32(0x3f3f3f3f), low4 = _mm512_set1_epi32(0x0f0f0f0f);
+    const __m512i top2 = _mm512_set1_epi32(0x03030303), even_bytes = _mm512_set1_epi32(0x00ff00ff);
+    __m512 acc[NT];
+    for (int j = 0; j < NT; ++j) acc[j] = first ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(lanes, y + j * y_stride);
+    for (int64_t k = 0; k < n; ++k) {
+        const BlockQ4_Kx8 &ra = a[k], &rb = b[k];
+        prefetch_ahead(&ra, sizeof ra);
+        prefetch_ahead(&rb, sizeof rb);
+        const auto halves = [](const uint16_t *pa, const uint16_t *pb) {
+            return _mm512_cvtph_ps(_mm256_inserti128_si256(
+                _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i *>(pa))),
+                _mm_loadu_si128(reinterpret_cast<const __m128i *>(pb)), 1));
+        };
+        const __m512 dw = halves(ra.d, rb.d), dmw = halves(ra.dmin, rb.dmin);
+        // The scale words of all 16 rows, unpacked as BlockQ4_K describes: bytes of sc 0-3, sc 4-7, m 0-3, m 4-7.
+        const __m512i w0 = load_pair(ra.scales, rb.scales), w1 = load_pair(ra.scales + 32, rb.scales + 32);
+        const __m512i w2 = load_pair(ra.scales + 64, rb.scales + 64);
+        const __m512i sc_lo = _mm512_and_si512(w0, low6);
+        const __m512i sc_hi = _mm512_or_si512(
+            _mm512_and_si512(w2, low4), _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(w0, 6), top2), 4));
+        const __m512i m_lo = _mm512_and_si512(w1, low6);
+        const __m512i m_hi =
+            _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(w2, 4), low4),
+                            _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(w1, 6), top2), 4));
+        // Mins first (the order dispatch.h defines): int16 pairs (m0, m2), (m1, m3), (m4, m6), (m5, m7) against
+        // the token's pairs of sums.
+        {
+            const __m512i m02 = _mm512_and_si512(m_lo, even_bytes);
+            const __m512i m13 = _mm512_and_si512(_mm512_srli_epi32(m_lo, 8), even_bytes);
+            const __m512i m46 = _mm512_and_si512(m_hi, even_bytes);
+            const __m512i m57 = _mm512_and_si512(_mm512_srli_epi32(m_hi, 8), even_bytes);
+#pragma GCC unroll 4
+            for (int j = 0; j < NT; ++j) {
+                const int32_t *p = x.sum_pairs[k][j];
+                const __m512i msum = _mm512_add_epi32(
+                    _mm512_add_epi32(_mm512_madd_epi16(m02, _mm512_set1_epi32(p[0])),
+                                     _mm512_madd_epi16(m13, _mm512_set1_epi32(p[1]))),
+                    _mm512_add_epi32(_mm512_madd_epi16(m46, _mm512_set1_epi32(p[2])),
+                                     _mm512_madd_epi16(m57, _mm512_set1_epi32(p[3]))));
+                acc[j] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(msum), _mm512_mul_ps(dmw, _mm512_set1_ps(x.dx[k][j])),
+                                          acc[j]);
+            }
+        }
+        __m512i isum[NT];
+        for (int j = 0; j < NT; ++j) isum[j] = _mm512_setzero_si512();
+#pragma GCC unroll 4
+        for (int c = 0; c < 4; ++c) {
+            const __m512i sc = c < 2 ? sc_lo : sc_hi;  // sub-blocks 2c and 2c + 1: bytes 2c % 4 and 2c % 4 + 1
+            const __m512i sc_a = _mm512_and_si512(_mm512_srli_epi32(sc, 16 * (c % 2)), byte);
+            const __m512i sc_b = _mm512_and_si512(_mm512_srli_epi32(sc, 16 * (c % 2) + 8), byte);
+            __m512i dlo[NT], dhi[NT];
+            for (int j = 0; j < NT; ++j) dlo[j] = dhi[j] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+            for (int g = 0; g < 8; ++g) {
+                const __m512i wq = load_pair(ra.qs + 32 * (8 * c + g), rb.qs + 32 * (8 * c + g));
+                const __m512i lo = _mm512_and_si512(wq, nibble);
+                const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(wq, 4), nibble);
+#pragma GCC unroll 4
+                for (int j = 0; j < NT; ++j) {
+                    dlo[j] = dpbusd_bcast(dlo[j], lo, x.qs[k][j] + 64 * c + 4 * g);
+                    dhi[j] = dpbusd_bcast(dhi[j], hi, x.qs[k][j] + 64 * c + 32 + 4 * g);
+                }
+            }
+#pragma GCC unroll 4
+            for (int j = 0; j < NT; ++j) {
+                isum[j] = _mm512_add_epi32(
+                    isum[j], _mm512_add_epi32(_mm512_mullo_epi32(dlo[j], sc_a), _mm512_mullo_epi32(dhi[j], sc_b)));
+            }
+        }
+#pragma GCC unroll 4
+        for (int j = 0; j < NT; ++j) {
+            acc[j] =
+                _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[j]), _mm512_mul_ps(dw, _mm512_set1_ps(x.dx[k][j])), acc[j]);
+        }
+    }
+    for (int j = 0; j < NT; ++j) _mm512_mask_storeu_ps(y + j * y_stride, lanes, acc[j]);
+}
+
+// Packed rows against NT tokens: stages of kStageBlocks super-blocks, each over every group of sixteen rows.
+template <int NT>
+void q4_k_pass(const uint8_t *w, size_t w_stride, int64_t n_rows, const uint8_t *x, size_t x_stride, int64_t nb,
+               float *y, size_t y_stride) {
+    StagedQ8K<NT> staged;
+    for (int64_t k0 = 0; k0 < nb; k0 += kStageBlocks) {
+        const int64_t n = nb - k0 < kStageBlocks ? nb - k0 : kStageBlocks;
+        staged.fill(x, x_stride, k0, n);
+        for (int64_t g0 = 0; g0 < n_rows; g0 += 16) {
+            const bool pair = g0 + 16 <= n_rows;
+            const auto *a = reinterpret_cast<const BlockQ4_Kx8 *>(w + g0 * static_cast<int64_t>(w_stride));
+            const auto *b =
+                pair ? reinterpret_cast<const BlockQ4_Kx8 *>(w + (g0 + 8) * static_cast<int64_t>(w_stride)) : a;
+            q4_k_rows16<NT>(a + k0, b + k0, staged, n, k0 == 0, pair ? __mmask16(0xFFFF) : __mmask16(0x00FF), y + g0,
+                            y_stride);
+        }
+    }
+}
+
+}  // namespace
+
+void dot_rows_q4_kx8(const void *w, size_t w_stride, int64_t n_rows, const void *x, size_t x_stride, int n_x, int64_t n,
+                     float *y, size_t y_stride) {
+    const auto *wb = static_cast<const uint8_t *>(w);
+    const int64_t nb = n / QK_K;
+    // The tokens in passes of at most kPassTokens, as even as they go (8 = 4 + 4, 5 = 3 + 2).
+    const int n_passes = (n_x + kPassTokens - 1) / kPassTokens;
+    for (int p = 0, j0 = 0; p < n_passes; ++p) {
+        const int nt = (n_x - j0) / (n_passes - p) + ((n_x - j0) % (n_passes - p) != 0);
+        const uint8_t *xp = static_cast<const uint8_t *>(x) + j0 * x_stride;
+        float *yp = y + j0 * y_stride;
+        switch (nt) {
+            case 1: q4_k_pass<1>(wb, w_stride, n_rows, xp, x_stride, nb, yp, y_stride); break;
+            case 2: q4_k_pass<2>(wb, w_stride, n_rows, xp, x_stride, nb, yp, y_stride); break;
+            case 3: q4_k_pass<3>(wb, w_stride, n_rows, xp, x_stride, nb, yp, y_stride); break;
+            default: q4_k_pass<4>(wb, w_stride, n_rows, xp, x_stride, nb, yp, y_stride); break;
+        }
+        j0 += nt;
+    }
+}
+
+}  // namespace sparrow::cpu::avx512vnni
