@@ -284,19 +284,19 @@ TEST_P(IsaTest, DotRowsQ8_0MatchesDotTileBitForBitOnAwkwardShapes) {
 }
 
 TEST_P(IsaTest, PackedRowsAreTheSameBitsOnEveryLevelAndTile) {
-    // Rows packed eight to a record (BlockQ8_0x8, BlockQ4_0x8, BlockQ4_Kx8): every level must give the scalar
-    // level's bits (the order dispatch.h defines), each token the same bits alone as in any tile, and the result
+    // Rows packed eight to a record (BlockQ8_0x8, BlockQ4_0x8, BlockQ4_Kx8, BlockQ5_Kx8): every level must give the
+    // scalar level's bits (the order dispatch.h defines), each token the same bits alone as in any tile, and the result
     // must be near the double-precision reference of the unpacked rows. Awkward shapes: one block, odd block
-    // counts (Q4_0's activation records then end half empty; Q4_K's 9 and 17 cross the kernels' stages of eight
+    // counts (Q4_0's activation records then end half empty; the K-quants' 9 and 17 cross the kernels' stages of eight
     // super-blocks), 8 to 48 rows, every tile size, tokens of very different scale, outputs with gaps after them.
     const KernelTable *table = cpu::kernels_for(GetParam());
     if (!table) GTEST_SKIP() << skip_message(GetParam());
     const KernelTable &scalar = *cpu::kernels_for(Isa::scalar);
     std::mt19937 rng(11);
-    for (const DType t : {DType::Q8_0, DType::Q4_0, DType::Q4_K}) {
+    for (const DType t : {DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q5_K}) {
         const cpu::DotRowsFn dot = table->dot_rows8(t), dot_scalar = scalar.dot_rows8(t);
         ASSERT_NE(dot, nullptr);
-        const bool k_quant = t == DType::Q4_K;
+        const bool k_quant = dtype_is_k_quant(t);
         for (int64_t nb :
              k_quant ? std::vector<int64_t>{1, 2, 3, 8, 9, 17} : std::vector<int64_t>{1, 2, 3, 7, 24, 67, 130}) {
             const int64_t n = nb * dtype_info(t).block_size;
@@ -308,10 +308,17 @@ TEST_P(IsaTest, PackedRowsAreTheSameBitsOnEveryLevelAndTile) {
                     const auto wf = test::random_floats(rng, static_cast<size_t>(n), -2.0f, 2.0f);
                     quantize_row(t, wf.data(), rows.data() + r * row_bytes, n);
                 }
-                if (k_quant) {  // row 1 at the ends of the ranges: every nibble 15, every scale and min 63
+                if (t == DType::Q4_K) {  // row 1 at the ends of the ranges: every nibble 15, every scale and min 63
                     auto *blk = reinterpret_cast<BlockQ4_K *>(rows.data() + row_bytes);
                     for (int64_t b = 0; b < nb; ++b) {
                         std::memset(blk[b].qs, 0xff, sizeof blk[b].qs);
+                        std::memset(blk[b].scales, 0xff, sizeof blk[b].scales);
+                    }
+                } else if (t == DType::Q5_K) {  // and every element 31
+                    auto *blk = reinterpret_cast<BlockQ5_K *>(rows.data() + row_bytes);
+                    for (int64_t b = 0; b < nb; ++b) {
+                        std::memset(blk[b].qs, 0xff, sizeof blk[b].qs);
+                        std::memset(blk[b].qh, 0xff, sizeof blk[b].qh);
                         std::memset(blk[b].scales, 0xff, sizeof blk[b].scales);
                     }
                 }
@@ -322,7 +329,7 @@ TEST_P(IsaTest, PackedRowsAreTheSameBitsOnEveryLevelAndTile) {
                 for (int j = 0; j < cpu::kMaxQuantTile; ++j) {
                     const float s = std::ldexp(1.0f, 3 * j - 9);
                     auto xf = test::random_floats(rng, static_cast<size_t>(n), -s, s);
-                    // Token 2 all one value: every Q8_K quant -127, so row 1's int16 sums reach 8 x 2 x 15 x 127.
+                    // Token 2 all one value: every Q8_K quant -127, so row 1's int16 sums reach their largest.
                     if (k_quant && j == 2) std::fill(xf.begin(), xf.end(), s);
                     table->quantize_dot_x(t, xf.data(), x.data() + j * x_stride, n);
                     ref_x.push_back(to_row(dot_type(t), xf));
@@ -624,7 +631,7 @@ TEST(Matmul, ResultDoesNotDependOnThreadCountOrTiling) {
 }
 
 TEST(Matmul, PackedRowsMatchTheFileRowsAndAreTheSameAtEveryTileAndThreadCount) {
-    // Q8_0, Q4_0 and Q4_K rows packed eight to a record (WeightMatrix::rows8), as the loader packs them: near the
+    // Q8_0, Q4_0, Q4_K and Q5_K rows packed eight to a record (WeightMatrix::rows8), as the loader packs them: near the
     // reference of the rows as stored; each token's outputs the same bits alone as in a batch of any size, on 1-3
     // threads; matmul_many's the bits of matmul. Shapes: a single group, row counts that leave partial chunks, long
     // rows, a vocabulary-sized matrix; token counts across the 8-token tile.
@@ -632,7 +639,7 @@ TEST(Matmul, PackedRowsMatchTheFileRowsAndAreTheSameAtEveryTileAndThreadCount) {
         int64_t n_rows, n_cols;
     };
     std::mt19937 rng(41);
-    for (const DType t : {DType::Q8_0, DType::Q4_0, DType::Q4_K})
+    for (const DType t : {DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q5_K})
         for (const Shape &sh : {Shape{8, 32}, Shape{24, 96}, Shape{136, 1024}, Shape{1024, 1024}, Shape{8000, 256},
                                 Shape{128, 2048}, Shape{256, 2048}, Shape{512, 4096}, Shape{40, 2304}}) {
             if (sh.n_cols % dtype_info(t).block_size != 0) continue;

@@ -177,6 +177,18 @@ struct BlockQ5_K {
 };
 static_assert(sizeof(BlockQ5_K) == 176, "Q5_K block must match ggml");
 
+// Not a GGUF type: Q5_K rows packed eight to a record, as BlockQ4_Kx8 with the fifth bits in groups of four bytes:
+// qh[32 * g + 4 * r + e] = row r's qh[4 * g + e] (g < 8), the high bits of the elements whose low bits lie in the
+// bytes of qs with the same l = 4 * g + e in every chunk. 1408 bytes = the eight BlockQ5_K it replaces.
+struct BlockQ5_Kx8 {
+    uint16_t d[8];
+    uint16_t dmin[8];
+    uint8_t scales[8 * 12];
+    uint8_t qh[8 * QK_K / 8];
+    uint8_t qs[8 * QK_K / 2];
+};
+static_assert(sizeof(BlockQ5_Kx8) == 8 * sizeof(BlockQ5_K), "BlockQ5_Kx8 is eight Q5_K blocks");
+
 // Q6_K: sixteen sub-blocks of 16, x = d * scales[e / 16] * (u - 32) with u in [0, 63]. Per half h (128
 // elements; ql + 64h, qh + 32h) and l < 32: element 128h + l is ql[l] low nibble | (qh[l] & 3) << 4,
 // 128h + 32 + l is ql[l + 32] low | (qh[l] >> 2 & 3) << 4, 128h + 64 + l is ql[l] high | (qh[l] >> 4 & 3) << 4,

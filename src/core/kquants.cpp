@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstring>
 
 #include "core/dtype.h"
@@ -167,21 +168,42 @@ float signed_absmax(const float *x, int64_t n) {
 void decode_kquant(const BlockQ4_K &b, KQuantInts &w) { decode_min_max<BlockQ4_K, false>(b, w); }
 void decode_kquant(const BlockQ5_K &b, KQuantInts &w) { decode_min_max<BlockQ5_K, true>(b, w); }
 
-// The fp16 scales as Q4_0's records hold them, the twelve scale bytes as three planes of words, the quants in groups
-// of four bytes (core/blocks.h).
-void pack_q4_k_lane(const BlockQ4_K &blk, int r, BlockQ4_Kx8 &rec) {
-    rec.d[r] = blk.d;
-    rec.dmin[r] = blk.dmin;
-    for (int p = 0; p < 3; ++p) std::memcpy(rec.scales + 32 * p + 4 * r, blk.scales + 4 * p, 4);
-    for (int g = 0; g < QK_K / 8; ++g) std::memcpy(rec.qs + 32 * g + 4 * r, blk.qs + 4 * g, 4);
+namespace {
+
+// Row r's super-block in a record of eight (core/blocks.h) as pieces: f(offset in the record, offset in the block,
+// bytes) for each. The fp16 scales side by side, the twelve scale bytes as three planes of words, the quants (and
+// Q5_K's fifth bits) in groups of four bytes.
+template <typename B, typename R, typename F>
+void lane_pieces(int r, F &&f) {
+    f(offsetof(R, d) + 2 * r, offsetof(B, d), 2);
+    f(offsetof(R, dmin) + 2 * r, offsetof(B, dmin), 2);
+    for (int p = 0; p < 3; ++p) f(offsetof(R, scales) + 32 * p + 4 * r, offsetof(B, scales) + 4 * p, 4);
+    for (int g = 0; g < QK_K / 8; ++g) f(offsetof(R, qs) + 32 * g + 4 * r, offsetof(B, qs) + 4 * g, 4);
+    if constexpr (sizeof(B) == sizeof(BlockQ5_K)) {
+        for (int g = 0; g < QK_K / 32; ++g) f(offsetof(R, qh) + 32 * g + 4 * r, offsetof(B, qh) + 4 * g, 4);
+    }
 }
 
-void unpack_q4_k_lane(const BlockQ4_Kx8 &rec, int r, BlockQ4_K &blk) {
-    blk.d = rec.d[r];
-    blk.dmin = rec.dmin[r];
-    for (int p = 0; p < 3; ++p) std::memcpy(blk.scales + 4 * p, rec.scales + 32 * p + 4 * r, 4);
-    for (int g = 0; g < QK_K / 8; ++g) std::memcpy(blk.qs + 4 * g, rec.qs + 32 * g + 4 * r, 4);
+template <typename B, typename R>
+void pack_lane_of(const B &blk, int r, R &rec) {
+    lane_pieces<B, R>(r, [&](size_t at_rec, size_t at_blk, size_t n) {
+        std::memcpy(reinterpret_cast<uint8_t *>(&rec) + at_rec, reinterpret_cast<const uint8_t *>(&blk) + at_blk, n);
+    });
 }
+
+template <typename B, typename R>
+void unpack_lane_of(const R &rec, int r, B &blk) {
+    lane_pieces<B, R>(r, [&](size_t at_rec, size_t at_blk, size_t n) {
+        std::memcpy(reinterpret_cast<uint8_t *>(&blk) + at_blk, reinterpret_cast<const uint8_t *>(&rec) + at_rec, n);
+    });
+}
+
+}  // namespace
+
+void pack_lane(const BlockQ4_K &blk, int r, BlockQ4_Kx8 &rec) { pack_lane_of(blk, r, rec); }
+void unpack_lane(const BlockQ4_Kx8 &rec, int r, BlockQ4_K &blk) { unpack_lane_of(rec, r, blk); }
+void pack_lane(const BlockQ5_K &blk, int r, BlockQ5_Kx8 &rec) { pack_lane_of(blk, r, rec); }
+void unpack_lane(const BlockQ5_Kx8 &rec, int r, BlockQ5_K &blk) { unpack_lane_of(rec, r, blk); }
 
 void decode_kquant(const BlockQ2_K &b, KQuantInts &w) {
     w.n_sub = 16;

@@ -96,39 +96,48 @@ void unpack_block8(const void *packed, int64_t r, int64_t n_cols, void *out) {
     }
 }
 
+// K-quants: each row's super-block b goes to its lane of record b of the group (core/kquants.h pack_lane).
+template <typename B, typename R>
+void pack_k_blocks8(const void *src, int64_t n_rows, int64_t n_cols, void *dst) {
+    const int64_t nb = n_cols / QK_K;
+    const auto *rows = static_cast<const B *>(src);
+    auto *rec = static_cast<R *>(dst);
+    for (int64_t g0 = 0; g0 < n_rows; g0 += 8) {
+        for (int64_t b = 0; b < nb; ++b, ++rec) {
+            for (int r = 0; r < 8; ++r) pack_lane(rows[(g0 + r) * nb + b], r, *rec);
+        }
+    }
+}
+
+template <typename B, typename R>
+void unpack_k_block8(const void *packed, int64_t r, int64_t n_cols, void *out) {
+    const int64_t nb = n_cols / QK_K;
+    const auto *rec = static_cast<const R *>(packed) + (r / 8) * nb;
+    auto *blk = static_cast<B *>(out);
+    for (int64_t b = 0; b < nb; ++b) unpack_lane(rec[b], static_cast<int>(r % 8), blk[b]);
+}
+
 }  // namespace
 
-bool packs_rows8(DType t) { return t == DType::Q8_0 || t == DType::Q4_0 || t == DType::Q4_K; }
+bool packs_rows8(DType t) { return t == DType::Q8_0 || t == DType::Q4_0 || t == DType::Q4_K || t == DType::Q5_K; }
 
 void pack_rows8(DType t, const void *src, int64_t n_rows, int64_t n_cols, void *dst) {
     SPARROW_ASSERT(packs_rows8(t) && n_rows % 8 == 0 && n_cols % dtype_info(t).block_size == 0);
-    if (t == DType::Q8_0) {
-        pack_blocks8<BlockQ8_0, BlockQ8_0x8>(src, n_rows, n_cols, dst);
-    } else if (t == DType::Q4_0) {
-        pack_blocks8<BlockQ4_0, BlockQ4_0x8>(src, n_rows, n_cols, dst);
-    } else {
-        const int64_t nb = n_cols / QK_K;
-        const auto *rows = static_cast<const BlockQ4_K *>(src);
-        auto *rec = static_cast<BlockQ4_Kx8 *>(dst);
-        for (int64_t g0 = 0; g0 < n_rows; g0 += 8) {
-            for (int64_t b = 0; b < nb; ++b, ++rec) {
-                for (int r = 0; r < 8; ++r) pack_q4_k_lane(rows[(g0 + r) * nb + b], r, *rec);
-            }
-        }
+    switch (t) {
+        case DType::Q8_0: pack_blocks8<BlockQ8_0, BlockQ8_0x8>(src, n_rows, n_cols, dst); return;
+        case DType::Q4_0: pack_blocks8<BlockQ4_0, BlockQ4_0x8>(src, n_rows, n_cols, dst); return;
+        case DType::Q4_K: pack_k_blocks8<BlockQ4_K, BlockQ4_Kx8>(src, n_rows, n_cols, dst); return;
+        default: pack_k_blocks8<BlockQ5_K, BlockQ5_Kx8>(src, n_rows, n_cols, dst); return;
     }
 }
 
 void unpack_row8(DType t, const void *packed, int64_t r, int64_t n_cols, void *out) {
     SPARROW_ASSERT(packs_rows8(t) && n_cols % dtype_info(t).block_size == 0);
-    if (t == DType::Q8_0) {
-        unpack_block8<BlockQ8_0, BlockQ8_0x8>(packed, r, n_cols, out);
-    } else if (t == DType::Q4_0) {
-        unpack_block8<BlockQ4_0, BlockQ4_0x8>(packed, r, n_cols, out);
-    } else {
-        const int64_t nb = n_cols / QK_K;
-        const auto *rec = static_cast<const BlockQ4_Kx8 *>(packed) + (r / 8) * nb;
-        auto *blk = static_cast<BlockQ4_K *>(out);
-        for (int64_t b = 0; b < nb; ++b) unpack_q4_k_lane(rec[b], static_cast<int>(r % 8), blk[b]);
+    switch (t) {
+        case DType::Q8_0: unpack_block8<BlockQ8_0, BlockQ8_0x8>(packed, r, n_cols, out); return;
+        case DType::Q4_0: unpack_block8<BlockQ4_0, BlockQ4_0x8>(packed, r, n_cols, out); return;
+        case DType::Q4_K: unpack_k_block8<BlockQ4_K, BlockQ4_Kx8>(packed, r, n_cols, out); return;
+        default: unpack_k_block8<BlockQ5_K, BlockQ5_Kx8>(packed, r, n_cols, out); return;
     }
 }
 

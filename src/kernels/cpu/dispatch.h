@@ -99,6 +99,7 @@ struct KernelTable {
     // row, token and super-block, with isum = sum_s sc_s * sum(u x)_s and msum = sum_s m_s * sum(x)_s (integers),
     // acc = fma(-float(msum), dmin * dx, acc) then acc = fma(float(isum), d * dx, acc), from 0.
     DotRowsFn dot_rows_q4_kx8 = nullptr;
+    DotRowsFn dot_rows_q5_kx8 = nullptr;  // the same for Q5_K (BlockQ5_Kx8)
     AxpyFn axpy_f32 = nullptr;
     AxpyFn axpy_f16 = nullptr;
     AxpyFn axpy_bf16 = nullptr;

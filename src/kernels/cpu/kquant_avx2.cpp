@@ -204,11 +204,11 @@ void dot_tile_16(const void *w, const void *x, size_t x_stride, int n_x, int64_t
     for (int j = 0; j < n_x; ++j) out[j] = hsum(acc[j]);
 }
 
-// --- Q4_K rows packed eight to a record (BlockQ4_Kx8) ------------------------------------------------------------
+// --- Q4_K and Q5_K rows packed eight to a record (BlockQ4_Kx8, BlockQ5_Kx8) -------------------------------------
 // One 256-bit load holds four bytes of each of the eight rows; their low nibbles (sub-block 2c) and high nibbles
 // (2c + 1) meet the token's broadcast activation dwords in maddubs. Pairs of products reach 2 * 15 * 127, so the
-// eight groups of a sub-block add up in int16 (30480 at most) before one madd with the rows' scales as int16 pairs
-// takes them to int32. The mins are four madd of the rows' mins (int16 pairs) with the token's pairs of
+// groups of a sub-block add up in int16 (eight: 30480 at most; Q5_K four) before one madd with the rows' scales as
+// int16 pairs takes them to int32. The mins are four madd of the rows' mins (int16 pairs) with the token's pairs of
 // 32-element sums; then the two FMAs in the order dispatch.h defines, so the outputs have the scalar level's bits.
 
 constexpr int kPackedPassTokens = 2;  // tokens per pass over a group's records: 16 registers hold two
@@ -247,15 +247,18 @@ inline __m256i broadcast_dword(const int8_t *p) {
 
 // One group of eight rows, super-blocks [0, n) of rec against the NT staged tokens, continuing the sums in y unless
 // `first`.
-template <int NT>
-void q4_k_rows8(const BlockQ4_Kx8 *rec, const StagedQ8K<NT> &x, int64_t n, bool first, float *y, size_t y_stride) {
-    const __m256i nibble = _mm256_set1_epi8(0x0f), byte = _mm256_set1_epi32(0xff);
+template <int NT, typename R>
+void k_rows8(const R *rec, const StagedQ8K<NT> &x, int64_t n, bool first, float *y, size_t y_stride) {
+    constexpr bool kHighBits = sizeof(R) == sizeof(BlockQ5_Kx8);
+    // Groups of four bytes whose maddubs pairs add up in int16: 8 x 2 x 15 x 127 = 30480 fits, Q5_K's 31 does not.
+    constexpr int kGroupsPerSum = kHighBits ? 4 : 8;
+    const __m256i nibble = _mm256_set1_epi8(0x0f), byte = _mm256_set1_epi32(0xff), one = _mm256_set1_epi8(1);
     const __m256i low6 = _mm256_set1_epi32(0x3f3f3f3f), low4 = _mm256_set1_epi32(0x0f0f0f0f);
     const __m256i top2 = _mm256_set1_epi32(0x03030303), even_bytes = _mm256_set1_epi32(0x00ff00ff);
     __m256 acc[NT];
     for (int j = 0; j < NT; ++j) acc[j] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(y + j * y_stride);
     for (int64_t k = 0; k < n; ++k) {
-        const BlockQ4_Kx8 &r = rec[k];
+        const R &r = rec[k];
         prefetch_block(&r, sizeof r);
         const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(r.d)));
         const __m256 dmw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(r.dmin)));
@@ -293,22 +296,31 @@ void q4_k_rows8(const BlockQ4_Kx8 *rec, const StagedQ8K<NT> &x, int64_t n, bool 
             const __m256i sc_b = _mm256_and_si256(_mm256_srli_epi32(sc, 16 * (c % 2) + 8), byte);
             const __m256i sc16_a = _mm256_or_si256(sc_a, _mm256_slli_epi32(sc_a, 16));
             const __m256i sc16_b = _mm256_or_si256(sc_b, _mm256_slli_epi32(sc_b, 16));
-            __m256i slo[NT], shi[NT];
-            for (int j = 0; j < NT; ++j) slo[j] = shi[j] = _mm256_setzero_si256();
+            for (int g0 = 0; g0 < 8; g0 += kGroupsPerSum) {
+                __m256i slo[NT], shi[NT];
+                for (int j = 0; j < NT; ++j) slo[j] = shi[j] = _mm256_setzero_si256();
 #pragma GCC unroll 8
-            for (int g = 0; g < 8; ++g) {
-                const __m256i wq = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(r.qs + 32 * (8 * c + g)));
-                const __m256i lo = _mm256_and_si256(wq, nibble);
-                const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(wq, 4), nibble);
-                for (int j = 0; j < NT; ++j) {
-                    const int8_t *xq = x.qs[k][j] + 64 * c + 4 * g;
-                    slo[j] = _mm256_add_epi16(slo[j], _mm256_maddubs_epi16(lo, broadcast_dword(xq)));
-                    shi[j] = _mm256_add_epi16(shi[j], _mm256_maddubs_epi16(hi, broadcast_dword(xq + 32)));
+                for (int g = g0; g < g0 + kGroupsPerSum; ++g) {
+                    const __m256i wq = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(r.qs + 32 * (8 * c + g)));
+                    __m256i lo = _mm256_and_si256(wq, nibble);
+                    __m256i hi = _mm256_and_si256(_mm256_srli_epi16(wq, 4), nibble);
+                    if constexpr (kHighBits) {  // Q5_K: bits 2c and 2c + 1 of the group's qh bytes, as bit 4
+                        const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(r.qh + 32 * g));
+                        lo = _mm256_or_si256(lo,
+                                             _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * c), one), 4));
+                        hi = _mm256_or_si256(
+                            hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * c + 1), one), 4));
+                    }
+                    for (int j = 0; j < NT; ++j) {
+                        const int8_t *xq = x.qs[k][j] + 64 * c + 4 * g;
+                        slo[j] = _mm256_add_epi16(slo[j], _mm256_maddubs_epi16(lo, broadcast_dword(xq)));
+                        shi[j] = _mm256_add_epi16(shi[j], _mm256_maddubs_epi16(hi, broadcast_dword(xq + 32)));
+                    }
                 }
-            }
-            for (int j = 0; j < NT; ++j) {
-                isum[j] = _mm256_add_epi32(
-                    isum[j], _mm256_add_epi32(_mm256_madd_epi16(slo[j], sc16_a), _mm256_madd_epi16(shi[j], sc16_b)));
+                for (int j = 0; j < NT; ++j) {
+                    isum[j] = _mm256_add_epi32(isum[j], _mm256_add_epi32(_mm256_madd_epi16(slo[j], sc16_a),
+                                                                         _mm256_madd_epi16(shi[j], sc16_b)));
+                }
             }
         }
         for (int j = 0; j < NT; ++j) {
@@ -319,16 +331,31 @@ void q4_k_rows8(const BlockQ4_Kx8 *rec, const StagedQ8K<NT> &x, int64_t n, bool 
     for (int j = 0; j < NT; ++j) _mm256_storeu_ps(y + j * y_stride, acc[j]);
 }
 
-template <int NT>
-void q4_k_pass(const uint8_t *w, size_t w_stride, int64_t n_rows, const uint8_t *x, size_t x_stride, int64_t nb,
-               float *y, size_t y_stride) {
+template <int NT, typename R>
+void k_pass(const uint8_t *w, size_t w_stride, int64_t n_rows, const uint8_t *x, size_t x_stride, int64_t nb, float *y,
+            size_t y_stride) {
     StagedQ8K<NT> staged;
     for (int64_t k0 = 0; k0 < nb; k0 += kStageBlocks) {
         const int64_t n = nb - k0 < kStageBlocks ? nb - k0 : kStageBlocks;
         staged.fill(x, x_stride, k0, n);
         for (int64_t g0 = 0; g0 < n_rows; g0 += 8) {
-            const auto *rec = reinterpret_cast<const BlockQ4_Kx8 *>(w + g0 * static_cast<int64_t>(w_stride));
-            q4_k_rows8<NT>(rec + k0, staged, n, k0 == 0, y + g0, y_stride);
+            const auto *rec = reinterpret_cast<const R *>(w + g0 * static_cast<int64_t>(w_stride));
+            k_rows8<NT>(rec + k0, staged, n, k0 == 0, y + g0, y_stride);
+        }
+    }
+}
+
+template <typename R>
+void k_rows_any(const void *w, size_t w_stride, int64_t n_rows, const void *x, size_t x_stride, int n_x, int64_t n,
+                float *y, size_t y_stride) {
+    const auto *wb = static_cast<const uint8_t *>(w);
+    const int64_t nb = n / QK_K;
+    for (int j0 = 0; j0 < n_x; j0 += kPackedPassTokens) {
+        const uint8_t *xp = static_cast<const uint8_t *>(x) + j0 * x_stride;
+        if (n_x - j0 >= 2) {
+            k_pass<2, R>(wb, w_stride, n_rows, xp, x_stride, nb, y + j0 * y_stride, y_stride);
+        } else {
+            k_pass<1, R>(wb, w_stride, n_rows, xp, x_stride, nb, y + j0 * y_stride, y_stride);
         }
     }
 }
@@ -414,16 +441,12 @@ void dot_tile_q6_k(const void *w, const void *x, size_t x_stride, int n_x, int64
 
 void dot_rows_q4_kx8(const void *w, size_t w_stride, int64_t n_rows, const void *x, size_t x_stride, int n_x, int64_t n,
                      float *y, size_t y_stride) {
-    const auto *wb = static_cast<const uint8_t *>(w);
-    const int64_t nb = n / QK_K;
-    for (int j0 = 0; j0 < n_x; j0 += kPackedPassTokens) {
-        const uint8_t *xp = static_cast<const uint8_t *>(x) + j0 * x_stride;
-        if (n_x - j0 >= 2) {
-            q4_k_pass<2>(wb, w_stride, n_rows, xp, x_stride, nb, y + j0 * y_stride, y_stride);
-        } else {
-            q4_k_pass<1>(wb, w_stride, n_rows, xp, x_stride, nb, y + j0 * y_stride, y_stride);
-        }
-    }
+    k_rows_any<BlockQ4_Kx8>(w, w_stride, n_rows, x, x_stride, n_x, n, y, y_stride);
+}
+
+void dot_rows_q5_kx8(const void *w, size_t w_stride, int64_t n_rows, const void *x, size_t x_stride, int n_x, int64_t n,
+                     float *y, size_t y_stride) {
+    k_rows_any<BlockQ5_Kx8>(w, w_stride, n_rows, x, x_stride, n_x, n, y, y_stride);
 }
 
 }  // namespace sparrow::cpu::avx2

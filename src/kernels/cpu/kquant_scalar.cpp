@@ -53,31 +53,33 @@ void dot_tile_k(const void *w, const void *x, size_t x_stride, int n_x, int64_t 
     for (int j = 0; j < n_x; ++j) out[j] = acc[j];
 }
 
-}  // namespace
-
-void dot_rows_q4_kx8(const void *w, size_t w_stride, int64_t n_rows, const void *x, size_t x_stride, int n_x, int64_t n,
-                     float *y, size_t y_stride) {
-    // The order every level follows (dispatch.h): per row, token and super-block, the two integer sums, then
-    // acc = fma(-float(msum), dmin * dx, acc) and acc = fma(float(isum), d * dx, acc). The row's block is
-    // rebuilt from its lane of the record and decoded as the dequantisers decode it.
+// Rows packed eight to a record (BlockQ4_Kx8, BlockQ5_Kx8), in the order every level follows (dispatch.h): per
+// row, token and super-block, the two integer sums, then acc = fma(-float(msum), dmin * dx, acc) and
+// acc = fma(float(isum), d * dx, acc). The row's block is rebuilt from its lane of the record and decoded as the
+// dequantisers decode it.
+template <typename Block, typename Record>
+void dot_rows_k8(const void *w, size_t w_stride, int64_t n_rows, const void *x, size_t x_stride, int n_x, int64_t n,
+                 float *y, size_t y_stride) {
     const int64_t nb = n / QK_K;
     for (int64_t g0 = 0; g0 < n_rows; g0 += 8) {
-        const auto *rec = reinterpret_cast<const BlockQ4_Kx8 *>(static_cast<const uint8_t *>(w) + g0 * w_stride);
+        const auto *rec = reinterpret_cast<const Record *>(static_cast<const uint8_t *>(w) + g0 * w_stride);
         for (int r = 0; r < 8; ++r) {
             float acc[kMaxQuantTile] = {};
             KQuantInts b;
             for (int64_t i = 0; i < nb; ++i) {
-                BlockQ4_K blk;
-                unpack_q4_k_lane(rec[i], r, blk);
+                Block blk;
+                unpack_lane(rec[i], r, blk);
                 decode_kquant(blk, b);
+                const int len = QK_K / b.n_sub;
                 for (int j = 0; j < n_x; ++j) {
                     const BlockQ8_K xb = x_block(x, x_stride, j, i);
                     int32_t isum = 0, msum = 0;
-                    for (int s = 0; s < 8; ++s) {
-                        int32_t sum_ux = 0;
-                        for (int l = 32 * s; l < 32 * s + 32; ++l) sum_ux += b.u[l] * xb.qs[l];
-                        isum += b.sc[s] * sum_ux;
-                        msum += b.m[s] * (xb.bsums[2 * s] + xb.bsums[2 * s + 1]);
+                    for (int s = 0; s < b.n_sub; ++s) {
+                        int32_t sum_ux = 0, sum_x = 0;
+                        for (int l = s * len; l < (s + 1) * len; ++l) sum_ux += b.u[l] * xb.qs[l];
+                        for (int k = s * len / 16; k < (s + 1) * len / 16; ++k) sum_x += xb.bsums[k];
+                        isum += b.sc[s] * (sum_ux - b.offset * sum_x);
+                        msum += b.m[s] * sum_x;
                     }
                     acc[j] = std::fma(-static_cast<float>(msum), b.dmin * xb.d, acc[j]);
                     acc[j] = std::fma(static_cast<float>(isum), b.d * xb.d, acc[j]);
@@ -86,6 +88,17 @@ void dot_rows_q4_kx8(const void *w, size_t w_stride, int64_t n_rows, const void 
             for (int j = 0; j < n_x; ++j) y[j * y_stride + static_cast<size_t>(g0 + r)] = acc[j];
         }
     }
+}
+
+}  // namespace
+
+void dot_rows_q4_kx8(const void *w, size_t w_stride, int64_t n_rows, const void *x, size_t x_stride, int n_x, int64_t n,
+                     float *y, size_t y_stride) {
+    dot_rows_k8<BlockQ4_K, BlockQ4_Kx8>(w, w_stride, n_rows, x, x_stride, n_x, n, y, y_stride);
+}
+void dot_rows_q5_kx8(const void *w, size_t w_stride, int64_t n_rows, const void *x, size_t x_stride, int n_x, int64_t n,
+                     float *y, size_t y_stride) {
+    dot_rows_k8<BlockQ5_K, BlockQ5_Kx8>(w, w_stride, n_rows, x, x_stride, n_x, n, y, y_stride);
 }
 
 void dot_tile_q2_k(const void *w, const void *x, size_t x_stride, int n_x, int64_t n, float *out) {

@@ -1,4 +1,5 @@
-// AVX512-VNNI kernel for Q4_K rows packed eight to a record (BlockQ4_Kx8; core/blocks.h) against Q8_K activations.
+// AVX512-VNNI kernels for Q4_K and Q5_K rows packed eight to a record (BlockQ4_Kx8, BlockQ5_Kx8; core/blocks.h)
+// against Q8_K activations (Q5_K: Q4_K's with the fifth bit of each element put above its nibble first).
 // Compiled with AVX-512 and VNNI (CMakeLists.txt: files named *_vnni.cpp) and called only when cpuid has both.
 //
 // As kernels_vnni.cpp does for Q4_0: sixteen rows at a time, the records of two groups of eight side by side in one
@@ -55,7 +56,7 @@ inline __m512i load_pair(const void *a, const void *b) {
 
 // NT tokens' Q8_K activations for up to kStageBlocks super-blocks, at constant offsets from one pointer: the
 // quants, the scale, and the sums of each 32 quants as int16 pairs (s0, s2), (s1, s3), (s4, s6), (s5, s7), the
-// pairs the rows' mins are laid out in (q4_k_rows16).
+// pairs the rows' mins are laid out in (k_rows16).
 template <int NT>
 struct StagedQ8K {
     alignas(64) int8_t qs[kStageBlocks][NT][QK_K];
@@ -81,34 +82,34 @@ struct StagedQ8K {
 
 // Rows of the records a and b (16 lanes; a last group of eight passes b = a and keeps the low lanes), super-blocks
 // [0, n) against the NT staged tokens, continuing the sums in y unless `first`.
-template <int NT>
-void q4_k_rows16(const BlockQ4_Kx8 *a, const BlockQ4_Kx8 *b, const StagedQ8K<NT> &x, int64_t n, bool first,
-                 __mmask16 lanes, float *y, size_t y_stride) {
-    const __m512i nibble = _mm512_set1_epi8(0x0f), byte = _mm512_set1_epi32(0xff);
+template <int NT, typename R>
+void k_rows16(const R *a, const R *b, const StagedQ8K<NT> &x, int64_t n, bool first, __mmask16 lanes, float *y,
+              size_t y_stride) {
+    constexpr bool kHighBits = sizeof(R) == sizeof(BlockQ5_Kx8);
+    const __m512i nibble = _mm512_set1_epi8(0x0f), byte = _mm512_set1_epi32(0xff), one = _mm512_set1_epi8(1);
     const __m512i low6 = _mm512_set1_epi32(0x3f3f3f3f), low4 = _mm512_set1_epi32(0x0f0f0f0f);
     const __m512i top2 = _mm512_set1_epi32(0x03030303), even_bytes = _mm512_set1_epi32(0x00ff00ff);
     __m512 acc[NT];
     for (int j = 0; j < NT; ++j) acc[j] = first ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(lanes, y + j * y_stride);
     for (int64_t k = 0; k < n; ++k) {
-        const BlockQ4_Kx8 &ra = a[k], &rb = b[k];
+        const R &ra = a[k], &rb = b[k];
         prefetch_ahead(&ra, sizeof ra);
         prefetch_ahead(&rb, sizeof rb);
         const auto halves = [](const uint16_t *pa, const uint16_t *pb) {
-            return _mm512_cvtph_ps(_mm256_inserti128_si256(
-                _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i *>(pa))),
-                _mm_loadu_si128(reinterpret_cast<const __m128i *>(pb)), 1));
+            return _mm512_cvtph_ps(
+                _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i *>(pa))),
+                                        _mm_loadu_si128(reinterpret_cast<const __m128i *>(pb)), 1));
         };
         const __m512 dw = halves(ra.d, rb.d), dmw = halves(ra.dmin, rb.dmin);
         // The scale words of all 16 rows, unpacked as BlockQ4_K describes: bytes of sc 0-3, sc 4-7, m 0-3, m 4-7.
         const __m512i w0 = load_pair(ra.scales, rb.scales), w1 = load_pair(ra.scales + 32, rb.scales + 32);
         const __m512i w2 = load_pair(ra.scales + 64, rb.scales + 64);
         const __m512i sc_lo = _mm512_and_si512(w0, low6);
-        const __m512i sc_hi = _mm512_or_si512(
-            _mm512_and_si512(w2, low4), _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(w0, 6), top2), 4));
+        const __m512i sc_hi = _mm512_or_si512(_mm512_and_si512(w2, low4),
+                                              _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(w0, 6), top2), 4));
         const __m512i m_lo = _mm512_and_si512(w1, low6);
-        const __m512i m_hi =
-            _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(w2, 4), low4),
-                            _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(w1, 6), top2), 4));
+        const __m512i m_hi = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(w2, 4), low4),
+                                             _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(w1, 6), top2), 4));
         // Mins first (the order dispatch.h defines): int16 pairs (m0, m2), (m1, m3), (m4, m6), (m5, m7) against
         // the token's pairs of sums.
         {
@@ -119,13 +120,13 @@ void q4_k_rows16(const BlockQ4_Kx8 *a, const BlockQ4_Kx8 *b, const StagedQ8K<NT>
 #pragma GCC unroll 4
             for (int j = 0; j < NT; ++j) {
                 const int32_t *p = x.sum_pairs[k][j];
-                const __m512i msum = _mm512_add_epi32(
-                    _mm512_add_epi32(_mm512_madd_epi16(m02, _mm512_set1_epi32(p[0])),
-                                     _mm512_madd_epi16(m13, _mm512_set1_epi32(p[1]))),
-                    _mm512_add_epi32(_mm512_madd_epi16(m46, _mm512_set1_epi32(p[2])),
-                                     _mm512_madd_epi16(m57, _mm512_set1_epi32(p[3]))));
-                acc[j] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(msum), _mm512_mul_ps(dmw, _mm512_set1_ps(x.dx[k][j])),
-                                          acc[j]);
+                const __m512i msum =
+                    _mm512_add_epi32(_mm512_add_epi32(_mm512_madd_epi16(m02, _mm512_set1_epi32(p[0])),
+                                                      _mm512_madd_epi16(m13, _mm512_set1_epi32(p[1]))),
+                                     _mm512_add_epi32(_mm512_madd_epi16(m46, _mm512_set1_epi32(p[2])),
+                                                      _mm512_madd_epi16(m57, _mm512_set1_epi32(p[3]))));
+                acc[j] =
+                    _mm512_fnmadd_ps(_mm512_cvtepi32_ps(msum), _mm512_mul_ps(dmw, _mm512_set1_ps(x.dx[k][j])), acc[j]);
             }
         }
         __m512i isum[NT];
@@ -140,8 +141,14 @@ void q4_k_rows16(const BlockQ4_Kx8 *a, const BlockQ4_Kx8 *b, const StagedQ8K<NT>
 #pragma GCC unroll 8
             for (int g = 0; g < 8; ++g) {
                 const __m512i wq = load_pair(ra.qs + 32 * (8 * c + g), rb.qs + 32 * (8 * c + g));
-                const __m512i lo = _mm512_and_si512(wq, nibble);
-                const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(wq, 4), nibble);
+                __m512i lo = _mm512_and_si512(wq, nibble);
+                __m512i hi = _mm512_and_si512(_mm512_srli_epi16(wq, 4), nibble);
+                if constexpr (kHighBits) {  // Q5_K: bits 2c and 2c + 1 of the group's qh bytes, as bit 4
+                    const __m512i qh = load_pair(ra.qh + 32 * g, rb.qh + 32 * g);
+                    lo = _mm512_or_si512(lo, _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(qh, 2 * c), one), 4));
+                    hi = _mm512_or_si512(hi,
+                                         _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(qh, 2 * c + 1), one), 4));
+                }
 #pragma GCC unroll 4
                 for (int j = 0; j < NT; ++j) {
                     dlo[j] = dpbusd_bcast(dlo[j], lo, x.qs[k][j] + 64 * c + 4 * g);
@@ -164,21 +171,41 @@ void q4_k_rows16(const BlockQ4_Kx8 *a, const BlockQ4_Kx8 *b, const StagedQ8K<NT>
 }
 
 // Packed rows against NT tokens: stages of kStageBlocks super-blocks, each over every group of sixteen rows.
-template <int NT>
-void q4_k_pass(const uint8_t *w, size_t w_stride, int64_t n_rows, const uint8_t *x, size_t x_stride, int64_t nb,
-               float *y, size_t y_stride) {
+template <int NT, typename R>
+void k_pass(const uint8_t *w, size_t w_stride, int64_t n_rows, const uint8_t *x, size_t x_stride, int64_t nb, float *y,
+            size_t y_stride) {
     StagedQ8K<NT> staged;
     for (int64_t k0 = 0; k0 < nb; k0 += kStageBlocks) {
         const int64_t n = nb - k0 < kStageBlocks ? nb - k0 : kStageBlocks;
         staged.fill(x, x_stride, k0, n);
         for (int64_t g0 = 0; g0 < n_rows; g0 += 16) {
             const bool pair = g0 + 16 <= n_rows;
-            const auto *a = reinterpret_cast<const BlockQ4_Kx8 *>(w + g0 * static_cast<int64_t>(w_stride));
-            const auto *b =
-                pair ? reinterpret_cast<const BlockQ4_Kx8 *>(w + (g0 + 8) * static_cast<int64_t>(w_stride)) : a;
-            q4_k_rows16<NT>(a + k0, b + k0, staged, n, k0 == 0, pair ? __mmask16(0xFFFF) : __mmask16(0x00FF), y + g0,
-                            y_stride);
+            const auto *a = reinterpret_cast<const R *>(w + g0 * static_cast<int64_t>(w_stride));
+            const auto *b = pair ? reinterpret_cast<const R *>(w + (g0 + 8) * static_cast<int64_t>(w_stride)) : a;
+            k_rows16<NT>(a + k0, b + k0, staged, n, k0 == 0, pair ? __mmask16(0xFFFF) : __mmask16(0x00FF), y + g0,
+                         y_stride);
         }
+    }
+}
+
+// The tokens in passes of at most kPassTokens, as even as they go (8 = 4 + 4, 5 = 3 + 2).
+template <typename R>
+void k_rows_any(const void *w, size_t w_stride, int64_t n_rows, const void *x, size_t x_stride, int n_x, int64_t n,
+                float *y, size_t y_stride) {
+    const auto *wb = static_cast<const uint8_t *>(w);
+    const int64_t nb = n / QK_K;
+    const int n_passes = (n_x + kPassTokens - 1) / kPassTokens;
+    for (int p = 0, j0 = 0; p < n_passes; ++p) {
+        const int nt = (n_x - j0) / (n_passes - p) + ((n_x - j0) % (n_passes - p) != 0);
+        const uint8_t *xp = static_cast<const uint8_t *>(x) + j0 * x_stride;
+        float *yp = y + j0 * y_stride;
+        switch (nt) {
+            case 1: k_pass<1, R>(wb, w_stride, n_rows, xp, x_stride, nb, yp, y_stride); break;
+            case 2: k_pass<2, R>(wb, w_stride, n_rows, xp, x_stride, nb, yp, y_stride); break;
+            case 3: k_pass<3, R>(wb, w_stride, n_rows, xp, x_stride, nb, yp, y_stride); break;
+            default: k_pass<4, R>(wb, w_stride, n_rows, xp, x_stride, nb, yp, y_stride); break;
+        }
+        j0 += nt;
     }
 }
 
@@ -186,22 +213,12 @@ void q4_k_pass(const uint8_t *w, size_t w_stride, int64_t n_rows, const uint8_t 
 
 void dot_rows_q4_kx8(const void *w, size_t w_stride, int64_t n_rows, const void *x, size_t x_stride, int n_x, int64_t n,
                      float *y, size_t y_stride) {
-    const auto *wb = static_cast<const uint8_t *>(w);
-    const int64_t nb = n / QK_K;
-    // The tokens in passes of at most kPassTokens, as even as they go (8 = 4 + 4, 5 = 3 + 2).
-    const int n_passes = (n_x + kPassTokens - 1) / kPassTokens;
-    for (int p = 0, j0 = 0; p < n_passes; ++p) {
-        const int nt = (n_x - j0) / (n_passes - p) + ((n_x - j0) % (n_passes - p) != 0);
-        const uint8_t *xp = static_cast<const uint8_t *>(x) + j0 * x_stride;
-        float *yp = y + j0 * y_stride;
-        switch (nt) {
-            case 1: q4_k_pass<1>(wb, w_stride, n_rows, xp, x_stride, nb, yp, y_stride); break;
-            case 2: q4_k_pass<2>(wb, w_stride, n_rows, xp, x_stride, nb, yp, y_stride); break;
-            case 3: q4_k_pass<3>(wb, w_stride, n_rows, xp, x_stride, nb, yp, y_stride); break;
-            default: q4_k_pass<4>(wb, w_stride, n_rows, xp, x_stride, nb, yp, y_stride); break;
-        }
-        j0 += nt;
-    }
+    k_rows_any<BlockQ4_Kx8>(w, w_stride, n_rows, x, x_stride, n_x, n, y, y_stride);
+}
+
+void dot_rows_q5_kx8(const void *w, size_t w_stride, int64_t n_rows, const void *x, size_t x_stride, int n_x, int64_t n,
+                     float *y, size_t y_stride) {
+    k_rows_any<BlockQ5_Kx8>(w, w_stride, n_rows, x, x_stride, n_x, n, y, y_stride);
 }
 
 }  // namespace sparrow::cpu::avx512vnni
