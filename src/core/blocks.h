@@ -201,4 +201,21 @@ struct BlockQ6_K {
 };
 static_assert(sizeof(BlockQ6_K) == 210, "Q6_K block must match ggml");
 
+// Not a GGUF type: Q6_K rows packed eight to a record (kernels/ops.h pack_rows8). Record b of rows 8R..8R+7 holds
+// super-block b of each:
+//   d        the eight rows' fp16 scales
+//   scales   scales[8 * s + r] = row r's scale of sub-block s: eight bytes per sub-block, one per row, and the
+//            sixteen bytes of sub-blocks 2t and 2t + 1 interleave into the int16 pairs a madd multiplies
+//   ql, qh   ql[32 * g + 4 * r + e] = row r's ql[4 * g + e] (g < 32), qh[32 * g + 4 * r + e] = row r's qh[4 * g + e]
+//            (g < 16): with half h and i < 8, ql groups 16h + i and 16h + 8 + i and qh group 8h + i hold elements
+//            128h + 32t + 4i + e (t < 4) as BlockQ6_K describes
+// 1680 bytes = the eight BlockQ6_K it replaces.
+struct BlockQ6_Kx8 {
+    uint16_t d[8];
+    int8_t scales[8 * QK_K / 16];
+    uint8_t ql[8 * QK_K / 2];
+    uint8_t qh[8 * QK_K / 4];
+};
+static_assert(sizeof(BlockQ6_Kx8) == 8 * sizeof(BlockQ6_K), "BlockQ6_Kx8 is eight Q6_K blocks");
+
 }  // namespace sparrow

@@ -68,6 +68,7 @@ constexpr KernelTable kScalarTable = {
     .dot_rows_q4_0x8 = scalar::dot_rows_q4_0x8,
     .dot_rows_q4_kx8 = scalar::dot_rows_q4_kx8,
     .dot_rows_q5_kx8 = scalar::dot_rows_q5_kx8,
+    .dot_rows_q6_kx8 = scalar::dot_rows_q6_kx8,
     .axpy_f32 = scalar::axpy_f32,
     .axpy_f16 = scalar::axpy_f16,
     .axpy_bf16 = scalar::axpy_bf16,
@@ -99,6 +100,7 @@ constexpr KernelTable kAvx2Table = {
     .dot_rows_q4_0x8 = avx2::dot_rows_q4_0x8,
     .dot_rows_q4_kx8 = avx2::dot_rows_q4_kx8,
     .dot_rows_q5_kx8 = avx2::dot_rows_q5_kx8,
+    .dot_rows_q6_kx8 = avx2::dot_rows_q6_kx8,
     .axpy_f32 = avx2::axpy_f32,
     .axpy_f16 = avx2::axpy_f16,
     .axpy_bf16 = avx2::axpy_bf16,
@@ -138,6 +140,7 @@ constexpr KernelTable kAvx512Table = {
     .dot_rows_q4_0x8 = avx2::dot_rows_q4_0x8,
     .dot_rows_q4_kx8 = avx2::dot_rows_q4_kx8,
     .dot_rows_q5_kx8 = avx2::dot_rows_q5_kx8,
+    .dot_rows_q6_kx8 = avx2::dot_rows_q6_kx8,
     .axpy_f32 = avx512::axpy_f32,
     .axpy_f16 = avx512::axpy_f16,
     .axpy_bf16 = avx512::axpy_bf16,
@@ -156,6 +159,7 @@ constexpr KernelTable with_vnni(KernelTable t) {
     t.dot_rows_q4_0x8 = avx512vnni::dot_rows_q4_0x8;
     t.dot_rows_q4_kx8 = avx512vnni::dot_rows_q4_kx8;
     t.dot_rows_q5_kx8 = avx512vnni::dot_rows_q5_kx8;
+    t.dot_rows_q6_kx8 = avx512vnni::dot_rows_q6_kx8;
     return t;
 }
 constexpr KernelTable kAvx512VnniTable = with_vnni(kAvx512Table);
@@ -217,6 +221,7 @@ DotRowsFn KernelTable::dot_rows8(DType t) const {
         case DType::Q4_0: return dot_rows_q4_0x8;
         case DType::Q4_K: return dot_rows_q4_kx8;
         case DType::Q5_K: return dot_rows_q5_kx8;
+        case DType::Q6_K: return dot_rows_q6_kx8;
         default: throw_error("no packed-row kernel for weight type %s", std::string(dtype_name(t)).c_str());
     }
 }

@@ -100,6 +100,8 @@ struct KernelTable {
     // acc = fma(-float(msum), dmin * dx, acc) then acc = fma(float(isum), d * dx, acc), from 0.
     DotRowsFn dot_rows_q4_kx8 = nullptr;
     DotRowsFn dot_rows_q5_kx8 = nullptr;  // the same for Q5_K (BlockQ5_Kx8)
+    // Q6_K (BlockQ6_Kx8): isum = sum_s sc_s * (sum(u x)_s - 32 sum(x)_s), acc = fma(float(isum), d * dx, acc).
+    DotRowsFn dot_rows_q6_kx8 = nullptr;
     AxpyFn axpy_f32 = nullptr;
     AxpyFn axpy_f16 = nullptr;
     AxpyFn axpy_bf16 = nullptr;

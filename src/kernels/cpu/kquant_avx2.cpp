@@ -204,7 +204,7 @@ void dot_tile_16(const void *w, const void *x, size_t x_stride, int n_x, int64_t
     for (int j = 0; j < n_x; ++j) out[j] = hsum(acc[j]);
 }
 
-// --- Q4_K and Q5_K rows packed eight to a record (BlockQ4_Kx8, BlockQ5_Kx8) -------------------------------------
+// --- Q4_K, Q5_K and Q6_K rows packed eight to a record (BlockQ4_Kx8, BlockQ5_Kx8, BlockQ6_Kx8) -----------------
 // One 256-bit load holds four bytes of each of the eight rows; their low nibbles (sub-block 2c) and high nibbles
 // (2c + 1) meet the token's broadcast activation dwords in maddubs. Pairs of products reach 2 * 15 * 127, so the
 // groups of a sub-block add up in int16 (eight: 30480 at most; Q5_K four) before one madd with the rows' scales as
@@ -221,6 +221,7 @@ struct StagedQ8K {
     alignas(32) int8_t qs[kStageBlocks][NT][QK_K];
     float dx[kStageBlocks][NT];
     int32_t sum_pairs[kStageBlocks][NT][4];
+    int32_t bsum_pairs[kStageBlocks][NT][8];  // the sixteen bsums as they lie: (b0, b1), (b2, b3), ... (Q6_K)
 
     void fill(const uint8_t *x, size_t x_stride, int64_t k0, int64_t n) {
         for (int j = 0; j < NT; ++j) {
@@ -230,6 +231,7 @@ struct StagedQ8K {
                 std::memcpy(qs[k][j], blk + offsetof(BlockQ8_K, qs), QK_K);
                 int16_t bsums[QK_K / 16];
                 std::memcpy(bsums, blk + offsetof(BlockQ8_K, bsums), sizeof bsums);
+                std::memcpy(bsum_pairs[k][j], bsums, sizeof bsums);
                 uint32_t s[8];  // the sums of each 32, as int16 bits
                 for (int i = 0; i < 8; ++i) s[i] = static_cast<uint16_t>(bsums[2 * i] + bsums[2 * i + 1]);
                 const uint32_t pairs[4] = {s[0] | s[2] << 16, s[1] | s[3] << 16, s[4] | s[6] << 16, s[5] | s[7] << 16};
@@ -331,6 +333,76 @@ void k_rows8(const R *rec, const StagedQ8K<NT> &x, int64_t n, bool first, float 
     for (int j = 0; j < NT; ++j) _mm256_storeu_ps(y + j * y_stride, acc[j]);
 }
 
+// Q6_K (BlockQ6_Kx8; the element order kquant_vnni.cpp's q6_k_rows16 describes). Pairs of products reach
+// 2 * 63 * 127, so each maddubs goes to int32 at once, in one madd with its sub-block's scale as int16 pairs.
+template <int NT>
+void q6_k_rows8(const BlockQ6_Kx8 *rec, const StagedQ8K<NT> &x, int64_t n, bool first, float *y, size_t y_stride) {
+    const __m256i nibble = _mm256_set1_epi8(0x0f), two_bits = _mm256_set1_epi8(3);
+    __m256 acc[NT];
+    for (int j = 0; j < NT; ++j) acc[j] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(y + j * y_stride);
+    for (int64_t k = 0; k < n; ++k) {
+        const BlockQ6_Kx8 &r = rec[k];
+        prefetch_block(&r, sizeof r);
+        const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(r.d)));
+        // Sub-block s's scale in both int16 halves of each row's lane.
+        const auto scale16 = [&r](int s) {
+            const __m256i sc =
+                _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i *>(r.scales + 8 * s)));
+            return _mm256_or_si256(_mm256_and_si256(sc, _mm256_set1_epi32(0xffff)), _mm256_slli_epi32(sc, 16));
+        };
+        __m256i isum[NT];
+        {
+            __m256i offsets[NT];
+            for (int j = 0; j < NT; ++j) offsets[j] = _mm256_setzero_si256();
+            for (int p = 0; p < 8; ++p) {  // sub-blocks 2p and 2p + 1, as int16 pairs
+                const __m256i sc2 = _mm256_cvtepi8_epi16(
+                    _mm_unpacklo_epi8(_mm_loadl_epi64(reinterpret_cast<const __m128i *>(r.scales + 16 * p)),
+                                      _mm_loadl_epi64(reinterpret_cast<const __m128i *>(r.scales + 16 * p + 8))));
+                for (int j = 0; j < NT; ++j) {
+                    offsets[j] =
+                        _mm256_add_epi32(offsets[j], _mm256_madd_epi16(sc2, _mm256_set1_epi32(x.bsum_pairs[k][j][p])));
+                }
+            }
+            for (int j = 0; j < NT; ++j)
+                isum[j] = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(offsets[j], 5));
+        }
+        for (int h = 0; h < 2; ++h) {
+            for (int q = 0; q < 2; ++q) {
+                for (int src = 0; src < 2; ++src) {
+                    const __m256i sc_lo = scale16(8 * h + 2 * src + q), sc_hi = scale16(8 * h + 2 * (src + 2) + q);
+#pragma GCC unroll 4
+                    for (int i = 4 * q; i < 4 * q + 4; ++i) {
+                        const __m256i wq =
+                            _mm256_loadu_si256(reinterpret_cast<const __m256i *>(r.ql + 32 * (16 * h + 8 * src + i)));
+                        const __m256i qh =
+                            _mm256_loadu_si256(reinterpret_cast<const __m256i *>(r.qh + 32 * (8 * h + i)));
+                        const __m256i lo = _mm256_or_si256(
+                            _mm256_and_si256(wq, nibble),
+                            _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * src), two_bits), 4));
+                        const __m256i hi = _mm256_or_si256(
+                            _mm256_and_si256(_mm256_srli_epi16(wq, 4), nibble),
+                            _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * src + 4), two_bits), 4));
+                        for (int j = 0; j < NT; ++j) {
+                            const int8_t *xq = x.qs[k][j] + 128 * h + 4 * i;
+                            isum[j] = _mm256_add_epi32(
+                                isum[j],
+                                _mm256_add_epi32(
+                                    _mm256_madd_epi16(_mm256_maddubs_epi16(lo, broadcast_dword(xq + 32 * src)), sc_lo),
+                                    _mm256_madd_epi16(_mm256_maddubs_epi16(hi, broadcast_dword(xq + 32 * (src + 2))),
+                                                      sc_hi)));
+                        }
+                    }
+                }
+            }
+        }
+        for (int j = 0; j < NT; ++j) {
+            acc[j] =
+                _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[j]), _mm256_mul_ps(dw, _mm256_set1_ps(x.dx[k][j])), acc[j]);
+        }
+    }
+    for (int j = 0; j < NT; ++j) _mm256_storeu_ps(y + j * y_stride, acc[j]);
+}
+
 template <int NT, typename R>
 void k_pass(const uint8_t *w, size_t w_stride, int64_t n_rows, const uint8_t *x, size_t x_stride, int64_t nb, float *y,
             size_t y_stride) {
@@ -340,7 +412,11 @@ void k_pass(const uint8_t *w, size_t w_stride, int64_t n_rows, const uint8_t *x,
         staged.fill(x, x_stride, k0, n);
         for (int64_t g0 = 0; g0 < n_rows; g0 += 8) {
             const auto *rec = reinterpret_cast<const R *>(w + g0 * static_cast<int64_t>(w_stride));
-            k_rows8<NT>(rec + k0, staged, n, k0 == 0, y + g0, y_stride);
+            if constexpr (sizeof(R) == sizeof(BlockQ6_Kx8)) {
+                q6_k_rows8<NT>(rec + k0, staged, n, k0 == 0, y + g0, y_stride);
+            } else {
+                k_rows8<NT>(rec + k0, staged, n, k0 == 0, y + g0, y_stride);
+            }
         }
     }
 }
@@ -447,6 +523,11 @@ void dot_rows_q4_kx8(const void *w, size_t w_stride, int64_t n_rows, const void 
 void dot_rows_q5_kx8(const void *w, size_t w_stride, int64_t n_rows, const void *x, size_t x_stride, int n_x, int64_t n,
                      float *y, size_t y_stride) {
     k_rows_any<BlockQ5_Kx8>(w, w_stride, n_rows, x, x_stride, n_x, n, y, y_stride);
+}
+
+void dot_rows_q6_kx8(const void *w, size_t w_stride, int64_t n_rows, const void *x, size_t x_stride, int n_x, int64_t n,
+                     float *y, size_t y_stride) {
+    k_rows_any<BlockQ6_Kx8>(w, w_stride, n_rows, x, x_stride, n_x, n, y, y_stride);
 }
 
 }  // namespace sparrow::cpu::avx2

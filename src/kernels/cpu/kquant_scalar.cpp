@@ -53,10 +53,10 @@ void dot_tile_k(const void *w, const void *x, size_t x_stride, int n_x, int64_t 
     for (int j = 0; j < n_x; ++j) out[j] = acc[j];
 }
 
-// Rows packed eight to a record (BlockQ4_Kx8, BlockQ5_Kx8), in the order every level follows (dispatch.h): per
-// row, token and super-block, the two integer sums, then acc = fma(-float(msum), dmin * dx, acc) and
-// acc = fma(float(isum), d * dx, acc). The row's block is rebuilt from its lane of the record and decoded as the
-// dequantisers decode it.
+// Rows packed eight to a record (BlockQ4_Kx8, BlockQ5_Kx8, BlockQ6_Kx8), in the order every level follows
+// (dispatch.h): per row, token and super-block, the integer sums, then acc = fma(-float(msum), dmin * dx, acc)
+// (not for Q6_K, which has no mins) and acc = fma(float(isum), d * dx, acc). The row's block is rebuilt from its lane
+// of the record and decoded as the dequantisers decode it.
 template <typename Block, typename Record>
 void dot_rows_k8(const void *w, size_t w_stride, int64_t n_rows, const void *x, size_t x_stride, int n_x, int64_t n,
                  float *y, size_t y_stride) {
@@ -81,7 +81,9 @@ void dot_rows_k8(const void *w, size_t w_stride, int64_t n_rows, const void *x, 
                         isum += b.sc[s] * (sum_ux - b.offset * sum_x);
                         msum += b.m[s] * sum_x;
                     }
-                    acc[j] = std::fma(-static_cast<float>(msum), b.dmin * xb.d, acc[j]);
+                    if constexpr (sizeof(Block) != sizeof(BlockQ6_K)) {  // Q6_K has no mins
+                        acc[j] = std::fma(-static_cast<float>(msum), b.dmin * xb.d, acc[j]);
+                    }
                     acc[j] = std::fma(static_cast<float>(isum), b.d * xb.d, acc[j]);
                 }
             }
@@ -99,6 +101,10 @@ void dot_rows_q4_kx8(const void *w, size_t w_stride, int64_t n_rows, const void 
 void dot_rows_q5_kx8(const void *w, size_t w_stride, int64_t n_rows, const void *x, size_t x_stride, int n_x, int64_t n,
                      float *y, size_t y_stride) {
     dot_rows_k8<BlockQ5_K, BlockQ5_Kx8>(w, w_stride, n_rows, x, x_stride, n_x, n, y, y_stride);
+}
+void dot_rows_q6_kx8(const void *w, size_t w_stride, int64_t n_rows, const void *x, size_t x_stride, int n_x, int64_t n,
+                     float *y, size_t y_stride) {
+    dot_rows_k8<BlockQ6_K, BlockQ6_Kx8>(w, w_stride, n_rows, x, x_stride, n_x, n, y, y_stride);
 }
 
 void dot_tile_q2_k(const void *w, const void *x, size_t x_stride, int n_x, int64_t n, float *out) {

@@ -1,5 +1,6 @@
-// AVX512-VNNI kernels for Q4_K and Q5_K rows packed eight to a record (BlockQ4_Kx8, BlockQ5_Kx8; core/blocks.h)
-// against Q8_K activations (Q5_K: Q4_K's with the fifth bit of each element put above its nibble first).
+// AVX512-VNNI kernels for Q4_K, Q5_K and Q6_K rows packed eight to a record (BlockQ4_Kx8, BlockQ5_Kx8, BlockQ6_Kx8;
+// core/blocks.h) against Q8_K activations (Q5_K: Q4_K's with the fifth bit of each element put above its nibble
+// first; Q6_K: q6_k_rows16).
 // Compiled with AVX-512 and VNNI (CMakeLists.txt: files named *_vnni.cpp) and called only when cpuid has both.
 //
 // As kernels_vnni.cpp does for Q4_0: sixteen rows at a time, the records of two groups of eight side by side in one
@@ -62,6 +63,7 @@ struct StagedQ8K {
     alignas(64) int8_t qs[kStageBlocks][NT][QK_K];
     float dx[kStageBlocks][NT];
     int32_t sum_pairs[kStageBlocks][NT][4];
+    int32_t bsum_pairs[kStageBlocks][NT][8];  // the sixteen bsums as they lie: (b0, b1), (b2, b3), ... (Q6_K)
 
     void fill(const uint8_t *x, size_t x_stride, int64_t k0, int64_t n) {
         for (int j = 0; j < NT; ++j) {
@@ -71,6 +73,7 @@ struct StagedQ8K {
                 std::memcpy(qs[k][j], blk + offsetof(BlockQ8_K, qs), QK_K);
                 int16_t bsums[QK_K / 16];
                 std::memcpy(bsums, blk + offsetof(BlockQ8_K, bsums), sizeof bsums);
+                std::memcpy(bsum_pairs[k][j], bsums, sizeof bsums);
                 uint32_t s[8];  // the sums of each 32, as int16 bits
                 for (int i = 0; i < 8; ++i) s[i] = static_cast<uint16_t>(bsums[2 * i] + bsums[2 * i + 1]);
                 const uint32_t pairs[4] = {s[0] | s[2] << 16, s[1] | s[3] << 16, s[4] | s[6] << 16, s[5] | s[7] << 16};
@@ -170,6 +173,93 @@ void k_rows16(const R *a, const R *b, const StagedQ8K<NT> &x, int64_t n, bool fi
     for (int j = 0; j < NT; ++j) _mm512_mask_storeu_ps(y + j * y_stride, lanes, acc[j]);
 }
 
+// Q6_K (BlockQ6_Kx8): per half h and quarter q of its byte groups, the low and high nibbles of the ql groups
+// 16h + i (elements 32t + 4i, t = 0 and 2) and 16h + 8 + i (t = 1 and 3), with two bits of qh group 8h + i above
+// each, are sub-blocks 8h + 2t + q. The -32 offset of every element is one madd per pair of sub-blocks: the rows'
+// scales as int16 pairs against the token's bsums as they lie. Then one FMA per super-block and token.
+template <int NT>
+void q6_k_rows16(const BlockQ6_Kx8 *a, const BlockQ6_Kx8 *b, const StagedQ8K<NT> &x, int64_t n, bool first,
+                 __mmask16 lanes, float *y, size_t y_stride) {
+    const __m512i nibble = _mm512_set1_epi8(0x0f), two_bits = _mm512_set1_epi8(3);
+    __m512 acc[NT];
+    for (int j = 0; j < NT; ++j) acc[j] = first ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(lanes, y + j * y_stride);
+    for (int64_t k = 0; k < n; ++k) {
+        const BlockQ6_Kx8 &ra = a[k], &rb = b[k];
+        prefetch_ahead(&ra, sizeof ra);
+        prefetch_ahead(&rb, sizeof rb);
+        const __m512 dw = _mm512_cvtph_ps(
+            _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i *>(ra.d))),
+                                    _mm_loadu_si128(reinterpret_cast<const __m128i *>(rb.d)), 1));
+        // Sub-block s's scale, one int32 lane per row.
+        const auto scale = [&ra, &rb](int s) {
+            return _mm512_cvtepi8_epi32(
+                _mm_unpacklo_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i *>(ra.scales + 8 * s)),
+                                   _mm_loadl_epi64(reinterpret_cast<const __m128i *>(rb.scales + 8 * s))));
+        };
+        __m512i isum[NT];
+        {
+            __m512i offsets[NT];
+            for (int j = 0; j < NT; ++j) offsets[j] = _mm512_setzero_si512();
+            for (int p = 0; p < 8; ++p) {  // sub-blocks 2p and 2p + 1
+                const auto pairs = [p](const BlockQ6_Kx8 &r) {
+                    return _mm256_cvtepi8_epi16(
+                        _mm_unpacklo_epi8(_mm_loadl_epi64(reinterpret_cast<const __m128i *>(r.scales + 16 * p)),
+                                          _mm_loadl_epi64(reinterpret_cast<const __m128i *>(r.scales + 16 * p + 8))));
+                };
+                const __m512i sc2 = _mm512_inserti64x4(_mm512_castsi256_si512(pairs(ra)), pairs(rb), 1);
+#pragma GCC unroll 4
+                for (int j = 0; j < NT; ++j) {
+                    offsets[j] =
+                        _mm512_add_epi32(offsets[j], _mm512_madd_epi16(sc2, _mm512_set1_epi32(x.bsum_pairs[k][j][p])));
+                }
+            }
+            for (int j = 0; j < NT; ++j)
+                isum[j] = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(offsets[j], 5));
+        }
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; ++h) {
+#pragma GCC unroll 2
+            for (int q = 0; q < 2; ++q) {
+#pragma GCC unroll 2
+                for (int src = 0; src < 2; ++src) {  // ql groups 16h + 8 src + i: t = src (low nibbles), src + 2
+                    const __m512i sc_lo = scale(8 * h + 2 * src + q), sc_hi = scale(8 * h + 2 * (src + 2) + q);
+                    __m512i dlo[NT], dhi[NT];
+                    for (int j = 0; j < NT; ++j) dlo[j] = dhi[j] = _mm512_setzero_si512();
+#pragma GCC unroll 4
+                    for (int i = 4 * q; i < 4 * q + 4; ++i) {
+                        const int gl = 16 * h + 8 * src + i, gh = 8 * h + i;
+                        const __m512i wq = load_pair(ra.ql + 32 * gl, rb.ql + 32 * gl);
+                        const __m512i qh = load_pair(ra.qh + 32 * gh, rb.qh + 32 * gh);
+                        const __m512i lo = _mm512_or_si512(
+                            _mm512_and_si512(wq, nibble),
+                            _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(qh, 2 * src), two_bits), 4));
+                        const __m512i hi = _mm512_or_si512(
+                            _mm512_and_si512(_mm512_srli_epi16(wq, 4), nibble),
+                            _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(qh, 2 * src + 4), two_bits), 4));
+#pragma GCC unroll 4
+                        for (int j = 0; j < NT; ++j) {
+                            const int8_t *xq = x.qs[k][j] + 128 * h + 4 * i;
+                            dlo[j] = dpbusd_bcast(dlo[j], lo, xq + 32 * src);
+                            dhi[j] = dpbusd_bcast(dhi[j], hi, xq + 32 * (src + 2));
+                        }
+                    }
+#pragma GCC unroll 4
+                    for (int j = 0; j < NT; ++j) {
+                        isum[j] = _mm512_add_epi32(isum[j], _mm512_add_epi32(_mm512_mullo_epi32(dlo[j], sc_lo),
+                                                                             _mm512_mullo_epi32(dhi[j], sc_hi)));
+                    }
+                }
+            }
+        }
+#pragma GCC unroll 4
+        for (int j = 0; j < NT; ++j) {
+            acc[j] =
+                _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[j]), _mm512_mul_ps(dw, _mm512_set1_ps(x.dx[k][j])), acc[j]);
+        }
+    }
+    for (int j = 0; j < NT; ++j) _mm512_mask_storeu_ps(y + j * y_stride, lanes, acc[j]);
+}
+
 // Packed rows against NT tokens: stages of kStageBlocks super-blocks, each over every group of sixteen rows.
 template <int NT, typename R>
 void k_pass(const uint8_t *w, size_t w_stride, int64_t n_rows, const uint8_t *x, size_t x_stride, int64_t nb, float *y,
@@ -182,8 +272,12 @@ void k_pass(const uint8_t *w, size_t w_stride, int64_t n_rows, const uint8_t *x,
             const bool pair = g0 + 16 <= n_rows;
             const auto *a = reinterpret_cast<const R *>(w + g0 * static_cast<int64_t>(w_stride));
             const auto *b = pair ? reinterpret_cast<const R *>(w + (g0 + 8) * static_cast<int64_t>(w_stride)) : a;
-            k_rows16<NT>(a + k0, b + k0, staged, n, k0 == 0, pair ? __mmask16(0xFFFF) : __mmask16(0x00FF), y + g0,
-                         y_stride);
+            const __mmask16 lanes = pair ? __mmask16(0xFFFF) : __mmask16(0x00FF);
+            if constexpr (sizeof(R) == sizeof(BlockQ6_Kx8)) {
+                q6_k_rows16<NT>(a + k0, b + k0, staged, n, k0 == 0, lanes, y + g0, y_stride);
+            } else {
+                k_rows16<NT>(a + k0, b + k0, staged, n, k0 == 0, lanes, y + g0, y_stride);
+            }
         }
     }
 }
@@ -219,6 +313,11 @@ void dot_rows_q4_kx8(const void *w, size_t w_stride, int64_t n_rows, const void 
 void dot_rows_q5_kx8(const void *w, size_t w_stride, int64_t n_rows, const void *x, size_t x_stride, int n_x, int64_t n,
                      float *y, size_t y_stride) {
     k_rows_any<BlockQ5_Kx8>(w, w_stride, n_rows, x, x_stride, n_x, n, y, y_stride);
+}
+
+void dot_rows_q6_kx8(const void *w, size_t w_stride, int64_t n_rows, const void *x, size_t x_stride, int n_x, int64_t n,
+                     float *y, size_t y_stride) {
+    k_rows_any<BlockQ6_Kx8>(w, w_stride, n_rows, x, x_stride, n_x, n, y, y_stride);
 }
 
 }  // namespace sparrow::cpu::avx512vnni
