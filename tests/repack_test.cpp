@@ -1,5 +1,5 @@
-// Q8_0 and Q4_0 weights repacked at load (ModelParams::repack, kernels/ops.h WeightMatrix::rows8) through the
-// public API, for every architecture and both types: the packed model computes what the file's rows compute (the same
+// Weights repacked at load (Q8_0, Q4_0, Q4_K, Q5_K, Q6_K; ModelParams::repack, kernels/ops.h WeightMatrix::rows8)
+// through the public API, for every architecture and type: the packed model computes what the file's rows compute (the same
 // integer block dots, only a different f32 summation order), sequences in one batch still equal each alone, and the
 // loader reports what it packed. The kernels themselves are checked in kernels_test.cpp. Also the loader's
 // other owned memory: norm vectors stored as f16 are converted at load and must live as long as the model.
@@ -26,11 +26,15 @@ class Repack : public ::testing::TestWithParam<std::string> {
   protected:
     void SetUp() override {
         dir_ = test::make_temp_dir("sparrow-repack-");
-        for (const DType t : {DType::Q8_0, DType::Q4_0}) {
+        for (const DType t : {DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
             SyntheticParams p = synthetic_defaults(GetParam());
             p.type = t;
+            // K-quants: a residual stream of one super-block, so the matrices that read it are K-quant rows (the
+            // others fall back to 32-element types, as llama.cpp writes them, and are not packed).
+            if (dtype_is_k_quant(t)) p.n_embd = 256;
             p.tied_output = GetParam() == "llama";  // one packed table serves the embedding lookup and the head
             paths_.push_back(dir_ + "/m_" + std::string(dtype_name(t)) + ".gguf");
+            types_.push_back(t);
             write_synthetic_model(p, paths_.back());
             n_vocab_ = p.n_vocab;
         }
@@ -77,7 +81,8 @@ class Repack : public ::testing::TestWithParam<std::string> {
     }
 
     std::string dir_;
-    std::vector<std::string> paths_;  // the model in q8_0, then in q4_0
+    std::vector<std::string> paths_;  // the model in q8_0, q4_0, q4_k, q5_k, q6_k
+    std::vector<DType> types_;        // the type of each
     int64_t n_vocab_ = 0;
 };
 
@@ -89,7 +94,8 @@ TEST_P(Repack, PackedWeightsComputeWhatTheFileRowsCompute) {
     // same rows (up to 4% logit error seen). So: many short sequences, each its own experiment; most must agree
     // to f32 rounding and none may be far off. A packing fault (a row, scale or element in the wrong place)
     // puts every sequence far off.
-    for (const std::string &path : paths_) {
+    for (size_t m = 0; m < paths_.size(); ++m) {
+        const std::string &path = paths_[m];
         ModelParams as_stored;
         as_stored.repack = false;
         const auto packed = load_model(path), plain = load_model(path, as_stored);
@@ -106,7 +112,11 @@ TEST_P(Repack, PackedWeightsComputeWhatTheFileRowsCompute) {
             n_close += e < 1e-5;
             EXPECT_LT(e, 0.1) << path << " sequence " << s;
         }
-        EXPECT_GE(n_close, 20) << path << ": sequences within 1e-5 of the unpacked run, of 24";
+        // K-quant models have a residual stream of 256 (four times as many activations rounded per product, to
+        // Q8_K's one scale per 256), and flip more often: 19-24 of 24 measured on deepseek32, the others 1e-3 to 0.02
+        // off.
+        const int n_close_min = dtype_is_k_quant(types_[m]) ? 16 : 20;
+        EXPECT_GE(n_close, n_close_min) << path << ": sequences within 1e-5 of the unpacked run, of 24";
     }
 }
 
