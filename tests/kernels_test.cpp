@@ -284,7 +284,7 @@ TEST_P(IsaTest, DotRowsQ8_0MatchesDotTileBitForBitOnAwkwardShapes) {
 }
 
 TEST_P(IsaTest, PackedRowsAreTheSameBitsOnEveryLevelAndTile) {
-    // Rows packed eight to a record (BlockQ8_0x8, BlockQ4_0x8, BlockQ4_Kx8, BlockQ5_Kx8, BlockQ6_Kx8): every level must
+    // Rows packed eight to a record (BlockQ8_0x8, BlockQ4_0x8, BlockQ2_Kx8 ... BlockQ6_Kx8): every level must
     // give the scalar level's bits (the order dispatch.h defines), each token the same bits alone as in any tile, and
     // the result must be near the double-precision reference of the unpacked rows. Awkward shapes: one block, odd block
     // counts (Q4_0's activation records then end half empty; the K-quants' 9 and 17 cross the kernels' stages of eight
@@ -293,7 +293,7 @@ TEST_P(IsaTest, PackedRowsAreTheSameBitsOnEveryLevelAndTile) {
     if (!table) GTEST_SKIP() << skip_message(GetParam());
     const KernelTable &scalar = *cpu::kernels_for(Isa::scalar);
     std::mt19937 rng(11);
-    for (const DType t : {DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
+    for (const DType t : {DType::Q8_0, DType::Q4_0, DType::Q2_K, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
         const cpu::DotRowsFn dot = table->dot_rows8(t), dot_scalar = scalar.dot_rows8(t);
         ASSERT_NE(dot, nullptr);
         const bool k_quant = dtype_is_k_quant(t);
@@ -310,6 +310,12 @@ TEST_P(IsaTest, PackedRowsAreTheSameBitsOnEveryLevelAndTile) {
                 }
                 if (t == DType::Q4_K) {  // row 1 at the ends of the ranges: every nibble 15, every scale and min 63
                     auto *blk = reinterpret_cast<BlockQ4_K *>(rows.data() + row_bytes);
+                    for (int64_t b = 0; b < nb; ++b) {
+                        std::memset(blk[b].qs, 0xff, sizeof blk[b].qs);
+                        std::memset(blk[b].scales, 0xff, sizeof blk[b].scales);
+                    }
+                } else if (t == DType::Q2_K) {  // every element 3, every scale and min 15
+                    auto *blk = reinterpret_cast<BlockQ2_K *>(rows.data() + row_bytes);
                     for (int64_t b = 0; b < nb; ++b) {
                         std::memset(blk[b].qs, 0xff, sizeof blk[b].qs);
                         std::memset(blk[b].scales, 0xff, sizeof blk[b].scales);
@@ -638,15 +644,15 @@ TEST(Matmul, ResultDoesNotDependOnThreadCountOrTiling) {
 }
 
 TEST(Matmul, PackedRowsMatchTheFileRowsAndAreTheSameAtEveryTileAndThreadCount) {
-    // Q8_0, Q4_0 and K-quant (Q4_K, Q5_K, Q6_K) rows packed eight to a record (WeightMatrix::rows8), as the loader
-    // packs them: near the reference of the rows as stored; each token's outputs the same bits alone as in a batch of
-    // any size, on 1-3 threads; matmul_many's the bits of matmul. Shapes: a single group, row counts that leave partial
-    // chunks, long rows, a vocabulary-sized matrix; token counts across the 8-token tile.
+    // Q8_0, Q4_0 and K-quant (Q2_K, Q4_K, Q5_K, Q6_K) rows packed eight to a record (WeightMatrix::rows8), as the
+    // loader packs them: near the reference of the rows as stored; each token's outputs the same bits alone as in a
+    // batch of any size, on 1-3 threads; matmul_many's the bits of matmul. Shapes: a single group, row counts that
+    // leave partial chunks, long rows, a vocabulary-sized matrix; token counts across the 8-token tile.
     struct Shape {
         int64_t n_rows, n_cols;
     };
     std::mt19937 rng(41);
-    for (const DType t : {DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q5_K, DType::Q6_K})
+    for (const DType t : {DType::Q8_0, DType::Q4_0, DType::Q2_K, DType::Q4_K, DType::Q5_K, DType::Q6_K})
         for (const Shape &sh : {Shape{8, 32}, Shape{24, 96}, Shape{136, 1024}, Shape{1024, 1024}, Shape{8000, 256},
                                 Shape{128, 2048}, Shape{256, 2048}, Shape{512, 4096}, Shape{40, 2304}}) {
             if (sh.n_cols % dtype_info(t).block_size != 0) continue;

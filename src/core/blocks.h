@@ -125,6 +125,19 @@ struct BlockQ2_K {
 };
 static_assert(sizeof(BlockQ2_K) == 84, "Q2_K block must match ggml");
 
+// Not a GGUF type: Q2_K rows packed eight to a record (kernels/ops.h pack_rows8). Record b of rows 8R..8R+7 holds
+// super-block b of each: the eight rows' fp16 d and dmin; scales[8 * s + r] = row r's scales[s] (scale and min of
+// sub-block s, one byte per row); qs[32 * G + 4 * r + e] = row r's qs[4 * G + e] (G < 16), so with h = G / 8 and
+// l = 4 * (G % 8) + e, bits 2g..2g+1 of the byte are element 128h + 32g + l, of sub-block 8h + 2g + l / 16.
+// 672 bytes = the eight BlockQ2_K it replaces.
+struct BlockQ2_Kx8 {
+    uint16_t d[8];
+    uint16_t dmin[8];
+    uint8_t scales[8 * QK_K / 16];
+    uint8_t qs[8 * QK_K / 4];
+};
+static_assert(sizeof(BlockQ2_Kx8) == 8 * sizeof(BlockQ2_K), "BlockQ2_Kx8 is eight Q2_K blocks");
+
 // Q3_K: sixteen sub-blocks of 16, x = d * (sc_s - 32) * (u - 4) with u in [0, 7] and s = e / 16: u's low two bits
 // lie as Q2_K's, its third bit is bit e / 32 of hmask[e % 32]. The 6-bit sc_s has its low nibble in scales[s]
 // (s < 8) or in the high nibble of scales[s - 8], and its top two bits at bit 2 * (s / 4) of scales[8 + s % 4].

@@ -95,6 +95,8 @@ struct KernelTable {
     // The same for Q4_0 rows packed eight to a record (BlockQ4_0x8) against BlockQ8_0x2 activations: the block's
     // integer dot is sum((u - 8) * x), the same order and the same bits on every level.
     DotRowsFn dot_rows_q4_0x8 = nullptr;
+    // Q2_K rows packed eight to a record (BlockQ2_Kx8): as dot_rows_q4_kx8 below, over sub-blocks of 16.
+    DotRowsFn dot_rows_q2_kx8 = nullptr;
     // Q4_K rows packed eight to a record (BlockQ4_Kx8) against Q8_K activations, the same bits on every level: per
     // row, token and super-block, with isum = sum_s sc_s * sum(u x)_s and msum = sum_s m_s * sum(x)_s (integers),
     // acc = fma(-float(msum), dmin * dx, acc) then acc = fma(float(isum), d * dx, acc), from 0.

@@ -204,7 +204,7 @@ void dot_tile_16(const void *w, const void *x, size_t x_stride, int n_x, int64_t
     for (int j = 0; j < n_x; ++j) out[j] = hsum(acc[j]);
 }
 
-// --- Q4_K, Q5_K and Q6_K rows packed eight to a record (BlockQ4_Kx8, BlockQ5_Kx8, BlockQ6_Kx8) -----------------
+// --- K-quant rows packed eight to a record (BlockQ2_Kx8, BlockQ4_Kx8, BlockQ5_Kx8, BlockQ6_Kx8) ----------------
 // One 256-bit load holds four bytes of each of the eight rows; their low nibbles (sub-block 2c) and high nibbles
 // (2c + 1) meet the token's broadcast activation dwords in maddubs. Pairs of products reach 2 * 15 * 127, so the
 // groups of a sub-block add up in int16 (eight: 30480 at most; Q5_K four) before one madd with the rows' scales as
@@ -403,6 +403,73 @@ void q6_k_rows8(const BlockQ6_Kx8 *rec, const StagedQ8K<NT> &x, int64_t n, bool 
     for (int j = 0; j < NT; ++j) _mm256_storeu_ps(y + j * y_stride, acc[j]);
 }
 
+// Q2_K (BlockQ2_Kx8; the element order kquant_vnni.cpp's q2_k_rows16 describes). Pairs of products reach
+// 2 * 3 * 127, so a sub-block's four groups add up in int16 before one madd with its scale as int16 pairs.
+template <int NT>
+void q2_k_rows8(const BlockQ2_Kx8 *rec, const StagedQ8K<NT> &x, int64_t n, bool first, float *y, size_t y_stride) {
+    const __m256i two_bits = _mm256_set1_epi8(3);
+    __m256 acc[NT];
+    for (int j = 0; j < NT; ++j) acc[j] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(y + j * y_stride);
+    for (int64_t k = 0; k < n; ++k) {
+        const BlockQ2_Kx8 &r = rec[k];
+        prefetch_block(&r, sizeof r);
+        const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(r.d)));
+        const __m256 dmw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(r.dmin)));
+        {
+            __m256i msum[NT];
+            for (int j = 0; j < NT; ++j) msum[j] = _mm256_setzero_si256();
+            for (int p = 0; p < 8; ++p) {  // sub-blocks 2p and 2p + 1: their mins (high nibbles) as int16 pairs
+                const __m256i m2 =
+                    _mm256_srli_epi16(_mm256_cvtepu8_epi16(_mm_unpacklo_epi8(
+                                          _mm_loadl_epi64(reinterpret_cast<const __m128i *>(r.scales + 16 * p)),
+                                          _mm_loadl_epi64(reinterpret_cast<const __m128i *>(r.scales + 16 * p + 8)))),
+                                      4);
+                for (int j = 0; j < NT; ++j) {
+                    msum[j] =
+                        _mm256_add_epi32(msum[j], _mm256_madd_epi16(m2, _mm256_set1_epi32(x.bsum_pairs[k][j][p])));
+                }
+            }
+            for (int j = 0; j < NT; ++j) {
+                acc[j] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(msum[j]), _mm256_mul_ps(dmw, _mm256_set1_ps(x.dx[k][j])),
+                                          acc[j]);
+            }
+        }
+        __m256i isum[NT];
+        for (int j = 0; j < NT; ++j) isum[j] = _mm256_setzero_si256();
+        for (int h = 0; h < 2; ++h) {
+            for (int q = 0; q < 2; ++q) {
+                for (int g = 0; g < 4; ++g) {  // sub-block 8h + 2g + q: bit pair g of groups 8h + 4q + i
+                    const __m256i sc = _mm256_and_si256(
+                        _mm256_cvtepu8_epi32(
+                            _mm_loadl_epi64(reinterpret_cast<const __m128i *>(r.scales + 8 * (8 * h + 2 * g + q)))),
+                        _mm256_set1_epi32(15));
+                    const __m256i sc16 = _mm256_or_si256(sc, _mm256_slli_epi32(sc, 16));
+                    __m256i s16[NT];
+                    for (int j = 0; j < NT; ++j) s16[j] = _mm256_setzero_si256();
+#pragma GCC unroll 4
+                    for (int i = 0; i < 4; ++i) {
+                        const int G = 8 * h + 4 * q + i;
+                        const __m256i u = _mm256_and_si256(
+                            _mm256_srli_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(r.qs + 32 * G)),
+                                              2 * g),
+                            two_bits);
+                        for (int j = 0; j < NT; ++j) {
+                            const int8_t *xq = x.qs[k][j] + 128 * h + 32 * g + 4 * (4 * q + i);
+                            s16[j] = _mm256_add_epi16(s16[j], _mm256_maddubs_epi16(u, broadcast_dword(xq)));
+                        }
+                    }
+                    for (int j = 0; j < NT; ++j) isum[j] = _mm256_add_epi32(isum[j], _mm256_madd_epi16(s16[j], sc16));
+                }
+            }
+        }
+        for (int j = 0; j < NT; ++j) {
+            acc[j] =
+                _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[j]), _mm256_mul_ps(dw, _mm256_set1_ps(x.dx[k][j])), acc[j]);
+        }
+    }
+    for (int j = 0; j < NT; ++j) _mm256_storeu_ps(y + j * y_stride, acc[j]);
+}
+
 template <int NT, typename R>
 void k_pass(const uint8_t *w, size_t w_stride, int64_t n_rows, const uint8_t *x, size_t x_stride, int64_t nb, float *y,
             size_t y_stride) {
@@ -414,6 +481,8 @@ void k_pass(const uint8_t *w, size_t w_stride, int64_t n_rows, const uint8_t *x,
             const auto *rec = reinterpret_cast<const R *>(w + g0 * static_cast<int64_t>(w_stride));
             if constexpr (sizeof(R) == sizeof(BlockQ6_Kx8)) {
                 q6_k_rows8<NT>(rec + k0, staged, n, k0 == 0, y + g0, y_stride);
+            } else if constexpr (sizeof(R) == sizeof(BlockQ2_Kx8)) {
+                q2_k_rows8<NT>(rec + k0, staged, n, k0 == 0, y + g0, y_stride);
             } else {
                 k_rows8<NT>(rec + k0, staged, n, k0 == 0, y + g0, y_stride);
             }
@@ -513,6 +582,11 @@ void dot_tile_q6_k(const void *w, const void *x, size_t x_stride, int n_x, int64
         o.d = half_to_float(b.d);
         o.dmin = 0.0f;
     });
+}
+
+void dot_rows_q2_kx8(const void *w, size_t w_stride, int64_t n_rows, const void *x, size_t x_stride, int n_x, int64_t n,
+                     float *y, size_t y_stride) {
+    k_rows_any<BlockQ2_Kx8>(w, w_stride, n_rows, x, x_stride, n_x, n, y, y_stride);
 }
 
 void dot_rows_q4_kx8(const void *w, size_t w_stride, int64_t n_rows, const void *x, size_t x_stride, int n_x, int64_t n,

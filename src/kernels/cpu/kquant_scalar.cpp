@@ -53,7 +53,7 @@ void dot_tile_k(const void *w, const void *x, size_t x_stride, int n_x, int64_t 
     for (int j = 0; j < n_x; ++j) out[j] = acc[j];
 }
 
-// Rows packed eight to a record (BlockQ4_Kx8, BlockQ5_Kx8, BlockQ6_Kx8), in the order every level follows
+// Rows packed eight to a record (BlockQ2_Kx8, BlockQ4_Kx8, BlockQ5_Kx8, BlockQ6_Kx8), in the order every level follows
 // (dispatch.h): per row, token and super-block, the integer sums, then acc = fma(-float(msum), dmin * dx, acc)
 // (not for Q6_K, which has no mins) and acc = fma(float(isum), d * dx, acc). The row's block is rebuilt from its lane
 // of the record and decoded as the dequantisers decode it.
@@ -94,6 +94,10 @@ void dot_rows_k8(const void *w, size_t w_stride, int64_t n_rows, const void *x, 
 
 }  // namespace
 
+void dot_rows_q2_kx8(const void *w, size_t w_stride, int64_t n_rows, const void *x, size_t x_stride, int n_x, int64_t n,
+                     float *y, size_t y_stride) {
+    dot_rows_k8<BlockQ2_K, BlockQ2_Kx8>(w, w_stride, n_rows, x, x_stride, n_x, n, y, y_stride);
+}
 void dot_rows_q4_kx8(const void *w, size_t w_stride, int64_t n_rows, const void *x, size_t x_stride, int n_x, int64_t n,
                      float *y, size_t y_stride) {
     dot_rows_k8<BlockQ4_K, BlockQ4_Kx8>(w, w_stride, n_rows, x, x_stride, n_x, n, y, y_stride);

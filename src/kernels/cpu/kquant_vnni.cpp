@@ -1,6 +1,6 @@
-// AVX512-VNNI kernels for Q4_K, Q5_K and Q6_K rows packed eight to a record (BlockQ4_Kx8, BlockQ5_Kx8, BlockQ6_Kx8;
-// core/blocks.h) against Q8_K activations (Q5_K: Q4_K's with the fifth bit of each element put above its nibble
-// first; Q6_K: q6_k_rows16).
+// AVX512-VNNI kernels for K-quant rows packed eight to a record (BlockQ2_Kx8, BlockQ4_Kx8, BlockQ5_Kx8,
+// BlockQ6_Kx8; core/blocks.h) against Q8_K activations. Q4_K first (Q5_K: the same with the fifth bit of each
+// element put above its nibble); Q6_K and Q2_K have kernels of their own below.
 // Compiled with AVX-512 and VNNI (CMakeLists.txt: files named *_vnni.cpp) and called only when cpuid has both.
 //
 // As kernels_vnni.cpp does for Q4_0: sixteen rows at a time, the records of two groups of eight side by side in one
@@ -260,6 +260,98 @@ void q6_k_rows16(const BlockQ6_Kx8 *a, const BlockQ6_Kx8 *b, const StagedQ8K<NT>
     for (int j = 0; j < NT; ++j) _mm512_mask_storeu_ps(y + j * y_stride, lanes, acc[j]);
 }
 
+// Q2_K (BlockQ2_Kx8): each 512-bit load of a quant group G = 8h + 4q + i holds four 2-bit elements per row
+// and bit pair g, of sub-block 8h + 2g + q; the pairs g are taken two at a time so that two dot vectors per token
+// (not four) stay in registers. The mins: one madd per pair of sub-blocks, the rows' mins as int16 pairs against
+// the token's bsums as they lie. The f32 steps as Q4_K's.
+template <int NT>
+void q2_k_rows16(const BlockQ2_Kx8 *a, const BlockQ2_Kx8 *b, const StagedQ8K<NT> &x, int64_t n, bool first,
+                 __mmask16 lanes, float *y, size_t y_stride) {
+    const __m512i two_bits = _mm512_set1_epi8(3), low4 = _mm512_set1_epi32(15);
+    __m512 acc[NT];
+    for (int j = 0; j < NT; ++j) acc[j] = first ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(lanes, y + j * y_stride);
+    for (int64_t k = 0; k < n; ++k) {
+        const BlockQ2_Kx8 &ra = a[k], &rb = b[k];
+        prefetch_ahead(&ra, sizeof ra);
+        prefetch_ahead(&rb, sizeof rb);
+        const auto halves = [](const uint16_t *pa, const uint16_t *pb) {
+            return _mm512_cvtph_ps(
+                _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i *>(pa))),
+                                        _mm_loadu_si128(reinterpret_cast<const __m128i *>(pb)), 1));
+        };
+        const __m512 dw = halves(ra.d, rb.d), dmw = halves(ra.dmin, rb.dmin);
+        // Sub-block s's 4-bit scale, one int32 lane per row.
+        const auto scale = [&ra, &rb, low4](int s) {
+            return _mm512_and_si512(_mm512_cvtepu8_epi32(_mm_unpacklo_epi64(
+                                        _mm_loadl_epi64(reinterpret_cast<const __m128i *>(ra.scales + 8 * s)),
+                                        _mm_loadl_epi64(reinterpret_cast<const __m128i *>(rb.scales + 8 * s)))),
+                                    low4);
+        };
+        {
+            __m512i msum[NT];
+            for (int j = 0; j < NT; ++j) msum[j] = _mm512_setzero_si512();
+            for (int p = 0; p < 8; ++p) {  // sub-blocks 2p and 2p + 1: their mins (high nibbles) as int16 pairs
+                const auto pairs = [p](const BlockQ2_Kx8 &r) {
+                    return _mm256_srli_epi16(
+                        _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(
+                            _mm_loadl_epi64(reinterpret_cast<const __m128i *>(r.scales + 16 * p)),
+                            _mm_loadl_epi64(reinterpret_cast<const __m128i *>(r.scales + 16 * p + 8)))),
+                        4);
+                };
+                const __m512i m2 = _mm512_inserti64x4(_mm512_castsi256_si512(pairs(ra)), pairs(rb), 1);
+#pragma GCC unroll 4
+                for (int j = 0; j < NT; ++j) {
+                    msum[j] =
+                        _mm512_add_epi32(msum[j], _mm512_madd_epi16(m2, _mm512_set1_epi32(x.bsum_pairs[k][j][p])));
+                }
+            }
+#pragma GCC unroll 4
+            for (int j = 0; j < NT; ++j) {
+                acc[j] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(msum[j]), _mm512_mul_ps(dmw, _mm512_set1_ps(x.dx[k][j])),
+                                          acc[j]);
+            }
+        }
+        __m512i isum[NT];
+        for (int j = 0; j < NT; ++j) isum[j] = _mm512_setzero_si512();
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; ++h) {
+#pragma GCC unroll 2
+            for (int q = 0; q < 2; ++q) {
+#pragma GCC unroll 2
+                for (int g0 = 0; g0 < 4; g0 += 2) {  // bit pairs g0 and g0 + 1
+                    __m512i da[NT], db[NT];
+                    for (int j = 0; j < NT; ++j) da[j] = db[j] = _mm512_setzero_si512();
+#pragma GCC unroll 4
+                    for (int i = 0; i < 4; ++i) {
+                        const int G = 8 * h + 4 * q + i;
+                        const __m512i wq = load_pair(ra.qs + 32 * G, rb.qs + 32 * G);
+                        const __m512i ua = _mm512_and_si512(_mm512_srli_epi16(wq, 2 * g0), two_bits);
+                        const __m512i ub = _mm512_and_si512(_mm512_srli_epi16(wq, 2 * g0 + 2), two_bits);
+#pragma GCC unroll 4
+                        for (int j = 0; j < NT; ++j) {
+                            const int8_t *xq = x.qs[k][j] + 128 * h + 4 * (4 * q + i);
+                            da[j] = dpbusd_bcast(da[j], ua, xq + 32 * g0);
+                            db[j] = dpbusd_bcast(db[j], ub, xq + 32 * (g0 + 1));
+                        }
+                    }
+                    const __m512i sa = scale(8 * h + 2 * g0 + q), sb = scale(8 * h + 2 * (g0 + 1) + q);
+#pragma GCC unroll 4
+                    for (int j = 0; j < NT; ++j) {
+                        isum[j] = _mm512_add_epi32(
+                            isum[j], _mm512_add_epi32(_mm512_mullo_epi32(da[j], sa), _mm512_mullo_epi32(db[j], sb)));
+                    }
+                }
+            }
+        }
+#pragma GCC unroll 4
+        for (int j = 0; j < NT; ++j) {
+            acc[j] =
+                _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[j]), _mm512_mul_ps(dw, _mm512_set1_ps(x.dx[k][j])), acc[j]);
+        }
+    }
+    for (int j = 0; j < NT; ++j) _mm512_mask_storeu_ps(y + j * y_stride, lanes, acc[j]);
+}
+
 // Packed rows against NT tokens: stages of kStageBlocks super-blocks, each over every group of sixteen rows.
 template <int NT, typename R>
 void k_pass(const uint8_t *w, size_t w_stride, int64_t n_rows, const uint8_t *x, size_t x_stride, int64_t nb, float *y,
@@ -275,6 +367,8 @@ void k_pass(const uint8_t *w, size_t w_stride, int64_t n_rows, const uint8_t *x,
             const __mmask16 lanes = pair ? __mmask16(0xFFFF) : __mmask16(0x00FF);
             if constexpr (sizeof(R) == sizeof(BlockQ6_Kx8)) {
                 q6_k_rows16<NT>(a + k0, b + k0, staged, n, k0 == 0, lanes, y + g0, y_stride);
+            } else if constexpr (sizeof(R) == sizeof(BlockQ2_Kx8)) {
+                q2_k_rows16<NT>(a + k0, b + k0, staged, n, k0 == 0, lanes, y + g0, y_stride);
             } else {
                 k_rows16<NT>(a + k0, b + k0, staged, n, k0 == 0, lanes, y + g0, y_stride);
             }
@@ -304,6 +398,11 @@ void k_rows_any(const void *w, size_t w_stride, int64_t n_rows, const void *x, s
 }
 
 }  // namespace
+
+void dot_rows_q2_kx8(const void *w, size_t w_stride, int64_t n_rows, const void *x, size_t x_stride, int n_x, int64_t n,
+                     float *y, size_t y_stride) {
+    k_rows_any<BlockQ2_Kx8>(w, w_stride, n_rows, x, x_stride, n_x, n, y, y_stride);
+}
 
 void dot_rows_q4_kx8(const void *w, size_t w_stride, int64_t n_rows, const void *x, size_t x_stride, int n_x, int64_t n,
                      float *y, size_t y_stride) {
