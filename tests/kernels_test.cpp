@@ -293,7 +293,7 @@ TEST_P(IsaTest, PackedRowsAreTheSameBitsOnEveryLevelAndTile) {
     if (!table) GTEST_SKIP() << skip_message(GetParam());
     const KernelTable &scalar = *cpu::kernels_for(Isa::scalar);
     std::mt19937 rng(11);
-    for (const DType t : {DType::Q8_0, DType::Q4_0, DType::Q2_K, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
+    for (const DType t : {DType::Q8_0, DType::Q4_0, DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
         const cpu::DotRowsFn dot = table->dot_rows8(t), dot_scalar = scalar.dot_rows8(t);
         ASSERT_NE(dot, nullptr);
         const bool k_quant = dtype_is_k_quant(t);
@@ -318,6 +318,13 @@ TEST_P(IsaTest, PackedRowsAreTheSameBitsOnEveryLevelAndTile) {
                     auto *blk = reinterpret_cast<BlockQ2_K *>(rows.data() + row_bytes);
                     for (int64_t b = 0; b < nb; ++b) {
                         std::memset(blk[b].qs, 0xff, sizeof blk[b].qs);
+                        std::memset(blk[b].scales, 0xff, sizeof blk[b].scales);
+                    }
+                } else if (t == DType::Q3_K) {  // every element 7 (+3 after the offset), every scale 31
+                    auto *blk = reinterpret_cast<BlockQ3_K *>(rows.data() + row_bytes);
+                    for (int64_t b = 0; b < nb; ++b) {
+                        std::memset(blk[b].qs, 0xff, sizeof blk[b].qs);
+                        std::memset(blk[b].hmask, 0xff, sizeof blk[b].hmask);
                         std::memset(blk[b].scales, 0xff, sizeof blk[b].scales);
                     }
                 } else if (t == DType::Q6_K) {  // every element 63 (+31 after the offset), scales -128 and 127
@@ -644,7 +651,7 @@ TEST(Matmul, ResultDoesNotDependOnThreadCountOrTiling) {
 }
 
 TEST(Matmul, PackedRowsMatchTheFileRowsAndAreTheSameAtEveryTileAndThreadCount) {
-    // Q8_0, Q4_0 and K-quant (Q2_K, Q4_K, Q5_K, Q6_K) rows packed eight to a record (WeightMatrix::rows8), as the
+    // Q8_0, Q4_0 and K-quant (Q2_K ... Q6_K) rows packed eight to a record (WeightMatrix::rows8), as the
     // loader packs them: near the reference of the rows as stored; each token's outputs the same bits alone as in a
     // batch of any size, on 1-3 threads; matmul_many's the bits of matmul. Shapes: a single group, row counts that
     // leave partial chunks, long rows, a vocabulary-sized matrix; token counts across the 8-token tile.
@@ -652,10 +659,12 @@ TEST(Matmul, PackedRowsMatchTheFileRowsAndAreTheSameAtEveryTileAndThreadCount) {
         int64_t n_rows, n_cols;
     };
     std::mt19937 rng(41);
-    for (const DType t : {DType::Q8_0, DType::Q4_0, DType::Q2_K, DType::Q4_K, DType::Q5_K, DType::Q6_K})
+    for (const DType t : {DType::Q8_0, DType::Q4_0, DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K})
         for (const Shape &sh : {Shape{8, 32}, Shape{24, 96}, Shape{136, 1024}, Shape{1024, 1024}, Shape{8000, 256},
                                 Shape{128, 2048}, Shape{256, 2048}, Shape{512, 4096}, Shape{40, 2304}}) {
             if (sh.n_cols % dtype_info(t).block_size != 0) continue;
+            // The big shapes once for the K-quants (Q4_K): their kernels share the chunking and tiling code.
+            if (dtype_is_k_quant(t) && t != DType::Q4_K && sh.n_rows * sh.n_cols > 300000) continue;
             TestMatrix m(rng, t, sh.n_rows, sh.n_cols);
             std::vector<uint8_t> packed(m.bytes.size());
             pack_rows8(t, m.bytes.data(), sh.n_rows, sh.n_cols, packed.data());

@@ -1,4 +1,4 @@
-// Weights repacked at load (Q8_0, Q4_0, Q2_K, Q4_K, Q5_K, Q6_K; ModelParams::repack, kernels/ops.h WeightMatrix::rows8)
+// Weights repacked at load (Q8_0, Q4_0, Q2_K ... Q6_K; ModelParams::repack, kernels/ops.h WeightMatrix::rows8)
 // through the public API, for every architecture and type: the packed model computes what the file's rows compute (the
 // same integer block dots, only a different f32 summation order), sequences in one batch still equal each alone, and
 // the loader reports what it packed. The kernels themselves are checked in kernels_test.cpp. Also the loader's other
@@ -26,7 +26,8 @@ class Repack : public ::testing::TestWithParam<std::string> {
   protected:
     void SetUp() override {
         dir_ = test::make_temp_dir("sparrow-repack-");
-        for (const DType t : {DType::Q8_0, DType::Q4_0, DType::Q2_K, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
+        for (const DType t :
+             {DType::Q8_0, DType::Q4_0, DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
             SyntheticParams p = synthetic_defaults(GetParam());
             p.type = t;
             // K-quants: a residual stream of one super-block, so the matrices that read it are K-quant rows (the
@@ -81,7 +82,7 @@ class Repack : public ::testing::TestWithParam<std::string> {
     }
 
     std::string dir_;
-    std::vector<std::string> paths_;  // the model in q8_0, q4_0, q2_k, q4_k, q5_k, q6_k
+    std::vector<std::string> paths_;  // the model in q8_0, q4_0, q2_k ... q6_k
     std::vector<DType> types_;        // the type of each
     int64_t n_vocab_ = 0;
 };

@@ -149,6 +149,18 @@ struct BlockQ3_K {
 };
 static_assert(sizeof(BlockQ3_K) == 110, "Q3_K block must match ggml");
 
+// Not a GGUF type: Q3_K rows packed eight to a record (kernels/ops.h pack_rows8). Record b of rows 8R..8R+7 holds
+// super-block b of each: the eight rows' fp16 d; their twelve scale bytes as three planes of words, as
+// BlockQ4_Kx8's (scales[32 * p + 4 * r + i] = row r's scales[4 * p + i]); hmask[32 * G + 4 * r + e] = row r's
+// hmask[4 * G + e] (G < 8); qs as BlockQ2_Kx8's. 880 bytes = the eight BlockQ3_K it replaces.
+struct BlockQ3_Kx8 {
+    uint16_t d[8];
+    uint8_t scales[8 * 12];
+    uint8_t hmask[8 * QK_K / 8];
+    uint8_t qs[8 * QK_K / 4];
+};
+static_assert(sizeof(BlockQ3_Kx8) == 8 * sizeof(BlockQ3_K), "BlockQ3_Kx8 is eight Q3_K blocks");
+
 // Q4_K: eight sub-blocks of 32, x = d * sc_s * u - dmin * m_s with u in [0, 15] and a 6-bit scale sc_s and min
 // m_s per sub-block. scales[12] packs the sixteen 6-bit numbers: for s < 4, sc_s = scales[s] & 63 and
 // m_s = scales[s + 4] & 63; for s >= 4, sc_s = (scales[s + 4] & 15) | (scales[s - 4] >> 6) << 4 and

@@ -119,10 +119,7 @@ void unpack_k_block8(const void *packed, int64_t r, int64_t n_cols, void *out) {
 
 }  // namespace
 
-bool packs_rows8(DType t) {
-    return t == DType::Q8_0 || t == DType::Q4_0 || t == DType::Q2_K || t == DType::Q4_K || t == DType::Q5_K ||
-           t == DType::Q6_K;
-}
+bool packs_rows8(DType t) { return t == DType::Q8_0 || t == DType::Q4_0 || dtype_is_k_quant(t); }
 
 void pack_rows8(DType t, const void *src, int64_t n_rows, int64_t n_cols, void *dst) {
     SPARROW_ASSERT(packs_rows8(t) && n_rows % 8 == 0 && n_cols % dtype_info(t).block_size == 0);
@@ -130,6 +127,7 @@ void pack_rows8(DType t, const void *src, int64_t n_rows, int64_t n_cols, void *
         case DType::Q8_0: pack_blocks8<BlockQ8_0, BlockQ8_0x8>(src, n_rows, n_cols, dst); return;
         case DType::Q4_0: pack_blocks8<BlockQ4_0, BlockQ4_0x8>(src, n_rows, n_cols, dst); return;
         case DType::Q2_K: pack_k_blocks8<BlockQ2_K, BlockQ2_Kx8>(src, n_rows, n_cols, dst); return;
+        case DType::Q3_K: pack_k_blocks8<BlockQ3_K, BlockQ3_Kx8>(src, n_rows, n_cols, dst); return;
         case DType::Q4_K: pack_k_blocks8<BlockQ4_K, BlockQ4_Kx8>(src, n_rows, n_cols, dst); return;
         case DType::Q5_K: pack_k_blocks8<BlockQ5_K, BlockQ5_Kx8>(src, n_rows, n_cols, dst); return;
         default: pack_k_blocks8<BlockQ6_K, BlockQ6_Kx8>(src, n_rows, n_cols, dst); return;
@@ -142,6 +140,7 @@ void unpack_row8(DType t, const void *packed, int64_t r, int64_t n_cols, void *o
         case DType::Q8_0: unpack_block8<BlockQ8_0, BlockQ8_0x8>(packed, r, n_cols, out); return;
         case DType::Q4_0: unpack_block8<BlockQ4_0, BlockQ4_0x8>(packed, r, n_cols, out); return;
         case DType::Q2_K: unpack_k_block8<BlockQ2_K, BlockQ2_Kx8>(packed, r, n_cols, out); return;
+        case DType::Q3_K: unpack_k_block8<BlockQ3_K, BlockQ3_Kx8>(packed, r, n_cols, out); return;
         case DType::Q4_K: unpack_k_block8<BlockQ4_K, BlockQ4_Kx8>(packed, r, n_cols, out); return;
         case DType::Q5_K: unpack_k_block8<BlockQ5_K, BlockQ5_Kx8>(packed, r, n_cols, out); return;
         default: unpack_k_block8<BlockQ6_K, BlockQ6_Kx8>(packed, r, n_cols, out); return;

@@ -15,7 +15,7 @@ namespace sparrow {
 // output r (ggml's ne[0] = n_cols, ne[1] = n_rows). Memory-mapped from the model file or, packed, owned by
 // the model's loader; never owned by the matrix.
 //
-// rows8 (Q8_0, Q4_0, Q2_K, Q4_K, Q5_K, Q6_K; n_rows % 8 == 0): the rows are packed eight to a record (core/blocks.h
+// rows8 (Q8_0, Q4_0, Q2_K ... Q6_K; n_rows % 8 == 0): the rows are packed eight to a record (core/blocks.h
 // BlockQ8_0x8, BlockQ4_0x8, BlockQ4_Kx8, BlockQ5_Kx8, BlockQ6_Kx8; pack_rows8). The bytes are as many as unpacked, so
 // row(r) for r % 8 == 0 is where the group of rows r..r+7 starts (slices of whole groups work as for unpacked rows);
 // other rows have no address of their own.
@@ -30,10 +30,10 @@ struct WeightMatrix {
     const uint8_t *row(int64_t r) const { return static_cast<const uint8_t *>(data) + r * row_bytes; }
 };
 
-// Q8_0, Q4_0, Q2_K, Q4_K, Q5_K or Q6_K rows [n_rows, n_cols] (n_rows % 8 == 0, n_cols a multiple of the type's block)
+// Q8_0, Q4_0 or K-quant rows [n_rows, n_cols] (n_rows % 8 == 0, n_cols a multiple of the type's block)
 // packed eight to a record into dst (as many bytes as src), and back: unpack_row8 writes row r of a packed matrix as
 // its blocks, the bytes the file held (dtype_row_size(t, n_cols) of them).
-bool packs_rows8(DType t);  // Q8_0, Q4_0, Q2_K, Q4_K, Q5_K or Q6_K
+bool packs_rows8(DType t);  // Q8_0, Q4_0 or a K-quant (Q2_K ... Q6_K)
 void pack_rows8(DType t, const void *src, int64_t n_rows, int64_t n_cols, void *dst);
 void unpack_row8(DType t, const void *packed, int64_t r, int64_t n_cols, void *out);
 

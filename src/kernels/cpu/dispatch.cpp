@@ -67,6 +67,7 @@ constexpr KernelTable kScalarTable = {
     .dot_rows_q8_0x8 = scalar::dot_rows_q8_0x8,
     .dot_rows_q4_0x8 = scalar::dot_rows_q4_0x8,
     .dot_rows_q2_kx8 = scalar::dot_rows_q2_kx8,
+    .dot_rows_q3_kx8 = scalar::dot_rows_q3_kx8,
     .dot_rows_q4_kx8 = scalar::dot_rows_q4_kx8,
     .dot_rows_q5_kx8 = scalar::dot_rows_q5_kx8,
     .dot_rows_q6_kx8 = scalar::dot_rows_q6_kx8,
@@ -100,6 +101,7 @@ constexpr KernelTable kAvx2Table = {
     .dot_rows_q8_0x8 = avx2::dot_rows_q8_0x8,
     .dot_rows_q4_0x8 = avx2::dot_rows_q4_0x8,
     .dot_rows_q2_kx8 = avx2::dot_rows_q2_kx8,
+    .dot_rows_q3_kx8 = avx2::dot_rows_q3_kx8,
     .dot_rows_q4_kx8 = avx2::dot_rows_q4_kx8,
     .dot_rows_q5_kx8 = avx2::dot_rows_q5_kx8,
     .dot_rows_q6_kx8 = avx2::dot_rows_q6_kx8,
@@ -141,6 +143,7 @@ constexpr KernelTable kAvx512Table = {
     .dot_rows_q8_0x8 = avx2::dot_rows_q8_0x8,
     .dot_rows_q4_0x8 = avx2::dot_rows_q4_0x8,
     .dot_rows_q2_kx8 = avx2::dot_rows_q2_kx8,
+    .dot_rows_q3_kx8 = avx2::dot_rows_q3_kx8,
     .dot_rows_q4_kx8 = avx2::dot_rows_q4_kx8,
     .dot_rows_q5_kx8 = avx2::dot_rows_q5_kx8,
     .dot_rows_q6_kx8 = avx2::dot_rows_q6_kx8,
@@ -161,6 +164,7 @@ constexpr KernelTable with_vnni(KernelTable t) {
     t.dot_rows_q8_0x8 = avx512vnni::dot_rows_q8_0x8;
     t.dot_rows_q4_0x8 = avx512vnni::dot_rows_q4_0x8;
     t.dot_rows_q2_kx8 = avx512vnni::dot_rows_q2_kx8;
+    t.dot_rows_q3_kx8 = avx512vnni::dot_rows_q3_kx8;
     t.dot_rows_q4_kx8 = avx512vnni::dot_rows_q4_kx8;
     t.dot_rows_q5_kx8 = avx512vnni::dot_rows_q5_kx8;
     t.dot_rows_q6_kx8 = avx512vnni::dot_rows_q6_kx8;
@@ -224,6 +228,7 @@ DotRowsFn KernelTable::dot_rows8(DType t) const {
         case DType::Q8_0: return dot_rows_q8_0x8;
         case DType::Q4_0: return dot_rows_q4_0x8;
         case DType::Q2_K: return dot_rows_q2_kx8;
+        case DType::Q3_K: return dot_rows_q3_kx8;
         case DType::Q4_K: return dot_rows_q4_kx8;
         case DType::Q5_K: return dot_rows_q5_kx8;
         case DType::Q6_K: return dot_rows_q6_kx8;

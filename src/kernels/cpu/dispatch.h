@@ -97,6 +97,8 @@ struct KernelTable {
     DotRowsFn dot_rows_q4_0x8 = nullptr;
     // Q2_K rows packed eight to a record (BlockQ2_Kx8): as dot_rows_q4_kx8 below, over sub-blocks of 16.
     DotRowsFn dot_rows_q2_kx8 = nullptr;
+    // Q3_K (BlockQ3_Kx8): isum = sum_s sc_s * (sum(u x)_s - 4 sum(x)_s), acc = fma(float(isum), d * dx, acc).
+    DotRowsFn dot_rows_q3_kx8 = nullptr;
     // Q4_K rows packed eight to a record (BlockQ4_Kx8) against Q8_K activations, the same bits on every level: per
     // row, token and super-block, with isum = sum_s sc_s * sum(u x)_s and msum = sum_s m_s * sum(x)_s (integers),
     // acc = fma(-float(msum), dmin * dx, acc) then acc = fma(float(isum), d * dx, acc), from 0.

@@ -204,7 +204,7 @@ void dot_tile_16(const void *w, const void *x, size_t x_stride, int n_x, int64_t
     for (int j = 0; j < n_x; ++j) out[j] = hsum(acc[j]);
 }
 
-// --- K-quant rows packed eight to a record (BlockQ2_Kx8, BlockQ4_Kx8, BlockQ5_Kx8, BlockQ6_Kx8) ----------------
+// --- K-quant rows packed eight to a record (BlockQ2_Kx8 ... BlockQ6_Kx8) ------------------------------------------
 // One 256-bit load holds four bytes of each of the eight rows; their low nibbles (sub-block 2c) and high nibbles
 // (2c + 1) meet the token's broadcast activation dwords in maddubs. Pairs of products reach 2 * 15 * 127, so the
 // groups of a sub-block add up in int16 (eight: 30480 at most; Q5_K four) before one madd with the rows' scales as
@@ -222,6 +222,7 @@ struct StagedQ8K {
     float dx[kStageBlocks][NT];
     int32_t sum_pairs[kStageBlocks][NT][4];
     int32_t bsum_pairs[kStageBlocks][NT][8];  // the sixteen bsums as they lie: (b0, b1), (b2, b3), ... (Q6_K)
+    int32_t bsum_skips[kStageBlocks][NT][8];  // (b0, b2), (b1, b3), (b4, b6), (b5, b7), ... (Q3_K)
 
     void fill(const uint8_t *x, size_t x_stride, int64_t k0, int64_t n) {
         for (int j = 0; j < NT; ++j) {
@@ -232,6 +233,13 @@ struct StagedQ8K {
                 int16_t bsums[QK_K / 16];
                 std::memcpy(bsums, blk + offsetof(BlockQ8_K, bsums), sizeof bsums);
                 std::memcpy(bsum_pairs[k][j], bsums, sizeof bsums);
+                for (int q = 0; q < 4; ++q) {
+                    const auto b16 = [&bsums, q](int i) {
+                        return static_cast<uint32_t>(static_cast<uint16_t>(bsums[4 * q + i]));
+                    };
+                    bsum_skips[k][j][2 * q] = static_cast<int32_t>(b16(0) | b16(2) << 16);
+                    bsum_skips[k][j][2 * q + 1] = static_cast<int32_t>(b16(1) | b16(3) << 16);
+                }
                 uint32_t s[8];  // the sums of each 32, as int16 bits
                 for (int i = 0; i < 8; ++i) s[i] = static_cast<uint16_t>(bsums[2 * i] + bsums[2 * i + 1]);
                 const uint32_t pairs[4] = {s[0] | s[2] << 16, s[1] | s[3] << 16, s[4] | s[6] << 16, s[5] | s[7] << 16};
@@ -470,6 +478,87 @@ void q2_k_rows8(const BlockQ2_Kx8 *rec, const StagedQ8K<NT> &x, int64_t n, bool 
     for (int j = 0; j < NT; ++j) _mm256_storeu_ps(y + j * y_stride, acc[j]);
 }
 
+// Q3_K (BlockQ3_Kx8; the element and scale order kquant_vnni.cpp's q3_k_rows16 describes). Pairs of products
+// reach 2 * 7 * 127, so a sub-block's four groups add up in int16 before one madd with its scale as int16 pairs.
+template <int NT>
+void q3_k_rows8(const BlockQ3_Kx8 *rec, const StagedQ8K<NT> &x, int64_t n, bool first, float *y, size_t y_stride) {
+    const __m256i two_bits = _mm256_set1_epi8(3), one = _mm256_set1_epi8(1);
+    const __m256i low4 = _mm256_set1_epi32(0x0f0f0f0f), top2 = _mm256_set1_epi32(0x03030303);
+    const __m256i even_bytes = _mm256_set1_epi32(0x00ff00ff), minus32_pair = _mm256_set1_epi32(0x00200020);
+    __m256 acc[NT];
+    for (int j = 0; j < NT; ++j) acc[j] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(y + j * y_stride);
+    for (int64_t k = 0; k < n; ++k) {
+        const BlockQ3_Kx8 &r = rec[k];
+        prefetch_block(&r, sizeof r);
+        const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(r.d)));
+        const auto word = [&r](int p) {
+            return _mm256_loadu_si256(reinterpret_cast<const __m256i *>(r.scales + 32 * p));
+        };
+        const __m256i w0 = word(0), w1 = word(1), w2 = word(2);
+        const auto top = [&](int shift) {
+            return _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(w2, shift), top2), 4);
+        };
+        const __m256i sc4[4] = {
+            _mm256_or_si256(_mm256_and_si256(w0, low4), top(0)),
+            _mm256_or_si256(_mm256_and_si256(w1, low4), top(2)),
+            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(w0, 4), low4), top(4)),
+            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(w1, 4), low4), top(6)),
+        };
+        __m256i isum[NT];
+        {
+            __m256i offsets[NT];
+            for (int j = 0; j < NT; ++j) offsets[j] = _mm256_setzero_si256();
+            for (int q = 0; q < 4; ++q) {
+                const __m256i even = _mm256_sub_epi16(_mm256_and_si256(sc4[q], even_bytes), minus32_pair);
+                const __m256i odd =
+                    _mm256_sub_epi16(_mm256_and_si256(_mm256_srli_epi32(sc4[q], 8), even_bytes), minus32_pair);
+                for (int j = 0; j < NT; ++j) {
+                    offsets[j] = _mm256_add_epi32(
+                        offsets[j],
+                        _mm256_add_epi32(_mm256_madd_epi16(even, _mm256_set1_epi32(x.bsum_skips[k][j][2 * q])),
+                                         _mm256_madd_epi16(odd, _mm256_set1_epi32(x.bsum_skips[k][j][2 * q + 1]))));
+                }
+            }
+            for (int j = 0; j < NT; ++j)
+                isum[j] = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(offsets[j], 2));
+        }
+        for (int h = 0; h < 2; ++h) {
+            for (int q = 0; q < 2; ++q) {
+                for (int g = 0; g < 4; ++g) {  // sub-block 8h + 2g + q: bit pair g of groups 8h + 4q + i
+                    const int s = 8 * h + 2 * g + q;
+                    const __m256i sc = _mm256_sub_epi32(
+                        _mm256_and_si256(_mm256_srli_epi32(sc4[s / 4], 8 * (s % 4)), _mm256_set1_epi32(0xff)),
+                        _mm256_set1_epi32(32));
+                    const __m256i sc16 =
+                        _mm256_or_si256(_mm256_and_si256(sc, _mm256_set1_epi32(0xffff)), _mm256_slli_epi32(sc, 16));
+                    __m256i s16[NT];
+                    for (int j = 0; j < NT; ++j) s16[j] = _mm256_setzero_si256();
+#pragma GCC unroll 4
+                    for (int i = 0; i < 4; ++i) {
+                        const int G = 8 * h + 4 * q + i;
+                        const __m256i wq = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(r.qs + 32 * G));
+                        const __m256i hm =
+                            _mm256_loadu_si256(reinterpret_cast<const __m256i *>(r.hmask + 32 * (4 * q + i)));
+                        const __m256i u = _mm256_or_si256(
+                            _mm256_and_si256(_mm256_srli_epi16(wq, 2 * g), two_bits),
+                            _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hm, 4 * h + g), one), 2));
+                        for (int j = 0; j < NT; ++j) {
+                            const int8_t *xq = x.qs[k][j] + 128 * h + 32 * g + 4 * (4 * q + i);
+                            s16[j] = _mm256_add_epi16(s16[j], _mm256_maddubs_epi16(u, broadcast_dword(xq)));
+                        }
+                    }
+                    for (int j = 0; j < NT; ++j) isum[j] = _mm256_add_epi32(isum[j], _mm256_madd_epi16(s16[j], sc16));
+                }
+            }
+        }
+        for (int j = 0; j < NT; ++j) {
+            acc[j] =
+                _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[j]), _mm256_mul_ps(dw, _mm256_set1_ps(x.dx[k][j])), acc[j]);
+        }
+    }
+    for (int j = 0; j < NT; ++j) _mm256_storeu_ps(y + j * y_stride, acc[j]);
+}
+
 template <int NT, typename R>
 void k_pass(const uint8_t *w, size_t w_stride, int64_t n_rows, const uint8_t *x, size_t x_stride, int64_t nb, float *y,
             size_t y_stride) {
@@ -483,6 +572,8 @@ void k_pass(const uint8_t *w, size_t w_stride, int64_t n_rows, const uint8_t *x,
                 q6_k_rows8<NT>(rec + k0, staged, n, k0 == 0, y + g0, y_stride);
             } else if constexpr (sizeof(R) == sizeof(BlockQ2_Kx8)) {
                 q2_k_rows8<NT>(rec + k0, staged, n, k0 == 0, y + g0, y_stride);
+            } else if constexpr (sizeof(R) == sizeof(BlockQ3_Kx8)) {
+                q3_k_rows8<NT>(rec + k0, staged, n, k0 == 0, y + g0, y_stride);
             } else {
                 k_rows8<NT>(rec + k0, staged, n, k0 == 0, y + g0, y_stride);
             }
@@ -587,6 +678,11 @@ void dot_tile_q6_k(const void *w, const void *x, size_t x_stride, int n_x, int64
 void dot_rows_q2_kx8(const void *w, size_t w_stride, int64_t n_rows, const void *x, size_t x_stride, int n_x, int64_t n,
                      float *y, size_t y_stride) {
     k_rows_any<BlockQ2_Kx8>(w, w_stride, n_rows, x, x_stride, n_x, n, y, y_stride);
+}
+
+void dot_rows_q3_kx8(const void *w, size_t w_stride, int64_t n_rows, const void *x, size_t x_stride, int n_x, int64_t n,
+                     float *y, size_t y_stride) {
+    k_rows_any<BlockQ3_Kx8>(w, w_stride, n_rows, x, x_stride, n_x, n, y, y_stride);
 }
 
 void dot_rows_q4_kx8(const void *w, size_t w_stride, int64_t n_rows, const void *x, size_t x_stride, int n_x, int64_t n,

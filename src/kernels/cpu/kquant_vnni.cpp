@@ -1,6 +1,6 @@
 // AVX512-VNNI kernels for K-quant rows packed eight to a record (BlockQ2_Kx8, BlockQ4_Kx8, BlockQ5_Kx8,
 // BlockQ6_Kx8; core/blocks.h) against Q8_K activations. Q4_K first (Q5_K: the same with the fifth bit of each
-// element put above its nibble); Q6_K and Q2_K have kernels of their own below.
+// element put above its nibble); Q6_K, Q2_K and Q3_K have kernels of their own below.
 // Compiled with AVX-512 and VNNI (CMakeLists.txt: files named *_vnni.cpp) and called only when cpuid has both.
 //
 // As kernels_vnni.cpp does for Q4_0: sixteen rows at a time, the records of two groups of eight side by side in one
@@ -64,6 +64,7 @@ struct StagedQ8K {
     float dx[kStageBlocks][NT];
     int32_t sum_pairs[kStageBlocks][NT][4];
     int32_t bsum_pairs[kStageBlocks][NT][8];  // the sixteen bsums as they lie: (b0, b1), (b2, b3), ... (Q6_K)
+    int32_t bsum_skips[kStageBlocks][NT][8];  // (b0, b2), (b1, b3), (b4, b6), (b5, b7), ... (Q3_K)
 
     void fill(const uint8_t *x, size_t x_stride, int64_t k0, int64_t n) {
         for (int j = 0; j < NT; ++j) {
@@ -74,6 +75,13 @@ struct StagedQ8K {
                 int16_t bsums[QK_K / 16];
                 std::memcpy(bsums, blk + offsetof(BlockQ8_K, bsums), sizeof bsums);
                 std::memcpy(bsum_pairs[k][j], bsums, sizeof bsums);
+                for (int q = 0; q < 4; ++q) {
+                    const auto b16 = [&bsums, q](int i) {
+                        return static_cast<uint32_t>(static_cast<uint16_t>(bsums[4 * q + i]));
+                    };
+                    bsum_skips[k][j][2 * q] = static_cast<int32_t>(b16(0) | b16(2) << 16);
+                    bsum_skips[k][j][2 * q + 1] = static_cast<int32_t>(b16(1) | b16(3) << 16);
+                }
                 uint32_t s[8];  // the sums of each 32, as int16 bits
                 for (int i = 0; i < 8; ++i) s[i] = static_cast<uint16_t>(bsums[2 * i] + bsums[2 * i + 1]);
                 const uint32_t pairs[4] = {s[0] | s[2] << 16, s[1] | s[3] << 16, s[4] | s[6] << 16, s[5] | s[7] << 16};
@@ -352,6 +360,107 @@ void q2_k_rows16(const BlockQ2_Kx8 *a, const BlockQ2_Kx8 *b, const StagedQ8K<NT>
     for (int j = 0; j < NT; ++j) _mm512_mask_storeu_ps(y + j * y_stride, lanes, acc[j]);
 }
 
+// Q3_K (BlockQ3_Kx8): Q2_K's element order with a third bit from hmask (bit 4h + g of the group 4q + i byte
+// that holds element 128h + 32g + l's low bits' l). The sixteen 6-bit scales of the 16 rows are unpacked from the
+// planes of words as ggml unpacks them, four per int32 lane (sc 0-3, 4-7, 8-11, 12-15), less 32 each. The -4
+// offset of every element is one madd per four sub-blocks' pairs (s, s + 2) against the token's bsums in that
+// order. Then one FMA per super-block and token.
+template <int NT>
+void q3_k_rows16(const BlockQ3_Kx8 *a, const BlockQ3_Kx8 *b, const StagedQ8K<NT> &x, int64_t n, bool first,
+                 __mmask16 lanes, float *y, size_t y_stride) {
+    const __m512i two_bits = _mm512_set1_epi8(3), one = _mm512_set1_epi8(1), byte = _mm512_set1_epi32(0xff);
+    const __m512i low4 = _mm512_set1_epi32(0x0f0f0f0f), top2 = _mm512_set1_epi32(0x03030303);
+    const __m512i even_bytes = _mm512_set1_epi32(0x00ff00ff), minus32_pair = _mm512_set1_epi32(0x00200020);
+    __m512 acc[NT];
+    for (int j = 0; j < NT; ++j) acc[j] = first ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(lanes, y + j * y_stride);
+    for (int64_t k = 0; k < n; ++k) {
+        const BlockQ3_Kx8 &ra = a[k], &rb = b[k];
+        prefetch_ahead(&ra, sizeof ra);
+        prefetch_ahead(&rb, sizeof rb);
+        const __m512 dw = _mm512_cvtph_ps(
+            _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i *>(ra.d))),
+                                    _mm_loadu_si128(reinterpret_cast<const __m128i *>(rb.d)), 1));
+        const __m512i w0 = load_pair(ra.scales, rb.scales), w1 = load_pair(ra.scales + 32, rb.scales + 32);
+        const __m512i w2 = load_pair(ra.scales + 64, rb.scales + 64);
+        const auto top = [&](int shift) {
+            return _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(w2, shift), top2), 4);
+        };
+        const __m512i sc4[4] = {
+            _mm512_or_si512(_mm512_and_si512(w0, low4), top(0)),
+            _mm512_or_si512(_mm512_and_si512(w1, low4), top(2)),
+            _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(w0, 4), low4), top(4)),
+            _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(w1, 4), low4), top(6)),
+        };
+        __m512i isum[NT];
+        {
+            __m512i offsets[NT];
+            for (int j = 0; j < NT; ++j) offsets[j] = _mm512_setzero_si512();
+#pragma GCC unroll 4
+            for (int q = 0; q < 4; ++q) {  // sub-blocks 4q..4q+3 as int16 pairs (4q, 4q + 2) and (4q + 1, 4q + 3)
+                const __m512i even = _mm512_sub_epi16(_mm512_and_si512(sc4[q], even_bytes), minus32_pair);
+                const __m512i odd =
+                    _mm512_sub_epi16(_mm512_and_si512(_mm512_srli_epi32(sc4[q], 8), even_bytes), minus32_pair);
+#pragma GCC unroll 4
+                for (int j = 0; j < NT; ++j) {
+                    offsets[j] = _mm512_add_epi32(
+                        offsets[j],
+                        _mm512_add_epi32(_mm512_madd_epi16(even, _mm512_set1_epi32(x.bsum_skips[k][j][2 * q])),
+                                         _mm512_madd_epi16(odd, _mm512_set1_epi32(x.bsum_skips[k][j][2 * q + 1]))));
+                }
+            }
+            for (int j = 0; j < NT; ++j)
+                isum[j] = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(offsets[j], 2));
+        }
+        // Sub-block s's scale less 32, one int32 lane per row.
+        const auto scale = [&sc4, byte](int s) {
+            return _mm512_sub_epi32(_mm512_and_si512(_mm512_srli_epi32(sc4[s / 4], 8 * (s % 4)), byte),
+                                    _mm512_set1_epi32(32));
+        };
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; ++h) {
+#pragma GCC unroll 2
+            for (int q = 0; q < 2; ++q) {
+#pragma GCC unroll 2
+                for (int g0 = 0; g0 < 4; g0 += 2) {  // bit pairs g0 and g0 + 1
+                    __m512i da[NT], db[NT];
+                    for (int j = 0; j < NT; ++j) da[j] = db[j] = _mm512_setzero_si512();
+#pragma GCC unroll 4
+                    for (int i = 0; i < 4; ++i) {
+                        const int G = 8 * h + 4 * q + i;
+                        const __m512i wq = load_pair(ra.qs + 32 * G, rb.qs + 32 * G);
+                        const __m512i hm = load_pair(ra.hmask + 32 * (4 * q + i), rb.hmask + 32 * (4 * q + i));
+                        const auto third = [&hm, one](int bit) {
+                            return _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(hm, bit), one), 2);
+                        };
+                        const __m512i ua = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(wq, 2 * g0), two_bits),
+                                                           third(4 * h + g0));
+                        const __m512i ub = _mm512_or_si512(
+                            _mm512_and_si512(_mm512_srli_epi16(wq, 2 * g0 + 2), two_bits), third(4 * h + g0 + 1));
+#pragma GCC unroll 4
+                        for (int j = 0; j < NT; ++j) {
+                            const int8_t *xq = x.qs[k][j] + 128 * h + 4 * (4 * q + i);
+                            da[j] = dpbusd_bcast(da[j], ua, xq + 32 * g0);
+                            db[j] = dpbusd_bcast(db[j], ub, xq + 32 * (g0 + 1));
+                        }
+                    }
+                    const __m512i sa = scale(8 * h + 2 * g0 + q), sb = scale(8 * h + 2 * (g0 + 1) + q);
+#pragma GCC unroll 4
+                    for (int j = 0; j < NT; ++j) {
+                        isum[j] = _mm512_add_epi32(
+                            isum[j], _mm512_add_epi32(_mm512_mullo_epi32(da[j], sa), _mm512_mullo_epi32(db[j], sb)));
+                    }
+                }
+            }
+        }
+#pragma GCC unroll 4
+        for (int j = 0; j < NT; ++j) {
+            acc[j] =
+                _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[j]), _mm512_mul_ps(dw, _mm512_set1_ps(x.dx[k][j])), acc[j]);
+        }
+    }
+    for (int j = 0; j < NT; ++j) _mm512_mask_storeu_ps(y + j * y_stride, lanes, acc[j]);
+}
+
 // Packed rows against NT tokens: stages of kStageBlocks super-blocks, each over every group of sixteen rows.
 template <int NT, typename R>
 void k_pass(const uint8_t *w, size_t w_stride, int64_t n_rows, const uint8_t *x, size_t x_stride, int64_t nb, float *y,
@@ -369,6 +478,8 @@ void k_pass(const uint8_t *w, size_t w_stride, int64_t n_rows, const uint8_t *x,
                 q6_k_rows16<NT>(a + k0, b + k0, staged, n, k0 == 0, lanes, y + g0, y_stride);
             } else if constexpr (sizeof(R) == sizeof(BlockQ2_Kx8)) {
                 q2_k_rows16<NT>(a + k0, b + k0, staged, n, k0 == 0, lanes, y + g0, y_stride);
+            } else if constexpr (sizeof(R) == sizeof(BlockQ3_Kx8)) {
+                q3_k_rows16<NT>(a + k0, b + k0, staged, n, k0 == 0, lanes, y + g0, y_stride);
             } else {
                 k_rows16<NT>(a + k0, b + k0, staged, n, k0 == 0, lanes, y + g0, y_stride);
             }
@@ -402,6 +513,11 @@ void k_rows_any(const void *w, size_t w_stride, int64_t n_rows, const void *x, s
 void dot_rows_q2_kx8(const void *w, size_t w_stride, int64_t n_rows, const void *x, size_t x_stride, int n_x, int64_t n,
                      float *y, size_t y_stride) {
     k_rows_any<BlockQ2_Kx8>(w, w_stride, n_rows, x, x_stride, n_x, n, y, y_stride);
+}
+
+void dot_rows_q3_kx8(const void *w, size_t w_stride, int64_t n_rows, const void *x, size_t x_stride, int n_x, int64_t n,
+                     float *y, size_t y_stride) {
+    k_rows_any<BlockQ3_Kx8>(w, w_stride, n_rows, x, x_stride, n_x, n, y, y_stride);
 }
 
 void dot_rows_q4_kx8(const void *w, size_t w_stride, int64_t n_rows, const void *x, size_t x_stride, int n_x, int64_t n,
