@@ -17,8 +17,8 @@ namespace sparrow {
 
 class WeightLoader {
   public:
-    // repack: Q8_0 and Q4_0 matrices whose rows (per matrix of a stack) come in multiples of 8 are packed eight
-    // rows to a record (kernels/ops.h) into memory this loader owns, and the file's pages they came from are
+    // repack: Q8_0, Q4_0 and K-quant matrices whose rows (per matrix of a stack) come in multiples of 8 are packed
+    // eight rows to a record (kernels/ops.h) into memory this loader owns, and the file's pages they came from are
     // given back to the kernel (a later read maps them in again). The loader must outlive the matrices.
     explicit WeightLoader(const gguf::File &file, bool repack = false) : file_(file), repack_(repack) {}
 

@@ -11,9 +11,10 @@
 //   dot_rows_q8_0: (AVX2 only; the AVX-512 table takes it too) y[j*y_stride + r] = w_r . x_j for n_rows rows
 //                  w_stride bytes apart, the same bits as dot_tile_q8_0 per row; the scalar level gets
 //                  dispatch.cpp's row loop over its dot_tile
-//   dot_rows_q8_0x8, dot_rows_q4_0x8: as dot_rows_q8_0 for rows packed eight to a record (BlockQ8_0x8 against
-//                  Q8_0 activations, BlockQ4_0x8 against BlockQ8_0x2 records; n_rows % 8 == 0, w_stride the
-//                  bytes of one unpacked row); every level gives the same bits (dispatch.h)
+//   dot_rows_q8_0x8, dot_rows_q4_0x8, dot_rows_q2_kx8 ... q6_kx8: as dot_rows_q8_0 for rows packed eight to a
+//                  record (BlockQ8_0x8 against Q8_0 activations, BlockQ4_0x8 against BlockQ8_0x2 records, the K-quant
+//                  records against Q8_K rows; n_rows % 8 == 0, w_stride the bytes of one unpacked row); every level
+//                  gives the same bits (dispatch.h)
 //   axpy_<t>:      y[0..n) += a * row[0..n)
 //   quantize_row_q8_0: n floats (n % 32 == 0) to n/32 Q8_0 blocks, bit-exactly as ggml's reference
 //   to_f32_<t>:    y[0..n) = row[0..n) converted exactly (the AVX-512 table uses the AVX2 versions)
