@@ -70,6 +70,20 @@ struct BlockQ8_K {
 };
 static_assert(sizeof(BlockQ8_K) == 292, "Q8_K block must match ggml");
 
+// Not a GGUF type: one token's Q8_K block as the packed K-quant kernels read it (kernels/cpu/kquant_*.cpp), staged
+// once per call for every group of rows (cpu::stage_q8_k): the quants, the scale, and the int16 sums of x in the
+// pairs the kernels' vpmaddwd take against the rows' sub-block numbers:
+//   sums32_skip      32-element sums (s0, s2), (s1, s3), (s4, s6), (s5, s7): Q4_K / Q5_K mins, as bytes of a word pair
+//   sums16_adjacent  the sixteen bsums as they lie, (b0, b1), (b2, b3), ...: Q2_K mins, Q6_K offsets
+//   sums16_skip      (b0, b2), (b1, b3), (b4, b6), (b5, b7), ...: Q3_K offsets
+struct alignas(64) Q8KStaged {
+    int8_t qs[QK_K];
+    float d;
+    int32_t sums32_skip[4];
+    int32_t sums16_adjacent[8];
+    int32_t sums16_skip[8];
+};
+
 // Not a GGUF type: the activations Q4_0 weights are multiplied with (kernels/cpu/dispatch.h), two Q8_0 blocks
 // per record, arranged for the kernels. A Q4_0 byte holds element k in its low nibble and k + 16 in its high
 // nibble, and the nibbles u = value + 8 are unsigned, so:

@@ -123,6 +123,12 @@ void dot_rows_q6_kx8(const void *w, size_t w_stride, int64_t n_rows, const void 
                      float *y, size_t y_stride);
 }  // namespace sparrow::cpu::avx512vnni
 
+// The staging of Q8_K activation rows for the packed K-quant kernels (kquant_scalar.cpp; plain C++, called from every
+// level): super-blocks [k0, k0 + n) of n_tokens rows x_stride bytes apart, to out[k * n_tokens + j].
+namespace sparrow::cpu {
+void stage_q8_k(const uint8_t *x, size_t x_stride, int n_tokens, int64_t k0, int64_t n, Q8KStaged *out);
+}  // namespace sparrow::cpu
+
 // Q4_1, Q5_0, Q5_1, IQ4_NL (quants32_<isa>.cpp) and K-quant (Q2_K ... Q6_K; kquant_<isa>.cpp) weights against
 // Q8_0 dot-x activations, as dot_tile_q8_0's; the AVX-512 table takes the AVX2 ones.
 namespace sparrow::cpu::scalar {

@@ -214,38 +214,12 @@ void dot_tile_16(const void *w, const void *x, size_t x_stride, int n_x, int64_t
 constexpr int kPackedPassTokens = 2;  // tokens per pass over a group's records: 16 registers hold two
 constexpr int64_t kStageBlocks = 8;   // super-blocks of activations staged at a time
 
-// NT tokens' Q8_K activations for up to kStageBlocks super-blocks (as kquant_vnni.cpp's): quants, scale, and the
-// sums of each 32 as int16 pairs (s0, s2), (s1, s3), (s4, s6), (s5, s7).
+// NT tokens' Q8_K activations for up to kStageBlocks super-blocks (stage_q8_k), read by every group of rows.
 template <int NT>
-struct StagedQ8K {
-    alignas(32) int8_t qs[kStageBlocks][NT][QK_K];
-    float dx[kStageBlocks][NT];
-    int32_t sum_pairs[kStageBlocks][NT][4];
-    int32_t bsum_pairs[kStageBlocks][NT][8];  // the sixteen bsums as they lie: (b0, b1), (b2, b3), ... (Q6_K)
-    int32_t bsum_skips[kStageBlocks][NT][8];  // (b0, b2), (b1, b3), (b4, b6), (b5, b7), ... (Q3_K)
-
+struct StagedTokens {
+    Q8KStaged blk[kStageBlocks][NT];
     void fill(const uint8_t *x, size_t x_stride, int64_t k0, int64_t n) {
-        for (int j = 0; j < NT; ++j) {
-            for (int64_t k = 0; k < n; ++k) {
-                const uint8_t *blk = x + j * x_stride + (k0 + k) * static_cast<int64_t>(sizeof(BlockQ8_K));
-                std::memcpy(&dx[k][j], blk + offsetof(BlockQ8_K, d), sizeof(float));
-                std::memcpy(qs[k][j], blk + offsetof(BlockQ8_K, qs), QK_K);
-                int16_t bsums[QK_K / 16];
-                std::memcpy(bsums, blk + offsetof(BlockQ8_K, bsums), sizeof bsums);
-                std::memcpy(bsum_pairs[k][j], bsums, sizeof bsums);
-                for (int q = 0; q < 4; ++q) {
-                    const auto b16 = [&bsums, q](int i) {
-                        return static_cast<uint32_t>(static_cast<uint16_t>(bsums[4 * q + i]));
-                    };
-                    bsum_skips[k][j][2 * q] = static_cast<int32_t>(b16(0) | b16(2) << 16);
-                    bsum_skips[k][j][2 * q + 1] = static_cast<int32_t>(b16(1) | b16(3) << 16);
-                }
-                uint32_t s[8];  // the sums of each 32, as int16 bits
-                for (int i = 0; i < 8; ++i) s[i] = static_cast<uint16_t>(bsums[2 * i] + bsums[2 * i + 1]);
-                const uint32_t pairs[4] = {s[0] | s[2] << 16, s[1] | s[3] << 16, s[4] | s[6] << 16, s[5] | s[7] << 16};
-                std::memcpy(sum_pairs[k][j], pairs, sizeof pairs);
-            }
-        }
+        stage_q8_k(x, x_stride, NT, k0, n, &blk[0][0]);
     }
 };
 
@@ -258,7 +232,7 @@ inline __m256i broadcast_dword(const int8_t *p) {
 // One group of eight rows, super-blocks [0, n) of rec against the NT staged tokens, continuing the sums in y unless
 // `first`.
 template <int NT, typename R>
-void k_rows8(const R *rec, const StagedQ8K<NT> &x, int64_t n, bool first, float *y, size_t y_stride) {
+void k_rows8(const R *rec, const StagedTokens<NT> &x, int64_t n, bool first, float *y, size_t y_stride) {
     constexpr bool kHighBits = sizeof(R) == sizeof(BlockQ5_Kx8);
     // Groups of four bytes whose maddubs pairs add up in int16: 8 x 2 x 15 x 127 = 30480 fits, Q5_K's 31 does not.
     constexpr int kGroupsPerSum = kHighBits ? 4 : 8;
@@ -288,14 +262,14 @@ void k_rows8(const R *rec, const StagedQ8K<NT> &x, int64_t n, bool first, float 
             const __m256i m46 = _mm256_and_si256(m_hi, even_bytes);
             const __m256i m57 = _mm256_and_si256(_mm256_srli_epi32(m_hi, 8), even_bytes);
             for (int j = 0; j < NT; ++j) {
-                const int32_t *p = x.sum_pairs[k][j];
+                const int32_t *p = x.blk[k][j].sums32_skip;
                 const __m256i msum =
                     _mm256_add_epi32(_mm256_add_epi32(_mm256_madd_epi16(m02, _mm256_set1_epi32(p[0])),
                                                       _mm256_madd_epi16(m13, _mm256_set1_epi32(p[1]))),
                                      _mm256_add_epi32(_mm256_madd_epi16(m46, _mm256_set1_epi32(p[2])),
                                                       _mm256_madd_epi16(m57, _mm256_set1_epi32(p[3]))));
-                acc[j] =
-                    _mm256_fnmadd_ps(_mm256_cvtepi32_ps(msum), _mm256_mul_ps(dmw, _mm256_set1_ps(x.dx[k][j])), acc[j]);
+                acc[j] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(msum), _mm256_mul_ps(dmw, _mm256_set1_ps(x.blk[k][j].d)),
+                                          acc[j]);
             }
         }
         __m256i isum[NT];
@@ -322,7 +296,7 @@ void k_rows8(const R *rec, const StagedQ8K<NT> &x, int64_t n, bool first, float 
                             hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * c + 1), one), 4));
                     }
                     for (int j = 0; j < NT; ++j) {
-                        const int8_t *xq = x.qs[k][j] + 64 * c + 4 * g;
+                        const int8_t *xq = x.blk[k][j].qs + 64 * c + 4 * g;
                         slo[j] = _mm256_add_epi16(slo[j], _mm256_maddubs_epi16(lo, broadcast_dword(xq)));
                         shi[j] = _mm256_add_epi16(shi[j], _mm256_maddubs_epi16(hi, broadcast_dword(xq + 32)));
                     }
@@ -335,7 +309,7 @@ void k_rows8(const R *rec, const StagedQ8K<NT> &x, int64_t n, bool first, float 
         }
         for (int j = 0; j < NT; ++j) {
             acc[j] =
-                _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[j]), _mm256_mul_ps(dw, _mm256_set1_ps(x.dx[k][j])), acc[j]);
+                _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[j]), _mm256_mul_ps(dw, _mm256_set1_ps(x.blk[k][j].d)), acc[j]);
         }
     }
     for (int j = 0; j < NT; ++j) _mm256_storeu_ps(y + j * y_stride, acc[j]);
@@ -344,7 +318,7 @@ void k_rows8(const R *rec, const StagedQ8K<NT> &x, int64_t n, bool first, float 
 // Q6_K (BlockQ6_Kx8; the element order kquant_vnni.cpp's q6_k_rows16 describes). Pairs of products reach
 // 2 * 63 * 127, so each maddubs goes to int32 at once, in one madd with its sub-block's scale as int16 pairs.
 template <int NT>
-void q6_k_rows8(const BlockQ6_Kx8 *rec, const StagedQ8K<NT> &x, int64_t n, bool first, float *y, size_t y_stride) {
+void q6_k_rows8(const BlockQ6_Kx8 *rec, const StagedTokens<NT> &x, int64_t n, bool first, float *y, size_t y_stride) {
     const __m256i nibble = _mm256_set1_epi8(0x0f), two_bits = _mm256_set1_epi8(3);
     __m256 acc[NT];
     for (int j = 0; j < NT; ++j) acc[j] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(y + j * y_stride);
@@ -367,8 +341,8 @@ void q6_k_rows8(const BlockQ6_Kx8 *rec, const StagedQ8K<NT> &x, int64_t n, bool 
                     _mm_unpacklo_epi8(_mm_loadl_epi64(reinterpret_cast<const __m128i *>(r.scales + 16 * p)),
                                       _mm_loadl_epi64(reinterpret_cast<const __m128i *>(r.scales + 16 * p + 8))));
                 for (int j = 0; j < NT; ++j) {
-                    offsets[j] =
-                        _mm256_add_epi32(offsets[j], _mm256_madd_epi16(sc2, _mm256_set1_epi32(x.bsum_pairs[k][j][p])));
+                    offsets[j] = _mm256_add_epi32(
+                        offsets[j], _mm256_madd_epi16(sc2, _mm256_set1_epi32(x.blk[k][j].sums16_adjacent[p])));
                 }
             }
             for (int j = 0; j < NT; ++j)
@@ -391,7 +365,7 @@ void q6_k_rows8(const BlockQ6_Kx8 *rec, const StagedQ8K<NT> &x, int64_t n, bool 
                             _mm256_and_si256(_mm256_srli_epi16(wq, 4), nibble),
                             _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * src + 4), two_bits), 4));
                         for (int j = 0; j < NT; ++j) {
-                            const int8_t *xq = x.qs[k][j] + 128 * h + 4 * i;
+                            const int8_t *xq = x.blk[k][j].qs + 128 * h + 4 * i;
                             isum[j] = _mm256_add_epi32(
                                 isum[j],
                                 _mm256_add_epi32(
@@ -405,25 +379,58 @@ void q6_k_rows8(const BlockQ6_Kx8 *rec, const StagedQ8K<NT> &x, int64_t n, bool 
         }
         for (int j = 0; j < NT; ++j) {
             acc[j] =
-                _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[j]), _mm256_mul_ps(dw, _mm256_set1_ps(x.dx[k][j])), acc[j]);
+                _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[j]), _mm256_mul_ps(dw, _mm256_set1_ps(x.blk[k][j].d)), acc[j]);
         }
     }
     for (int j = 0; j < NT; ++j) _mm256_storeu_ps(y + j * y_stride, acc[j]);
 }
 
-// Q2_K (BlockQ2_Kx8; the element order kquant_vnni.cpp's q2_k_rows16 describes). Pairs of products reach
-// 2 * 3 * 127, so a sub-block's four groups add up in int16 before one madd with its scale as int16 pairs.
-template <int NT>
-void q2_k_rows8(const BlockQ2_Kx8 *rec, const StagedQ8K<NT> &x, int64_t n, bool first, float *y, size_t y_stride) {
-    const __m256i two_bits = _mm256_set1_epi8(3);
+// Q2_K and Q3_K (BlockQ2_Kx8, BlockQ3_Kx8; the element and scale order kquant_vnni.cpp's low2_rows16 describes).
+// Pairs of products reach 2 * 7 * 127, so a sub-block's four groups add up in int16 before one madd with its scale
+// as int16 pairs.
+template <int NT, typename R>
+void low2_rows8(const R *rec, const StagedTokens<NT> &x, int64_t n, bool first, float *y, size_t y_stride) {
+    constexpr bool kQ3 = sizeof(R) == sizeof(BlockQ3_Kx8);
+    const __m256i two_bits = _mm256_set1_epi8(3), one = _mm256_set1_epi8(1);
+    const __m256i low4 = _mm256_set1_epi32(0x0f0f0f0f), top2 = _mm256_set1_epi32(0x03030303);
+    const __m256i even_bytes = _mm256_set1_epi32(0x00ff00ff), pair32 = _mm256_set1_epi32(0x00200020);
     __m256 acc[NT];
     for (int j = 0; j < NT; ++j) acc[j] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(y + j * y_stride);
     for (int64_t k = 0; k < n; ++k) {
-        const BlockQ2_Kx8 &r = rec[k];
+        const R &r = rec[k];
         prefetch_block(&r, sizeof r);
         const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(r.d)));
-        const __m256 dmw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(r.dmin)));
-        {
+        __m256i isum[NT];
+        __m256i sc4[4];  // Q3_K: the scales, four per lane
+        if constexpr (kQ3) {
+            const auto word = [&r](int p) {
+                return _mm256_loadu_si256(reinterpret_cast<const __m256i *>(r.scales + 32 * p));
+            };
+            const __m256i w0 = word(0), w1 = word(1), w2 = word(2);
+            const auto top = [&](int shift) {
+                return _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(w2, shift), top2), 4);
+            };
+            sc4[0] = _mm256_or_si256(_mm256_and_si256(w0, low4), top(0));
+            sc4[1] = _mm256_or_si256(_mm256_and_si256(w1, low4), top(2));
+            sc4[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(w0, 4), low4), top(4));
+            sc4[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(w1, 4), low4), top(6));
+            __m256i offsets[NT];
+            for (int j = 0; j < NT; ++j) offsets[j] = _mm256_setzero_si256();
+            for (int q = 0; q < 4; ++q) {
+                const __m256i even = _mm256_sub_epi16(_mm256_and_si256(sc4[q], even_bytes), pair32);
+                const __m256i odd =
+                    _mm256_sub_epi16(_mm256_and_si256(_mm256_srli_epi32(sc4[q], 8), even_bytes), pair32);
+                for (int j = 0; j < NT; ++j) {
+                    const int32_t *p = x.blk[k][j].sums16_skip;
+                    offsets[j] = _mm256_add_epi32(
+                        offsets[j], _mm256_add_epi32(_mm256_madd_epi16(even, _mm256_set1_epi32(p[2 * q])),
+                                                     _mm256_madd_epi16(odd, _mm256_set1_epi32(p[2 * q + 1]))));
+                }
+            }
+            for (int j = 0; j < NT; ++j)
+                isum[j] = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(offsets[j], 2));
+        } else {
+            const __m256 dmw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(r.dmin)));
             __m256i msum[NT];
             for (int j = 0; j < NT; ++j) msum[j] = _mm256_setzero_si256();
             for (int p = 0; p < 8; ++p) {  // sub-blocks 2p and 2p + 1: their mins (high nibbles) as int16 pairs
@@ -433,102 +440,30 @@ void q2_k_rows8(const BlockQ2_Kx8 *rec, const StagedQ8K<NT> &x, int64_t n, bool 
                                           _mm_loadl_epi64(reinterpret_cast<const __m128i *>(r.scales + 16 * p + 8)))),
                                       4);
                 for (int j = 0; j < NT; ++j) {
-                    msum[j] =
-                        _mm256_add_epi32(msum[j], _mm256_madd_epi16(m2, _mm256_set1_epi32(x.bsum_pairs[k][j][p])));
+                    msum[j] = _mm256_add_epi32(
+                        msum[j], _mm256_madd_epi16(m2, _mm256_set1_epi32(x.blk[k][j].sums16_adjacent[p])));
                 }
             }
             for (int j = 0; j < NT; ++j) {
-                acc[j] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(msum[j]), _mm256_mul_ps(dmw, _mm256_set1_ps(x.dx[k][j])),
-                                          acc[j]);
+                acc[j] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(msum[j]),
+                                          _mm256_mul_ps(dmw, _mm256_set1_ps(x.blk[k][j].d)), acc[j]);
+                isum[j] = _mm256_setzero_si256();
             }
-        }
-        __m256i isum[NT];
-        for (int j = 0; j < NT; ++j) isum[j] = _mm256_setzero_si256();
-        for (int h = 0; h < 2; ++h) {
-            for (int q = 0; q < 2; ++q) {
-                for (int g = 0; g < 4; ++g) {  // sub-block 8h + 2g + q: bit pair g of groups 8h + 4q + i
-                    const __m256i sc = _mm256_and_si256(
-                        _mm256_cvtepu8_epi32(
-                            _mm_loadl_epi64(reinterpret_cast<const __m128i *>(r.scales + 8 * (8 * h + 2 * g + q)))),
-                        _mm256_set1_epi32(15));
-                    const __m256i sc16 = _mm256_or_si256(sc, _mm256_slli_epi32(sc, 16));
-                    __m256i s16[NT];
-                    for (int j = 0; j < NT; ++j) s16[j] = _mm256_setzero_si256();
-#pragma GCC unroll 4
-                    for (int i = 0; i < 4; ++i) {
-                        const int G = 8 * h + 4 * q + i;
-                        const __m256i u = _mm256_and_si256(
-                            _mm256_srli_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(r.qs + 32 * G)),
-                                              2 * g),
-                            two_bits);
-                        for (int j = 0; j < NT; ++j) {
-                            const int8_t *xq = x.qs[k][j] + 128 * h + 32 * g + 4 * (4 * q + i);
-                            s16[j] = _mm256_add_epi16(s16[j], _mm256_maddubs_epi16(u, broadcast_dword(xq)));
-                        }
-                    }
-                    for (int j = 0; j < NT; ++j) isum[j] = _mm256_add_epi32(isum[j], _mm256_madd_epi16(s16[j], sc16));
-                }
-            }
-        }
-        for (int j = 0; j < NT; ++j) {
-            acc[j] =
-                _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[j]), _mm256_mul_ps(dw, _mm256_set1_ps(x.dx[k][j])), acc[j]);
-        }
-    }
-    for (int j = 0; j < NT; ++j) _mm256_storeu_ps(y + j * y_stride, acc[j]);
-}
-
-// Q3_K (BlockQ3_Kx8; the element and scale order kquant_vnni.cpp's q3_k_rows16 describes). Pairs of products
-// reach 2 * 7 * 127, so a sub-block's four groups add up in int16 before one madd with its scale as int16 pairs.
-template <int NT>
-void q3_k_rows8(const BlockQ3_Kx8 *rec, const StagedQ8K<NT> &x, int64_t n, bool first, float *y, size_t y_stride) {
-    const __m256i two_bits = _mm256_set1_epi8(3), one = _mm256_set1_epi8(1);
-    const __m256i low4 = _mm256_set1_epi32(0x0f0f0f0f), top2 = _mm256_set1_epi32(0x03030303);
-    const __m256i even_bytes = _mm256_set1_epi32(0x00ff00ff), minus32_pair = _mm256_set1_epi32(0x00200020);
-    __m256 acc[NT];
-    for (int j = 0; j < NT; ++j) acc[j] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(y + j * y_stride);
-    for (int64_t k = 0; k < n; ++k) {
-        const BlockQ3_Kx8 &r = rec[k];
-        prefetch_block(&r, sizeof r);
-        const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(r.d)));
-        const auto word = [&r](int p) {
-            return _mm256_loadu_si256(reinterpret_cast<const __m256i *>(r.scales + 32 * p));
-        };
-        const __m256i w0 = word(0), w1 = word(1), w2 = word(2);
-        const auto top = [&](int shift) {
-            return _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(w2, shift), top2), 4);
-        };
-        const __m256i sc4[4] = {
-            _mm256_or_si256(_mm256_and_si256(w0, low4), top(0)),
-            _mm256_or_si256(_mm256_and_si256(w1, low4), top(2)),
-            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(w0, 4), low4), top(4)),
-            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(w1, 4), low4), top(6)),
-        };
-        __m256i isum[NT];
-        {
-            __m256i offsets[NT];
-            for (int j = 0; j < NT; ++j) offsets[j] = _mm256_setzero_si256();
-            for (int q = 0; q < 4; ++q) {
-                const __m256i even = _mm256_sub_epi16(_mm256_and_si256(sc4[q], even_bytes), minus32_pair);
-                const __m256i odd =
-                    _mm256_sub_epi16(_mm256_and_si256(_mm256_srli_epi32(sc4[q], 8), even_bytes), minus32_pair);
-                for (int j = 0; j < NT; ++j) {
-                    offsets[j] = _mm256_add_epi32(
-                        offsets[j],
-                        _mm256_add_epi32(_mm256_madd_epi16(even, _mm256_set1_epi32(x.bsum_skips[k][j][2 * q])),
-                                         _mm256_madd_epi16(odd, _mm256_set1_epi32(x.bsum_skips[k][j][2 * q + 1]))));
-                }
-            }
-            for (int j = 0; j < NT; ++j)
-                isum[j] = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(offsets[j], 2));
         }
         for (int h = 0; h < 2; ++h) {
             for (int q = 0; q < 2; ++q) {
                 for (int g = 0; g < 4; ++g) {  // sub-block 8h + 2g + q: bit pair g of groups 8h + 4q + i
                     const int s = 8 * h + 2 * g + q;
-                    const __m256i sc = _mm256_sub_epi32(
-                        _mm256_and_si256(_mm256_srli_epi32(sc4[s / 4], 8 * (s % 4)), _mm256_set1_epi32(0xff)),
-                        _mm256_set1_epi32(32));
+                    __m256i sc;
+                    if constexpr (kQ3) {
+                        sc = _mm256_sub_epi32(
+                            _mm256_and_si256(_mm256_srli_epi32(sc4[s / 4], 8 * (s % 4)), _mm256_set1_epi32(0xff)),
+                            _mm256_set1_epi32(32));
+                    } else {
+                        sc = _mm256_and_si256(
+                            _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i *>(r.scales + 8 * s))),
+                            _mm256_set1_epi32(15));
+                    }
                     const __m256i sc16 =
                         _mm256_or_si256(_mm256_and_si256(sc, _mm256_set1_epi32(0xffff)), _mm256_slli_epi32(sc, 16));
                     __m256i s16[NT];
@@ -537,13 +472,15 @@ void q3_k_rows8(const BlockQ3_Kx8 *rec, const StagedQ8K<NT> &x, int64_t n, bool 
                     for (int i = 0; i < 4; ++i) {
                         const int G = 8 * h + 4 * q + i;
                         const __m256i wq = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(r.qs + 32 * G));
-                        const __m256i hm =
-                            _mm256_loadu_si256(reinterpret_cast<const __m256i *>(r.hmask + 32 * (4 * q + i)));
-                        const __m256i u = _mm256_or_si256(
-                            _mm256_and_si256(_mm256_srli_epi16(wq, 2 * g), two_bits),
-                            _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hm, 4 * h + g), one), 2));
+                        __m256i u = _mm256_and_si256(_mm256_srli_epi16(wq, 2 * g), two_bits);
+                        if constexpr (kQ3) {
+                            const __m256i hm =
+                                _mm256_loadu_si256(reinterpret_cast<const __m256i *>(r.hmask + 32 * (4 * q + i)));
+                            u = _mm256_or_si256(
+                                u, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hm, 4 * h + g), one), 2));
+                        }
                         for (int j = 0; j < NT; ++j) {
-                            const int8_t *xq = x.qs[k][j] + 128 * h + 32 * g + 4 * (4 * q + i);
+                            const int8_t *xq = x.blk[k][j].qs + 128 * h + 32 * g + 4 * (4 * q + i);
                             s16[j] = _mm256_add_epi16(s16[j], _mm256_maddubs_epi16(u, broadcast_dword(xq)));
                         }
                     }
@@ -553,7 +490,7 @@ void q3_k_rows8(const BlockQ3_Kx8 *rec, const StagedQ8K<NT> &x, int64_t n, bool 
         }
         for (int j = 0; j < NT; ++j) {
             acc[j] =
-                _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[j]), _mm256_mul_ps(dw, _mm256_set1_ps(x.dx[k][j])), acc[j]);
+                _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[j]), _mm256_mul_ps(dw, _mm256_set1_ps(x.blk[k][j].d)), acc[j]);
         }
     }
     for (int j = 0; j < NT; ++j) _mm256_storeu_ps(y + j * y_stride, acc[j]);
@@ -562,7 +499,7 @@ void q3_k_rows8(const BlockQ3_Kx8 *rec, const StagedQ8K<NT> &x, int64_t n, bool 
 template <int NT, typename R>
 void k_pass(const uint8_t *w, size_t w_stride, int64_t n_rows, const uint8_t *x, size_t x_stride, int64_t nb, float *y,
             size_t y_stride) {
-    StagedQ8K<NT> staged;
+    StagedTokens<NT> staged;
     for (int64_t k0 = 0; k0 < nb; k0 += kStageBlocks) {
         const int64_t n = nb - k0 < kStageBlocks ? nb - k0 : kStageBlocks;
         staged.fill(x, x_stride, k0, n);
@@ -570,10 +507,8 @@ void k_pass(const uint8_t *w, size_t w_stride, int64_t n_rows, const uint8_t *x,
             const auto *rec = reinterpret_cast<const R *>(w + g0 * static_cast<int64_t>(w_stride));
             if constexpr (sizeof(R) == sizeof(BlockQ6_Kx8)) {
                 q6_k_rows8<NT>(rec + k0, staged, n, k0 == 0, y + g0, y_stride);
-            } else if constexpr (sizeof(R) == sizeof(BlockQ2_Kx8)) {
-                q2_k_rows8<NT>(rec + k0, staged, n, k0 == 0, y + g0, y_stride);
-            } else if constexpr (sizeof(R) == sizeof(BlockQ3_Kx8)) {
-                q3_k_rows8<NT>(rec + k0, staged, n, k0 == 0, y + g0, y_stride);
+            } else if constexpr (sizeof(R) == sizeof(BlockQ2_Kx8) || sizeof(R) == sizeof(BlockQ3_Kx8)) {
+                low2_rows8<NT>(rec + k0, staged, n, k0 == 0, y + g0, y_stride);
             } else {
                 k_rows8<NT>(rec + k0, staged, n, k0 == 0, y + g0, y_stride);
             }

@@ -13,6 +13,38 @@
 #include "kernels/cpu/dispatch.h"
 #include "kernels/cpu/isa_kernels.h"
 
+namespace sparrow::cpu {
+
+void stage_q8_k(const uint8_t *x, size_t x_stride, int n_tokens, int64_t k0, int64_t n, Q8KStaged *out) {
+    const auto pair = [](int32_t lo, int32_t hi) {
+        return static_cast<int32_t>(static_cast<uint32_t>(static_cast<uint16_t>(lo)) |
+                                    static_cast<uint32_t>(static_cast<uint16_t>(hi)) << 16);
+    };
+    for (int64_t k = 0; k < n; ++k) {
+        for (int j = 0; j < n_tokens; ++j) {
+            BlockQ8_K b;
+            std::memcpy(&b, x + j * x_stride + (k0 + k) * static_cast<int64_t>(sizeof b), sizeof b);
+            Q8KStaged &o = out[k * n_tokens + j];
+            std::memcpy(o.qs, b.qs, QK_K);
+            o.d = b.d;
+            int32_t s32[8];
+            for (int i = 0; i < 8; ++i) s32[i] = b.bsums[2 * i] + b.bsums[2 * i + 1];
+            for (int q = 0; q < 2; ++q) {
+                o.sums32_skip[2 * q] = pair(s32[4 * q], s32[4 * q + 2]);
+                o.sums32_skip[2 * q + 1] = pair(s32[4 * q + 1], s32[4 * q + 3]);
+            }
+            for (int q = 0; q < 4; ++q) {
+                o.sums16_adjacent[2 * q] = pair(b.bsums[4 * q], b.bsums[4 * q + 1]);
+                o.sums16_adjacent[2 * q + 1] = pair(b.bsums[4 * q + 2], b.bsums[4 * q + 3]);
+                o.sums16_skip[2 * q] = pair(b.bsums[4 * q], b.bsums[4 * q + 2]);
+                o.sums16_skip[2 * q + 1] = pair(b.bsums[4 * q + 1], b.bsums[4 * q + 3]);
+            }
+        }
+    }
+}
+
+}  // namespace sparrow::cpu
+
 namespace sparrow::cpu::scalar {
 
 namespace {

@@ -1,6 +1,6 @@
 // AVX512-VNNI kernels for K-quant rows packed eight to a record (BlockQ2_Kx8, BlockQ4_Kx8, BlockQ5_Kx8,
 // BlockQ6_Kx8; core/blocks.h) against Q8_K activations. Q4_K first (Q5_K: the same with the fifth bit of each
-// element put above its nibble); Q6_K, Q2_K and Q3_K have kernels of their own below.
+// element put above its nibble); Q6_K has a kernel of its own below, and Q2_K and Q3_K share one.
 // Compiled with AVX-512 and VNNI (CMakeLists.txt: files named *_vnni.cpp) and called only when cpuid has both.
 //
 // As kernels_vnni.cpp does for Q4_0: sixteen rows at a time, the records of two groups of eight side by side in one
@@ -55,46 +55,19 @@ inline __m512i load_pair(const void *a, const void *b) {
                               _mm256_loadu_si256(reinterpret_cast<const __m256i *>(b)), 1);
 }
 
-// NT tokens' Q8_K activations for up to kStageBlocks super-blocks, at constant offsets from one pointer: the
-// quants, the scale, and the sums of each 32 quants as int16 pairs (s0, s2), (s1, s3), (s4, s6), (s5, s7), the
-// pairs the rows' mins are laid out in (k_rows16).
+// NT tokens' Q8_K activations for up to kStageBlocks super-blocks (stage_q8_k), read by every group of rows.
 template <int NT>
-struct StagedQ8K {
-    alignas(64) int8_t qs[kStageBlocks][NT][QK_K];
-    float dx[kStageBlocks][NT];
-    int32_t sum_pairs[kStageBlocks][NT][4];
-    int32_t bsum_pairs[kStageBlocks][NT][8];  // the sixteen bsums as they lie: (b0, b1), (b2, b3), ... (Q6_K)
-    int32_t bsum_skips[kStageBlocks][NT][8];  // (b0, b2), (b1, b3), (b4, b6), (b5, b7), ... (Q3_K)
-
+struct StagedTokens {
+    Q8KStaged blk[kStageBlocks][NT];
     void fill(const uint8_t *x, size_t x_stride, int64_t k0, int64_t n) {
-        for (int j = 0; j < NT; ++j) {
-            for (int64_t k = 0; k < n; ++k) {
-                const uint8_t *blk = x + j * x_stride + (k0 + k) * static_cast<int64_t>(sizeof(BlockQ8_K));
-                std::memcpy(&dx[k][j], blk + offsetof(BlockQ8_K, d), sizeof(float));
-                std::memcpy(qs[k][j], blk + offsetof(BlockQ8_K, qs), QK_K);
-                int16_t bsums[QK_K / 16];
-                std::memcpy(bsums, blk + offsetof(BlockQ8_K, bsums), sizeof bsums);
-                std::memcpy(bsum_pairs[k][j], bsums, sizeof bsums);
-                for (int q = 0; q < 4; ++q) {
-                    const auto b16 = [&bsums, q](int i) {
-                        return static_cast<uint32_t>(static_cast<uint16_t>(bsums[4 * q + i]));
-                    };
-                    bsum_skips[k][j][2 * q] = static_cast<int32_t>(b16(0) | b16(2) << 16);
-                    bsum_skips[k][j][2 * q + 1] = static_cast<int32_t>(b16(1) | b16(3) << 16);
-                }
-                uint32_t s[8];  // the sums of each 32, as int16 bits
-                for (int i = 0; i < 8; ++i) s[i] = static_cast<uint16_t>(bsums[2 * i] + bsums[2 * i + 1]);
-                const uint32_t pairs[4] = {s[0] | s[2] << 16, s[1] | s[3] << 16, s[4] | s[6] << 16, s[5] | s[7] << 16};
-                std::memcpy(sum_pairs[k][j], pairs, sizeof pairs);
-            }
-        }
+        stage_q8_k(x, x_stride, NT, k0, n, &blk[0][0]);
     }
 };
 
 // Rows of the records a and b (16 lanes; a last group of eight passes b = a and keeps the low lanes), super-blocks
 // [0, n) against the NT staged tokens, continuing the sums in y unless `first`.
 template <int NT, typename R>
-void k_rows16(const R *a, const R *b, const StagedQ8K<NT> &x, int64_t n, bool first, __mmask16 lanes, float *y,
+void k_rows16(const R *a, const R *b, const StagedTokens<NT> &x, int64_t n, bool first, __mmask16 lanes, float *y,
               size_t y_stride) {
     constexpr bool kHighBits = sizeof(R) == sizeof(BlockQ5_Kx8);
     const __m512i nibble = _mm512_set1_epi8(0x0f), byte = _mm512_set1_epi32(0xff), one = _mm512_set1_epi8(1);
@@ -130,14 +103,14 @@ void k_rows16(const R *a, const R *b, const StagedQ8K<NT> &x, int64_t n, bool fi
             const __m512i m57 = _mm512_and_si512(_mm512_srli_epi32(m_hi, 8), even_bytes);
 #pragma GCC unroll 4
             for (int j = 0; j < NT; ++j) {
-                const int32_t *p = x.sum_pairs[k][j];
+                const int32_t *p = x.blk[k][j].sums32_skip;
                 const __m512i msum =
                     _mm512_add_epi32(_mm512_add_epi32(_mm512_madd_epi16(m02, _mm512_set1_epi32(p[0])),
                                                       _mm512_madd_epi16(m13, _mm512_set1_epi32(p[1]))),
                                      _mm512_add_epi32(_mm512_madd_epi16(m46, _mm512_set1_epi32(p[2])),
                                                       _mm512_madd_epi16(m57, _mm512_set1_epi32(p[3]))));
-                acc[j] =
-                    _mm512_fnmadd_ps(_mm512_cvtepi32_ps(msum), _mm512_mul_ps(dmw, _mm512_set1_ps(x.dx[k][j])), acc[j]);
+                acc[j] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(msum), _mm512_mul_ps(dmw, _mm512_set1_ps(x.blk[k][j].d)),
+                                          acc[j]);
             }
         }
         __m512i isum[NT];
@@ -162,8 +135,8 @@ void k_rows16(const R *a, const R *b, const StagedQ8K<NT> &x, int64_t n, bool fi
                 }
 #pragma GCC unroll 4
                 for (int j = 0; j < NT; ++j) {
-                    dlo[j] = dpbusd_bcast(dlo[j], lo, x.qs[k][j] + 64 * c + 4 * g);
-                    dhi[j] = dpbusd_bcast(dhi[j], hi, x.qs[k][j] + 64 * c + 32 + 4 * g);
+                    dlo[j] = dpbusd_bcast(dlo[j], lo, x.blk[k][j].qs + 64 * c + 4 * g);
+                    dhi[j] = dpbusd_bcast(dhi[j], hi, x.blk[k][j].qs + 64 * c + 32 + 4 * g);
                 }
             }
 #pragma GCC unroll 4
@@ -175,7 +148,7 @@ void k_rows16(const R *a, const R *b, const StagedQ8K<NT> &x, int64_t n, bool fi
 #pragma GCC unroll 4
         for (int j = 0; j < NT; ++j) {
             acc[j] =
-                _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[j]), _mm512_mul_ps(dw, _mm512_set1_ps(x.dx[k][j])), acc[j]);
+                _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[j]), _mm512_mul_ps(dw, _mm512_set1_ps(x.blk[k][j].d)), acc[j]);
         }
     }
     for (int j = 0; j < NT; ++j) _mm512_mask_storeu_ps(y + j * y_stride, lanes, acc[j]);
@@ -186,7 +159,7 @@ void k_rows16(const R *a, const R *b, const StagedQ8K<NT> &x, int64_t n, bool fi
 // each, are sub-blocks 8h + 2t + q. The -32 offset of every element is one madd per pair of sub-blocks: the rows'
 // scales as int16 pairs against the token's bsums as they lie. Then one FMA per super-block and token.
 template <int NT>
-void q6_k_rows16(const BlockQ6_Kx8 *a, const BlockQ6_Kx8 *b, const StagedQ8K<NT> &x, int64_t n, bool first,
+void q6_k_rows16(const BlockQ6_Kx8 *a, const BlockQ6_Kx8 *b, const StagedTokens<NT> &x, int64_t n, bool first,
                  __mmask16 lanes, float *y, size_t y_stride) {
     const __m512i nibble = _mm512_set1_epi8(0x0f), two_bits = _mm512_set1_epi8(3);
     __m512 acc[NT];
@@ -217,8 +190,8 @@ void q6_k_rows16(const BlockQ6_Kx8 *a, const BlockQ6_Kx8 *b, const StagedQ8K<NT>
                 const __m512i sc2 = _mm512_inserti64x4(_mm512_castsi256_si512(pairs(ra)), pairs(rb), 1);
 #pragma GCC unroll 4
                 for (int j = 0; j < NT; ++j) {
-                    offsets[j] =
-                        _mm512_add_epi32(offsets[j], _mm512_madd_epi16(sc2, _mm512_set1_epi32(x.bsum_pairs[k][j][p])));
+                    offsets[j] = _mm512_add_epi32(
+                        offsets[j], _mm512_madd_epi16(sc2, _mm512_set1_epi32(x.blk[k][j].sums16_adjacent[p])));
                 }
             }
             for (int j = 0; j < NT; ++j)
@@ -246,7 +219,7 @@ void q6_k_rows16(const BlockQ6_Kx8 *a, const BlockQ6_Kx8 *b, const StagedQ8K<NT>
                             _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(qh, 2 * src + 4), two_bits), 4));
 #pragma GCC unroll 4
                         for (int j = 0; j < NT; ++j) {
-                            const int8_t *xq = x.qs[k][j] + 128 * h + 4 * i;
+                            const int8_t *xq = x.blk[k][j].qs + 128 * h + 4 * i;
                             dlo[j] = dpbusd_bcast(dlo[j], lo, xq + 32 * src);
                             dhi[j] = dpbusd_bcast(dhi[j], hi, xq + 32 * (src + 2));
                         }
@@ -262,24 +235,32 @@ void q6_k_rows16(const BlockQ6_Kx8 *a, const BlockQ6_Kx8 *b, const StagedQ8K<NT>
 #pragma GCC unroll 4
         for (int j = 0; j < NT; ++j) {
             acc[j] =
-                _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[j]), _mm512_mul_ps(dw, _mm512_set1_ps(x.dx[k][j])), acc[j]);
+                _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[j]), _mm512_mul_ps(dw, _mm512_set1_ps(x.blk[k][j].d)), acc[j]);
         }
     }
     for (int j = 0; j < NT; ++j) _mm512_mask_storeu_ps(y + j * y_stride, lanes, acc[j]);
 }
 
-// Q2_K (BlockQ2_Kx8): each 512-bit load of a quant group G = 8h + 4q + i holds four 2-bit elements per row
-// and bit pair g, of sub-block 8h + 2g + q; the pairs g are taken two at a time so that two dot vectors per token
-// (not four) stay in registers. The mins: one madd per pair of sub-blocks, the rows' mins as int16 pairs against
-// the token's bsums as they lie. The f32 steps as Q4_K's.
-template <int NT>
-void q2_k_rows16(const BlockQ2_Kx8 *a, const BlockQ2_Kx8 *b, const StagedQ8K<NT> &x, int64_t n, bool first,
-                 __mmask16 lanes, float *y, size_t y_stride) {
-    const __m512i two_bits = _mm512_set1_epi8(3), low4 = _mm512_set1_epi32(15);
+// Q2_K and Q3_K (BlockQ2_Kx8, BlockQ3_Kx8): each 512-bit load of a quant group G = 8h + 4q + i holds four 2-bit
+// elements per row and bit pair g, of sub-block 8h + 2g + q; Q3_K puts a third bit above them, bit 4h + g of its
+// hmask group 4q + i. The bit pairs are taken two at a time so that two dot vectors per token (not four) stay in
+// registers.
+//   Q2_K: 4-bit scales and mins, one byte per row and sub-block; the mins are one madd per pair of sub-blocks, the
+//         rows' mins as int16 pairs against the token's bsums as they lie, and the f32 steps are Q4_K's.
+//   Q3_K: the sixteen 6-bit scales of the 16 rows are unpacked from the planes of words as ggml unpacks them, four
+//         per int32 lane (sc 0-3, 4-7, 8-11, 12-15), less 32 each; the -4 offset of every element is one madd per
+//         pair of sub-blocks (s, s + 2) against the token's bsums in that order; one FMA per super-block.
+template <int NT, typename R>
+void low2_rows16(const R *a, const R *b, const StagedTokens<NT> &x, int64_t n, bool first, __mmask16 lanes, float *y,
+                 size_t y_stride) {
+    constexpr bool kQ3 = sizeof(R) == sizeof(BlockQ3_Kx8);
+    const __m512i two_bits = _mm512_set1_epi8(3), one = _mm512_set1_epi8(1), byte = _mm512_set1_epi32(0xff);
+    const __m512i low4 = _mm512_set1_epi32(0x0f0f0f0f), top2 = _mm512_set1_epi32(0x03030303);
+    const __m512i even_bytes = _mm512_set1_epi32(0x00ff00ff), pair32 = _mm512_set1_epi32(0x00200020);
     __m512 acc[NT];
     for (int j = 0; j < NT; ++j) acc[j] = first ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(lanes, y + j * y_stride);
     for (int64_t k = 0; k < n; ++k) {
-        const BlockQ2_Kx8 &ra = a[k], &rb = b[k];
+        const R &ra = a[k], &rb = b[k];
         prefetch_ahead(&ra, sizeof ra);
         prefetch_ahead(&rb, sizeof rb);
         const auto halves = [](const uint16_t *pa, const uint16_t *pb) {
@@ -287,19 +268,42 @@ void q2_k_rows16(const BlockQ2_Kx8 *a, const BlockQ2_Kx8 *b, const StagedQ8K<NT>
                 _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i *>(pa))),
                                         _mm_loadu_si128(reinterpret_cast<const __m128i *>(pb)), 1));
         };
-        const __m512 dw = halves(ra.d, rb.d), dmw = halves(ra.dmin, rb.dmin);
-        // Sub-block s's 4-bit scale, one int32 lane per row.
-        const auto scale = [&ra, &rb, low4](int s) {
-            return _mm512_and_si512(_mm512_cvtepu8_epi32(_mm_unpacklo_epi64(
-                                        _mm_loadl_epi64(reinterpret_cast<const __m128i *>(ra.scales + 8 * s)),
-                                        _mm_loadl_epi64(reinterpret_cast<const __m128i *>(rb.scales + 8 * s)))),
-                                    low4);
-        };
-        {
+        const __m512 dw = halves(ra.d, rb.d);
+        __m512i isum[NT];
+        __m512i sc4[4];  // Q3_K: the scales, four per lane
+        if constexpr (kQ3) {
+            const __m512i w0 = load_pair(ra.scales, rb.scales), w1 = load_pair(ra.scales + 32, rb.scales + 32);
+            const __m512i w2 = load_pair(ra.scales + 64, rb.scales + 64);
+            const auto top = [&](int shift) {
+                return _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(w2, shift), top2), 4);
+            };
+            sc4[0] = _mm512_or_si512(_mm512_and_si512(w0, low4), top(0));
+            sc4[1] = _mm512_or_si512(_mm512_and_si512(w1, low4), top(2));
+            sc4[2] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(w0, 4), low4), top(4));
+            sc4[3] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(w1, 4), low4), top(6));
+            __m512i offsets[NT];
+            for (int j = 0; j < NT; ++j) offsets[j] = _mm512_setzero_si512();
+#pragma GCC unroll 4
+            for (int q = 0; q < 4; ++q) {  // sub-blocks 4q..4q+3 as int16 pairs (4q, 4q + 2) and (4q + 1, 4q + 3)
+                const __m512i even = _mm512_sub_epi16(_mm512_and_si512(sc4[q], even_bytes), pair32);
+                const __m512i odd =
+                    _mm512_sub_epi16(_mm512_and_si512(_mm512_srli_epi32(sc4[q], 8), even_bytes), pair32);
+#pragma GCC unroll 4
+                for (int j = 0; j < NT; ++j) {
+                    const int32_t *p = x.blk[k][j].sums16_skip;
+                    offsets[j] = _mm512_add_epi32(
+                        offsets[j], _mm512_add_epi32(_mm512_madd_epi16(even, _mm512_set1_epi32(p[2 * q])),
+                                                     _mm512_madd_epi16(odd, _mm512_set1_epi32(p[2 * q + 1]))));
+                }
+            }
+            for (int j = 0; j < NT; ++j)
+                isum[j] = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(offsets[j], 2));
+        } else {
+            const __m512 dmw = halves(ra.dmin, rb.dmin);
             __m512i msum[NT];
             for (int j = 0; j < NT; ++j) msum[j] = _mm512_setzero_si512();
             for (int p = 0; p < 8; ++p) {  // sub-blocks 2p and 2p + 1: their mins (high nibbles) as int16 pairs
-                const auto pairs = [p](const BlockQ2_Kx8 &r) {
+                const auto pairs = [p](const R &r) {
                     return _mm256_srli_epi16(
                         _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(
                             _mm_loadl_epi64(reinterpret_cast<const __m128i *>(r.scales + 16 * p)),
@@ -309,18 +313,29 @@ void q2_k_rows16(const BlockQ2_Kx8 *a, const BlockQ2_Kx8 *b, const StagedQ8K<NT>
                 const __m512i m2 = _mm512_inserti64x4(_mm512_castsi256_si512(pairs(ra)), pairs(rb), 1);
 #pragma GCC unroll 4
                 for (int j = 0; j < NT; ++j) {
-                    msum[j] =
-                        _mm512_add_epi32(msum[j], _mm512_madd_epi16(m2, _mm512_set1_epi32(x.bsum_pairs[k][j][p])));
+                    msum[j] = _mm512_add_epi32(
+                        msum[j], _mm512_madd_epi16(m2, _mm512_set1_epi32(x.blk[k][j].sums16_adjacent[p])));
                 }
             }
 #pragma GCC unroll 4
             for (int j = 0; j < NT; ++j) {
-                acc[j] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(msum[j]), _mm512_mul_ps(dmw, _mm512_set1_ps(x.dx[k][j])),
-                                          acc[j]);
+                acc[j] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(msum[j]),
+                                          _mm512_mul_ps(dmw, _mm512_set1_ps(x.blk[k][j].d)), acc[j]);
+                isum[j] = _mm512_setzero_si512();
             }
         }
-        __m512i isum[NT];
-        for (int j = 0; j < NT; ++j) isum[j] = _mm512_setzero_si512();
+        // Sub-block s's scale, one int32 lane per row (Q3_K's less 32).
+        const auto scale = [&](int s) {
+            if constexpr (kQ3) {
+                return _mm512_sub_epi32(_mm512_and_si512(_mm512_srli_epi32(sc4[s / 4], 8 * (s % 4)), byte),
+                                        _mm512_set1_epi32(32));
+            } else {
+                return _mm512_and_si512(_mm512_cvtepu8_epi32(_mm_unpacklo_epi64(
+                                            _mm_loadl_epi64(reinterpret_cast<const __m128i *>(ra.scales + 8 * s)),
+                                            _mm_loadl_epi64(reinterpret_cast<const __m128i *>(rb.scales + 8 * s)))),
+                                        _mm512_set1_epi32(15));
+            }
+        };
 #pragma GCC unroll 2
         for (int h = 0; h < 2; ++h) {
 #pragma GCC unroll 2
@@ -333,11 +348,19 @@ void q2_k_rows16(const BlockQ2_Kx8 *a, const BlockQ2_Kx8 *b, const StagedQ8K<NT>
                     for (int i = 0; i < 4; ++i) {
                         const int G = 8 * h + 4 * q + i;
                         const __m512i wq = load_pair(ra.qs + 32 * G, rb.qs + 32 * G);
-                        const __m512i ua = _mm512_and_si512(_mm512_srli_epi16(wq, 2 * g0), two_bits);
-                        const __m512i ub = _mm512_and_si512(_mm512_srli_epi16(wq, 2 * g0 + 2), two_bits);
+                        __m512i ua = _mm512_and_si512(_mm512_srli_epi16(wq, 2 * g0), two_bits);
+                        __m512i ub = _mm512_and_si512(_mm512_srli_epi16(wq, 2 * g0 + 2), two_bits);
+                        if constexpr (kQ3) {
+                            const __m512i hm = load_pair(ra.hmask + 32 * (4 * q + i), rb.hmask + 32 * (4 * q + i));
+                            const auto third = [&hm, one](int bit) {
+                                return _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(hm, bit), one), 2);
+                            };
+                            ua = _mm512_or_si512(ua, third(4 * h + g0));
+                            ub = _mm512_or_si512(ub, third(4 * h + g0 + 1));
+                        }
 #pragma GCC unroll 4
                         for (int j = 0; j < NT; ++j) {
-                            const int8_t *xq = x.qs[k][j] + 128 * h + 4 * (4 * q + i);
+                            const int8_t *xq = x.blk[k][j].qs + 128 * h + 4 * (4 * q + i);
                             da[j] = dpbusd_bcast(da[j], ua, xq + 32 * g0);
                             db[j] = dpbusd_bcast(db[j], ub, xq + 32 * (g0 + 1));
                         }
@@ -354,108 +377,7 @@ void q2_k_rows16(const BlockQ2_Kx8 *a, const BlockQ2_Kx8 *b, const StagedQ8K<NT>
 #pragma GCC unroll 4
         for (int j = 0; j < NT; ++j) {
             acc[j] =
-                _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[j]), _mm512_mul_ps(dw, _mm512_set1_ps(x.dx[k][j])), acc[j]);
-        }
-    }
-    for (int j = 0; j < NT; ++j) _mm512_mask_storeu_ps(y + j * y_stride, lanes, acc[j]);
-}
-
-// Q3_K (BlockQ3_Kx8): Q2_K's element order with a third bit from hmask (bit 4h + g of the group 4q + i byte
-// that holds element 128h + 32g + l's low bits' l). The sixteen 6-bit scales of the 16 rows are unpacked from the
-// planes of words as ggml unpacks them, four per int32 lane (sc 0-3, 4-7, 8-11, 12-15), less 32 each. The -4
-// offset of every element is one madd per four sub-blocks' pairs (s, s + 2) against the token's bsums in that
-// order. Then one FMA per super-block and token.
-template <int NT>
-void q3_k_rows16(const BlockQ3_Kx8 *a, const BlockQ3_Kx8 *b, const StagedQ8K<NT> &x, int64_t n, bool first,
-                 __mmask16 lanes, float *y, size_t y_stride) {
-    const __m512i two_bits = _mm512_set1_epi8(3), one = _mm512_set1_epi8(1), byte = _mm512_set1_epi32(0xff);
-    const __m512i low4 = _mm512_set1_epi32(0x0f0f0f0f), top2 = _mm512_set1_epi32(0x03030303);
-    const __m512i even_bytes = _mm512_set1_epi32(0x00ff00ff), minus32_pair = _mm512_set1_epi32(0x00200020);
-    __m512 acc[NT];
-    for (int j = 0; j < NT; ++j) acc[j] = first ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(lanes, y + j * y_stride);
-    for (int64_t k = 0; k < n; ++k) {
-        const BlockQ3_Kx8 &ra = a[k], &rb = b[k];
-        prefetch_ahead(&ra, sizeof ra);
-        prefetch_ahead(&rb, sizeof rb);
-        const __m512 dw = _mm512_cvtph_ps(
-            _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i *>(ra.d))),
-                                    _mm_loadu_si128(reinterpret_cast<const __m128i *>(rb.d)), 1));
-        const __m512i w0 = load_pair(ra.scales, rb.scales), w1 = load_pair(ra.scales + 32, rb.scales + 32);
-        const __m512i w2 = load_pair(ra.scales + 64, rb.scales + 64);
-        const auto top = [&](int shift) {
-            return _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(w2, shift), top2), 4);
-        };
-        const __m512i sc4[4] = {
-            _mm512_or_si512(_mm512_and_si512(w0, low4), top(0)),
-            _mm512_or_si512(_mm512_and_si512(w1, low4), top(2)),
-            _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(w0, 4), low4), top(4)),
-            _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(w1, 4), low4), top(6)),
-        };
-        __m512i isum[NT];
-        {
-            __m512i offsets[NT];
-            for (int j = 0; j < NT; ++j) offsets[j] = _mm512_setzero_si512();
-#pragma GCC unroll 4
-            for (int q = 0; q < 4; ++q) {  // sub-blocks 4q..4q+3 as int16 pairs (4q, 4q + 2) and (4q + 1, 4q + 3)
-                const __m512i even = _mm512_sub_epi16(_mm512_and_si512(sc4[q], even_bytes), minus32_pair);
-                const __m512i odd =
-                    _mm512_sub_epi16(_mm512_and_si512(_mm512_srli_epi32(sc4[q], 8), even_bytes), minus32_pair);
-#pragma GCC unroll 4
-                for (int j = 0; j < NT; ++j) {
-                    offsets[j] = _mm512_add_epi32(
-                        offsets[j],
-                        _mm512_add_epi32(_mm512_madd_epi16(even, _mm512_set1_epi32(x.bsum_skips[k][j][2 * q])),
-                                         _mm512_madd_epi16(odd, _mm512_set1_epi32(x.bsum_skips[k][j][2 * q + 1]))));
-                }
-            }
-            for (int j = 0; j < NT; ++j)
-                isum[j] = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(offsets[j], 2));
-        }
-        // Sub-block s's scale less 32, one int32 lane per row.
-        const auto scale = [&sc4, byte](int s) {
-            return _mm512_sub_epi32(_mm512_and_si512(_mm512_srli_epi32(sc4[s / 4], 8 * (s % 4)), byte),
-                                    _mm512_set1_epi32(32));
-        };
-#pragma GCC unroll 2
-        for (int h = 0; h < 2; ++h) {
-#pragma GCC unroll 2
-            for (int q = 0; q < 2; ++q) {
-#pragma GCC unroll 2
-                for (int g0 = 0; g0 < 4; g0 += 2) {  // bit pairs g0 and g0 + 1
-                    __m512i da[NT], db[NT];
-                    for (int j = 0; j < NT; ++j) da[j] = db[j] = _mm512_setzero_si512();
-#pragma GCC unroll 4
-                    for (int i = 0; i < 4; ++i) {
-                        const int G = 8 * h + 4 * q + i;
-                        const __m512i wq = load_pair(ra.qs + 32 * G, rb.qs + 32 * G);
-                        const __m512i hm = load_pair(ra.hmask + 32 * (4 * q + i), rb.hmask + 32 * (4 * q + i));
-                        const auto third = [&hm, one](int bit) {
-                            return _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(hm, bit), one), 2);
-                        };
-                        const __m512i ua = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(wq, 2 * g0), two_bits),
-                                                           third(4 * h + g0));
-                        const __m512i ub = _mm512_or_si512(
-                            _mm512_and_si512(_mm512_srli_epi16(wq, 2 * g0 + 2), two_bits), third(4 * h + g0 + 1));
-#pragma GCC unroll 4
-                        for (int j = 0; j < NT; ++j) {
-                            const int8_t *xq = x.qs[k][j] + 128 * h + 4 * (4 * q + i);
-                            da[j] = dpbusd_bcast(da[j], ua, xq + 32 * g0);
-                            db[j] = dpbusd_bcast(db[j], ub, xq + 32 * (g0 + 1));
-                        }
-                    }
-                    const __m512i sa = scale(8 * h + 2 * g0 + q), sb = scale(8 * h + 2 * (g0 + 1) + q);
-#pragma GCC unroll 4
-                    for (int j = 0; j < NT; ++j) {
-                        isum[j] = _mm512_add_epi32(
-                            isum[j], _mm512_add_epi32(_mm512_mullo_epi32(da[j], sa), _mm512_mullo_epi32(db[j], sb)));
-                    }
-                }
-            }
-        }
-#pragma GCC unroll 4
-        for (int j = 0; j < NT; ++j) {
-            acc[j] =
-                _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[j]), _mm512_mul_ps(dw, _mm512_set1_ps(x.dx[k][j])), acc[j]);
+                _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[j]), _mm512_mul_ps(dw, _mm512_set1_ps(x.blk[k][j].d)), acc[j]);
         }
     }
     for (int j = 0; j < NT; ++j) _mm512_mask_storeu_ps(y + j * y_stride, lanes, acc[j]);
@@ -465,7 +387,7 @@ void q3_k_rows16(const BlockQ3_Kx8 *a, const BlockQ3_Kx8 *b, const StagedQ8K<NT>
 template <int NT, typename R>
 void k_pass(const uint8_t *w, size_t w_stride, int64_t n_rows, const uint8_t *x, size_t x_stride, int64_t nb, float *y,
             size_t y_stride) {
-    StagedQ8K<NT> staged;
+    StagedTokens<NT> staged;
     for (int64_t k0 = 0; k0 < nb; k0 += kStageBlocks) {
         const int64_t n = nb - k0 < kStageBlocks ? nb - k0 : kStageBlocks;
         staged.fill(x, x_stride, k0, n);
@@ -476,10 +398,8 @@ void k_pass(const uint8_t *w, size_t w_stride, int64_t n_rows, const uint8_t *x,
             const __mmask16 lanes = pair ? __mmask16(0xFFFF) : __mmask16(0x00FF);
             if constexpr (sizeof(R) == sizeof(BlockQ6_Kx8)) {
                 q6_k_rows16<NT>(a + k0, b + k0, staged, n, k0 == 0, lanes, y + g0, y_stride);
-            } else if constexpr (sizeof(R) == sizeof(BlockQ2_Kx8)) {
-                q2_k_rows16<NT>(a + k0, b + k0, staged, n, k0 == 0, lanes, y + g0, y_stride);
-            } else if constexpr (sizeof(R) == sizeof(BlockQ3_Kx8)) {
-                q3_k_rows16<NT>(a + k0, b + k0, staged, n, k0 == 0, lanes, y + g0, y_stride);
+            } else if constexpr (sizeof(R) == sizeof(BlockQ2_Kx8) || sizeof(R) == sizeof(BlockQ3_Kx8)) {
+                low2_rows16<NT>(a + k0, b + k0, staged, n, k0 == 0, lanes, y + g0, y_stride);
             } else {
                 k_rows16<NT>(a + k0, b + k0, staged, n, k0 == 0, lanes, y + g0, y_stride);
             }
