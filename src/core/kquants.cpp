@@ -214,15 +214,15 @@ void unpack_lane_of(const R &rec, int r, B &blk) {
 
 }  // namespace
 
-void pack_lane(const BlockQ4_K &blk, int r, BlockQ4_Kx8 &rec) { pack_lane_of(blk, r, rec); }
-void unpack_lane(const BlockQ4_Kx8 &rec, int r, BlockQ4_K &blk) { unpack_lane_of(rec, r, blk); }
-void pack_lane(const BlockQ5_K &blk, int r, BlockQ5_Kx8 &rec) { pack_lane_of(blk, r, rec); }
-void unpack_lane(const BlockQ5_Kx8 &rec, int r, BlockQ5_K &blk) { unpack_lane_of(rec, r, blk); }
-void pack_lane(const BlockQ6_K &blk, int r, BlockQ6_Kx8 &rec) { pack_lane_of(blk, r, rec); }
 void pack_lane(const BlockQ2_K &blk, int r, BlockQ2_Kx8 &rec) { pack_lane_of(blk, r, rec); }
-void unpack_lane(const BlockQ2_Kx8 &rec, int r, BlockQ2_K &blk) { unpack_lane_of(rec, r, blk); }
 void pack_lane(const BlockQ3_K &blk, int r, BlockQ3_Kx8 &rec) { pack_lane_of(blk, r, rec); }
+void pack_lane(const BlockQ4_K &blk, int r, BlockQ4_Kx8 &rec) { pack_lane_of(blk, r, rec); }
+void pack_lane(const BlockQ5_K &blk, int r, BlockQ5_Kx8 &rec) { pack_lane_of(blk, r, rec); }
+void pack_lane(const BlockQ6_K &blk, int r, BlockQ6_Kx8 &rec) { pack_lane_of(blk, r, rec); }
+void unpack_lane(const BlockQ2_Kx8 &rec, int r, BlockQ2_K &blk) { unpack_lane_of(rec, r, blk); }
 void unpack_lane(const BlockQ3_Kx8 &rec, int r, BlockQ3_K &blk) { unpack_lane_of(rec, r, blk); }
+void unpack_lane(const BlockQ4_Kx8 &rec, int r, BlockQ4_K &blk) { unpack_lane_of(rec, r, blk); }
+void unpack_lane(const BlockQ5_Kx8 &rec, int r, BlockQ5_K &blk) { unpack_lane_of(rec, r, blk); }
 void unpack_lane(const BlockQ6_Kx8 &rec, int r, BlockQ6_K &blk) { unpack_lane_of(rec, r, blk); }
 
 void decode_kquant(const BlockQ2_K &b, KQuantInts &w) {

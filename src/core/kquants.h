@@ -32,17 +32,17 @@ void decode_kquant(const BlockQ4_K &b, KQuantInts &w);
 void decode_kquant(const BlockQ5_K &b, KQuantInts &w);
 void decode_kquant(const BlockQ6_K &b, KQuantInts &w);
 
-// Row r's super-block into lane r (0..7) of a record of K-quant rows packed eight to a record (BlockQ4_Kx8,
-// BlockQ5_Kx8, BlockQ6_Kx8, BlockQ2_Kx8, BlockQ3_Kx8), and back.
-void pack_lane(const BlockQ4_K &blk, int r, BlockQ4_Kx8 &rec);
-void unpack_lane(const BlockQ4_Kx8 &rec, int r, BlockQ4_K &blk);
-void pack_lane(const BlockQ5_K &blk, int r, BlockQ5_Kx8 &rec);
-void unpack_lane(const BlockQ5_Kx8 &rec, int r, BlockQ5_K &blk);
-void pack_lane(const BlockQ6_K &blk, int r, BlockQ6_Kx8 &rec);
+// Row r's super-block into lane r (0..7) of a record of K-quant rows packed eight to a record (BlockQ2_Kx8 ...
+// BlockQ6_Kx8 in core/blocks.h), and back.
 void pack_lane(const BlockQ2_K &blk, int r, BlockQ2_Kx8 &rec);
-void unpack_lane(const BlockQ2_Kx8 &rec, int r, BlockQ2_K &blk);
 void pack_lane(const BlockQ3_K &blk, int r, BlockQ3_Kx8 &rec);
+void pack_lane(const BlockQ4_K &blk, int r, BlockQ4_Kx8 &rec);
+void pack_lane(const BlockQ5_K &blk, int r, BlockQ5_Kx8 &rec);
+void pack_lane(const BlockQ6_K &blk, int r, BlockQ6_Kx8 &rec);
+void unpack_lane(const BlockQ2_Kx8 &rec, int r, BlockQ2_K &blk);
 void unpack_lane(const BlockQ3_Kx8 &rec, int r, BlockQ3_K &blk);
+void unpack_lane(const BlockQ4_Kx8 &rec, int r, BlockQ4_K &blk);
+void unpack_lane(const BlockQ5_Kx8 &rec, int r, BlockQ5_K &blk);
 void unpack_lane(const BlockQ6_Kx8 &rec, int r, BlockQ6_K &blk);
 
 // The activations of K-quant products: n floats (n % 256 == 0) to n / 256 Q8_K blocks written to y byte by byte

@@ -3,8 +3,8 @@
 // tokens are taken max_tile(type) at a time (8 for Q8_0, 4 for Q4_0 and float weights) so each weight row is loaded
 // once per tile. The ISA-specific inner loops come from the dispatch table (kernels/cpu/); where the level has a
 // multi-row kernel for the type (DotRowsFn: Q8_0), a worker's whole row range goes to it in one call per tile.
-// Rows packed eight to a record (WeightMatrix::rows8) go to dot_rows_q8_0x8 / q4_0x8 / q4_kx8, in row ranges of
-// whole groups and in tiles of 8 tokens whatever the type.
+// Rows packed eight to a record (WeightMatrix::rows8) go to the table's packed-row kernel for their type
+// (KernelTable::dot_rows8), in row ranges of whole groups and in tiles of 8 tokens whatever the type.
 #include <algorithm>
 
 #include "core/error.h"
@@ -109,7 +109,7 @@ void check_weights(const WeightMatrix &w) {
     }
     if (w.n_rows > 0 && !w.data) throw_error("matmul: weight data is null");
     if (w.rows8 && (!packs_rows8(w.type) || w.n_rows % 8 != 0)) {
-        throw_error("matmul: packed rows need q8_0, q4_0 or q4_k weights in groups of 8 rows, got %s with %lld rows",
+        throw_error("matmul: packed rows need q8_0, q4_0 or K-quant weights in groups of 8 rows, got %s with %lld rows",
                     std::string(dtype_name(w.type)).c_str(), (long long)w.n_rows);
     }
 }

@@ -40,7 +40,7 @@ bool Model::repack_fits(const ModelParams &params) {
     if (q8_bytes <= limit) return true;
     char note[200];
     std::snprintf(note, sizeof note,
-                  "not repacked: %.1f GiB of q8_0/q4_0/q4_k weights against %.1f GiB allowed (3/4 of the "
+                  "not repacked: %.1f GiB of q8_0/q4_0/K-quant weights against %.1f GiB allowed (3/4 of the "
                   "available memory); mapped as stored instead",
                   q8_bytes / 1073741824.0, limit / 1073741824.0);
     info_.repack_note = note;
