@@ -13,7 +13,8 @@
 // bits.
 //
 // Tokens go at most four per pass over a group's records (kPassTokens): the two dot vectors, the integer sum and the
-// f32 accumulator of four tokens, and the unpacked weights, fill the 32 registers.
+// f32 accumulator of four tokens, and the unpacked weights, fill the 32 registers. Q4_K and Q5_K take eight, with
+// one sweep per sub-block (k_rows16).
 //
 // ODR rule (as kernels_avx2.cpp): this file includes only <immintrin.h>, <cstddef>, <cstdint>, <cstring>,
 // core/blocks.h and isa_kernels.h, and everything but the exported kernel sits in an anonymous namespace.
@@ -32,6 +33,11 @@ namespace sparrow::cpu::avx512vnni {
 namespace {
 
 constexpr int kPassTokens = 4;
+// A token count as a type, to pick a template instance at run time.
+template <int N>
+struct Count {
+    static constexpr int value = N;
+};
 // Super-blocks of activations staged at a time (8 = a 2048-wide row); the stage serves every group of rows.
 constexpr int64_t kStageBlocks = 8;
 
@@ -120,29 +126,53 @@ void k_rows16(const R *a, const R *b, const StagedTokens<NT> &x, int64_t n, bool
             const __m512i sc = c < 2 ? sc_lo : sc_hi;  // sub-blocks 2c and 2c + 1: bytes 2c % 4 and 2c % 4 + 1
             const __m512i sc_a = _mm512_and_si512(_mm512_srli_epi32(sc, 16 * (c % 2)), byte);
             const __m512i sc_b = _mm512_and_si512(_mm512_srli_epi32(sc, 16 * (c % 2) + 8), byte);
-            __m512i dlo[NT], dhi[NT];
-            for (int j = 0; j < NT; ++j) dlo[j] = dhi[j] = _mm512_setzero_si512();
-#pragma GCC unroll 8
-            for (int g = 0; g < 8; ++g) {
+            // Group g's elements of sub-block 2c + half: the low nibbles (half 0) or the high ones, Q5_K's fifth bit
+            // (bit 2c + half of the group's qh bytes) above them.
+            const auto unpack = [&](int g, int half) {
                 const __m512i wq = load_pair(ra.qs + 32 * (8 * c + g), rb.qs + 32 * (8 * c + g));
-                __m512i lo = _mm512_and_si512(wq, nibble);
-                __m512i hi = _mm512_and_si512(_mm512_srli_epi16(wq, 4), nibble);
-                if constexpr (kHighBits) {  // Q5_K: bits 2c and 2c + 1 of the group's qh bytes, as bit 4
+                __m512i u = _mm512_and_si512(half ? _mm512_srli_epi16(wq, 4) : wq, nibble);
+                if constexpr (kHighBits) {
                     const __m512i qh = load_pair(ra.qh + 32 * g, rb.qh + 32 * g);
-                    lo = _mm512_or_si512(lo, _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(qh, 2 * c), one), 4));
-                    hi = _mm512_or_si512(hi,
-                                         _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(qh, 2 * c + 1), one), 4));
+                    u = _mm512_or_si512(
+                        u, _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(qh, 2 * c + half), one), 4));
+                }
+                return u;
+            };
+            if constexpr (NT > 4) {
+                // Two sweeps, one per sub-block: eight tokens' dots of both would not fit the registers. The
+                // weights are loaded twice, but each unpacking serves eight tokens.
+#pragma GCC unroll 2
+                for (int half = 0; half < 2; ++half) {
+                    __m512i dot[NT];
+                    for (int j = 0; j < NT; ++j) dot[j] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+                    for (int g = 0; g < 8; ++g) {
+                        const __m512i u = unpack(g, half);
+#pragma GCC unroll 8
+                        for (int j = 0; j < NT; ++j)
+                            dot[j] = dpbusd_bcast(dot[j], u, x.blk[k][j].qs + 64 * c + 32 * half + 4 * g);
+                    }
+                    const __m512i sc_s = half ? sc_b : sc_a;
+#pragma GCC unroll 8
+                    for (int j = 0; j < NT; ++j) isum[j] = _mm512_add_epi32(isum[j], _mm512_mullo_epi32(dot[j], sc_s));
+                }
+            } else {
+                __m512i dlo[NT], dhi[NT];
+                for (int j = 0; j < NT; ++j) dlo[j] = dhi[j] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+                for (int g = 0; g < 8; ++g) {
+                    const __m512i lo = unpack(g, 0), hi = unpack(g, 1);
+#pragma GCC unroll 4
+                    for (int j = 0; j < NT; ++j) {
+                        dlo[j] = dpbusd_bcast(dlo[j], lo, x.blk[k][j].qs + 64 * c + 4 * g);
+                        dhi[j] = dpbusd_bcast(dhi[j], hi, x.blk[k][j].qs + 64 * c + 32 + 4 * g);
+                    }
                 }
 #pragma GCC unroll 4
                 for (int j = 0; j < NT; ++j) {
-                    dlo[j] = dpbusd_bcast(dlo[j], lo, x.blk[k][j].qs + 64 * c + 4 * g);
-                    dhi[j] = dpbusd_bcast(dhi[j], hi, x.blk[k][j].qs + 64 * c + 32 + 4 * g);
+                    isum[j] = _mm512_add_epi32(
+                        isum[j], _mm512_add_epi32(_mm512_mullo_epi32(dlo[j], sc_a), _mm512_mullo_epi32(dhi[j], sc_b)));
                 }
-            }
-#pragma GCC unroll 4
-            for (int j = 0; j < NT; ++j) {
-                isum[j] = _mm512_add_epi32(
-                    isum[j], _mm512_add_epi32(_mm512_mullo_epi32(dlo[j], sc_a), _mm512_mullo_epi32(dhi[j], sc_b)));
             }
         }
 #pragma GCC unroll 4
@@ -407,22 +437,38 @@ void k_pass(const uint8_t *w, size_t w_stride, int64_t n_rows, const uint8_t *x,
     }
 }
 
-// The tokens in passes of at most kPassTokens, as even as they go (8 = 4 + 4, 5 = 3 + 2).
+// The tokens in passes as even as they go (8 = 4 + 4, 5 = 3 + 2), of at most kPassTokens, or eight for Q4_K and
+// Q5_K, whose kernel sweeps the two sub-blocks of a chunk apart when a pass has more than four tokens.
 template <typename R>
 void k_rows_any(const void *w, size_t w_stride, int64_t n_rows, const void *x, size_t x_stride, int n_x, int64_t n,
                 float *y, size_t y_stride) {
+    constexpr bool kEight = sizeof(R) == sizeof(BlockQ4_Kx8) || sizeof(R) == sizeof(BlockQ5_Kx8);
+    constexpr int kMaxPass = kEight ? 8 : kPassTokens;
     const auto *wb = static_cast<const uint8_t *>(w);
     const int64_t nb = n / QK_K;
-    const int n_passes = (n_x + kPassTokens - 1) / kPassTokens;
+    const int n_passes = (n_x + kMaxPass - 1) / kMaxPass;
     for (int p = 0, j0 = 0; p < n_passes; ++p) {
         const int nt = (n_x - j0) / (n_passes - p) + ((n_x - j0) % (n_passes - p) != 0);
         const uint8_t *xp = static_cast<const uint8_t *>(x) + j0 * x_stride;
         float *yp = y + j0 * y_stride;
+        const auto pass = [&](auto tokens) {
+            k_pass<decltype(tokens)::value, R>(wb, w_stride, n_rows, xp, x_stride, nb, yp, y_stride);
+        };
         switch (nt) {
-            case 1: k_pass<1, R>(wb, w_stride, n_rows, xp, x_stride, nb, yp, y_stride); break;
-            case 2: k_pass<2, R>(wb, w_stride, n_rows, xp, x_stride, nb, yp, y_stride); break;
-            case 3: k_pass<3, R>(wb, w_stride, n_rows, xp, x_stride, nb, yp, y_stride); break;
-            default: k_pass<4, R>(wb, w_stride, n_rows, xp, x_stride, nb, yp, y_stride); break;
+            case 1: pass(Count<1>{}); break;
+            case 2: pass(Count<2>{}); break;
+            case 3: pass(Count<3>{}); break;
+            case 4: pass(Count<4>{}); break;
+            default:
+                if constexpr (kEight) {
+                    switch (nt) {
+                        case 5: pass(Count<5>{}); break;
+                        case 6: pass(Count<6>{}); break;
+                        case 7: pass(Count<7>{}); break;
+                        default: pass(Count<8>{}); break;
+                    }
+                }
+                break;
         }
         j0 += nt;
     }
