@@ -12,9 +12,9 @@
 // super-block and token, in the order dispatch.h defines for packed Q4_K rows, so every output has the scalar level's
 // bits.
 //
-// Tokens go at most four per pass over a group's records (kPassTokens): the two dot vectors, the integer sum and the
-// f32 accumulator of four tokens, and the unpacked weights, fill the 32 registers. Q4_K and Q5_K take eight, with
-// one sweep per sub-block (k_rows16).
+// Tokens go up to eight per pass over a group's records. Up to four, a group's load serves two sub-blocks (two dot
+// vectors per token, its integer sum and f32 accumulator fill the 32 registers); with more, each sub-block is swept
+// apart, loading the group again, so that each unpacking serves eight tokens.
 //
 // ODR rule (as kernels_avx2.cpp): this file includes only <immintrin.h>, <cstddef>, <cstdint>, <cstring>,
 // core/blocks.h and isa_kernels.h, and everything but the exported kernel sits in an anonymous namespace.
@@ -32,7 +32,6 @@ namespace sparrow::cpu::avx512vnni {
 
 namespace {
 
-constexpr int kPassTokens = 4;
 // A token count as a type, to pick a template instance at run time.
 template <int N>
 struct Count {
@@ -234,30 +233,54 @@ void q6_k_rows16(const BlockQ6_Kx8 *a, const BlockQ6_Kx8 *b, const StagedTokens<
 #pragma GCC unroll 2
                 for (int src = 0; src < 2; ++src) {  // ql groups 16h + 8 src + i: t = src (low nibbles), src + 2
                     const __m512i sc_lo = scale(8 * h + 2 * src + q), sc_hi = scale(8 * h + 2 * (src + 2) + q);
-                    __m512i dlo[NT], dhi[NT];
-                    for (int j = 0; j < NT; ++j) dlo[j] = dhi[j] = _mm512_setzero_si512();
-#pragma GCC unroll 4
-                    for (int i = 4 * q; i < 4 * q + 4; ++i) {
+                    // Group i's elements 32t + 4i + e, t = src + 2 * half: ql's low nibbles (half 0) or high ones,
+                    // two bits of the qh group above them.
+                    const auto unpack = [&](int i, int half) {
                         const int gl = 16 * h + 8 * src + i, gh = 8 * h + i;
                         const __m512i wq = load_pair(ra.ql + 32 * gl, rb.ql + 32 * gl);
                         const __m512i qh = load_pair(ra.qh + 32 * gh, rb.qh + 32 * gh);
-                        const __m512i lo = _mm512_or_si512(
-                            _mm512_and_si512(wq, nibble),
-                            _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(qh, 2 * src), two_bits), 4));
-                        const __m512i hi = _mm512_or_si512(
-                            _mm512_and_si512(_mm512_srli_epi16(wq, 4), nibble),
-                            _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(qh, 2 * src + 4), two_bits), 4));
+                        return _mm512_or_si512(
+                            _mm512_and_si512(half ? _mm512_srli_epi16(wq, 4) : wq, nibble),
+                            _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(qh, 2 * src + 4 * half), two_bits),
+                                              4));
+                    };
+                    if constexpr (NT > 4) {  // two sweeps, as k_rows16's
+#pragma GCC unroll 2
+                        for (int half = 0; half < 2; ++half) {
+                            __m512i dot[NT];
+                            for (int j = 0; j < NT; ++j) dot[j] = _mm512_setzero_si512();
+#pragma GCC unroll 4
+                            for (int i = 4 * q; i < 4 * q + 4; ++i) {
+                                const __m512i u = unpack(i, half);
+#pragma GCC unroll 8
+                                for (int j = 0; j < NT; ++j) {
+                                    dot[j] = dpbusd_bcast(dot[j], u,
+                                                          x.blk[k][j].qs + 128 * h + 4 * i + 32 * (src + 2 * half));
+                                }
+                            }
+                            const __m512i sc_s = half ? sc_hi : sc_lo;
+#pragma GCC unroll 8
+                            for (int j = 0; j < NT; ++j)
+                                isum[j] = _mm512_add_epi32(isum[j], _mm512_mullo_epi32(dot[j], sc_s));
+                        }
+                    } else {
+                        __m512i dlo[NT], dhi[NT];
+                        for (int j = 0; j < NT; ++j) dlo[j] = dhi[j] = _mm512_setzero_si512();
+#pragma GCC unroll 4
+                        for (int i = 4 * q; i < 4 * q + 4; ++i) {
+                            const __m512i lo = unpack(i, 0), hi = unpack(i, 1);
+#pragma GCC unroll 4
+                            for (int j = 0; j < NT; ++j) {
+                                const int8_t *xq = x.blk[k][j].qs + 128 * h + 4 * i;
+                                dlo[j] = dpbusd_bcast(dlo[j], lo, xq + 32 * src);
+                                dhi[j] = dpbusd_bcast(dhi[j], hi, xq + 32 * (src + 2));
+                            }
+                        }
 #pragma GCC unroll 4
                         for (int j = 0; j < NT; ++j) {
-                            const int8_t *xq = x.blk[k][j].qs + 128 * h + 4 * i;
-                            dlo[j] = dpbusd_bcast(dlo[j], lo, xq + 32 * src);
-                            dhi[j] = dpbusd_bcast(dhi[j], hi, xq + 32 * (src + 2));
+                            isum[j] = _mm512_add_epi32(isum[j], _mm512_add_epi32(_mm512_mullo_epi32(dlo[j], sc_lo),
+                                                                                 _mm512_mullo_epi32(dhi[j], sc_hi)));
                         }
-                    }
-#pragma GCC unroll 4
-                    for (int j = 0; j < NT; ++j) {
-                        isum[j] = _mm512_add_epi32(isum[j], _mm512_add_epi32(_mm512_mullo_epi32(dlo[j], sc_lo),
-                                                                             _mm512_mullo_epi32(dhi[j], sc_hi)));
                     }
                 }
             }
@@ -370,36 +393,56 @@ void low2_rows16(const R *a, const R *b, const StagedTokens<NT> &x, int64_t n, b
         for (int h = 0; h < 2; ++h) {
 #pragma GCC unroll 2
             for (int q = 0; q < 2; ++q) {
-#pragma GCC unroll 2
-                for (int g0 = 0; g0 < 4; g0 += 2) {  // bit pairs g0 and g0 + 1
-                    __m512i da[NT], db[NT];
-                    for (int j = 0; j < NT; ++j) da[j] = db[j] = _mm512_setzero_si512();
+                // Bit pair g of group i (G = 8h + 4q + i), with Q3_K's third bit above it.
+                const auto unpack = [&](int i, int g) {
+                    const int G = 8 * h + 4 * q + i;
+                    const __m512i wq = load_pair(ra.qs + 32 * G, rb.qs + 32 * G);
+                    __m512i u = _mm512_and_si512(_mm512_srli_epi16(wq, 2 * g), two_bits);
+                    if constexpr (kQ3) {
+                        const __m512i hm = load_pair(ra.hmask + 32 * (4 * q + i), rb.hmask + 32 * (4 * q + i));
+                        u = _mm512_or_si512(
+                            u, _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(hm, 4 * h + g), one), 2));
+                    }
+                    return u;
+                };
+                if constexpr (NT > 4) {  // one bit pair per sweep, as k_rows16's
 #pragma GCC unroll 4
-                    for (int i = 0; i < 4; ++i) {
-                        const int G = 8 * h + 4 * q + i;
-                        const __m512i wq = load_pair(ra.qs + 32 * G, rb.qs + 32 * G);
-                        __m512i ua = _mm512_and_si512(_mm512_srli_epi16(wq, 2 * g0), two_bits);
-                        __m512i ub = _mm512_and_si512(_mm512_srli_epi16(wq, 2 * g0 + 2), two_bits);
-                        if constexpr (kQ3) {
-                            const __m512i hm = load_pair(ra.hmask + 32 * (4 * q + i), rb.hmask + 32 * (4 * q + i));
-                            const auto third = [&hm, one](int bit) {
-                                return _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(hm, bit), one), 2);
-                            };
-                            ua = _mm512_or_si512(ua, third(4 * h + g0));
-                            ub = _mm512_or_si512(ub, third(4 * h + g0 + 1));
+                    for (int g = 0; g < 4; ++g) {
+                        __m512i dot[NT];
+                        for (int j = 0; j < NT; ++j) dot[j] = _mm512_setzero_si512();
+#pragma GCC unroll 4
+                        for (int i = 0; i < 4; ++i) {
+                            const __m512i u = unpack(i, g);
+#pragma GCC unroll 8
+                            for (int j = 0; j < NT; ++j)
+                                dot[j] = dpbusd_bcast(dot[j], u, x.blk[k][j].qs + 128 * h + 32 * g + 4 * (4 * q + i));
                         }
+                        const __m512i sc_g = scale(8 * h + 2 * g + q);
+#pragma GCC unroll 8
+                        for (int j = 0; j < NT; ++j)
+                            isum[j] = _mm512_add_epi32(isum[j], _mm512_mullo_epi32(dot[j], sc_g));
+                    }
+                } else {
+#pragma GCC unroll 2
+                    for (int g0 = 0; g0 < 4; g0 += 2) {  // bit pairs g0 and g0 + 1
+                        __m512i da[NT], db[NT];
+                        for (int j = 0; j < NT; ++j) da[j] = db[j] = _mm512_setzero_si512();
+#pragma GCC unroll 4
+                        for (int i = 0; i < 4; ++i) {
+                            const __m512i ua = unpack(i, g0), ub = unpack(i, g0 + 1);
+#pragma GCC unroll 4
+                            for (int j = 0; j < NT; ++j) {
+                                const int8_t *xq = x.blk[k][j].qs + 128 * h + 4 * (4 * q + i);
+                                da[j] = dpbusd_bcast(da[j], ua, xq + 32 * g0);
+                                db[j] = dpbusd_bcast(db[j], ub, xq + 32 * (g0 + 1));
+                            }
+                        }
+                        const __m512i sa = scale(8 * h + 2 * g0 + q), sb = scale(8 * h + 2 * (g0 + 1) + q);
 #pragma GCC unroll 4
                         for (int j = 0; j < NT; ++j) {
-                            const int8_t *xq = x.blk[k][j].qs + 128 * h + 4 * (4 * q + i);
-                            da[j] = dpbusd_bcast(da[j], ua, xq + 32 * g0);
-                            db[j] = dpbusd_bcast(db[j], ub, xq + 32 * (g0 + 1));
+                            isum[j] = _mm512_add_epi32(isum[j], _mm512_add_epi32(_mm512_mullo_epi32(da[j], sa),
+                                                                                 _mm512_mullo_epi32(db[j], sb)));
                         }
-                    }
-                    const __m512i sa = scale(8 * h + 2 * g0 + q), sb = scale(8 * h + 2 * (g0 + 1) + q);
-#pragma GCC unroll 4
-                    for (int j = 0; j < NT; ++j) {
-                        isum[j] = _mm512_add_epi32(
-                            isum[j], _mm512_add_epi32(_mm512_mullo_epi32(da[j], sa), _mm512_mullo_epi32(db[j], sb)));
                     }
                 }
             }
@@ -437,13 +480,12 @@ void k_pass(const uint8_t *w, size_t w_stride, int64_t n_rows, const uint8_t *x,
     }
 }
 
-// The tokens in passes as even as they go (8 = 4 + 4, 5 = 3 + 2), of at most kPassTokens, or eight for Q4_K and
-// Q5_K, whose kernel sweeps the two sub-blocks of a chunk apart when a pass has more than four tokens.
+// The tokens in passes of at most eight, as even as they go (7 = 4 + 3). A pass of more than four sweeps each
+// sub-block of a group apart (the kernels' NT > 4 branches): eight tokens' dots of two would not fit the registers.
 template <typename R>
 void k_rows_any(const void *w, size_t w_stride, int64_t n_rows, const void *x, size_t x_stride, int n_x, int64_t n,
                 float *y, size_t y_stride) {
-    constexpr bool kEight = sizeof(R) == sizeof(BlockQ4_Kx8) || sizeof(R) == sizeof(BlockQ5_Kx8);
-    constexpr int kMaxPass = kEight ? 8 : kPassTokens;
+    constexpr int kMaxPass = 8;  // = cpu::kMaxQuantTile
     const auto *wb = static_cast<const uint8_t *>(w);
     const int64_t nb = n / QK_K;
     const int n_passes = (n_x + kMaxPass - 1) / kMaxPass;
@@ -460,13 +502,11 @@ void k_rows_any(const void *w, size_t w_stride, int64_t n_rows, const void *x, s
             case 3: pass(Count<3>{}); break;
             case 4: pass(Count<4>{}); break;
             default:
-                if constexpr (kEight) {
-                    switch (nt) {
-                        case 5: pass(Count<5>{}); break;
-                        case 6: pass(Count<6>{}); break;
-                        case 7: pass(Count<7>{}); break;
-                        default: pass(Count<8>{}); break;
-                    }
+                switch (nt) {
+                    case 5: pass(Count<5>{}); break;
+                    case 6: pass(Count<6>{}); break;
+                    case 7: pass(Count<7>{}); break;
+                    default: pass(Count<8>{}); break;
                 }
                 break;
         }
