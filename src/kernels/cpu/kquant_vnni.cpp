@@ -69,6 +69,48 @@ struct StagedTokens {
     }
 };
 
+// isum[j] += sc0 * dot_0 + sc1 * dot_1 for two sub-blocks of 16 rows, dot_w = the sum over groups i < NGroups of
+// unpack(i, w) (16 rows x 4 unsigned elements) against token j's activation dword at x_at(j, i, w). Up to four
+// tokens, both sub-blocks go in one sweep (the weights of group i are loaded once, for both); with more, each is
+// swept apart, so that eight tokens' dot vectors, integer sums and accumulators fit the 32 registers and each
+// unpacking still serves every token.
+template <int NT, int NGroups, typename Unpack, typename XAt>
+inline void add_two_sub_blocks(const Unpack &unpack, const XAt &x_at, __m512i sc0, __m512i sc1, __m512i *isum) {
+    if constexpr (NT > 4) {
+#pragma GCC unroll 2
+        for (int w = 0; w < 2; ++w) {
+            __m512i dot[NT];
+            for (int j = 0; j < NT; ++j) dot[j] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+            for (int i = 0; i < NGroups; ++i) {
+                const __m512i u = unpack(i, w);
+#pragma GCC unroll 8
+                for (int j = 0; j < NT; ++j) dot[j] = dpbusd_bcast(dot[j], u, x_at(j, i, w));
+            }
+            const __m512i sc = w ? sc1 : sc0;
+#pragma GCC unroll 8
+            for (int j = 0; j < NT; ++j) isum[j] = _mm512_add_epi32(isum[j], _mm512_mullo_epi32(dot[j], sc));
+        }
+    } else {
+        __m512i d0[NT], d1[NT];
+        for (int j = 0; j < NT; ++j) d0[j] = d1[j] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+        for (int i = 0; i < NGroups; ++i) {
+            const __m512i u0 = unpack(i, 0), u1 = unpack(i, 1);
+#pragma GCC unroll 4
+            for (int j = 0; j < NT; ++j) {
+                d0[j] = dpbusd_bcast(d0[j], u0, x_at(j, i, 0));
+                d1[j] = dpbusd_bcast(d1[j], u1, x_at(j, i, 1));
+            }
+        }
+#pragma GCC unroll 4
+        for (int j = 0; j < NT; ++j) {
+            isum[j] = _mm512_add_epi32(
+                isum[j], _mm512_add_epi32(_mm512_mullo_epi32(d0[j], sc0), _mm512_mullo_epi32(d1[j], sc1)));
+        }
+    }
+}
+
 // Rows of the records a and b (16 lanes; a last group of eight passes b = a and keeps the low lanes), super-blocks
 // [0, n) against the NT staged tokens, continuing the sums in y unless `first`.
 template <int NT, typename R>
@@ -137,42 +179,9 @@ void k_rows16(const R *a, const R *b, const StagedTokens<NT> &x, int64_t n, bool
                 }
                 return u;
             };
-            if constexpr (NT > 4) {
-                // Two sweeps, one per sub-block: eight tokens' dots of both would not fit the registers. The
-                // weights are loaded twice, but each unpacking serves eight tokens.
-#pragma GCC unroll 2
-                for (int half = 0; half < 2; ++half) {
-                    __m512i dot[NT];
-                    for (int j = 0; j < NT; ++j) dot[j] = _mm512_setzero_si512();
-#pragma GCC unroll 8
-                    for (int g = 0; g < 8; ++g) {
-                        const __m512i u = unpack(g, half);
-#pragma GCC unroll 8
-                        for (int j = 0; j < NT; ++j)
-                            dot[j] = dpbusd_bcast(dot[j], u, x.blk[k][j].qs + 64 * c + 32 * half + 4 * g);
-                    }
-                    const __m512i sc_s = half ? sc_b : sc_a;
-#pragma GCC unroll 8
-                    for (int j = 0; j < NT; ++j) isum[j] = _mm512_add_epi32(isum[j], _mm512_mullo_epi32(dot[j], sc_s));
-                }
-            } else {
-                __m512i dlo[NT], dhi[NT];
-                for (int j = 0; j < NT; ++j) dlo[j] = dhi[j] = _mm512_setzero_si512();
-#pragma GCC unroll 8
-                for (int g = 0; g < 8; ++g) {
-                    const __m512i lo = unpack(g, 0), hi = unpack(g, 1);
-#pragma GCC unroll 4
-                    for (int j = 0; j < NT; ++j) {
-                        dlo[j] = dpbusd_bcast(dlo[j], lo, x.blk[k][j].qs + 64 * c + 4 * g);
-                        dhi[j] = dpbusd_bcast(dhi[j], hi, x.blk[k][j].qs + 64 * c + 32 + 4 * g);
-                    }
-                }
-#pragma GCC unroll 4
-                for (int j = 0; j < NT; ++j) {
-                    isum[j] = _mm512_add_epi32(
-                        isum[j], _mm512_add_epi32(_mm512_mullo_epi32(dlo[j], sc_a), _mm512_mullo_epi32(dhi[j], sc_b)));
-                }
-            }
+            add_two_sub_blocks<NT, 8>(
+                unpack, [&](int j, int g, int half) { return x.blk[k][j].qs + 64 * c + 32 * half + 4 * g; }, sc_a, sc_b,
+                isum);
         }
 #pragma GCC unroll 4
         for (int j = 0; j < NT; ++j) {
@@ -244,44 +253,12 @@ void q6_k_rows16(const BlockQ6_Kx8 *a, const BlockQ6_Kx8 *b, const StagedTokens<
                             _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(qh, 2 * src + 4 * half), two_bits),
                                               4));
                     };
-                    if constexpr (NT > 4) {  // two sweeps, as k_rows16's
-#pragma GCC unroll 2
-                        for (int half = 0; half < 2; ++half) {
-                            __m512i dot[NT];
-                            for (int j = 0; j < NT; ++j) dot[j] = _mm512_setzero_si512();
-#pragma GCC unroll 4
-                            for (int i = 4 * q; i < 4 * q + 4; ++i) {
-                                const __m512i u = unpack(i, half);
-#pragma GCC unroll 8
-                                for (int j = 0; j < NT; ++j) {
-                                    dot[j] = dpbusd_bcast(dot[j], u,
-                                                          x.blk[k][j].qs + 128 * h + 4 * i + 32 * (src + 2 * half));
-                                }
-                            }
-                            const __m512i sc_s = half ? sc_hi : sc_lo;
-#pragma GCC unroll 8
-                            for (int j = 0; j < NT; ++j)
-                                isum[j] = _mm512_add_epi32(isum[j], _mm512_mullo_epi32(dot[j], sc_s));
-                        }
-                    } else {
-                        __m512i dlo[NT], dhi[NT];
-                        for (int j = 0; j < NT; ++j) dlo[j] = dhi[j] = _mm512_setzero_si512();
-#pragma GCC unroll 4
-                        for (int i = 4 * q; i < 4 * q + 4; ++i) {
-                            const __m512i lo = unpack(i, 0), hi = unpack(i, 1);
-#pragma GCC unroll 4
-                            for (int j = 0; j < NT; ++j) {
-                                const int8_t *xq = x.blk[k][j].qs + 128 * h + 4 * i;
-                                dlo[j] = dpbusd_bcast(dlo[j], lo, xq + 32 * src);
-                                dhi[j] = dpbusd_bcast(dhi[j], hi, xq + 32 * (src + 2));
-                            }
-                        }
-#pragma GCC unroll 4
-                        for (int j = 0; j < NT; ++j) {
-                            isum[j] = _mm512_add_epi32(isum[j], _mm512_add_epi32(_mm512_mullo_epi32(dlo[j], sc_lo),
-                                                                                 _mm512_mullo_epi32(dhi[j], sc_hi)));
-                        }
-                    }
+                    add_two_sub_blocks<NT, 4>([&](int i, int half) { return unpack(4 * q + i, half); },
+                                              [&](int j, int i, int half) {
+                                                  return x.blk[k][j].qs + 128 * h + 4 * (4 * q + i) +
+                                                         32 * (src + 2 * half);
+                                              },
+                                              sc_lo, sc_hi, isum);
                 }
             }
         }
@@ -405,45 +382,12 @@ void low2_rows16(const R *a, const R *b, const StagedTokens<NT> &x, int64_t n, b
                     }
                     return u;
                 };
-                if constexpr (NT > 4) {  // one bit pair per sweep, as k_rows16's
-#pragma GCC unroll 4
-                    for (int g = 0; g < 4; ++g) {
-                        __m512i dot[NT];
-                        for (int j = 0; j < NT; ++j) dot[j] = _mm512_setzero_si512();
-#pragma GCC unroll 4
-                        for (int i = 0; i < 4; ++i) {
-                            const __m512i u = unpack(i, g);
-#pragma GCC unroll 8
-                            for (int j = 0; j < NT; ++j)
-                                dot[j] = dpbusd_bcast(dot[j], u, x.blk[k][j].qs + 128 * h + 32 * g + 4 * (4 * q + i));
-                        }
-                        const __m512i sc_g = scale(8 * h + 2 * g + q);
-#pragma GCC unroll 8
-                        for (int j = 0; j < NT; ++j)
-                            isum[j] = _mm512_add_epi32(isum[j], _mm512_mullo_epi32(dot[j], sc_g));
-                    }
-                } else {
 #pragma GCC unroll 2
-                    for (int g0 = 0; g0 < 4; g0 += 2) {  // bit pairs g0 and g0 + 1
-                        __m512i da[NT], db[NT];
-                        for (int j = 0; j < NT; ++j) da[j] = db[j] = _mm512_setzero_si512();
-#pragma GCC unroll 4
-                        for (int i = 0; i < 4; ++i) {
-                            const __m512i ua = unpack(i, g0), ub = unpack(i, g0 + 1);
-#pragma GCC unroll 4
-                            for (int j = 0; j < NT; ++j) {
-                                const int8_t *xq = x.blk[k][j].qs + 128 * h + 4 * (4 * q + i);
-                                da[j] = dpbusd_bcast(da[j], ua, xq + 32 * g0);
-                                db[j] = dpbusd_bcast(db[j], ub, xq + 32 * (g0 + 1));
-                            }
-                        }
-                        const __m512i sa = scale(8 * h + 2 * g0 + q), sb = scale(8 * h + 2 * (g0 + 1) + q);
-#pragma GCC unroll 4
-                        for (int j = 0; j < NT; ++j) {
-                            isum[j] = _mm512_add_epi32(isum[j], _mm512_add_epi32(_mm512_mullo_epi32(da[j], sa),
-                                                                                 _mm512_mullo_epi32(db[j], sb)));
-                        }
-                    }
+                for (int g0 = 0; g0 < 4; g0 += 2) {  // bit pairs g0 and g0 + 1
+                    add_two_sub_blocks<NT, 4>(
+                        [&](int i, int w) { return unpack(i, g0 + w); },
+                        [&](int j, int i, int w) { return x.blk[k][j].qs + 128 * h + 32 * (g0 + w) + 4 * (4 * q + i); },
+                        scale(8 * h + 2 * g0 + q), scale(8 * h + 2 * (g0 + 1) + q), isum);
                 }
             }
         }
