@@ -1,5 +1,5 @@
-// AVX512-VNNI kernels for K-quant rows packed eight to a record (BlockQ2_Kx8, BlockQ4_Kx8, BlockQ5_Kx8,
-// BlockQ6_Kx8; core/blocks.h) against Q8_K activations. Q4_K first (Q5_K: the same with the fifth bit of each
+// AVX512-VNNI kernels for K-quant rows packed eight to a record (BlockQ2_Kx8 ... BlockQ6_Kx8; core/blocks.h)
+// against Q8_K activations. Q4_K first (Q5_K: the same with the fifth bit of each
 // element put above its nibble); Q6_K has a kernel of its own below, and Q2_K and Q3_K share one.
 // Compiled with AVX-512 and VNNI (CMakeLists.txt: files named *_vnni.cpp) and called only when cpuid has both.
 //
@@ -14,10 +14,10 @@
 //
 // Tokens go up to eight per pass over a group's records. Up to four, a group's load serves two sub-blocks (two dot
 // vectors per token, its integer sum and f32 accumulator fill the 32 registers); with more, each sub-block is swept
-// apart, loading the group again, so that each unpacking serves eight tokens.
+// apart, loading the group again, so that each unpacking serves eight tokens (add_two_sub_blocks).
 //
 // ODR rule (as kernels_avx2.cpp): this file includes only <immintrin.h>, <cstddef>, <cstdint>, <cstring>,
-// core/blocks.h and isa_kernels.h, and everything but the exported kernel sits in an anonymous namespace.
+// core/blocks.h and isa_kernels.h, and everything but the exported kernels sits in an anonymous namespace.
 
 #include "kernels/cpu/avx512_intrinsics.h"  // <immintrin.h> without GCC 12's false warnings
 
