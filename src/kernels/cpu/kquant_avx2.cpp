@@ -209,8 +209,8 @@ void dot_tile_16(const void *w, const void *x, size_t x_stride, int n_x, int64_t
 
 // --- K-quant rows packed eight to a record (BlockQ2_Kx8 ... BlockQ6_Kx8) ------------------------------------------
 // Q4_K / Q5_K: one 256-bit load holds four bytes of each of the eight rows; their low nibbles (sub-block 2c) and high
-// nibbles (2c + 1) meet the token's broadcast activation dwords in maddubs. Pairs of products reach 2 * 15 * 127, so the
-// groups of a sub-block add up in int16 (eight: 30480 at most; Q5_K four) before one madd with the rows' scales as
+// nibbles (2c + 1) meet the token's broadcast activation dwords in maddubs. Pairs of products reach 2 * 15 * 127, so
+// the groups of a sub-block add up in int16 (eight: 30480 at most; Q5_K four) before one madd with the rows' scales as
 // int16 pairs takes them to int32. The mins are four madd of the rows' mins (int16 pairs) with the token's pairs of
 // 32-element sums; then the two FMAs in the order dispatch.h defines, so the outputs have the scalar level's bits.
 
