@@ -71,7 +71,9 @@ TEST_P(QuantRoundTrip, ErrorWithinTheTypesStep) {
             // what rounding the sub-block scale (to 1/63 or 1/128 of the largest) and min (1/63) moves. Q2_K: one
             // step (range/3) and its 4-bit scales; Q3_K: a step (amax/4, the sign opposite amax clamps at 3).
             // Q4_1 / Q5_1: half of range/15, range/31 (+ the f16 rounding of d and m); Q5_0: a step of amax/16
-            // (+16 clamps at 15); IQ4_NL: the code book's widest gap at its end, 113 -> 127, in units of amax/127.
+            // (+16 clamps at 15); IQ4_NL: the code book's widest gap at its end, 113 -> 127, in units of amax/127;
+            // IQ4_XS: that, plus what rounding the sub-block scale to steps d (at most the largest / 31) moves an
+            // element clamped at the book's end: half a step times 113.
             const float bound = t == DType::Q8_0     ? 3.0f / 127 * 0.5f + 1e-3f
                                 : t == DType::Q4_0   ? 3.0f / 8 + 1e-3f
                                 : t == DType::Q4_1   ? 6.0f / 15 * 0.5f + 3e-3f
@@ -83,6 +85,7 @@ TEST_P(QuantRoundTrip, ErrorWithinTheTypesStep) {
                                 : t == DType::Q4_K   ? 6.0f / 15 * 0.5f + 16 * (6.0f / 15) / 126 + 3.0f / 126
                                 : t == DType::Q5_K   ? 6.0f / 31 * 0.5f + 32 * (6.0f / 31) / 126 + 3.0f / 126
                                 : t == DType::Q6_K   ? 3.0f / 32 + 32 * (3.0f / 32) / 256 + 1e-3f
+                                : t == DType::IQ4_XS ? 3.0f / 127 * 14 + 56.5f * (3.0f / 127) / 31 + 2e-3f
                                 : t == DType::F16    ? std::fabs(x[i]) / 2048
                                 : t == DType::BF16   ? std::fabs(x[i]) / 256
                                                      : 0.0f;
@@ -91,7 +94,7 @@ TEST_P(QuantRoundTrip, ErrorWithinTheTypesStep) {
         // Quantising the dequantised values again must reproduce the same bytes (a fixed point).
         std::vector<uint8_t> q2(q.size());
         quantize_row(t, y.data(), q2.data(), n);
-        if (t != DType::Q4_0 && !dtype_is_k_quant(t)) {
+        if (t != DType::Q4_0 && !dtype_dots_q8_k(t)) {
             EXPECT_EQ(q, q2) << dtype_name(t);
         }
     }
@@ -100,7 +103,7 @@ TEST_P(QuantRoundTrip, ErrorWithinTheTypesStep) {
 INSTANTIATE_TEST_SUITE_P(Types, QuantRoundTrip,
                          ::testing::Values(DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1,
                                            DType::Q5_0, DType::Q5_1, DType::IQ4_NL, DType::Q2_K, DType::Q3_K,
-                                           DType::Q4_K, DType::Q5_K, DType::Q6_K),
+                                           DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_XS),
                          [](const auto &param_info) { return std::string(dtype_name(param_info.param)); });
 
 TEST(DType, Q4_0MatchesGgmlLayout) {
@@ -236,7 +239,7 @@ TEST(DType, KQuantDequantisersAgreeWithTheElementDecoder) {
     std::mt19937 rng(5);
     std::uniform_int_distribution<int> byte(0, 255);
     for (DType t : {DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::IQ4_NL, DType::Q2_K, DType::Q3_K, DType::Q4_K,
-                    DType::Q5_K, DType::Q6_K}) {
+                    DType::Q5_K, DType::Q6_K, DType::IQ4_XS}) {
         const int64_t n = 3 * QK_K;
         std::vector<uint8_t> row(static_cast<size_t>(dtype_row_size(t, n)));
         for (auto &b : row) b = static_cast<uint8_t>(byte(rng));
@@ -248,8 +251,8 @@ TEST(DType, KQuantDequantisersAgreeWithTheElementDecoder) {
                 std::memcpy(blk + offsetof(BlockQ6_K, d), &d, 2);
             } else if (t == DType::Q3_K) {
                 std::memcpy(blk + offsetof(BlockQ3_K, d), &d, 2);
-            } else if (t == DType::Q5_0 || t == DType::IQ4_NL) {
-                std::memcpy(blk, &d, 2);  // d first; the rest (qh, qs) random
+            } else if (t == DType::Q5_0 || t == DType::IQ4_NL || t == DType::IQ4_XS) {
+                std::memcpy(blk, &d, 2);  // d first; the rest (qh or scales, qs) random
             } else if (t == DType::Q2_K) {
                 std::memcpy(blk + offsetof(BlockQ2_K, d), &d, 2);
                 std::memcpy(blk + offsetof(BlockQ2_K, dmin), &dmin, 2);

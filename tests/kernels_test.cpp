@@ -73,7 +73,7 @@ using cpu::KernelTable;
 
 constexpr DType kWeightTypes[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q8_0,   DType::Q4_0,
                                   DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::IQ4_NL, DType::Q2_K,
-                                  DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K};
+                                  DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K,   DType::IQ4_XS};
 
 std::string skip_message(Isa isa) { return std::string("skipped: CPU lacks ") + cpu::isa_name(isa); }
 
@@ -92,9 +92,9 @@ std::vector<float> to_floats(DType t, const void *row, int64_t n) {
     return y;
 }
 
-// The dot type of weights of type t: activations are quantised to Q8_K for K-quants, to Q8_0 for the other
-// quantised types.
-DType dot_type(DType t) { return dtype_is_k_quant(t) ? DType::Q8_K : dtype_is_quantized(t) ? DType::Q8_0 : DType::F32; }
+// The dot type of weights of type t: activations are quantised to Q8_K for K-quants and IQ4_XS, to Q8_0 for the
+// other quantised types.
+DType dot_type(DType t) { return dtype_dots_q8_k(t) ? DType::Q8_K : dtype_is_quantized(t) ? DType::Q8_0 : DType::F32; }
 
 // Bytes of one activation row for weights of type t: f32 for float weights, else the table's dot type.
 int64_t x_row_bytes(DType t, int64_t n) {
@@ -131,7 +131,7 @@ std::vector<int64_t> dot_lengths(DType t) {
     if (!dtype_is_quantized(t)) {
         for (int64_t odd : {1, 2, 3, 7, 8, 9, 15, 16, 17, 31, 33, 47, 63, 65, 100, 127, 129, 4097}) n.push_back(odd);
     }
-    if (dtype_is_k_quant(t)) {  // super-blocks of 256: the lengths above that hold whole ones, and a few more
+    if (dtype_dots_q8_k(t)) {  // super-blocks of 256: the lengths above that hold whole ones, and a few more
         std::erase_if(n, [](int64_t v) { return v % QK_K != 0; });
         for (int64_t more : {768, 1280, 1792, 7168}) n.push_back(more);
     }
@@ -155,7 +155,7 @@ TEST(Dispatch, ScalarAlwaysAvailableAndActiveIsSupported) {
         for (DType dt : {DType::F32, DType::F16, DType::BF16}) EXPECT_NE(t->axpy(dt), nullptr);
         EXPECT_NE(t->quantize_row_q8_0, nullptr);
     }
-    EXPECT_THROW(active.dot(DType::IQ4_XS), Error);
+    EXPECT_THROW(active.dot(DType::IQ2_XXS), Error);
     EXPECT_THROW(active.axpy(DType::Q8_0), Error);
 }
 

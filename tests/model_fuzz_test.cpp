@@ -260,7 +260,7 @@ std::string mutate(std::mt19937 &rng, Draft &d) {
         case 3: {  // another element type
             const DType types[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q8_0,   DType::Q4_0,
                                    DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::IQ4_NL, DType::Q2_K,
-                                   DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K};
+                                   DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K,   DType::IQ4_XS};
             t.type = types[std::uniform_int_distribution<size_t>(0, std::size(types) - 1)(rng)];
             break;
         }
@@ -464,8 +464,8 @@ TEST(ModelFuzz, UnusableHyperParametersAreRefusedWithTheKeyNamed) {
 }
 
 TEST(ModelFuzz, WeightTypesSparrowCannotComputeWithAreRefusedByName) {
-    // The IQ types and Q8_K are valid GGUF that sparrow has no kernels for: the load names the tensor and its
-    // type (and the K-quants it does support load).
+    // The IQ types other than IQ4_NL and IQ4_XS, and Q8_K, are valid GGUF that sparrow has no kernels for: the load
+    // names the tensor and its type (and the K-quants and IQ4_XS, which it does support, load).
     const std::string dir = test::make_temp_dir("model_types");
     SyntheticParams p = synthetic_defaults("llama");
     p.n_embd = 256;
@@ -486,7 +486,7 @@ TEST(ModelFuzz, WeightTypesSparrowCannotComputeWithAreRefusedByName) {
         }
         const std::string path = dir + "/typed.gguf";
         w.write(path);
-        if (dtype_is_k_quant(t)) {
+        if (dtype_dots_q8_k(t)) {
             EXPECT_NO_THROW(load_model(path));
             continue;
         }

@@ -51,11 +51,12 @@ Command register_make_model(CLI::App &app) {
     cmd->add_option("-o,--output", *out, "Output file")->required();
     cmd->add_option(
            "--type", *type,
-           "Weight type: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, q2_k, q3_k, q4_k, q5_k, q6_k "
+           "Weight type: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, q2_k, q3_k, q4_k, q5_k, q6_k, iq4_xs "
            "(default f32; bench: q8_0). Matrices "
-           "whose rows the type's blocks do not divide are stored in llama.cpp's fallback type (K-quants) or f32")
+           "whose rows the type's blocks do not divide are stored in llama.cpp's fallback type (K-quants, iq4_xs) or "
+           "f32")
         ->check(CLI::IsMember({"f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl", "q2_k", "q3_k",
-                               "q4_k", "q5_k", "q6_k"}));
+                               "q4_k", "q5_k", "q6_k", "iq4_xs"}));
 
     const auto num = [&](const std::string &name, int64_t SyntheticParams::*field, const std::string &help, int64_t lo,
                          int64_t hi) {

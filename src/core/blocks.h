@@ -240,6 +240,18 @@ struct BlockQ6_K {
 };
 static_assert(sizeof(BlockQ6_K) == 210, "Q6_K block must match ggml");
 
+// IQ4_XS: IQ4_NL's code book in super-blocks of 256: eight sub-blocks of 32, x = d * (ls - 32) * kIq4nlValues[u]
+// with u in [0, 15] and the sub-block's 6-bit scale ls in [0, 63]: ls of sub-block s is (scales_l[s / 2] >> 4 * (s % 2)
+// & 15) | (scales_h >> 2s & 3) << 4. Sub-block s's nibbles are qs[16s .. 16s + 15] as in an IQ4_NL block: elements
+// 32s + l in the low nibbles and 32s + 16 + l in the high ones (l < 16). Its products take Q8_K activations.
+struct BlockIQ4_XS {
+    uint16_t d;
+    uint16_t scales_h;
+    uint8_t scales_l[QK_K / 64];
+    uint8_t qs[QK_K / 2];
+};
+static_assert(sizeof(BlockIQ4_XS) == 136, "IQ4_XS block must match ggml");
+
 // Not a GGUF type: Q6_K rows packed eight to a record (kernels/ops.h pack_rows8). Record b of rows 8R..8R+7 holds
 // super-block b of each:
 //   d        the eight rows' fp16 scales

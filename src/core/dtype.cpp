@@ -88,12 +88,14 @@ std::optional<DType> dtype_from_name(std::string_view name) {
 
 bool dtype_is_supported(DType t) {
     return t == DType::F32 || t == DType::F16 || t == DType::BF16 || t == DType::Q8_0 || t == DType::Q4_0 ||
-           t == DType::Q4_1 || t == DType::Q5_0 || t == DType::Q5_1 || t == DType::IQ4_NL || dtype_is_k_quant(t);
+           t == DType::Q4_1 || t == DType::Q5_0 || t == DType::Q5_1 || t == DType::IQ4_NL || dtype_dots_q8_k(t);
 }
 
 bool dtype_is_k_quant(DType t) {
     return t == DType::Q2_K || t == DType::Q3_K || t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K;
 }
+
+bool dtype_dots_q8_k(DType t) { return dtype_is_k_quant(t) || t == DType::IQ4_XS; }
 
 bool dtype_is_quantized(DType t) { return dtype_info(t).block_size > 1; }
 
@@ -143,6 +145,7 @@ void quantize_row(DType t, const float *x, void *dst, int64_t n) {
         case DType::Q4_K:
         case DType::Q5_K:
         case DType::Q6_K:
+        case DType::IQ4_XS:
             if (n % QK_K) {
                 throw_error("%s row of %lld elements is not a multiple of 256", std::string(dtype_name(t)).c_str(),
                             (long long)n);
@@ -153,6 +156,7 @@ void quantize_row(DType t, const float *x, void *dst, int64_t n) {
             if (t == DType::Q4_K) quantize_row_q4_k(x, static_cast<BlockQ4_K *>(dst), n);
             if (t == DType::Q5_K) quantize_row_q5_k(x, static_cast<BlockQ5_K *>(dst), n);
             if (t == DType::Q6_K) quantize_row_q6_k(x, static_cast<BlockQ6_K *>(dst), n);
+            if (t == DType::IQ4_XS) quantize_row_iq4_xs(x, static_cast<BlockIQ4_XS *>(dst), n);
             return;
         default: throw_error("cannot quantise to type %s", std::string(dtype_name(t)).c_str());
     }
@@ -200,6 +204,7 @@ void dequantize_row(DType t, const void *src, float *y, int64_t n) {
         case DType::Q4_K: dequantize_row_q4_k(static_cast<const BlockQ4_K *>(src), y, n); return;
         case DType::Q5_K: dequantize_row_q5_k(static_cast<const BlockQ5_K *>(src), y, n); return;
         case DType::Q6_K: dequantize_row_q6_k(static_cast<const BlockQ6_K *>(src), y, n); return;
+        case DType::IQ4_XS: dequantize_row_iq4_xs(static_cast<const BlockIQ4_XS *>(src), y, n); return;
         default: throw_error("cannot dequantise type %s", std::string(dtype_name(t)).c_str());
     }
 }

@@ -59,9 +59,10 @@ std::optional<DTypeInfo> dtype_info(uint32_t id);
 const DTypeInfo &dtype_info(DType t);  // t must be a known id
 std::string_view dtype_name(DType t);
 std::optional<DType> dtype_from_name(std::string_view name);  // case-insensitive
-bool dtype_is_supported(DType t);                             // F32, F16, BF16, Q8_0, Q4_0 and the K-quants
+bool dtype_is_supported(DType t);                             // F32, F16, BF16, the 32-element quants, K-quants, IQ4_XS
 bool dtype_is_k_quant(DType t);                               // Q2_K, Q3_K, Q4_K, Q5_K, Q6_K
-bool dtype_is_quantized(DType t);                             // block size > 1
+bool dtype_dots_q8_k(DType t);     // weights multiplied with Q8_K activations: the K-quants and IQ4_XS
+bool dtype_is_quantized(DType t);  // block size > 1
 // Bytes of a row of n elements; n must be a multiple of the block size.
 int64_t dtype_row_size(DType t, int64_t n);
 

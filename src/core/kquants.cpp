@@ -261,6 +261,22 @@ void decode_kquant(const BlockQ6_K &b, KQuantInts &w) {
     }
 }
 
+void decode_kquant(const BlockIQ4_XS &b, KQuantInts &w) {
+    w.n_sub = QK_K / 32;
+    w.offset = 0;
+    w.d = fp16_to_f32(b.d);
+    w.dmin = 0.0f;
+    for (int s = 0; s < QK_K / 32; ++s) {
+        const int ls = ((b.scales_l[s / 2] >> (4 * (s % 2))) & 15) | (((b.scales_h >> (2 * s)) & 3) << 4);
+        w.sc[s] = ls - 32;
+        w.m[s] = 0;
+        for (int l = 0; l < 16; ++l) {
+            w.u[32 * s + l] = kIq4nlValues[b.qs[16 * s + l] & 15];
+            w.u[32 * s + 16 + l] = kIq4nlValues[b.qs[16 * s + l] >> 4];
+        }
+    }
+}
+
 void kquant_scale_min(const uint8_t *scales, int s, int &sc, int &m) {
     if (s < 4) {
         sc = scales[s] & 63;
@@ -415,11 +431,51 @@ void quantize_row_q6_k(const float *x, BlockQ6_K *y, int64_t n) {
     }
 }
 
+void quantize_row_iq4_xs(const float *x, BlockIQ4_XS *y, int64_t n) {
+    constexpr int n_sub = QK_K / 32;
+    for (int64_t b = 0; b < n / QK_K; ++b, x += QK_K) {
+        float scale[n_sub];
+        float max_scale = 0.0f;  // the sub-block scale of largest magnitude, with its sign
+        for (int s = 0; s < n_sub; ++s) {
+            scale[s] = signed_absmax(x + 32 * s, 32) / float(kIq4nlValues[0]);
+            if (std::fabs(scale[s]) > std::fabs(max_scale)) max_scale = scale[s];
+        }
+        std::memset(&y[b], 0, sizeof y[b]);
+        if (max_scale == 0.0f) continue;  // an all-zero super-block: d = 0
+        // ls - 32 spans -32..31: scales of max_scale's sign take the -32 end, the others reach +31 only, so d is
+        // the larger of the two needs (a scale clamped at 31 would push its elements past the book's ends).
+        float step = 0.0f;
+        for (int s = 0; s < n_sub; ++s) {
+            step = std::max(step, std::fabs(scale[s]) / ((scale[s] < 0.0f) == (max_scale < 0.0f) ? 32.0f : 31.0f));
+        }
+        y[b].d = f32_to_fp16(max_scale < 0.0f ? step : -step);
+        const float d = fp16_to_f32(y[b].d);
+        for (int s = 0; s < n_sub; ++s) {
+            const int l = d != 0.0f ? std::clamp(nearest(scale[s] / d), -32, 31) : 0;
+            const int ls = l + 32;
+            y[b].scales_l[s / 2] = static_cast<uint8_t>(y[b].scales_l[s / 2] | (ls & 15) << (4 * (s % 2)));
+            y[b].scales_h = static_cast<uint16_t>(y[b].scales_h | (ls >> 4) << (2 * s));
+            const float dl = d * float(l);
+            int u[32];
+            for (int j = 0; j < 32; ++j) {
+                const float v = dl != 0.0f ? x[32 * s + j] / dl : 0.0f;
+                int best = 0;
+                for (int k = 1; k < 16; ++k) {
+                    if (std::fabs(v - float(kIq4nlValues[k])) < std::fabs(v - float(kIq4nlValues[best]))) best = k;
+                }
+                u[j] = best;
+            }
+            for (int j = 0; j < 16; ++j) y[b].qs[16 * s + j] = static_cast<uint8_t>(u[j] | u[j + 16] << 4);
+        }
+    }
+}
+
 // The dequantisers: ggml's f32 arithmetic through dequantize_ints.
 void dequantize_row_q2_k(const BlockQ2_K *x, float *y, int64_t n) { dequantize_k(x, y, n); }
 void dequantize_row_q3_k(const BlockQ3_K *x, float *y, int64_t n) { dequantize_k(x, y, n); }
 void dequantize_row_q4_k(const BlockQ4_K *x, float *y, int64_t n) { dequantize_k(x, y, n); }
 void dequantize_row_q5_k(const BlockQ5_K *x, float *y, int64_t n) { dequantize_k(x, y, n); }
 void dequantize_row_q6_k(const BlockQ6_K *x, float *y, int64_t n) { dequantize_k(x, y, n); }
+void dequantize_row_iq4_xs(const BlockIQ4_XS *x, float *y, int64_t n) { dequantize_k(x, y, n); }
 
 }  // namespace sparrow

@@ -31,6 +31,8 @@ void decode_kquant(const BlockQ3_K &b, KQuantInts &w);
 void decode_kquant(const BlockQ4_K &b, KQuantInts &w);
 void decode_kquant(const BlockQ5_K &b, KQuantInts &w);
 void decode_kquant(const BlockQ6_K &b, KQuantInts &w);
+// IQ4_XS as the same integers: u[e] the code book's value (signed), offset 0, sc[s] = ls - 32, no mins.
+void decode_kquant(const BlockIQ4_XS &b, KQuantInts &w);
 
 // Row r's super-block into lane r (0..7) of a record of K-quant rows packed eight to a record (BlockQ2_Kx8 ...
 // BlockQ6_Kx8 in core/blocks.h), and back.
@@ -51,16 +53,20 @@ void unpack_lane(const BlockQ6_Kx8 &rec, int r, BlockQ6_K &blk);
 void quantize_row_q8_k(const float *x, void *y, int64_t n);
 void dequantize_row_q8_k(const void *x, float *y, int64_t n);
 
-// n floats (n % 256 == 0) to n / 256 blocks, and back.
+// n floats (n % 256 == 0) to n / 256 blocks, and back (IQ4_XS, a code book over the K-quants' super-blocks, too).
 void quantize_row_q2_k(const float *x, BlockQ2_K *y, int64_t n);
 void quantize_row_q3_k(const float *x, BlockQ3_K *y, int64_t n);
 void quantize_row_q4_k(const float *x, BlockQ4_K *y, int64_t n);
 void quantize_row_q5_k(const float *x, BlockQ5_K *y, int64_t n);
 void quantize_row_q6_k(const float *x, BlockQ6_K *y, int64_t n);
+// IQ4_XS: each sub-block's scale maps its largest magnitude to the code book's end (-127), the 6-bit sub-block
+// scales are rounded against the super-block's largest, and each element takes the nearest code book value.
+void quantize_row_iq4_xs(const float *x, BlockIQ4_XS *y, int64_t n);
 void dequantize_row_q2_k(const BlockQ2_K *x, float *y, int64_t n);
 void dequantize_row_q3_k(const BlockQ3_K *x, float *y, int64_t n);
 void dequantize_row_q4_k(const BlockQ4_K *x, float *y, int64_t n);
 void dequantize_row_q5_k(const BlockQ5_K *x, float *y, int64_t n);
 void dequantize_row_q6_k(const BlockQ6_K *x, float *y, int64_t n);
+void dequantize_row_iq4_xs(const BlockIQ4_XS *x, float *y, int64_t n);
 
 }  // namespace sparrow

@@ -28,24 +28,26 @@ uint32_t file_type_of(DType t) {
         case DType::Q5_0: return 8;
         case DType::Q5_1: return 9;
         case DType::IQ4_NL: return 25;
-        case DType::Q2_K: return 10;  // LLAMA_FTYPE_MOSTLY_Q2_K
-        case DType::Q3_K: return 11;  // LLAMA_FTYPE_MOSTLY_Q3_K_S
-        case DType::Q4_K: return 14;  // LLAMA_FTYPE_MOSTLY_Q4_K_S
-        case DType::Q5_K: return 16;  // LLAMA_FTYPE_MOSTLY_Q5_K_S
-        case DType::Q6_K: return 18;  // LLAMA_FTYPE_MOSTLY_Q6_K
+        case DType::Q2_K: return 10;    // LLAMA_FTYPE_MOSTLY_Q2_K
+        case DType::Q3_K: return 11;    // LLAMA_FTYPE_MOSTLY_Q3_K_S
+        case DType::Q4_K: return 14;    // LLAMA_FTYPE_MOSTLY_Q4_K_S
+        case DType::Q5_K: return 16;    // LLAMA_FTYPE_MOSTLY_Q5_K_S
+        case DType::Q6_K: return 18;    // LLAMA_FTYPE_MOSTLY_Q6_K
+        case DType::IQ4_XS: return 30;  // LLAMA_FTYPE_MOSTLY_IQ4_XS
         default: throw_error("make-model: weight type %s is not supported", std::string(dtype_name(t)).c_str());
     }
 }
 
 // The type a matrix with rows of n_cols is stored in when the file's type is t: t where its blocks fit the row;
-// else, for K-quants (super-blocks of 256), the 32-element type llama.cpp's quantiser falls back to (Q2_K and
-// Q3_K: IQ4_NL, Q4_K: Q5_0, Q5_K: Q5_1, Q6_K: Q8_0); else f32.
+// else, for K-quants and IQ4_XS (super-blocks of 256), the 32-element type llama.cpp's quantiser falls back to (Q2_K,
+// Q3_K and IQ4_XS: IQ4_NL, Q4_K: Q5_0, Q5_K: Q5_1, Q6_K: Q8_0); else f32.
 DType storage_type(DType t, int64_t n_cols) {
     if (n_cols % dtype_info(t).block_size == 0) return t;
-    if (dtype_is_k_quant(t) && n_cols % QK8_0 == 0) {
+    if (dtype_dots_q8_k(t) && n_cols % QK8_0 == 0) {
         switch (t) {
             case DType::Q2_K:
-            case DType::Q3_K: return DType::IQ4_NL;
+            case DType::Q3_K:
+            case DType::IQ4_XS: return DType::IQ4_NL;
             case DType::Q4_K: return DType::Q5_0;
             case DType::Q5_K: return DType::Q5_1;
             default: return DType::Q8_0;

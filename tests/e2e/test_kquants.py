@@ -1,9 +1,9 @@
-"""K-quant weights (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K), the formats of most GGUF files users download, end to end:
-make-model writes them (matrices whose rows the 256-element super-blocks do not divide fall back to the
+"""K-quant weights (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K), the formats of most GGUF files users download, and IQ4_XS, end
+to end: make-model writes them (matrices whose rows the 256-element super-blocks do not divide fall back to the
 32-element types llama.cpp's quantiser uses: IQ4_NL, Q5_0, Q5_1, Q8_0), and whole files of Q4_1, Q5_0, Q5_1
 and IQ4_NL too; sparrow's run of each file agrees with the float64 reference evaluated on the same weights,
 which reads the blocks with its own numpy decoder (tests/reference/gguf.py), within the error of activation
-quantisation (Q8_K for K-quants, Q8_0 otherwise); `run`, `perplexity` and a 300-token prompt with the selection active
+quantisation (Q8_K for K-quants and IQ4_XS, Q8_0 otherwise); `run`, `perplexity` and a 300-token prompt with the selection active
 work on them; and the KL divergence of each type against the f32 file of the same seed is printed (README).
 Three architectures: deepseek32 (MLA, MoE, the indexer), glm-dsa (the same with IndexShare) and llama."""
 import os
@@ -20,7 +20,7 @@ tmp = harness.temp_dir()
 rng = np.random.default_rng(3)
 # The K-quants, and the 32-element types llama.cpp writes as whole files and as the K-quants' fallbacks (the
 # K-quant files below hold them too: rows of 32-224 elements become iq4_nl, q5_0, q5_1 or q8_0).
-K_TYPES = ["q2_k", "q3_k", "q4_k", "q5_k", "q6_k", "q4_1", "q5_0", "q5_1", "iq4_nl"]
+K_TYPES = ["q2_k", "q3_k", "q4_k", "q5_k", "q6_k", "iq4_xs", "q4_1", "q5_0", "q5_1", "iq4_nl"]
 
 
 log_softmax, kl = harness.log_softmax, harness.kl

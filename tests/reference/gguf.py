@@ -126,7 +126,7 @@ def tensor_nbytes(ggml_type: int, n_elements: int) -> int:
 
 
 # --------------------------------------------------------------------------------------------------
-# Element formats: half, bfloat16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, Q2_K ... Q6_K
+# Element formats: half, bfloat16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, Q2_K ... Q6_K, IQ4_XS
 # --------------------------------------------------------------------------------------------------
 
 def bf16_to_f64(bits: np.ndarray) -> np.ndarray:
@@ -178,6 +178,10 @@ Q6_K_BLOCK = np.dtype([("ql", "u1", (128,)), ("qh", "u1", (64,)), ("scales", "i1
 #   Both: element 128h + 32g + l has its low two bits at bits 2g of qs[32h + l].
 Q2_K_BLOCK = np.dtype([("scales", "u1", (16,)), ("qs", "u1", (64,)), ("d", "<f2"), ("dmin", "<f2")])
 Q3_K_BLOCK = np.dtype([("hmask", "u1", (32,)), ("qs", "u1", (64,)), ("scales", "u1", (12,)), ("d", "<f2")])
+#   IQ4_XS: eight sub-blocks of 32, x = d * (ls - 32) * IQ4_NL_BOOK[u]; ls 6 bits: a nibble of scales_l[s // 2]
+#   (low for even s) and bits 2s, 2s + 1 of scales_h; sub-block s's nibbles are qs[16s:16s + 16] as in IQ4_NL.
+IQ4_XS_BLOCK = np.dtype([("d", "<f2"), ("scales_h", "<u2"), ("scales_l", "u1", (4,)), ("qs", "u1", (128,))])
+assert IQ4_XS_BLOCK.itemsize == 136
 assert Q4_K_BLOCK.itemsize == 144 and Q5_K_BLOCK.itemsize == 176 and Q6_K_BLOCK.itemsize == 210
 assert Q2_K_BLOCK.itemsize == 84 and Q3_K_BLOCK.itemsize == 110
 
@@ -225,6 +229,15 @@ def dequantize_k(t, buf: np.ndarray) -> np.ndarray:
         d = b["d"].astype(np.float64)[:, None, None]
         dmin = b["dmin"].astype(np.float64)[:, None, None]
         return (d * sc[:, :, None] * u - dmin * m[:, :, None]).reshape(-1)
+    if t == GGMLType.IQ4_XS:
+        b = buf.view(IQ4_XS_BLOCK)
+        s = np.arange(8)
+        ls = ((b["scales_l"].astype(np.int64)[:, s // 2] >> (4 * (s % 2))) & 15) | \
+             (((b["scales_h"].astype(np.int64)[:, None] >> (2 * s)) & 3) << 4)
+        qs = b["qs"].astype(np.int64).reshape(-1, 8, 16)
+        u = np.concatenate([qs & 15, qs >> 4], axis=2)  # [block, sub-block, 32]
+        d = b["d"].astype(np.float64)[:, None, None]
+        return (d * (ls - 32)[:, :, None] * IQ4_NL_BOOK[u]).reshape(-1)
     b = buf.view(Q6_K_BLOCK)
     ql = b["ql"].astype(np.int64).reshape(-1, 2, 2, 32)  # [block, half, low 32 / high 32 bytes, l]
     qh = b["qh"].astype(np.int64).reshape(-1, 2, 32)
@@ -256,7 +269,7 @@ def dequantize(ggml_type: int, data, n_elements: int) -> np.ndarray:
         lo = (b["qs"] & 15).astype(np.float64) - 8.0
         hi = (b["qs"] >> 4).astype(np.float64) - 8.0
         return (b["d"].astype(np.float64)[:, None] * np.concatenate([lo, hi], axis=1)).reshape(-1)
-    if t in (GGMLType.Q2_K, GGMLType.Q3_K, GGMLType.Q4_K, GGMLType.Q5_K, GGMLType.Q6_K):
+    if t in (GGMLType.Q2_K, GGMLType.Q3_K, GGMLType.Q4_K, GGMLType.Q5_K, GGMLType.Q6_K, GGMLType.IQ4_XS):
         return dequantize_k(t, buf)
     if t in (GGMLType.Q4_1, GGMLType.Q5_1):
         b = buf.view(Q4_1_BLOCK if t == GGMLType.Q4_1 else Q5_1_BLOCK)

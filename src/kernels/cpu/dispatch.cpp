@@ -63,6 +63,7 @@ constexpr KernelTable kScalarTable = {
     .dot_q4_k = scalar::dot_tile_q4_k,
     .dot_q5_k = scalar::dot_tile_q5_k,
     .dot_q6_k = scalar::dot_tile_q6_k,
+    .dot_iq4_xs = scalar::dot_tile_iq4_xs,
     .dot_rows_q8_0 = rows_by_tile<scalar::dot_tile_q8_0>,
     .dot_rows_q8_0x8 = scalar::dot_rows_q8_0x8,
     .dot_rows_q4_0x8 = scalar::dot_rows_q4_0x8,
@@ -97,6 +98,7 @@ constexpr KernelTable kAvx2Table = {
     .dot_q4_k = avx2::dot_tile_q4_k,
     .dot_q5_k = avx2::dot_tile_q5_k,
     .dot_q6_k = avx2::dot_tile_q6_k,
+    .dot_iq4_xs = avx2::dot_tile_iq4_xs,
     .dot_rows_q8_0 = avx2::dot_rows_q8_0,
     .dot_rows_q8_0x8 = avx2::dot_rows_q8_0x8,
     .dot_rows_q4_0x8 = avx2::dot_rows_q4_0x8,
@@ -139,6 +141,7 @@ constexpr KernelTable kAvx512Table = {
     .dot_q4_k = avx2::dot_tile_q4_k,
     .dot_q5_k = avx2::dot_tile_q5_k,
     .dot_q6_k = avx2::dot_tile_q6_k,
+    .dot_iq4_xs = avx2::dot_tile_iq4_xs,
     .dot_rows_q8_0 = avx2::dot_rows_q8_0,
     .dot_rows_q8_0x8 = avx2::dot_rows_q8_0x8,
     .dot_rows_q4_0x8 = avx2::dot_rows_q4_0x8,
@@ -214,6 +217,7 @@ DotTileFn KernelTable::dot(DType t) const {
         case DType::Q4_K: return dot_q4_k;
         case DType::Q5_K: return dot_q5_k;
         case DType::Q6_K: return dot_q6_k;
+        case DType::IQ4_XS: return dot_iq4_xs;
         default: throw_error("no dot product kernel for weight type %s", std::string(dtype_name(t)).c_str());
     }
 }
@@ -259,7 +263,7 @@ int64_t KernelTable::dot_x_row_bytes(DType t, int64_t n) {
         throw_error("no quantised activation type for weight type %s", std::string(dtype_name(t)).c_str());
     }
     if (t == DType::Q4_0) return q4_0_dot_x_row_bytes(n);
-    if (dtype_is_k_quant(t)) return n / QK_K * static_cast<int64_t>(sizeof(BlockQ8_K));
+    if (dtype_dots_q8_k(t)) return n / QK_K * static_cast<int64_t>(sizeof(BlockQ8_K));
     return q8_0_dot_x_row_bytes(n);
 }
 
@@ -268,7 +272,7 @@ void KernelTable::quantize_dot_x(DType t, const float *x, void *y, int64_t n) co
         throw_error("no quantised activation type for weight type %s", std::string(dtype_name(t)).c_str());
     }
     if (n % QK8_0 != 0) throw_error("quantize_dot_x: n = %lld is not a multiple of %d", (long long)n, QK8_0);
-    if (dtype_is_k_quant(t)) {
+    if (dtype_dots_q8_k(t)) {
         // core/kquants.h: one quantiser for the kernels and the references (it refuses n % 256 != 0).
         quantize_row(DType::Q8_K, x, y, n);
         return;

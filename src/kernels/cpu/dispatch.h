@@ -76,7 +76,8 @@ struct KernelTable {
     DotTileFn dot_bf16 = nullptr;
     DotTileFn dot_q8_0 = nullptr;  // weights Q8_0, activations Q8_0
     DotTileFn dot_q4_0 = nullptr;  // weights Q4_0, activations BlockQ8_0x2
-    DotTileFn dot_q4_1 = nullptr;  // weights Q4_1, Q5_0, Q5_1, IQ4_NL, Q2_K ... Q6_K, activations Q8_0 (as dot_q8_0's)
+    DotTileFn dot_q4_1 =
+        nullptr;  // weights Q4_1, Q5_0, Q5_1, IQ4_NL: activations Q8_0 (as dot_q8_0's); Q2_K ... Q6_K: Q8_K
     DotTileFn dot_q5_0 = nullptr;
     DotTileFn dot_q5_1 = nullptr;
     DotTileFn dot_iq4_nl = nullptr;
@@ -85,6 +86,7 @@ struct KernelTable {
     DotTileFn dot_q4_k = nullptr;
     DotTileFn dot_q5_k = nullptr;
     DotTileFn dot_q6_k = nullptr;
+    DotTileFn dot_iq4_xs = nullptr;  // weights IQ4_XS, activations Q8_K (as the K-quants')
     DotRowsFn dot_rows_q8_0 = nullptr;
     // Q8_0 rows packed eight to a record (core/blocks.h BlockQ8_0x8; WeightMatrix::rows8): w at a group's first
     // record, w_stride the bytes of one unpacked row, n_rows a multiple of 8. Unlike the kernels above, whose

@@ -129,8 +129,9 @@ namespace sparrow::cpu {
 void stage_q8_k(const uint8_t *x, size_t x_stride, int n_tokens, int64_t k0, int64_t n, Q8KStaged *out);
 }  // namespace sparrow::cpu
 
-// Q4_1, Q5_0, Q5_1, IQ4_NL (quants32_<isa>.cpp) and K-quant (Q2_K ... Q6_K; kquant_<isa>.cpp) weights against
-// Q8_0 dot-x activations, as dot_tile_q8_0's; the AVX-512 table takes the AVX2 ones.
+// Q4_1, Q5_0, Q5_1, IQ4_NL (quants32_<isa>.cpp) weights against Q8_0 dot-x activations, as dot_tile_q8_0's, and
+// K-quant (Q2_K ... Q6_K) and IQ4_XS weights (kquant_<isa>.cpp) against Q8_K ones; the AVX-512 table takes the AVX2
+// ones.
 namespace sparrow::cpu::scalar {
 void dot_tile_q4_1(const void *w, const void *x, size_t x_stride, int n_x, int64_t n, float *out);
 void dot_tile_q5_0(const void *w, const void *x, size_t x_stride, int n_x, int64_t n, float *out);
@@ -141,6 +142,7 @@ void dot_tile_q3_k(const void *w, const void *x, size_t x_stride, int n_x, int64
 void dot_tile_q4_k(const void *w, const void *x, size_t x_stride, int n_x, int64_t n, float *out);
 void dot_tile_q5_k(const void *w, const void *x, size_t x_stride, int n_x, int64_t n, float *out);
 void dot_tile_q6_k(const void *w, const void *x, size_t x_stride, int n_x, int64_t n, float *out);
+void dot_tile_iq4_xs(const void *w, const void *x, size_t x_stride, int n_x, int64_t n, float *out);
 }  // namespace sparrow::cpu::scalar
 namespace sparrow::cpu::avx2 {
 void dot_tile_q4_1(const void *w, const void *x, size_t x_stride, int n_x, int64_t n, float *out);
@@ -152,6 +154,7 @@ void dot_tile_q3_k(const void *w, const void *x, size_t x_stride, int n_x, int64
 void dot_tile_q4_k(const void *w, const void *x, size_t x_stride, int n_x, int64_t n, float *out);
 void dot_tile_q5_k(const void *w, const void *x, size_t x_stride, int n_x, int64_t n, float *out);
 void dot_tile_q6_k(const void *w, const void *x, size_t x_stride, int n_x, int64_t n, float *out);
+void dot_tile_iq4_xs(const void *w, const void *x, size_t x_stride, int n_x, int64_t n, float *out);
 }  // namespace sparrow::cpu::avx2
 
 // Quantised cache rows to f32 (cache_convert_<isa>.cpp): y[0..n) = the n elements (n % 32 == 0) of a row of

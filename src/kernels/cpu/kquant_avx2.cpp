@@ -613,6 +613,42 @@ void dot_tile_q6_k(const void *w, const void *x, size_t x_stride, int n_x, int64
     });
 }
 
+// IQ4_XS: each sub-block's nibbles looked up in the code book with a byte shuffle, the values' signs moved onto x
+// (maddubs wants its first operand unsigned; no value is 0), then one maddubs and one madd with the sub-block's
+// ls - 32 in every int16 lane, summed in int32 and scaled once per super-block, as dot_tile_min_max does.
+void dot_tile_iq4_xs(const void *w, const void *x, size_t x_stride, int n_x, int64_t n, float *out) {
+    const auto *blocks = static_cast<const BlockIQ4_XS *>(w);
+    const __m256i book = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i *>(kIq4nlValues)));
+    const __m128i low4 = _mm_set1_epi8(15);
+    XRow xr[kMaxTile] = {XRow(x), XRow(x), XRow(x), XRow(x)};
+    for (int j = 0; j < n_x; ++j) xr[j] = XRow(static_cast<const uint8_t *>(x) + j * x_stride);
+    __m256 acc[kMaxTile];
+    for (auto &a : acc) a = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / QK_K; ++i) {
+        const BlockIQ4_XS &b = blocks[i];
+        prefetch_block(&b, sizeof b);
+        __m256i v[8], mag[8], sc16[8];
+        for (int s = 0; s < 8; ++s) {
+            const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i *>(b.qs + 16 * s));
+            v[s] = _mm256_shuffle_epi8(
+                book, _mm256_setr_m128i(_mm_and_si128(q, low4), _mm_and_si128(_mm_srli_epi16(q, 4), low4)));
+            mag[s] = _mm256_sign_epi8(v[s], v[s]);
+            const int ls = ((b.scales_l[s / 2] >> (4 * (s % 2))) & 15) | (((b.scales_h >> (2 * s)) & 3) << 4);
+            sc16[s] = _mm256_set1_epi16(static_cast<int16_t>(ls - 32));
+        }
+        const float d = half_to_float(b.d);
+        for (int j = 0; j < n_x; ++j) {
+            __m256i sum = _mm256_setzero_si256();
+            for (int s = 0; s < 8; ++s) {
+                const __m256i xq = _mm256_sign_epi8(xr[j].quants(i, s), v[s]);
+                sum = _mm256_add_epi32(sum, _mm256_madd_epi16(_mm256_maddubs_epi16(mag[s], xq), sc16[s]));
+            }
+            acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_set1_ps(d * xr[j].d(i)), acc[j]);
+        }
+    }
+    for (int j = 0; j < n_x; ++j) out[j] = hsum(acc[j]);
+}
+
 void dot_rows_q2_kx8(const void *w, size_t w_stride, int64_t n_rows, const void *x, size_t x_stride, int n_x, int64_t n,
                      float *y, size_t y_stride) {
     k_rows_any<BlockQ2_Kx8>(w, w_stride, n_rows, x, x_stride, n_x, n, y, y_stride);

@@ -162,5 +162,8 @@ void dot_tile_q5_k(const void *w, const void *x, size_t x_stride, int n_x, int64
 void dot_tile_q6_k(const void *w, const void *x, size_t x_stride, int n_x, int64_t n, float *out) {
     dot_tile_k<BlockQ6_K>(w, x, x_stride, n_x, n, out);
 }
+void dot_tile_iq4_xs(const void *w, const void *x, size_t x_stride, int n_x, int64_t n, float *out) {
+    dot_tile_k<BlockIQ4_XS>(w, x, x_stride, n_x, n, out);
+}
 
 }  // namespace sparrow::cpu::scalar

@@ -140,7 +140,17 @@ double block_element(DType t, const void *row, int64_t e) {
         const int top = (blk.qh[32 * half + l] >> (2 * group)) & 3;
         return double(fp16_to_f32(blk.d)) * blk.scales[i / 16] * (nibble + 16 * top - 32);
     }
-    throw_error("ref::block_element: %s is not a K-quant or one of Q4_1, Q5_0, Q5_1, IQ4_NL",
+    if (t == DType::IQ4_XS) {
+        // Sub-block i / 32: its 6-bit scale ls from a nibble of scales_l and two bits of scales_h; element j of it
+        // is the low nibble of qs[16 * (i / 32) + j] for j < 16, the high nibble of qs[16 * (i / 32) + j - 16] after.
+        const auto &blk = static_cast<const BlockIQ4_XS *>(row)[b];
+        const int64_t s = i / 32, j = i % 32;
+        const int ls = blk.scales_l[s / 2] / (s % 2 ? 16 : 1) % 16 + 16 * (blk.scales_h / (1 << (2 * s)) % 4);
+        const uint8_t byte = blk.qs[16 * s + j % 16];
+        constexpr int kBook[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+        return double(fp16_to_f32(blk.d)) * (ls - 32) * kBook[j < 16 ? byte % 16 : byte / 16];
+    }
+    throw_error("ref::block_element: %s is not a K-quant or one of Q4_1, Q5_0, Q5_1, IQ4_NL, IQ4_XS",
                 std::string(dtype_name(t)).c_str());
 }
 
@@ -177,7 +187,8 @@ float dot_weight_row(DType t, const void *w, const void *x, int64_t n) {
         case DType::Q3_K:
         case DType::Q4_K:
         case DType::Q5_K:
-        case DType::Q6_K: return dot_decoded_q8_k(t, w, x, n);
+        case DType::Q6_K:
+        case DType::IQ4_XS: return dot_decoded_q8_k(t, w, x, n);
         default: throw_error("ref::dot_weight_row: unsupported type %s", std::string(dtype_name(t)).c_str());
     }
 }
@@ -189,7 +200,7 @@ void quantize_row_q8_0(const float *x, BlockQ8_0 *y, int64_t n) { quantize_row(D
 
 void matmul(const WeightMatrix &w, const float *x, int64_t n_tokens, float *y) {
     const bool quantized = dtype_is_quantized(w.type);
-    const DType xq_type = dtype_is_k_quant(w.type) ? DType::Q8_K : DType::Q8_0;
+    const DType xq_type = dtype_dots_q8_k(w.type) ? DType::Q8_K : DType::Q8_0;
     const int64_t xq_bytes = dtype_row_size(xq_type, quantized ? w.n_cols : 0);
     std::vector<uint8_t> xq(static_cast<size_t>(xq_bytes));
     std::vector<uint8_t> unpacked(w.rows8 ? static_cast<size_t>(w.row_bytes) : 0);
