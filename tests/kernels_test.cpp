@@ -284,19 +284,20 @@ TEST_P(IsaTest, DotRowsQ8_0MatchesDotTileBitForBitOnAwkwardShapes) {
 }
 
 TEST_P(IsaTest, PackedRowsAreTheSameBitsOnEveryLevelAndTile) {
-    // Rows packed eight to a record (BlockQ8_0x8, BlockQ4_0x8, BlockQ2_Kx8 ... BlockQ6_Kx8): every level must
-    // give the scalar level's bits (the order dispatch.h defines), each token the same bits alone as in any tile, and
-    // the result must be near the double-precision reference of the unpacked rows. Awkward shapes: one block, odd block
-    // counts (Q4_0's activation records then end half empty; the K-quants' 9 and 17 cross the kernels' stages of eight
-    // super-blocks), 8 to 48 rows, every tile size, tokens of very different scale, outputs with gaps after them.
+    // Rows packed eight to a record (BlockQ8_0x8, BlockQ4_0x8, BlockQ2_Kx8 ... BlockQ6_Kx8, BlockIQ4_XSx8): every level
+    // must give the scalar level's bits (the order dispatch.h defines), each token the same bits alone as in any tile,
+    // and the result must be near the double-precision reference of the unpacked rows. Awkward shapes: one block, odd
+    // block counts (Q4_0's activation records then end half empty; the K-quants' 9 and 17 cross the kernels' stages of
+    // eight super-blocks), 8 to 48 rows, every tile size, tokens of very different scale, outputs with gaps after them.
     const KernelTable *table = cpu::kernels_for(GetParam());
     if (!table) GTEST_SKIP() << skip_message(GetParam());
     const KernelTable &scalar = *cpu::kernels_for(Isa::scalar);
     std::mt19937 rng(11);
-    for (const DType t : {DType::Q8_0, DType::Q4_0, DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
+    for (const DType t :
+         {DType::Q8_0, DType::Q4_0, DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_XS}) {
         const cpu::DotRowsFn dot = table->dot_rows8(t), dot_scalar = scalar.dot_rows8(t);
         ASSERT_NE(dot, nullptr);
-        const bool k_quant = dtype_is_k_quant(t);
+        const bool k_quant = dtype_dots_q8_k(t);
         for (int64_t nb :
              k_quant ? std::vector<int64_t>{1, 2, 3, 8, 9, 17} : std::vector<int64_t>{1, 2, 3, 7, 24, 67, 130}) {
             const int64_t n = nb * dtype_info(t).block_size;
@@ -333,6 +334,13 @@ TEST_P(IsaTest, PackedRowsAreTheSameBitsOnEveryLevelAndTile) {
                         std::memset(blk[b].ql, 0xff, sizeof blk[b].ql);
                         std::memset(blk[b].qh, 0xff, sizeof blk[b].qh);
                         for (int sb = 0; sb < 16; ++sb) blk[b].scales[sb] = static_cast<int8_t>(sb % 2 ? 127 : -128);
+                    }
+                } else if (t == DType::IQ4_XS) {  // every element the book's -127, every sub-block scale -32
+                    auto *blk = reinterpret_cast<BlockIQ4_XS *>(rows.data() + row_bytes);
+                    for (int64_t b = 0; b < nb; ++b) {
+                        std::memset(blk[b].qs, 0, sizeof blk[b].qs);
+                        std::memset(blk[b].scales_l, 0, sizeof blk[b].scales_l);
+                        blk[b].scales_h = 0;
                     }
                 } else if (t == DType::Q5_K) {  // and every element 31
                     auto *blk = reinterpret_cast<BlockQ5_K *>(rows.data() + row_bytes);
@@ -651,7 +659,7 @@ TEST(Matmul, ResultDoesNotDependOnThreadCountOrTiling) {
 }
 
 TEST(Matmul, PackedRowsMatchTheFileRowsAndAreTheSameAtEveryTileAndThreadCount) {
-    // Q8_0, Q4_0 and K-quant (Q2_K ... Q6_K) rows packed eight to a record (WeightMatrix::rows8), as the
+    // Q8_0, Q4_0, K-quant (Q2_K ... Q6_K) and IQ4_XS rows packed eight to a record (WeightMatrix::rows8), as the
     // loader packs them: near the reference of the rows as stored; each token's outputs the same bits alone as in a
     // batch of any size, on 1-3 threads; matmul_many's the bits of matmul. Shapes: a single group, row counts that
     // leave partial chunks, long rows, a vocabulary-sized matrix; token counts across the 8-token tile.
@@ -659,12 +667,13 @@ TEST(Matmul, PackedRowsMatchTheFileRowsAndAreTheSameAtEveryTileAndThreadCount) {
         int64_t n_rows, n_cols;
     };
     std::mt19937 rng(41);
-    for (const DType t : {DType::Q8_0, DType::Q4_0, DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K})
+    for (const DType t :
+         {DType::Q8_0, DType::Q4_0, DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_XS})
         for (const Shape &sh : {Shape{8, 32}, Shape{24, 96}, Shape{136, 1024}, Shape{1024, 1024}, Shape{8000, 256},
                                 Shape{128, 2048}, Shape{256, 2048}, Shape{512, 4096}, Shape{40, 2304}}) {
             if (sh.n_cols % dtype_info(t).block_size != 0) continue;
             // The big shapes once for the K-quants (Q4_K): their kernels share the chunking and tiling code.
-            if (dtype_is_k_quant(t) && t != DType::Q4_K && sh.n_rows * sh.n_cols > 300000) continue;
+            if (dtype_dots_q8_k(t) && t != DType::Q4_K && sh.n_rows * sh.n_cols > 300000) continue;
             TestMatrix m(rng, t, sh.n_rows, sh.n_cols);
             std::vector<uint8_t> packed(m.bytes.size());
             pack_rows8(t, m.bytes.data(), sh.n_rows, sh.n_cols, packed.data());

@@ -1,4 +1,4 @@
-// Weights repacked at load (Q8_0, Q4_0, Q2_K ... Q6_K; ModelParams::repack, kernels/ops.h WeightMatrix::rows8)
+// Weights repacked at load (Q8_0, Q4_0, Q2_K ... Q6_K, IQ4_XS; ModelParams::repack, kernels/ops.h WeightMatrix::rows8)
 // through the public API, for every architecture and type: the packed model computes what the file's rows compute (the
 // same integer block dots, only a different f32 summation order), sequences in one batch still equal each alone, and
 // the loader reports what it packed. The kernels themselves are checked in kernels_test.cpp. Also the loader's other
@@ -26,13 +26,13 @@ class Repack : public ::testing::TestWithParam<std::string> {
   protected:
     void SetUp() override {
         dir_ = test::make_temp_dir("sparrow-repack-");
-        for (const DType t :
-             {DType::Q8_0, DType::Q4_0, DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
+        for (const DType t : {DType::Q8_0, DType::Q4_0, DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K,
+                              DType::IQ4_XS}) {
             SyntheticParams p = synthetic_defaults(GetParam());
             p.type = t;
             // K-quants: a residual stream of one super-block, so the matrices that read it are K-quant rows (the
             // others fall back to 32-element types, as llama.cpp writes them, and are not packed).
-            if (dtype_is_k_quant(t)) p.n_embd = 256;
+            if (dtype_dots_q8_k(t)) p.n_embd = 256;
             p.tied_output = GetParam() == "llama";  // one packed table serves the embedding lookup and the head
             paths_.push_back(dir_ + "/m_" + std::string(dtype_name(t)) + ".gguf");
             types_.push_back(t);
@@ -82,7 +82,7 @@ class Repack : public ::testing::TestWithParam<std::string> {
     }
 
     std::string dir_;
-    std::vector<std::string> paths_;  // the model in q8_0, q4_0, q2_k ... q6_k
+    std::vector<std::string> paths_;  // the model in q8_0, q4_0, q2_k ... q6_k, iq4_xs
     std::vector<DType> types_;        // the type of each
     int64_t n_vocab_ = 0;
 };
@@ -116,7 +116,7 @@ TEST_P(Repack, PackedWeightsComputeWhatTheFileRowsCompute) {
         // K-quant models have a residual stream of 256 (four times as many activations rounded per product, to
         // Q8_K's one scale per 256), and flip more often: 19-24 of 24 measured on deepseek32, the others 1e-3 to 0.02
         // off.
-        const int n_close_min = dtype_is_k_quant(types_[m]) ? 16 : 20;
+        const int n_close_min = dtype_dots_q8_k(types_[m]) ? 16 : 20;
         EXPECT_GE(n_close, n_close_min) << path << ": sequences within 1e-5 of the unpacked run, of 24";
     }
 }

@@ -252,6 +252,21 @@ struct BlockIQ4_XS {
 };
 static_assert(sizeof(BlockIQ4_XS) == 136, "IQ4_XS block must match ggml");
 
+// Not a GGUF type: IQ4_XS rows packed eight to a record (kernels/ops.h pack_rows8). Record b of rows 8R..8R+7 holds
+// super-block b of each:
+//   d, scales_h  the eight rows' fp16 scales and scale high bits, side by side
+//   scales_l     scales_l[4 * r + i] = row r's scales_l[i]: one word per row, so one load gives all eight
+//   qs           qs[32 * g + 4 * r + e] = row r's qs[4 * g + e] (g < 32): sub-block s's groups are 4s .. 4s + 3, the
+//                low nibbles of group 4s + i are elements 32s + 4i + e and the high ones 32s + 16 + 4i + e
+// 1088 bytes = the eight BlockIQ4_XS it replaces.
+struct BlockIQ4_XSx8 {
+    uint16_t d[8];
+    uint16_t scales_h[8];
+    uint8_t scales_l[8 * QK_K / 64];
+    uint8_t qs[8 * QK_K / 2];
+};
+static_assert(sizeof(BlockIQ4_XSx8) == 8 * sizeof(BlockIQ4_XS), "BlockIQ4_XSx8 is eight IQ4_XS blocks");
+
 // Not a GGUF type: Q6_K rows packed eight to a record (kernels/ops.h pack_rows8). Record b of rows 8R..8R+7 holds
 // super-block b of each:
 //   d        the eight rows' fp16 scales

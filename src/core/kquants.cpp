@@ -172,7 +172,7 @@ namespace {
 
 // Row r's super-block in a record of eight (core/blocks.h) as pieces: f(offset in the record, offset in the block,
 // bytes) for each. Q4_K / Q5_K: the fp16 scales side by side, the twelve scale bytes as three planes of words, the
-// quants (and Q5_K's fifth bits) in groups of four bytes. Q2_K, Q3_K and Q6_K: their own (core/blocks.h).
+// quants (and Q5_K's fifth bits) in groups of four bytes. Q2_K, Q3_K, Q6_K and IQ4_XS: their own (core/blocks.h).
 template <typename B, typename R, typename F>
 void lane_pieces(int r, F &&f) {
     f(offsetof(R, d) + 2 * r, offsetof(B, d), 2);
@@ -184,6 +184,10 @@ void lane_pieces(int r, F &&f) {
         for (int p = 0; p < 3; ++p) f(offsetof(R, scales) + 32 * p + 4 * r, offsetof(B, scales) + 4 * p, 4);
         for (int g = 0; g < QK_K / 32; ++g) f(offsetof(R, hmask) + 32 * g + 4 * r, offsetof(B, hmask) + 4 * g, 4);
         for (int g = 0; g < QK_K / 16; ++g) f(offsetof(R, qs) + 32 * g + 4 * r, offsetof(B, qs) + 4 * g, 4);
+    } else if constexpr (sizeof(B) == sizeof(BlockIQ4_XS)) {  // scale bits side by side; quants in groups
+        f(offsetof(R, scales_h) + 2 * r, offsetof(B, scales_h), 2);
+        f(offsetof(R, scales_l) + 4 * r, offsetof(B, scales_l), 4);
+        for (int g = 0; g < QK_K / 8; ++g) f(offsetof(R, qs) + 32 * g + 4 * r, offsetof(B, qs) + 4 * g, 4);
     } else if constexpr (sizeof(B) == sizeof(BlockQ6_K)) {  // one byte per sub-block scale; two planes of quant groups
         for (int s = 0; s < QK_K / 16; ++s) f(offsetof(R, scales) + 8 * s + r, offsetof(B, scales) + s, 1);
         for (int g = 0; g < QK_K / 8; ++g) f(offsetof(R, ql) + 32 * g + 4 * r, offsetof(B, ql) + 4 * g, 4);
@@ -219,11 +223,13 @@ void pack_lane(const BlockQ3_K &blk, int r, BlockQ3_Kx8 &rec) { pack_lane_of(blk
 void pack_lane(const BlockQ4_K &blk, int r, BlockQ4_Kx8 &rec) { pack_lane_of(blk, r, rec); }
 void pack_lane(const BlockQ5_K &blk, int r, BlockQ5_Kx8 &rec) { pack_lane_of(blk, r, rec); }
 void pack_lane(const BlockQ6_K &blk, int r, BlockQ6_Kx8 &rec) { pack_lane_of(blk, r, rec); }
+void pack_lane(const BlockIQ4_XS &blk, int r, BlockIQ4_XSx8 &rec) { pack_lane_of(blk, r, rec); }
 void unpack_lane(const BlockQ2_Kx8 &rec, int r, BlockQ2_K &blk) { unpack_lane_of(rec, r, blk); }
 void unpack_lane(const BlockQ3_Kx8 &rec, int r, BlockQ3_K &blk) { unpack_lane_of(rec, r, blk); }
 void unpack_lane(const BlockQ4_Kx8 &rec, int r, BlockQ4_K &blk) { unpack_lane_of(rec, r, blk); }
 void unpack_lane(const BlockQ5_Kx8 &rec, int r, BlockQ5_K &blk) { unpack_lane_of(rec, r, blk); }
 void unpack_lane(const BlockQ6_Kx8 &rec, int r, BlockQ6_K &blk) { unpack_lane_of(rec, r, blk); }
+void unpack_lane(const BlockIQ4_XSx8 &rec, int r, BlockIQ4_XS &blk) { unpack_lane_of(rec, r, blk); }
 
 void decode_kquant(const BlockQ2_K &b, KQuantInts &w) {
     w.n_sub = 16;

@@ -34,18 +34,20 @@ void decode_kquant(const BlockQ6_K &b, KQuantInts &w);
 // IQ4_XS as the same integers: u[e] the code book's value (signed), offset 0, sc[s] = ls - 32, no mins.
 void decode_kquant(const BlockIQ4_XS &b, KQuantInts &w);
 
-// Row r's super-block into lane r (0..7) of a record of K-quant rows packed eight to a record (BlockQ2_Kx8 ...
-// BlockQ6_Kx8 in core/blocks.h), and back.
+// Row r's super-block into lane r (0..7) of a record of K-quant (or IQ4_XS) rows packed eight to a record (BlockQ2_Kx8
+// ... BlockQ6_Kx8, BlockIQ4_XSx8 in core/blocks.h), and back.
 void pack_lane(const BlockQ2_K &blk, int r, BlockQ2_Kx8 &rec);
 void pack_lane(const BlockQ3_K &blk, int r, BlockQ3_Kx8 &rec);
 void pack_lane(const BlockQ4_K &blk, int r, BlockQ4_Kx8 &rec);
 void pack_lane(const BlockQ5_K &blk, int r, BlockQ5_Kx8 &rec);
 void pack_lane(const BlockQ6_K &blk, int r, BlockQ6_Kx8 &rec);
+void pack_lane(const BlockIQ4_XS &blk, int r, BlockIQ4_XSx8 &rec);
 void unpack_lane(const BlockQ2_Kx8 &rec, int r, BlockQ2_K &blk);
 void unpack_lane(const BlockQ3_Kx8 &rec, int r, BlockQ3_K &blk);
 void unpack_lane(const BlockQ4_Kx8 &rec, int r, BlockQ4_K &blk);
 void unpack_lane(const BlockQ5_Kx8 &rec, int r, BlockQ5_K &blk);
 void unpack_lane(const BlockQ6_Kx8 &rec, int r, BlockQ6_K &blk);
+void unpack_lane(const BlockIQ4_XSx8 &rec, int r, BlockIQ4_XS &blk);
 
 // The activations of K-quant products: n floats (n % 256 == 0) to n / 256 Q8_K blocks written to y byte by byte
 // (y need not be aligned). Per block the value of largest magnitude maps to -127, as ggml's quantiser does, the

@@ -96,7 +96,7 @@ void unpack_block8(const void *packed, int64_t r, int64_t n_cols, void *out) {
     }
 }
 
-// K-quants: each row's super-block b goes to its lane of record b of the group (core/kquants.h pack_lane).
+// K-quants and IQ4_XS: each row's super-block b goes to its lane of record b of the group (core/kquants.h pack_lane).
 template <typename B, typename R>
 void pack_k_blocks8(const void *src, int64_t n_rows, int64_t n_cols, void *dst) {
     const int64_t nb = n_cols / QK_K;
@@ -119,7 +119,7 @@ void unpack_k_block8(const void *packed, int64_t r, int64_t n_cols, void *out) {
 
 }  // namespace
 
-bool packs_rows8(DType t) { return t == DType::Q8_0 || t == DType::Q4_0 || dtype_is_k_quant(t); }
+bool packs_rows8(DType t) { return t == DType::Q8_0 || t == DType::Q4_0 || dtype_dots_q8_k(t); }
 
 void pack_rows8(DType t, const void *src, int64_t n_rows, int64_t n_cols, void *dst) {
     SPARROW_ASSERT(packs_rows8(t) && n_rows % 8 == 0 && n_cols % dtype_info(t).block_size == 0);
@@ -130,6 +130,7 @@ void pack_rows8(DType t, const void *src, int64_t n_rows, int64_t n_cols, void *
         case DType::Q3_K: pack_k_blocks8<BlockQ3_K, BlockQ3_Kx8>(src, n_rows, n_cols, dst); return;
         case DType::Q4_K: pack_k_blocks8<BlockQ4_K, BlockQ4_Kx8>(src, n_rows, n_cols, dst); return;
         case DType::Q5_K: pack_k_blocks8<BlockQ5_K, BlockQ5_Kx8>(src, n_rows, n_cols, dst); return;
+        case DType::IQ4_XS: pack_k_blocks8<BlockIQ4_XS, BlockIQ4_XSx8>(src, n_rows, n_cols, dst); return;
         default: pack_k_blocks8<BlockQ6_K, BlockQ6_Kx8>(src, n_rows, n_cols, dst); return;
     }
 }
@@ -143,6 +144,7 @@ void unpack_row8(DType t, const void *packed, int64_t r, int64_t n_cols, void *o
         case DType::Q3_K: unpack_k_block8<BlockQ3_K, BlockQ3_Kx8>(packed, r, n_cols, out); return;
         case DType::Q4_K: unpack_k_block8<BlockQ4_K, BlockQ4_Kx8>(packed, r, n_cols, out); return;
         case DType::Q5_K: unpack_k_block8<BlockQ5_K, BlockQ5_Kx8>(packed, r, n_cols, out); return;
+        case DType::IQ4_XS: unpack_k_block8<BlockIQ4_XS, BlockIQ4_XSx8>(packed, r, n_cols, out); return;
         default: unpack_k_block8<BlockQ6_K, BlockQ6_Kx8>(packed, r, n_cols, out); return;
     }
 }

@@ -72,6 +72,7 @@ constexpr KernelTable kScalarTable = {
     .dot_rows_q4_kx8 = scalar::dot_rows_q4_kx8,
     .dot_rows_q5_kx8 = scalar::dot_rows_q5_kx8,
     .dot_rows_q6_kx8 = scalar::dot_rows_q6_kx8,
+    .dot_rows_iq4_xsx8 = scalar::dot_rows_iq4_xsx8,
     .axpy_f32 = scalar::axpy_f32,
     .axpy_f16 = scalar::axpy_f16,
     .axpy_bf16 = scalar::axpy_bf16,
@@ -107,6 +108,7 @@ constexpr KernelTable kAvx2Table = {
     .dot_rows_q4_kx8 = avx2::dot_rows_q4_kx8,
     .dot_rows_q5_kx8 = avx2::dot_rows_q5_kx8,
     .dot_rows_q6_kx8 = avx2::dot_rows_q6_kx8,
+    .dot_rows_iq4_xsx8 = avx2::dot_rows_iq4_xsx8,
     .axpy_f32 = avx2::axpy_f32,
     .axpy_f16 = avx2::axpy_f16,
     .axpy_bf16 = avx2::axpy_bf16,
@@ -150,6 +152,7 @@ constexpr KernelTable kAvx512Table = {
     .dot_rows_q4_kx8 = avx2::dot_rows_q4_kx8,
     .dot_rows_q5_kx8 = avx2::dot_rows_q5_kx8,
     .dot_rows_q6_kx8 = avx2::dot_rows_q6_kx8,
+    .dot_rows_iq4_xsx8 = avx2::dot_rows_iq4_xsx8,
     .axpy_f32 = avx512::axpy_f32,
     .axpy_f16 = avx512::axpy_f16,
     .axpy_bf16 = avx512::axpy_bf16,
@@ -171,6 +174,7 @@ constexpr KernelTable with_vnni(KernelTable t) {
     t.dot_rows_q4_kx8 = avx512vnni::dot_rows_q4_kx8;
     t.dot_rows_q5_kx8 = avx512vnni::dot_rows_q5_kx8;
     t.dot_rows_q6_kx8 = avx512vnni::dot_rows_q6_kx8;
+    t.dot_rows_iq4_xsx8 = avx512vnni::dot_rows_iq4_xsx8;
     return t;
 }
 constexpr KernelTable kAvx512VnniTable = with_vnni(kAvx512Table);
@@ -236,6 +240,7 @@ DotRowsFn KernelTable::dot_rows8(DType t) const {
         case DType::Q4_K: return dot_rows_q4_kx8;
         case DType::Q5_K: return dot_rows_q5_kx8;
         case DType::Q6_K: return dot_rows_q6_kx8;
+        case DType::IQ4_XS: return dot_rows_iq4_xsx8;
         default: throw_error("no packed-row kernel for weight type %s", std::string(dtype_name(t)).c_str());
     }
 }

@@ -108,6 +108,9 @@ struct KernelTable {
     DotRowsFn dot_rows_q5_kx8 = nullptr;  // the same for Q5_K (BlockQ5_Kx8)
     // Q6_K (BlockQ6_Kx8): isum = sum_s sc_s * (sum(u x)_s - 32 sum(x)_s), acc = fma(float(isum), d * dx, acc).
     DotRowsFn dot_rows_q6_kx8 = nullptr;
+    // IQ4_XS (BlockIQ4_XSx8): isum = sum_s (ls_s - 32) * sum(v x)_s with v the code book's values,
+    // acc = fma(float(isum), d * dx, acc).
+    DotRowsFn dot_rows_iq4_xsx8 = nullptr;
     AxpyFn axpy_f32 = nullptr;
     AxpyFn axpy_f16 = nullptr;
     AxpyFn axpy_bf16 = nullptr;

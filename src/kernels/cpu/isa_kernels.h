@@ -84,8 +84,8 @@ void dot_rows_q4_0x8(const void *w, size_t w_stride, int64_t n_rows, const void 
                      float *y, size_t y_stride);
 }  // namespace sparrow::cpu::avx512vnni
 
-// K-quant rows packed eight to a record (BlockQ2_Kx8 ... BlockQ6_Kx8) against Q8_K activations
-// (kquant_<isa>.cpp, kquant_vnni.cpp): every level gives the scalar level's bits (dispatch.h).
+// K-quant and IQ4_XS rows packed eight to a record (BlockQ2_Kx8 ... BlockQ6_Kx8, BlockIQ4_XSx8) against Q8_K
+// activations (kquant_<isa>.cpp, kquant_vnni.cpp): every level gives the scalar level's bits (dispatch.h).
 namespace sparrow::cpu::scalar {
 void dot_rows_q2_kx8(const void *w, size_t w_stride, int64_t n_rows, const void *x, size_t x_stride, int n_x, int64_t n,
                      float *y, size_t y_stride);
@@ -97,6 +97,8 @@ void dot_rows_q5_kx8(const void *w, size_t w_stride, int64_t n_rows, const void 
                      float *y, size_t y_stride);
 void dot_rows_q6_kx8(const void *w, size_t w_stride, int64_t n_rows, const void *x, size_t x_stride, int n_x, int64_t n,
                      float *y, size_t y_stride);
+void dot_rows_iq4_xsx8(const void *w, size_t w_stride, int64_t n_rows, const void *x, size_t x_stride, int n_x,
+                       int64_t n, float *y, size_t y_stride);
 }  // namespace sparrow::cpu::scalar
 namespace sparrow::cpu::avx2 {
 void dot_rows_q2_kx8(const void *w, size_t w_stride, int64_t n_rows, const void *x, size_t x_stride, int n_x, int64_t n,
@@ -109,6 +111,8 @@ void dot_rows_q5_kx8(const void *w, size_t w_stride, int64_t n_rows, const void 
                      float *y, size_t y_stride);
 void dot_rows_q6_kx8(const void *w, size_t w_stride, int64_t n_rows, const void *x, size_t x_stride, int n_x, int64_t n,
                      float *y, size_t y_stride);
+void dot_rows_iq4_xsx8(const void *w, size_t w_stride, int64_t n_rows, const void *x, size_t x_stride, int n_x,
+                       int64_t n, float *y, size_t y_stride);
 }  // namespace sparrow::cpu::avx2
 namespace sparrow::cpu::avx512vnni {
 void dot_rows_q2_kx8(const void *w, size_t w_stride, int64_t n_rows, const void *x, size_t x_stride, int n_x, int64_t n,
@@ -121,6 +125,8 @@ void dot_rows_q5_kx8(const void *w, size_t w_stride, int64_t n_rows, const void 
                      float *y, size_t y_stride);
 void dot_rows_q6_kx8(const void *w, size_t w_stride, int64_t n_rows, const void *x, size_t x_stride, int n_x, int64_t n,
                      float *y, size_t y_stride);
+void dot_rows_iq4_xsx8(const void *w, size_t w_stride, int64_t n_rows, const void *x, size_t x_stride, int n_x,
+                       int64_t n, float *y, size_t y_stride);
 }  // namespace sparrow::cpu::avx512vnni
 
 // The staging of Q8_K activation rows for the packed K-quant kernels (kquant_scalar.cpp; plain C++, called from every

@@ -499,6 +499,57 @@ void low2_rows8(const R *rec, const StagedTokens<NT> &x, int64_t n, bool first, 
     for (int j = 0; j < NT; ++j) _mm256_storeu_ps(y + j * y_stride, acc[j]);
 }
 
+// IQ4_XS (BlockIQ4_XSx8), eight rows: each group's nibbles looked up in the code book with a byte shuffle (signed
+// values), their signs moved onto the token's broadcast activation dword, and one maddubs (pairs of at most
+// 2 * 127 * 127) and one madd per group give one int32 lane per row; the rows' ls - 32 multiply each sub-block's sum
+// (vpmulld), then one FMA per super-block and token, in dispatch.h's order.
+template <int NT>
+void iq4_xs_rows8(const BlockIQ4_XSx8 *rec, const StagedTokens<NT> &x, int64_t n, bool first, float *y,
+                  size_t y_stride) {
+    const __m256i nibble = _mm256_set1_epi8(0x0f), ones16 = _mm256_set1_epi16(1);
+    const __m256i low4 = _mm256_set1_epi32(15), two_bits = _mm256_set1_epi32(3), bias = _mm256_set1_epi32(32);
+    const __m256i book = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i *>(kIq4nlValues)));
+    __m256 acc[NT];
+    for (int j = 0; j < NT; ++j) acc[j] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(y + j * y_stride);
+    for (int64_t k = 0; k < n; ++k) {
+        const BlockIQ4_XSx8 &r = rec[k];
+        prefetch_block(&r, sizeof r);
+        const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(r.d)));
+        const __m256i sl = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(r.scales_l));
+        const __m256i sh = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i *>(r.scales_h)));
+        __m256i isum[NT];
+        for (int j = 0; j < NT; ++j) isum[j] = _mm256_setzero_si256();
+        for (int s = 0; s < 8; ++s) {
+            const __m256i ls =
+                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(sl, 4 * s), low4),
+                                _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(sh, 2 * s), two_bits), 4));
+            const __m256i sc = _mm256_sub_epi32(ls, bias);
+            __m256i dot[NT];
+            for (int j = 0; j < NT; ++j) dot[j] = _mm256_setzero_si256();
+#pragma GCC unroll 4
+            for (int i = 0; i < 4; ++i) {
+                const __m256i wq = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(r.qs + 32 * (4 * s + i)));
+                const __m256i lo = _mm256_shuffle_epi8(book, _mm256_and_si256(wq, nibble));
+                const __m256i hi = _mm256_shuffle_epi8(book, _mm256_and_si256(_mm256_srli_epi16(wq, 4), nibble));
+                const __m256i abs_lo = _mm256_abs_epi8(lo), abs_hi = _mm256_abs_epi8(hi);
+                for (int j = 0; j < NT; ++j) {
+                    const int8_t *xs = x.blk[k][j].qs + 32 * s + 4 * i;
+                    const __m256i p_lo = _mm256_maddubs_epi16(abs_lo, _mm256_sign_epi8(broadcast_dword(xs), lo));
+                    const __m256i p_hi = _mm256_maddubs_epi16(abs_hi, _mm256_sign_epi8(broadcast_dword(xs + 16), hi));
+                    dot[j] = _mm256_add_epi32(
+                        dot[j], _mm256_add_epi32(_mm256_madd_epi16(p_lo, ones16), _mm256_madd_epi16(p_hi, ones16)));
+                }
+            }
+            for (int j = 0; j < NT; ++j) isum[j] = _mm256_add_epi32(isum[j], _mm256_mullo_epi32(dot[j], sc));
+        }
+        for (int j = 0; j < NT; ++j) {
+            acc[j] =
+                _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[j]), _mm256_mul_ps(dw, _mm256_set1_ps(x.blk[k][j].d)), acc[j]);
+        }
+    }
+    for (int j = 0; j < NT; ++j) _mm256_storeu_ps(y + j * y_stride, acc[j]);
+}
+
 template <int NT, typename R>
 void k_pass(const uint8_t *w, size_t w_stride, int64_t n_rows, const uint8_t *x, size_t x_stride, int64_t nb, float *y,
             size_t y_stride) {
@@ -512,6 +563,8 @@ void k_pass(const uint8_t *w, size_t w_stride, int64_t n_rows, const uint8_t *x,
                 q6_k_rows8<NT>(rec + k0, staged, n, k0 == 0, y + g0, y_stride);
             } else if constexpr (sizeof(R) == sizeof(BlockQ2_Kx8) || sizeof(R) == sizeof(BlockQ3_Kx8)) {
                 low2_rows8<NT>(rec + k0, staged, n, k0 == 0, y + g0, y_stride);
+            } else if constexpr (sizeof(R) == sizeof(BlockIQ4_XSx8)) {
+                iq4_xs_rows8<NT>(rec + k0, staged, n, k0 == 0, y + g0, y_stride);
             } else {
                 k_rows8<NT>(rec + k0, staged, n, k0 == 0, y + g0, y_stride);
             }
@@ -672,6 +725,11 @@ void dot_rows_q5_kx8(const void *w, size_t w_stride, int64_t n_rows, const void 
 void dot_rows_q6_kx8(const void *w, size_t w_stride, int64_t n_rows, const void *x, size_t x_stride, int n_x, int64_t n,
                      float *y, size_t y_stride) {
     k_rows_any<BlockQ6_Kx8>(w, w_stride, n_rows, x, x_stride, n_x, n, y, y_stride);
+}
+
+void dot_rows_iq4_xsx8(const void *w, size_t w_stride, int64_t n_rows, const void *x, size_t x_stride, int n_x,
+                       int64_t n, float *y, size_t y_stride) {
+    k_rows_any<BlockIQ4_XSx8>(w, w_stride, n_rows, x, x_stride, n_x, n, y, y_stride);
 }
 
 }  // namespace sparrow::cpu::avx2

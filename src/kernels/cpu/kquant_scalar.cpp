@@ -87,8 +87,8 @@ void dot_tile_k(const void *w, const void *x, size_t x_stride, int n_x, int64_t 
 
 // Rows packed eight to a record (BlockQ2_Kx8 ... BlockQ6_Kx8), in the order every level follows
 // (dispatch.h): per row, token and super-block, the integer sums, then acc = fma(-float(msum), dmin * dx, acc)
-// (not for Q3_K and Q6_K, which have no mins) and acc = fma(float(isum), d * dx, acc). The row's block is rebuilt from
-// its lane of the record and decoded as the dequantisers decode it.
+// (not for Q3_K, Q6_K and IQ4_XS, which have no mins) and acc = fma(float(isum), d * dx, acc). The row's block is
+// rebuilt from its lane of the record and decoded as the dequantisers decode it.
 template <typename Block, typename Record>
 void dot_rows_k8(const void *w, size_t w_stride, int64_t n_rows, const void *x, size_t x_stride, int n_x, int64_t n,
                  float *y, size_t y_stride) {
@@ -113,7 +113,8 @@ void dot_rows_k8(const void *w, size_t w_stride, int64_t n_rows, const void *x, 
                         isum += b.sc[s] * (sum_ux - b.offset * sum_x);
                         msum += b.m[s] * sum_x;
                     }
-                    if constexpr (sizeof(Block) != sizeof(BlockQ6_K) && sizeof(Block) != sizeof(BlockQ3_K)) {
+                    if constexpr (sizeof(Block) != sizeof(BlockQ6_K) && sizeof(Block) != sizeof(BlockQ3_K) &&
+                                  sizeof(Block) != sizeof(BlockIQ4_XS)) {
                         acc[j] = std::fma(-static_cast<float>(msum), b.dmin * xb.d, acc[j]);
                     }
                     acc[j] = std::fma(static_cast<float>(isum), b.d * xb.d, acc[j]);
@@ -145,6 +146,11 @@ void dot_rows_q5_kx8(const void *w, size_t w_stride, int64_t n_rows, const void 
 void dot_rows_q6_kx8(const void *w, size_t w_stride, int64_t n_rows, const void *x, size_t x_stride, int n_x, int64_t n,
                      float *y, size_t y_stride) {
     dot_rows_k8<BlockQ6_K, BlockQ6_Kx8>(w, w_stride, n_rows, x, x_stride, n_x, n, y, y_stride);
+}
+
+void dot_rows_iq4_xsx8(const void *w, size_t w_stride, int64_t n_rows, const void *x, size_t x_stride, int n_x,
+                       int64_t n, float *y, size_t y_stride) {
+    dot_rows_k8<BlockIQ4_XS, BlockIQ4_XSx8>(w, w_stride, n_rows, x, x_stride, n_x, n, y, y_stride);
 }
 
 void dot_tile_q2_k(const void *w, const void *x, size_t x_stride, int n_x, int64_t n, float *out) {

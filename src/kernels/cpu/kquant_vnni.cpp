@@ -400,6 +400,80 @@ void low2_rows16(const R *a, const R *b, const StagedTokens<NT> &x, int64_t n, b
     for (int j = 0; j < NT; ++j) _mm512_mask_storeu_ps(y + j * y_stride, lanes, acc[j]);
 }
 
+// IQ4_XS (BlockIQ4_XSx8): each group's nibbles become the code book's values + 128 (unsigned bytes, for vpdpbusd)
+// with one byte shuffle; sub-blocks pair up as in k_rows16 (add_two_sub_blocks: the rows' ls - 32 multiply each
+// sub-block's dots), and the + 128 comes off as 128 * sum_s (ls_s - 32) * sum(x)_s: four vpmaddwd of the rows' scales
+// as int16 pairs with the token's 32-element sums, as k_rows16's mins. Then one FMA per super-block and token.
+template <int NT>
+void iq4_xs_rows16(const BlockIQ4_XSx8 *a, const BlockIQ4_XSx8 *b, const StagedTokens<NT> &x, int64_t n, bool first,
+                   __mmask16 lanes, float *y, size_t y_stride) {
+    const __m512i nibble = _mm512_set1_epi8(0x0f), low4 = _mm512_set1_epi32(15), two_bits = _mm512_set1_epi32(3);
+    const __m512i low16 = _mm512_set1_epi32(0xffff), bias = _mm512_set1_epi32(32);
+    // The code book as unsigned bytes: v + 128 is v with its top bit flipped.
+    const __m512i book =
+        _mm512_xor_si512(_mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i *>(kIq4nlValues))),
+                         _mm512_set1_epi8(static_cast<char>(0x80)));
+    __m512 acc[NT];
+    for (int j = 0; j < NT; ++j) acc[j] = first ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(lanes, y + j * y_stride);
+    for (int64_t k = 0; k < n; ++k) {
+        const BlockIQ4_XSx8 &ra = a[k], &rb = b[k];
+        prefetch_ahead(&ra, sizeof ra);
+        prefetch_ahead(&rb, sizeof rb);
+        const auto sixteen = [](const uint16_t *pa, const uint16_t *pb) {
+            return _mm256_inserti128_si256(
+                _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i *>(pa))),
+                _mm_loadu_si128(reinterpret_cast<const __m128i *>(pb)), 1);
+        };
+        const __m512 dw = _mm512_cvtph_ps(sixteen(ra.d, rb.d));
+        const __m512i sh = _mm512_cvtepu16_epi32(sixteen(ra.scales_h, rb.scales_h));
+        const __m512i sl = load_pair(ra.scales_l, rb.scales_l);
+        __m512i sc[8];
+        for (int s = 0; s < 8; ++s) {
+            const __m512i ls =
+                _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(sl, 4 * s), low4),
+                                _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(sh, 2 * s), two_bits), 4));
+            sc[s] = _mm512_sub_epi32(ls, bias);
+        }
+        // isum starts at -128 * sum_s sc_s * sum(x)_s: int16 pairs (sc0, sc2), (sc1, sc3), (sc4, sc6), (sc5, sc7)
+        // against the token's pairs of sums (Q8KStaged::sums32_skip).
+        const auto pair = [&](int s, int t) {
+            return _mm512_or_si512(_mm512_and_si512(sc[s], low16), _mm512_slli_epi32(sc[t], 16));
+        };
+        const __m512i p02 = pair(0, 2), p13 = pair(1, 3), p46 = pair(4, 6), p57 = pair(5, 7);
+        __m512i isum[NT];
+#pragma GCC unroll 4
+        for (int j = 0; j < NT; ++j) {
+            const int32_t *p = x.blk[k][j].sums32_skip;
+            const __m512i offset = _mm512_add_epi32(_mm512_add_epi32(_mm512_madd_epi16(p02, _mm512_set1_epi32(p[0])),
+                                                                     _mm512_madd_epi16(p13, _mm512_set1_epi32(p[1]))),
+                                                    _mm512_add_epi32(_mm512_madd_epi16(p46, _mm512_set1_epi32(p[2])),
+                                                                     _mm512_madd_epi16(p57, _mm512_set1_epi32(p[3]))));
+            isum[j] = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(offset, 7));
+        }
+#pragma GCC unroll 4
+        for (int q = 0; q < 4; ++q) {  // sub-blocks 2q and 2q + 1
+            // Group i of sub-block 2q + w: the low nibbles of its groups (i < 4), then the high ones.
+            const auto unpack = [&](int i, int w) {
+                const int g = 4 * (2 * q + w) + i % 4;
+                const __m512i wq = load_pair(ra.qs + 32 * g, rb.qs + 32 * g);
+                return _mm512_shuffle_epi8(book, _mm512_and_si512(i < 4 ? wq : _mm512_srli_epi16(wq, 4), nibble));
+            };
+            add_two_sub_blocks<NT, 8>(
+                unpack,
+                [&](int j, int i, int w) {
+                    return x.blk[k][j].qs + 32 * (2 * q + w) + (i < 4 ? 4 * i : 16 + 4 * (i - 4));
+                },
+                sc[2 * q], sc[2 * q + 1], isum);
+        }
+#pragma GCC unroll 4
+        for (int j = 0; j < NT; ++j) {
+            acc[j] =
+                _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[j]), _mm512_mul_ps(dw, _mm512_set1_ps(x.blk[k][j].d)), acc[j]);
+        }
+    }
+    for (int j = 0; j < NT; ++j) _mm512_mask_storeu_ps(y + j * y_stride, lanes, acc[j]);
+}
+
 // Packed rows against NT tokens: stages of kStageBlocks super-blocks, each over every group of sixteen rows.
 template <int NT, typename R>
 void k_pass(const uint8_t *w, size_t w_stride, int64_t n_rows, const uint8_t *x, size_t x_stride, int64_t nb, float *y,
@@ -417,6 +491,8 @@ void k_pass(const uint8_t *w, size_t w_stride, int64_t n_rows, const uint8_t *x,
                 q6_k_rows16<NT>(a + k0, b + k0, staged, n, k0 == 0, lanes, y + g0, y_stride);
             } else if constexpr (sizeof(R) == sizeof(BlockQ2_Kx8) || sizeof(R) == sizeof(BlockQ3_Kx8)) {
                 low2_rows16<NT>(a + k0, b + k0, staged, n, k0 == 0, lanes, y + g0, y_stride);
+            } else if constexpr (sizeof(R) == sizeof(BlockIQ4_XSx8)) {
+                iq4_xs_rows16<NT>(a + k0, b + k0, staged, n, k0 == 0, lanes, y + g0, y_stride);
             } else {
                 k_rows16<NT>(a + k0, b + k0, staged, n, k0 == 0, lanes, y + g0, y_stride);
             }
@@ -483,6 +559,11 @@ void dot_rows_q5_kx8(const void *w, size_t w_stride, int64_t n_rows, const void 
 void dot_rows_q6_kx8(const void *w, size_t w_stride, int64_t n_rows, const void *x, size_t x_stride, int n_x, int64_t n,
                      float *y, size_t y_stride) {
     k_rows_any<BlockQ6_Kx8>(w, w_stride, n_rows, x, x_stride, n_x, n, y, y_stride);
+}
+
+void dot_rows_iq4_xsx8(const void *w, size_t w_stride, int64_t n_rows, const void *x, size_t x_stride, int n_x,
+                       int64_t n, float *y, size_t y_stride) {
+    k_rows_any<BlockIQ4_XSx8>(w, w_stride, n_rows, x, x_stride, n_x, n, y, y_stride);
 }
 
 }  // namespace sparrow::cpu::avx512vnni
