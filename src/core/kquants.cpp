@@ -123,6 +123,7 @@ void decode_min_max(const Block &b, KQuantInts &w) {
     w.offset = 0;
     w.d = fp16_to_f32(b.d);
     w.dmin = fp16_to_f32(b.dmin);
+    w.has_mins = true;
     for (int s = 0; s < 8; ++s) kquant_scale_min(b.scales, s, w.sc[s], w.m[s]);
     for (int c = 0; c < 4; ++c) {
         for (int l = 0; l < 32; ++l) {
@@ -236,6 +237,7 @@ void decode_kquant(const BlockQ2_K &b, KQuantInts &w) {
     w.offset = 0;
     w.d = fp16_to_f32(b.d);
     w.dmin = fp16_to_f32(b.dmin);
+    w.has_mins = true;
     for (int s = 0; s < 16; ++s) w.sc[s] = b.scales[s] & 15, w.m[s] = b.scales[s] >> 4;
     for (int e = 0; e < QK_K; ++e) w.u[e] = two_bits(b.qs, e);
 }
@@ -245,6 +247,7 @@ void decode_kquant(const BlockQ3_K &b, KQuantInts &w) {
     w.offset = 4;  // u = low two bits | third bit << 2; the value is u - 4
     w.d = fp16_to_f32(b.d);
     w.dmin = 0.0f;
+    w.has_mins = false;
     for (int s = 0; s < 16; ++s) w.sc[s] = q3_k_scale(b.scales, s), w.m[s] = 0;
     for (int e = 0; e < QK_K; ++e) w.u[e] = two_bits(b.qs, e) | ((b.hmask[e % 32] >> (e / 32)) & 1) << 2;
 }
@@ -254,6 +257,7 @@ void decode_kquant(const BlockQ6_K &b, KQuantInts &w) {
     w.offset = 32;
     w.d = fp16_to_f32(b.d);
     w.dmin = 0.0f;
+    w.has_mins = false;
     for (int s = 0; s < 16; ++s) w.sc[s] = b.scales[s], w.m[s] = 0;
     for (int h = 0; h < 2; ++h) {
         const uint8_t *ql = b.ql + 64 * h, *qh = b.qh + 32 * h;
@@ -272,6 +276,7 @@ void decode_kquant(const BlockIQ4_XS &b, KQuantInts &w) {
     w.offset = 0;
     w.d = fp16_to_f32(b.d);
     w.dmin = 0.0f;
+    w.has_mins = false;
     for (int s = 0; s < QK_K / 32; ++s) {
         const int ls = ((b.scales_l[s / 2] >> (4 * (s % 2))) & 15) | (((b.scales_h >> (2 * s)) & 3) << 4);
         w.sc[s] = ls - 32;

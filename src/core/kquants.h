@@ -25,6 +25,7 @@ struct KQuantInts {
     int sc[16], m[16];
     int n_sub = 0, offset = 0;  // sub-blocks (8 or 16); what comes off every u (Q3_K: 4, Q6_K: 32)
     float d = 0.0f, dmin = 0.0f;
+    bool has_mins = false;  // Q2_K, Q4_K, Q5_K (else m and dmin are 0, and the packed products skip their FMA)
 };
 void decode_kquant(const BlockQ2_K &b, KQuantInts &w);
 void decode_kquant(const BlockQ3_K &b, KQuantInts &w);

@@ -226,6 +226,13 @@ struct StagedTokens {
     }
 };
 
+// The super-block's last f32 step for each token (dispatch.h): acc = fma(float(isum), d * dx, acc).
+template <int NT>
+inline void add_super_block(const __m256i *isum, __m256 dw, const Q8KStaged *xk, __m256 *acc) {
+    for (int j = 0; j < NT; ++j)
+        acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[j]), _mm256_mul_ps(dw, _mm256_set1_ps(xk[j].d)), acc[j]);
+}
+
 inline __m256i broadcast_dword(const int8_t *p) {
     int32_t v;
     std::memcpy(&v, p, sizeof v);
@@ -310,10 +317,7 @@ void k_rows8(const R *rec, const StagedTokens<NT> &x, int64_t n, bool first, flo
                 }
             }
         }
-        for (int j = 0; j < NT; ++j) {
-            acc[j] =
-                _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[j]), _mm256_mul_ps(dw, _mm256_set1_ps(x.blk[k][j].d)), acc[j]);
-        }
+        add_super_block<NT>(isum, dw, x.blk[k], acc);
     }
     for (int j = 0; j < NT; ++j) _mm256_storeu_ps(y + j * y_stride, acc[j]);
 }
@@ -380,10 +384,7 @@ void q6_k_rows8(const BlockQ6_Kx8 *rec, const StagedTokens<NT> &x, int64_t n, bo
                 }
             }
         }
-        for (int j = 0; j < NT; ++j) {
-            acc[j] =
-                _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[j]), _mm256_mul_ps(dw, _mm256_set1_ps(x.blk[k][j].d)), acc[j]);
-        }
+        add_super_block<NT>(isum, dw, x.blk[k], acc);
     }
     for (int j = 0; j < NT; ++j) _mm256_storeu_ps(y + j * y_stride, acc[j]);
 }
@@ -491,10 +492,7 @@ void low2_rows8(const R *rec, const StagedTokens<NT> &x, int64_t n, bool first, 
                 }
             }
         }
-        for (int j = 0; j < NT; ++j) {
-            acc[j] =
-                _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[j]), _mm256_mul_ps(dw, _mm256_set1_ps(x.blk[k][j].d)), acc[j]);
-        }
+        add_super_block<NT>(isum, dw, x.blk[k], acc);
     }
     for (int j = 0; j < NT; ++j) _mm256_storeu_ps(y + j * y_stride, acc[j]);
 }
@@ -542,10 +540,7 @@ void iq4_xs_rows8(const BlockIQ4_XSx8 *rec, const StagedTokens<NT> &x, int64_t n
             }
             for (int j = 0; j < NT; ++j) isum[j] = _mm256_add_epi32(isum[j], _mm256_mullo_epi32(dot[j], sc));
         }
-        for (int j = 0; j < NT; ++j) {
-            acc[j] =
-                _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[j]), _mm256_mul_ps(dw, _mm256_set1_ps(x.blk[k][j].d)), acc[j]);
-        }
+        add_super_block<NT>(isum, dw, x.blk[k], acc);
     }
     for (int j = 0; j < NT; ++j) _mm256_storeu_ps(y + j * y_stride, acc[j]);
 }

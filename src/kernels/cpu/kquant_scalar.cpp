@@ -113,10 +113,7 @@ void dot_rows_k8(const void *w, size_t w_stride, int64_t n_rows, const void *x, 
                         isum += b.sc[s] * (sum_ux - b.offset * sum_x);
                         msum += b.m[s] * sum_x;
                     }
-                    if constexpr (sizeof(Block) != sizeof(BlockQ6_K) && sizeof(Block) != sizeof(BlockQ3_K) &&
-                                  sizeof(Block) != sizeof(BlockIQ4_XS)) {
-                        acc[j] = std::fma(-static_cast<float>(msum), b.dmin * xb.d, acc[j]);
-                    }
+                    if (b.has_mins) acc[j] = std::fma(-static_cast<float>(msum), b.dmin * xb.d, acc[j]);
                     acc[j] = std::fma(static_cast<float>(isum), b.d * xb.d, acc[j]);
                 }
             }

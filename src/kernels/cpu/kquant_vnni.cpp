@@ -69,6 +69,29 @@ struct StagedTokens {
     }
 };
 
+// Two records' eight 16-bit fields (the fp16 scales d or dmin, IQ4_XS's scales_h): rows 0..7 of a, then of b.
+inline __m256i load_pair16(const uint16_t *a, const uint16_t *b) {
+    return _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i *>(a))),
+                                   _mm_loadu_si128(reinterpret_cast<const __m128i *>(b)), 1);
+}
+
+// sum_s n_s * sum(x)_s over the eight sub-blocks of 32, one int32 lane per row: the rows' numbers n_s as int16 pairs
+// (n0, n2), (n1, n3), (n4, n6), (n5, n7) against the token's pairs of sums (Q8KStaged::sums32_skip).
+inline __m512i dot_sums32(__m512i n02, __m512i n13, __m512i n46, __m512i n57, const int32_t *sums) {
+    return _mm512_add_epi32(_mm512_add_epi32(_mm512_madd_epi16(n02, _mm512_set1_epi32(sums[0])),
+                                             _mm512_madd_epi16(n13, _mm512_set1_epi32(sums[1]))),
+                            _mm512_add_epi32(_mm512_madd_epi16(n46, _mm512_set1_epi32(sums[2])),
+                                             _mm512_madd_epi16(n57, _mm512_set1_epi32(sums[3]))));
+}
+
+// The super-block's last f32 step for each token (dispatch.h): acc = fma(float(isum), d * dx, acc).
+template <int NT>
+inline void add_super_block(const __m512i *isum, __m512 dw, const Q8KStaged *xk, __m512 *acc) {
+#pragma GCC unroll 4
+    for (int j = 0; j < NT; ++j)
+        acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[j]), _mm512_mul_ps(dw, _mm512_set1_ps(xk[j].d)), acc[j]);
+}
+
 // isum[j] += sc0 * dot_0 + sc1 * dot_1 for two sub-blocks of 16 rows, dot_w = the sum over groups i < NGroups of
 // unpack(i, w) (16 rows x 4 unsigned elements) against token j's activation dword at x_at(j, i, w). Up to four
 // tokens, both sub-blocks go in one sweep (the weights of group i are loaded once, for both); with more, each is
@@ -126,12 +149,8 @@ void k_rows16(const R *a, const R *b, const StagedTokens<NT> &x, int64_t n, bool
         const R &ra = a[k], &rb = b[k];
         prefetch_ahead(&ra, sizeof ra);
         prefetch_ahead(&rb, sizeof rb);
-        const auto halves = [](const uint16_t *pa, const uint16_t *pb) {
-            return _mm512_cvtph_ps(
-                _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i *>(pa))),
-                                        _mm_loadu_si128(reinterpret_cast<const __m128i *>(pb)), 1));
-        };
-        const __m512 dw = halves(ra.d, rb.d), dmw = halves(ra.dmin, rb.dmin);
+        const __m512 dw = _mm512_cvtph_ps(load_pair16(ra.d, rb.d)),
+                     dmw = _mm512_cvtph_ps(load_pair16(ra.dmin, rb.dmin));
         // The scale words of all 16 rows, unpacked as BlockQ4_K describes: bytes of sc 0-3, sc 4-7, m 0-3, m 4-7.
         const __m512i w0 = load_pair(ra.scales, rb.scales), w1 = load_pair(ra.scales + 32, rb.scales + 32);
         const __m512i w2 = load_pair(ra.scales + 64, rb.scales + 64);
@@ -150,12 +169,7 @@ void k_rows16(const R *a, const R *b, const StagedTokens<NT> &x, int64_t n, bool
             const __m512i m57 = _mm512_and_si512(_mm512_srli_epi32(m_hi, 8), even_bytes);
 #pragma GCC unroll 4
             for (int j = 0; j < NT; ++j) {
-                const int32_t *p = x.blk[k][j].sums32_skip;
-                const __m512i msum =
-                    _mm512_add_epi32(_mm512_add_epi32(_mm512_madd_epi16(m02, _mm512_set1_epi32(p[0])),
-                                                      _mm512_madd_epi16(m13, _mm512_set1_epi32(p[1]))),
-                                     _mm512_add_epi32(_mm512_madd_epi16(m46, _mm512_set1_epi32(p[2])),
-                                                      _mm512_madd_epi16(m57, _mm512_set1_epi32(p[3]))));
+                const __m512i msum = dot_sums32(m02, m13, m46, m57, x.blk[k][j].sums32_skip);
                 acc[j] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(msum), _mm512_mul_ps(dmw, _mm512_set1_ps(x.blk[k][j].d)),
                                           acc[j]);
             }
@@ -183,11 +197,7 @@ void k_rows16(const R *a, const R *b, const StagedTokens<NT> &x, int64_t n, bool
                 unpack, [&](int j, int g, int half) { return x.blk[k][j].qs + 64 * c + 32 * half + 4 * g; }, sc_a, sc_b,
                 isum);
         }
-#pragma GCC unroll 4
-        for (int j = 0; j < NT; ++j) {
-            acc[j] =
-                _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[j]), _mm512_mul_ps(dw, _mm512_set1_ps(x.blk[k][j].d)), acc[j]);
-        }
+        add_super_block<NT>(isum, dw, x.blk[k], acc);
     }
     for (int j = 0; j < NT; ++j) _mm512_mask_storeu_ps(y + j * y_stride, lanes, acc[j]);
 }
@@ -206,9 +216,7 @@ void q6_k_rows16(const BlockQ6_Kx8 *a, const BlockQ6_Kx8 *b, const StagedTokens<
         const BlockQ6_Kx8 &ra = a[k], &rb = b[k];
         prefetch_ahead(&ra, sizeof ra);
         prefetch_ahead(&rb, sizeof rb);
-        const __m512 dw = _mm512_cvtph_ps(
-            _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i *>(ra.d))),
-                                    _mm_loadu_si128(reinterpret_cast<const __m128i *>(rb.d)), 1));
+        const __m512 dw = _mm512_cvtph_ps(load_pair16(ra.d, rb.d));
         // Sub-block s's scale, one int32 lane per row.
         const auto scale = [&ra, &rb](int s) {
             return _mm512_cvtepi8_epi32(
@@ -262,11 +270,7 @@ void q6_k_rows16(const BlockQ6_Kx8 *a, const BlockQ6_Kx8 *b, const StagedTokens<
                 }
             }
         }
-#pragma GCC unroll 4
-        for (int j = 0; j < NT; ++j) {
-            acc[j] =
-                _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[j]), _mm512_mul_ps(dw, _mm512_set1_ps(x.blk[k][j].d)), acc[j]);
-        }
+        add_super_block<NT>(isum, dw, x.blk[k], acc);
     }
     for (int j = 0; j < NT; ++j) _mm512_mask_storeu_ps(y + j * y_stride, lanes, acc[j]);
 }
@@ -293,12 +297,7 @@ void low2_rows16(const R *a, const R *b, const StagedTokens<NT> &x, int64_t n, b
         const R &ra = a[k], &rb = b[k];
         prefetch_ahead(&ra, sizeof ra);
         prefetch_ahead(&rb, sizeof rb);
-        const auto halves = [](const uint16_t *pa, const uint16_t *pb) {
-            return _mm512_cvtph_ps(
-                _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i *>(pa))),
-                                        _mm_loadu_si128(reinterpret_cast<const __m128i *>(pb)), 1));
-        };
-        const __m512 dw = halves(ra.d, rb.d);
+        const __m512 dw = _mm512_cvtph_ps(load_pair16(ra.d, rb.d));
         __m512i isum[NT];
         __m512i sc4[4];  // Q3_K: the scales, four per lane
         if constexpr (kQ3) {
@@ -329,7 +328,7 @@ void low2_rows16(const R *a, const R *b, const StagedTokens<NT> &x, int64_t n, b
             for (int j = 0; j < NT; ++j)
                 isum[j] = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(offsets[j], 2));
         } else {
-            const __m512 dmw = halves(ra.dmin, rb.dmin);
+            const __m512 dmw = _mm512_cvtph_ps(load_pair16(ra.dmin, rb.dmin));
             __m512i msum[NT];
             for (int j = 0; j < NT; ++j) msum[j] = _mm512_setzero_si512();
             for (int p = 0; p < 8; ++p) {  // sub-blocks 2p and 2p + 1: their mins (high nibbles) as int16 pairs
@@ -391,11 +390,7 @@ void low2_rows16(const R *a, const R *b, const StagedTokens<NT> &x, int64_t n, b
                 }
             }
         }
-#pragma GCC unroll 4
-        for (int j = 0; j < NT; ++j) {
-            acc[j] =
-                _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[j]), _mm512_mul_ps(dw, _mm512_set1_ps(x.blk[k][j].d)), acc[j]);
-        }
+        add_super_block<NT>(isum, dw, x.blk[k], acc);
     }
     for (int j = 0; j < NT; ++j) _mm512_mask_storeu_ps(y + j * y_stride, lanes, acc[j]);
 }
@@ -419,13 +414,8 @@ void iq4_xs_rows16(const BlockIQ4_XSx8 *a, const BlockIQ4_XSx8 *b, const StagedT
         const BlockIQ4_XSx8 &ra = a[k], &rb = b[k];
         prefetch_ahead(&ra, sizeof ra);
         prefetch_ahead(&rb, sizeof rb);
-        const auto sixteen = [](const uint16_t *pa, const uint16_t *pb) {
-            return _mm256_inserti128_si256(
-                _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i *>(pa))),
-                _mm_loadu_si128(reinterpret_cast<const __m128i *>(pb)), 1);
-        };
-        const __m512 dw = _mm512_cvtph_ps(sixteen(ra.d, rb.d));
-        const __m512i sh = _mm512_cvtepu16_epi32(sixteen(ra.scales_h, rb.scales_h));
+        const __m512 dw = _mm512_cvtph_ps(load_pair16(ra.d, rb.d));
+        const __m512i sh = _mm512_cvtepu16_epi32(load_pair16(ra.scales_h, rb.scales_h));
         const __m512i sl = load_pair(ra.scales_l, rb.scales_l);
         __m512i sc[8];
         for (int s = 0; s < 8; ++s) {
@@ -443,11 +433,7 @@ void iq4_xs_rows16(const BlockIQ4_XSx8 *a, const BlockIQ4_XSx8 *b, const StagedT
         __m512i isum[NT];
 #pragma GCC unroll 4
         for (int j = 0; j < NT; ++j) {
-            const int32_t *p = x.blk[k][j].sums32_skip;
-            const __m512i offset = _mm512_add_epi32(_mm512_add_epi32(_mm512_madd_epi16(p02, _mm512_set1_epi32(p[0])),
-                                                                     _mm512_madd_epi16(p13, _mm512_set1_epi32(p[1]))),
-                                                    _mm512_add_epi32(_mm512_madd_epi16(p46, _mm512_set1_epi32(p[2])),
-                                                                     _mm512_madd_epi16(p57, _mm512_set1_epi32(p[3]))));
+            const __m512i offset = dot_sums32(p02, p13, p46, p57, x.blk[k][j].sums32_skip);
             isum[j] = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(offset, 7));
         }
 #pragma GCC unroll 4
@@ -465,11 +451,7 @@ void iq4_xs_rows16(const BlockIQ4_XSx8 *a, const BlockIQ4_XSx8 *b, const StagedT
                 },
                 sc[2 * q], sc[2 * q + 1], isum);
         }
-#pragma GCC unroll 4
-        for (int j = 0; j < NT; ++j) {
-            acc[j] =
-                _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[j]), _mm512_mul_ps(dw, _mm512_set1_ps(x.blk[k][j].d)), acc[j]);
-        }
+        add_super_block<NT>(isum, dw, x.blk[k], acc);
     }
     for (int j = 0; j < NT; ++j) _mm512_mask_storeu_ps(y + j * y_stride, lanes, acc[j]);
 }
