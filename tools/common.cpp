@@ -160,8 +160,10 @@ void print_sparse_stats(const Context &ctx, bool enabled) {
         std::fprintf(stderr, "dsa-stats: this model has no sparse attention\n");
         return;
     }
-    std::fprintf(stderr, "dsa-stats: time in indexer %.3f s, in attention %.3f s\n", st.indexer_seconds,
-                 st.attention_seconds);
+    std::fprintf(stderr,
+                 "dsa-stats: time in indexer %.3f s (selection call %.3f s), in attention %.3f s (attention kernel "
+                 "%.3f s)\n",
+                 st.indexer_seconds, st.select_seconds, st.attention_seconds, st.attend_seconds);
     std::fprintf(stderr, "  layer  indexer  queries  keys/query  visible/query  fraction\n");
     for (const SparseLayerStats &l : st.layers) {
         const double n = l.n_queries > 0 ? double(l.n_queries) : 1.0;

@@ -125,6 +125,10 @@ struct SparseStats {
     std::vector<SparseLayerStats> layers;
     double indexer_seconds = 0;    // indexer keys, scores and selection
     double attention_seconds = 0;  // MLA projections and attention over the selected rows
+    // Of those: the top-k selection call alone (scoring the cached keys; no projections), and the attention
+    // kernel alone (scores, softmax and P.V over the selected or visible rows; no projections).
+    double select_seconds = 0;
+    double attend_seconds = 0;
 };
 
 class Context {

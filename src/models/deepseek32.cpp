@@ -575,12 +575,14 @@ class DsaModel final : public ArchModel {
             matmul(pool, s.op, L.idx_proj, h, n, s.iw.data());       // [n, H]
             const float w_scale = 1.0f / std::sqrt(static_cast<float>(D * H));
             for (int64_t i = 0; i < n * H; ++i) s.iw[i] *= w_scale;
+            const auto ts = std::chrono::steady_clock::now();
             if (s.sink > 0) {
                 select_with_sinks(s, pool, il, visible);
             } else {
                 lightning_indexer_select(pool, IndexerShape{H, D}, s.precision, s.iq.data(), s.iw.data(), n,
                                          s.indexer_key[il], visible, s.top_k, s.chunk_selected);
             }
+            s.stats.select_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - ts).count();
             for (int64_t t = 0; t < n; ++t) {
                 auto &sel = s.selected[static_cast<size_t>(sel0 + t)];
                 sel.swap(s.chunk_selected[static_cast<size_t>(t)]);  // both keep their capacity
@@ -660,7 +662,9 @@ class DsaModel final : public ArchModel {
         s.latent[il].rotation().apply(s.q_abs.data(), T * NH);
         const AttentionShape shape{
             .n_head = NH, .n_head_kv = 1, .head_dim_k = lat, .head_dim_v = C, .scale = hp_.kq_scale, .v_offset = 0};
+        const auto ta = std::chrono::steady_clock::now();
         attention(pool, shape, s.q_abs.data(), T, s.latent[il], s.latent[il], rows, s.lat_out.data());  // [T, NH, C]
+        s.stats.attend_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - ta).count();
         s.ckv_rotation.apply(s.lat_out.data(), T * NH);
 
         // Per head W_UV back to v_head (one section, as W_UK), then the output projection.

@@ -4,6 +4,7 @@ selected sets have a mean Jaccard of at least 0.98 with exact mode, for deepseek
 and f32 indexer caches. `sparrow bench` runs both precisions and prints --dsa-stats for each."""
 import json
 import os
+import re
 
 import numpy as np
 
@@ -57,4 +58,10 @@ for precision in ("exact", "fast"):
                  f"bench --dsa-stats prints the {precision} test's statistics")
 checks.check(proc.stderr.count("time in indexer") == 2 and " 64.0 " in proc.stderr,
              "each block has the indexer time and 64 keys per query")
+# The selection call is part of the indexer's time and the attention kernel part of attention's.
+times = re.findall(r"time in indexer ([0-9.]+) s \(selection call ([0-9.]+) s\), in attention ([0-9.]+) s "
+                   r"\(attention kernel ([0-9.]+) s\)", proc.stderr)
+checks.check(len(times) == 2 and all(0 <= float(sel) <= float(ind) and 0 <= float(ker) <= float(att)
+                                     for ind, sel, att, ker in times),
+             f"selection call within the indexer time, attention kernel within the attention time: {times}")
 checks.finish()
