@@ -66,8 +66,9 @@ void BM_MlaDecodeAttention(benchmark::State &state) {
     ThreadPool pool(1);
     const AttentionShape shape{
         .n_head = kHeads, .n_head_kv = 1, .head_dim_k = kCkv + kRope, .head_dim_v = kCkv, .scale = 0.05f};
+    AttentionWorkspace workspace;  // kept between calls, as a context keeps it
     for (auto _ : state) {
-        attention(pool, shape, q.data(), 1, store, store, rows, out.data());
+        attention(pool, shape, q.data(), 1, store, store, rows, out.data(), &workspace);
         benchmark::DoNotOptimize(out.data());
     }
     state.SetLabel(std::string(dtype_name(t)) + (scattered ? " scattered" : ""));

@@ -63,8 +63,9 @@ struct Data {
     }
 };
 
+// fresh_buffers: no IndexerWorkspace, so every call allocates its buffers (what a caller without one pays).
 void BM_indexer(benchmark::State &state, IndexerPrecision precision, int64_t context, int64_t n_tokens, DType key_type,
-                bool int8_copy) {
+                bool int8_copy, bool fresh_buffers) {
     static std::unique_ptr<Data> cached;  // the largest set-up is reused between benchmarks of the same shape
     if (!cached || cached->keys.type() != key_type || static_cast<int64_t>(cached->cells.size()) != context ||
         cached->n_tokens != n_tokens || cached->int8_copy != int8_copy) {
@@ -73,9 +74,10 @@ void BM_indexer(benchmark::State &state, IndexerPrecision precision, int64_t con
     Data &d = *cached;
     ThreadPool pool(g_threads);
     std::vector<std::vector<int32_t>> selected;
+    IndexerWorkspace workspace;  // kept between calls, as a context keeps it
     for (auto _ : state) {
         lightning_indexer_select(pool, {kHeads, kDim}, precision, d.q.data(), d.w.data(), d.n_tokens, d.keys, d.cand,
-                                 kTopK, selected);
+                                 kTopK, selected, fresh_buffers ? nullptr : &workspace);
         benchmark::DoNotOptimize(selected.data());
     }
     const double pairs = double(d.pairs) * double(state.iterations());
@@ -121,7 +123,7 @@ void register_all() {
                                               std::to_string(context) + "/" + name + "/" +
                                               std::string(dtype_name(key_type)) + (int8_copy ? "+int8" : "");
                     benchmark::RegisterBenchmark(label.c_str(), BM_indexer, precision, context, n_tokens, key_type,
-                                                 int8_copy)
+                                                 int8_copy, false)
                         ->Unit(benchmark::kMillisecond)
                         ->UseRealTime()
                         ->MinTime(n_tokens == 1 ? 0.5 : 0.1);
@@ -129,6 +131,12 @@ void register_all() {
             }
         }
     }
+    // A decode call that allocates its buffers each time (no workspace), against the 16K fast f16+int8 one above.
+    benchmark::RegisterBenchmark("decode/ctx16384/fast/f16+int8/fresh_buffers", BM_indexer, IndexerPrecision::fast,
+                                 int64_t(16384), int64_t(1), DType::F16, true, true)
+        ->Unit(benchmark::kMillisecond)
+        ->UseRealTime()
+        ->MinTime(0.5);
 }
 
 }  // namespace

@@ -109,6 +109,50 @@ TEST(Attention, MatchesDoubleReference) {
     EXPECT_EQ(n_checked, 24);
 }
 
+// One workspace carried through calls that differ in heads, widths, groups (head-lane and head-blocked paths),
+// token counts (prefill pairs, decode lists cut between threads) and thread counts gives the bits of calls with
+// buffers of their own: nothing left from one call leaks into the next.
+TEST(Attention, ReusedWorkspaceGivesTheSameBits) {
+    struct Call {
+        Case c;
+        int64_t n_tokens, list_len;
+        int threads;
+    };
+    const Call calls[] = {
+        {{16, 1, 72, 64, 0, true, DType::F16}, 1, 1000, 3}, {{8, 2, 16, 16, 0, false, DType::F16}, 5, 40, 2},
+        {{32, 1, 40, 32, 0, true, DType::BF16}, 7, 300, 1}, {{16, 1, 72, 64, 0, true, DType::F16}, 1, 600, 2},
+        {{6, 3, 24, 40, 0, false, DType::F32}, 3, 250, 4},  {{2, 1, 64, 48, 16, false, DType::F32}, 1, 900, 3},
+        {{16, 1, 72, 64, 0, true, DType::F16}, 4, 17, 2},
+    };
+    std::mt19937 rng(17);
+    AttentionWorkspace workspace;
+    for (const Call &call : calls) {
+        const Case &c = call.c;
+        const int64_t n_cells = 1000;
+        RowStore k(c.type, n_cells, c.n_head_kv * c.dk), v(c.type, n_cells, c.v_offset + c.n_head_kv * c.dv);
+        for (int64_t cell = 0; cell < n_cells; ++cell) {
+            k.write(cell, test::random_floats(rng, static_cast<size_t>(k.width()), -2, 2).data());
+            v.write(cell, test::random_floats(rng, static_cast<size_t>(v.width()), -2, 2).data());
+        }
+        std::vector<std::vector<int32_t>> lists;
+        for (int64_t t = 0; t < call.n_tokens; ++t) {
+            std::vector<int32_t> all(n_cells);
+            for (int32_t i = 0; i < n_cells; ++i) all[i] = i;
+            std::shuffle(all.begin(), all.end(), rng);
+            lists.emplace_back(all.begin(), all.begin() + call.list_len - t % 3);
+        }
+        const std::vector<std::span<const int32_t>> spans(lists.begin(), lists.end());
+        const auto q = test::random_floats(rng, static_cast<size_t>(call.n_tokens * c.n_head * c.dk), -1, 1);
+        const AttentionShape shape{c.n_head, c.n_head_kv, c.dk, c.dv, 0.3f, c.v_offset};
+        ThreadPool pool(call.threads);
+        std::vector<float> fresh(static_cast<size_t>(call.n_tokens * c.n_head * c.dv), -1.0f), reused(fresh);
+        attention(pool, shape, q.data(), call.n_tokens, k, c.v_in_k ? k : v, spans, fresh.data());
+        attention(pool, shape, q.data(), call.n_tokens, k, c.v_in_k ? k : v, spans, reused.data(), &workspace);
+        EXPECT_EQ(reused, fresh) << "heads " << c.n_head << "/" << c.n_head_kv << " tokens " << call.n_tokens
+                                 << " threads " << call.threads;
+    }
+}
+
 // Decode shape (one token, MLA: one KV head, V inside K) with long lists, which attention() cuts between
 // threads and merges; the result must not depend on the cut.
 TEST(Attention, SplitListsMatchReference) {

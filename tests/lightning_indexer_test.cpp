@@ -409,6 +409,45 @@ TEST(Indexer, ThreadCountsAgree) {
     }
 }
 
+// One workspace carried through calls that differ in every way its buffers depend on (tokens, shape, top-k,
+// precision, thread count, key type: they grow, shrink back and hold stale entries from the call before) selects
+// exactly what each call selects with buffers of its own.
+TEST(Indexer, ReusedWorkspaceSelectsAsFreshBuffers) {
+    struct Case {
+        int64_t n_tokens, n_seq, last_cand, n_head, head_dim, top_k;
+        DType key_type;
+        IndexerPrecision precision;
+        int threads;
+    };
+    const Case cases[] = {
+        {1, 1, 3000, 32, 128, 256, DType::F16, IndexerPrecision::fast, 2},
+        {9, 2, 700, 8, 64, 100, DType::F32, IndexerPrecision::exact, 3},
+        {1, 1, 3000, 32, 128, 512, DType::F16, IndexerPrecision::exact, 2},
+        {40, 3, 900, 12, 64, 64, DType::Q8_0, IndexerPrecision::fast, 4},
+        {5, 1, 400, 8, 36, 50, DType::F32, IndexerPrecision::fast, 3},
+        {1, 1, 5000, 16, 128, 1024, DType::BF16, IndexerPrecision::fast, 1},
+        {2, 2, 200, 4, 32, 17, DType::F16, IndexerPrecision::fast, 2},
+        {1, 1, 3000, 32, 128, 256, DType::F16, IndexerPrecision::fast, 2},
+    };
+    std::mt19937 rng(59);
+    IndexerWorkspace workspace;
+    for (const Case &c : cases) {
+        Problem p = make_problem(rng, c.n_tokens, c.n_seq, c.last_cand, c.n_head, c.head_dim, c.key_type, true);
+        fill_structured(rng, p);
+        ThreadPool pool(c.threads);
+        for (cpu::Isa isa : levels()) {
+            std::vector<std::vector<int32_t>> fresh, reused;
+            indexer::select_with_isa(isa, pool, p.shape, c.precision, p.q.data(), p.w.data(), p.n_tokens, p.keys,
+                                     p.cand, c.top_k, fresh);
+            indexer::select_with_isa(isa, pool, p.shape, c.precision, p.q.data(), p.w.data(), p.n_tokens, p.keys,
+                                     p.cand, c.top_k, reused, &workspace);
+            EXPECT_EQ(reused, fresh) << cpu::isa_name(isa) << " tokens " << c.n_tokens << " heads " << c.n_head
+                                     << " top-k " << c.top_k;
+            EXPECT_FALSE(fresh.empty() || fresh.back().empty());
+        }
+    }
+}
+
 // Fast mode keeps the selection: mean Jaccard with exact mode >= 0.98 at H 32, D 128, contexts to 16K, over an
 // f16 key store (keys re-quantised to int8 per use) and a Q8_0 one (its int8 blocks read in place; exact mode
 // scores the same stored keys widened to f32).

@@ -44,32 +44,59 @@ void prefetch_bytes(const void *p, int64_t n) {
     for (int64_t i = 0; i < n; i += 64) __builtin_prefetch(b + i, 0, 3);
 }
 
+template <typename T>
+void grow(std::vector<T> &v, int64_t n) {
+    if (v.size() < static_cast<size_t>(n)) v.resize(static_cast<size_t>(n));
+}
+
 // One query of the head-lane path (attention_kernels.h): q transposed per slice of 16 heads with the scale
 // applied, and the online softmax's state per head.
 struct LaneQuery {
     std::vector<float> qt;    // [group / 16][Dk][16]
     std::vector<float> acc;   // [group / 16][Dv][16]
     std::vector<float> m, l;  // [group]: running maximum and sum
+    int64_t acc_size = 0;     // group * Dv of this call (the vectors may be longer: they only grow)
 
-    LaneQuery(int64_t group, int64_t Dk, int64_t Dv)
-        : qt(static_cast<size_t>(group * Dk)),
-          acc(static_cast<size_t>(group * Dv)),
-          m(static_cast<size_t>(group)),
-          l(static_cast<size_t>(group)) {}
+    // Sizes the buffers for a call (a workspace keeps them between calls); reset fills them.
+    void fit(int64_t group, int64_t Dk, int64_t Dv) {
+        acc_size = group * Dv;
+        grow(qt, group * Dk);
+        grow(acc, group * Dv);
+        grow(m, group);
+        grow(l, group);
+    }
     void reset(const float *q_group, int64_t group, int64_t Dk, float scale) {
         for (int64_t g = 0; g < group; ++g) {
             float *slice = qt.data() + (g / 16) * Dk * 16 + g % 16;
             for (int64_t i = 0; i < Dk; ++i) slice[i * 16] = scale * q_group[g * Dk + i];
         }
-        std::fill(acc.begin(), acc.end(), 0.0f);
-        std::fill(m.begin(), m.end(), -std::numeric_limits<float>::infinity());
-        std::fill(l.begin(), l.end(), 0.0f);
+        std::fill(acc.begin(), acc.begin() + acc_size, 0.0f);
+        std::fill(m.begin(), m.begin() + group, -std::numeric_limits<float>::infinity());
+        std::fill(l.begin(), l.begin() + group, 0.0f);
     }
     // Head g's unnormalised output element i.
     float out(int64_t g, int64_t i, int64_t Dv) const {
         return acc[static_cast<size_t>((g / 16 * Dv + i) * 16 + g % 16)];
     }
 };
+
+}  // namespace
+
+// Kept between calls by an AttentionWorkspace; every vector only grows.
+struct AttentionBuffers {
+    struct Thread {
+        LaneQuery qa, qb;                          // head-lane path: a query (decode) or two (prefill pairs)
+        std::vector<float> k_tile, v_tile;         // rows widened to f32
+        std::vector<float> sa, sb;                 // scores, then weights (sa serves the head-blocked path)
+        std::vector<const void *> lines;           // the next tile's cache lines
+        std::vector<float> acc, run_max, run_sum;  // head-blocked path: output and online-softmax state
+    };
+    std::vector<Thread> threads;  // per pool thread
+    // Pieces of a cut list (n_split > 1): per item and head the running max and sum, and the unnormalised output.
+    std::vector<float> part_max, part_sum, part_acc;
+};
+
+namespace {
 
 // What both paths of attention() read: the call's arguments and the plan made from them.
 struct Job {
@@ -85,8 +112,7 @@ struct Job {
     int64_t n_split;                                     // pieces each list is cut into (decode)
     int64_t n_items;                                     // (token, KV head, piece) items
     int64_t work;                                        // multiply-adds, to decide on threading
-    // Pieces of a cut list (n_split > 1): per item and head the running max and sum, and the unnormalised output.
-    std::vector<float> part_max, part_sum, part_acc;
+    AttentionBuffers &buf;                               // per-thread tiles and the pieces of cut lists
 
     // Cache row j of list, KV head kvh's slice of K, as stored.
     const uint8_t *k_head(std::span<const int32_t> list, int64_t j, int64_t kvh) const {
@@ -120,13 +146,17 @@ void attend_lanes(ThreadPool &pool, Job &job) {
     // Without splits (prefill), an item is two consecutive tokens: the rows their lists share (causal
     // prefill: all of the first token's) are converted once and scored for both by the x2 kernels.
     const int64_t n_lane_items = n_split > 1 ? job.n_items : (job.n_tokens + 1) / 2 * shape.n_head_kv;
-    pool.parallel_for(n_lane_items, job.grain(n_lane_items), [&](int64_t begin, int64_t end) {
-        // Query b exists only in prefill (pairs); decode items would zero its ~70 KB for nothing.
-        LaneQuery qa(group, Dk, Dv), qb(n_split > 1 ? 0 : group, Dk, Dv);
-        std::vector<float> k_tile(static_cast<size_t>(kLaneTileRows * Dk));
-        std::vector<float> v_tile(job.v_in_k ? 0 : static_cast<size_t>(kLaneTileRows * Dv));
-        std::vector<float> sa(static_cast<size_t>(kLaneTileRows * 16)), sb(sa.size());  // scores, then weights
-        std::vector<const void *> lines;                                                // the next tile's cache lines
+    pool.parallel_for_threads(n_lane_items, job.grain(n_lane_items), [&](int ith, int64_t begin, int64_t end) {
+        AttentionBuffers::Thread &tb = job.buf.threads[static_cast<size_t>(ith)];
+        LaneQuery &qa = tb.qa, &qb = tb.qb;
+        qa.fit(group, Dk, Dv);
+        if (n_split == 1) qb.fit(group, Dk, Dv);  // query b exists only in prefill (pairs)
+        grow(tb.k_tile, kLaneTileRows * Dk);
+        if (!job.v_in_k) grow(tb.v_tile, kLaneTileRows * Dv);
+        grow(tb.sa, kLaneTileRows * 16);
+        grow(tb.sb, kLaneTileRows * 16);
+        std::vector<float> &k_tile = tb.k_tile, &v_tile = tb.v_tile, &sa = tb.sa, &sb = tb.sb;
+        std::vector<const void *> &lines = tb.lines;
         // Rows [lo, hi) of list for query a, and for query b too when it is given.
         auto run = [&](LaneQuery *a, LaneQuery *b, std::span<const int32_t> list, int64_t lo, int64_t hi, int64_t kvh) {
             for (int64_t j = lo; j < std::min(hi, lo + kLaneTileRows); ++j)
@@ -178,10 +208,10 @@ void attend_lanes(ThreadPool &pool, Job &job) {
                 const int64_t len = static_cast<int64_t>(list.size());
                 qa.reset(job.q + (t * shape.n_head + kvh * group) * Dk, group, Dk, shape.scale);
                 run(&qa, nullptr, list, len * split / n_split, len * (split + 1) / n_split, kvh);
-                std::copy(qa.m.begin(), qa.m.end(), job.part_max.begin() + item * group);
-                std::copy(qa.l.begin(), qa.l.end(), job.part_sum.begin() + item * group);
+                std::copy_n(qa.m.begin(), group, job.buf.part_max.begin() + item * group);
+                std::copy_n(qa.l.begin(), group, job.buf.part_sum.begin() + item * group);
                 for (int64_t g = 0; g < group; ++g) {
-                    float *p = job.part_acc.data() + (item * group + g) * Dv;
+                    float *p = job.buf.part_acc.data() + (item * group + g) * Dv;
                     for (int64_t i = 0; i < Dv; ++i) p[i] = qa.out(g, i, Dv);
                 }
                 continue;
@@ -215,12 +245,18 @@ void attend_blocked(ThreadPool &pool, Job &job) {
     const AttentionShape &shape = job.shape;
     const int64_t group = job.group, Dk = job.Dk, Dv = job.Dv, n_split = job.n_split;
     const Kernels &kern = cpu::kernels().isa == cpu::Isa::scalar ? kScalarKernels : kAvx2Kernels;
-    pool.parallel_for(job.n_items, job.grain(job.n_items), [&](int64_t begin, int64_t end) {
-        std::vector<float> acc(static_cast<size_t>(group * Dv));
-        std::vector<float> run_max(static_cast<size_t>(group)), run_sum(static_cast<size_t>(group));
-        std::vector<float> k_tile(static_cast<size_t>(kTileRows * Dk));
-        std::vector<float> v_tile(job.v_in_k ? 0 : static_cast<size_t>(kTileRows * Dv));  // MLA reads V from k_tile
-        std::vector<float> s(static_cast<size_t>(group * kTileRows));  // scores, then weights, [group, tile]
+    pool.parallel_for_threads(job.n_items, job.grain(job.n_items), [&](int ith, int64_t begin, int64_t end) {
+        AttentionBuffers::Thread &tb = job.buf.threads[static_cast<size_t>(ith)];
+        grow(tb.acc, group * Dv);
+        grow(tb.run_max, group);
+        grow(tb.run_sum, group);
+        grow(tb.k_tile, kTileRows * Dk);
+        if (!job.v_in_k) grow(tb.v_tile, kTileRows * Dv);  // MLA reads V from k_tile
+        grow(tb.sa, group * kTileRows);                    // scores, then weights, [group, tile]
+        const std::span<float> acc(tb.acc.data(), static_cast<size_t>(group * Dv));
+        const std::span<float> run_max(tb.run_max.data(), static_cast<size_t>(group));
+        const std::span<float> run_sum(tb.run_sum.data(), static_cast<size_t>(group));
+        float *const k_tile = tb.k_tile.data(), *const v_tile = tb.v_tile.data(), *const s = tb.sa.data();
         for (int64_t item = begin; item < end; ++item) {
             const int64_t pair = item / n_split, split = item % n_split;
             const int64_t t = pair / shape.n_head_kv, kvh = pair % shape.n_head_kv;
@@ -237,11 +273,11 @@ void attend_blocked(ThreadPool &pool, Job &job) {
                 const int64_t n = std::min(kTileRows, hi - j0);
                 for (int64_t j = j0 + n; j < std::min(hi, j0 + n + kTileRows); ++j)
                     prefetch_bytes(job.k_head(list, j, kvh), job.k_head_bytes);
-                job.convert_tile(list, j0, n, kvh, k_tile.data(), v_tile.data());
-                kern.scores(q_group, Dk, group, k_tile.data(), Dk, n, Dk, shape.scale, s.data(), kTileRows);
+                job.convert_tile(list, j0, n, kvh, k_tile, v_tile);
+                kern.scores(q_group, Dk, group, k_tile, Dk, n, Dk, shape.scale, s, kTileRows);
                 // Online softmax: scores become weights exp(s - running max) in place.
                 for (int64_t g = 0; g < group; ++g) {
-                    float *s_g = s.data() + g * kTileRows;
+                    float *s_g = s + g * kTileRows;
                     float tile_max = -std::numeric_limits<float>::infinity();
                     for (int64_t j = 0; j < n; ++j) tile_max = std::max(tile_max, s_g[j]);
                     if (tile_max > run_max[g]) {  // new maximum: rescale what has been accumulated so far
@@ -253,8 +289,7 @@ void attend_blocked(ThreadPool &pool, Job &job) {
                     }
                     run_sum[g] += kern.exp_sum(s_g, n, run_max[g]);
                 }
-                kern.pv(s.data(), kTileRows, group, job.v_base(k_tile.data(), v_tile.data()), job.v_stride(), n, Dv,
-                        acc.data());
+                kern.pv(s, kTileRows, group, job.v_base(k_tile, v_tile), job.v_stride(), n, Dv, acc.data());
             }
             if (n_split == 1) {
                 for (int64_t g = 0; g < group; ++g) {
@@ -263,9 +298,9 @@ void attend_blocked(ThreadPool &pool, Job &job) {
                     for (int64_t i = 0; i < Dv; ++i) o[i] = acc[static_cast<size_t>(g * Dv + i)] * inv;
                 }
             } else {
-                std::copy(run_max.begin(), run_max.end(), job.part_max.begin() + item * group);
-                std::copy(run_sum.begin(), run_sum.end(), job.part_sum.begin() + item * group);
-                std::copy(acc.begin(), acc.end(), job.part_acc.begin() + item * group * Dv);
+                std::copy(run_max.begin(), run_max.end(), job.buf.part_max.begin() + item * group);
+                std::copy(run_sum.begin(), run_sum.end(), job.buf.part_sum.begin() + item * group);
+                std::copy(acc.begin(), acc.end(), job.buf.part_acc.begin() + item * group * Dv);
             }
         }
     });
@@ -274,7 +309,8 @@ void attend_blocked(ThreadPool &pool, Job &job) {
 }  // namespace
 
 void attention(ThreadPool &pool, const AttentionShape &shape, const float *q, int64_t n_tokens, const RowStore &k,
-               const RowStore &v, std::span<const std::span<const int32_t>> rows, float *out) {
+               const RowStore &v, std::span<const std::span<const int32_t>> rows, float *out,
+               AttentionWorkspace *workspace) {
     SPARROW_ASSERT(shape.n_head % shape.n_head_kv == 0);
     SPARROW_ASSERT(k.width() == shape.n_head_kv * shape.head_dim_k);
     SPARROW_ASSERT(v.width() >= shape.v_offset + shape.n_head_kv * shape.head_dim_v);
@@ -307,6 +343,9 @@ void attention(ThreadPool &pool, const AttentionShape &shape, const float *q, in
     // The head-lane kernels (16 heads per vector) serve KV heads read by a multiple of 16 query heads (MLA)
     // where AVX-512 exists; everything else takes the head-blocked kernels.
     const bool lanes = cpu::kernels().isa == cpu::Isa::avx512 && group % 16 == 0;
+    AttentionWorkspace call_workspace;  // empty (one small allocation) unless the caller gave none
+    AttentionBuffers &buffers = workspace ? workspace->buffers() : call_workspace.buffers();
+    if (buffers.threads.size() < static_cast<size_t>(n_threads)) buffers.threads.resize(static_cast<size_t>(n_threads));
     Job job{.shape = shape,
             .q = q,
             .n_tokens = n_tokens,
@@ -324,13 +363,11 @@ void attention(ThreadPool &pool, const AttentionShape &shape, const float *q, in
             .n_split = n_split,
             .n_items = n_items,
             .work = work,
-            .part_max = {},
-            .part_sum = {},
-            .part_acc = {}};
+            .buf = buffers};
     if (n_split > 1) {
-        job.part_max.resize(static_cast<size_t>(n_items * group));
-        job.part_sum.resize(static_cast<size_t>(n_items * group));
-        job.part_acc.resize(static_cast<size_t>(n_items * group * Dv));
+        grow(buffers.part_max, n_items * group);
+        grow(buffers.part_sum, n_items * group);
+        grow(buffers.part_acc, n_items * group * Dv);
     }
     if (lanes) {
         attend_lanes(pool, job);
@@ -338,7 +375,7 @@ void attention(ThreadPool &pool, const AttentionShape &shape, const float *q, in
         attend_blocked(pool, job);
     }
     if (n_split == 1) return;
-    const std::vector<float> &part_max = job.part_max, &part_sum = job.part_sum, &part_acc = job.part_acc;
+    const std::vector<float> &part_max = buffers.part_max, &part_sum = buffers.part_sum, &part_acc = buffers.part_acc;
     // Merge the pieces of each (token, KV head): rescale each piece to the common maximum.
     for (int64_t pair = 0; pair < n_pairs; ++pair) {
         const int64_t t = pair / shape.n_head_kv, kvh = pair % shape.n_head_kv;
@@ -362,5 +399,10 @@ void attention(ThreadPool &pool, const AttentionShape &shape, const float *q, in
         }
     }
 }
+
+AttentionWorkspace::AttentionWorkspace() : buffers_(std::make_unique<AttentionBuffers>()) {}
+AttentionWorkspace::~AttentionWorkspace() = default;
+AttentionWorkspace::AttentionWorkspace(AttentionWorkspace &&) noexcept = default;
+AttentionWorkspace &AttentionWorkspace::operator=(AttentionWorkspace &&) noexcept = default;
 
 }  // namespace sparrow

@@ -12,6 +12,6 @@ namespace sparrow::indexer {
 void select_with_isa(cpu::Isa isa, ThreadPool &pool, const IndexerShape &shape, IndexerPrecision precision,
                      const float *q, const float *w, int64_t n_tokens, const RowStore &keys,
                      std::span<const std::span<const int32_t>> candidates, int64_t top_k,
-                     std::vector<std::vector<int32_t>> &selected);
+                     std::vector<std::vector<int32_t>> &selected, IndexerWorkspace *workspace = nullptr);
 
 }  // namespace sparrow::indexer

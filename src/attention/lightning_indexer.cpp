@@ -161,27 +161,73 @@ struct Scratch {
     int64_t prepared_chunk = -1;
     int64_t exact_slot0_pos = -1;
 
-    Scratch(int64_t d, int64_t dp, int64_t hp, int64_t members)
-        : qT(static_cast<size_t>(members * d * hp)),
-          w(static_cast<size_t>(members * hp)),
-          qT4(static_cast<size_t>(members * dp * hp)),
-          wq(static_cast<size_t>(members * hp)),
-          rows(kTileKeys),
-          rows_f32(kTileKeys),
-          tile_f32(static_cast<size_t>(kTileKeys * d)),
-          tile_i8(static_cast<size_t>(kTileKeys * dp)),
-          kscale(kTileKeys),
-          ksum(kTileKeys),
-          scores(kTileKeys) {}
+    // Sizes the buffers for a call (they only grow: a workspace keeps them between calls) and forgets what
+    // the slots held.
+    void fit(int64_t d, int64_t dp, int64_t hp, int64_t members) {
+        auto grow = [](auto &v, int64_t n) {
+            if (v.size() < static_cast<size_t>(n)) v.resize(static_cast<size_t>(n));
+        };
+        grow(qT, members * d * hp);
+        grow(w, members * hp);
+        grow(qT4, members * dp * hp);
+        grow(wq, members * hp);
+        grow(rows, kTileKeys);
+        grow(rows_f32, kTileKeys);
+        grow(tile_f32, kTileKeys * d);
+        grow(tile_i8, kTileKeys * dp);
+        grow(kscale, kTileKeys);
+        grow(ksum, kTileKeys);
+        grow(scores, kTileKeys);
+        prepared_chunk = -1;
+        exact_slot0_pos = -1;
+    }
 };
 
 int64_t fast_margin(int64_t top_k) { return std::min(top_k, top_k / 8 + 16); }
 
+// Per scored query after merge_splits, whose entries are at heap(pos, 0).data: the band [sure, keep) of int8
+// ranks that is re-scored exactly (fast mode; empty, sure = keep = top_k, in exact mode).
+struct Merged {
+    int64_t sure = 0, keep = 0;
+};
+
+// A piece of fast mode's exact re-scoring: entries [begin, end) of query pos's merged entries.
+struct Piece {
+    int64_t pos, begin, end;
+};
+
+}  // namespace
+
+namespace indexer {
+
+// What a call builds and fills, kept in an IndexerWorkspace between calls (every vector only grows).
+struct Buffers {
+    std::vector<ScoredQuery> scored;  // sorted into chunks
+    std::vector<Chunk> chunks;
+    // [n_scored, n_split, 2 * keep]: storage of the top-k buffers (a buffer's entries past its size are never
+    // read, so growing it is the only time it is written before use)
+    std::vector<Entry> entries;
+    std::vector<TopK> heaps;  // [n_scored, n_split]
+    std::vector<Merged> merged;
+    std::vector<Piece> pieces;
+    std::vector<Scratch> scratch;               // per pool thread
+    std::vector<std::vector<uint64_t>> select;  // per pool thread: select_best's keys, indices_in_order's bitmap
+};
+
+}  // namespace indexer
+
+namespace {
+
 class Selector {
   public:
     Selector(const Kernels &kernels, const IndexerShape &shape, const float *q, const float *w, const RowStore &keys,
-             std::span<const std::span<const int32_t>> candidates, int64_t top_k)
-        : k_(kernels),
+             std::span<const std::span<const int32_t>> candidates, int64_t top_k, indexer::Buffers &buffers)
+        : b_(buffers),
+          scored_(buffers.scored),
+          chunks_(buffers.chunks),
+          heaps_(buffers.heaps),
+          merged_(buffers.merged),
+          k_(kernels),
           n_head_(shape.n_head),
           d_(shape.head_dim),
           hp_(round_up(shape.n_head, 8)),
@@ -214,6 +260,11 @@ class Selector {
 
     TopK &heap(int64_t pos, int64_t split) { return heaps_[static_cast<size_t>(pos * n_split_ + split)]; }
 
+    indexer::Buffers &b_;
+    std::vector<ScoredQuery> &scored_;  // sorted into chunks
+    std::vector<Chunk> &chunks_;
+    std::vector<TopK> &heaps_;  // [n_scored, n_split]
+    std::vector<Merged> &merged_;
     const Kernels &k_;
     const int64_t n_head_, d_, hp_, dp_;
     const float *q_, *w_;
@@ -222,23 +273,13 @@ class Selector {
     const int64_t top_k_;
     const int64_t margin_;  // fast mode: ranks re-scored exactly on each side of the cut
 
-    std::vector<ScoredQuery> scored_;  // sorted into chunks
-    std::vector<Chunk> chunks_;
     int64_t max_members_ = 1;  // queries in the largest chunk
     int64_t n_split_ = 1;
-    // [n_scored, n_split, 2 * top_k]: storage of the top-k buffers, left uninitialised (a buffer's entries past its
-    // size are never read; zeroing them cost ~10 us a layer in decode and 19 MB of stores a 512-query prefill layer)
-    std::unique_ptr<Entry[]> entries_;
-    std::vector<TopK> heaps_;  // [n_scored, n_split]
-    // Per scored query after merge_splits, whose entries are at heap(pos, 0).data: the band [sure, keep) of
-    // int8 ranks that is re-scored exactly (fast mode; empty, sure = keep = top_k, in exact mode).
-    struct Merged {
-        int64_t sure = 0, keep = 0;
-    };
-    std::vector<Merged> merged_;
 };
 
 void Selector::plan(IndexerPrecision precision, int64_t n_tokens, int n_threads) {
+    scored_.clear();
+    chunks_.clear();
     for (int64_t t = 0; t < n_tokens; ++t) {
         if (static_cast<int64_t>(cand_[static_cast<size_t>(t)].size()) <= top_k_) continue;
         const bool fast = precision == IndexerPrecision::fast && all_finite(q_ + t * n_head_ * d_, n_head_ * d_) &&
@@ -289,11 +330,12 @@ void Selector::plan(IndexerPrecision precision, int64_t n_tokens, int n_threads)
     // Fast queries keep top_k + margin per split (the re-scoring needs the keys just past the cut).
     const bool any_fast = std::any_of(scored_.begin(), scored_.end(), [](const ScoredQuery &q) { return q.fast; });
     const int64_t max_keep = top_k_ + (any_fast ? margin_ : 0);
-    entries_ = std::make_unique_for_overwrite<Entry[]>(scored_.size() * static_cast<size_t>(n_split_ * 2 * max_keep));
-    heaps_.resize(scored_.size() * static_cast<size_t>(n_split_));
+    const size_t n_entries = scored_.size() * static_cast<size_t>(n_split_ * 2 * max_keep);
+    if (b_.entries.size() < n_entries) b_.entries.resize(n_entries);
+    heaps_.assign(scored_.size() * static_cast<size_t>(n_split_), TopK{});
     for (size_t i = 0; i < heaps_.size(); ++i) {
         const bool fast = scored_[i / static_cast<size_t>(n_split_)].fast;
-        heaps_[i] = TopK{entries_.get() + i * static_cast<size_t>(2 * max_keep), top_k_ + (fast ? margin_ : 0)};
+        heaps_[i] = TopK{b_.entries.data() + i * static_cast<size_t>(2 * max_keep), top_k_ + (fast ? margin_ : 0)};
     }
 }
 
@@ -521,9 +563,13 @@ void Selector::run(ThreadPool &pool, IndexerPrecision precision, int64_t n_token
     if (scored_.empty()) return;
 
     const int64_t n_items = static_cast<int64_t>(chunks_.size()) * n_split_;
+    const int n_threads = parallel ? pool.n_threads() : 1;
+    if (b_.scratch.size() < static_cast<size_t>(n_threads)) b_.scratch.resize(static_cast<size_t>(n_threads));
+    if (b_.select.size() < static_cast<size_t>(n_threads)) b_.select.resize(static_cast<size_t>(n_threads));
     std::atomic<int64_t> next{0};
-    auto worker = [&](int, int) {
-        Scratch s(d_, dp_, hp_, max_members_);
+    auto worker = [&](int ith, int) {
+        Scratch &s = b_.scratch[static_cast<size_t>(ith)];
+        s.fit(d_, dp_, hp_, max_members_);
         for (int64_t item; (item = next.fetch_add(1, std::memory_order_relaxed)) < n_items;) run_item(s, item);
     };
     if (parallel) {
@@ -534,25 +580,28 @@ void Selector::run(ThreadPool &pool, IndexerPrecision precision, int64_t n_token
 
     const int64_t n_scored = static_cast<int64_t>(scored_.size());
     merged_.resize(static_cast<size_t>(n_scored));
+    // fn(select, pos) for every scored query, eight at a time per thread, with the thread's select scratch.
     auto for_queries = [&](auto &&fn) {
-        auto range = [&](int64_t begin, int64_t end) {
-            std::vector<uint64_t> select;
-            for (int64_t pos = begin; pos < end; ++pos) fn(select, pos);
+        constexpr int64_t kGrain = 8;
+        std::atomic<int64_t> next_pos{0};
+        auto range = [&](int ith, int) {
+            std::vector<uint64_t> &select = b_.select[static_cast<size_t>(ith)];
+            for (int64_t begin; (begin = next_pos.fetch_add(kGrain, std::memory_order_relaxed)) < n_scored;) {
+                for (int64_t pos = begin; pos < std::min(n_scored, begin + kGrain); ++pos) fn(select, pos);
+            }
         };
-        if (parallel) {
-            pool.parallel_for(n_scored, 8, range);
+        if (parallel && n_scored > kGrain) {
+            pool.run(range);
         } else {
-            range(0, n_scored);
+            range(0, 1);
         }
     };
     for_queries([&](std::vector<uint64_t> &select, int64_t pos) { merge_splits(select, pos); });
 
     // Fast mode's exact re-scoring, in pieces of the queries' bands (about two per thread in decode, where
     // one query's band is all there is).
-    struct Piece {
-        int64_t pos, begin, end;  // entries [begin, end) of query pos's merged entries
-    };
-    std::vector<Piece> pieces;
+    std::vector<Piece> &pieces = b_.pieces;
+    pieces.clear();
     int64_t band_total = 0;  // exact queries' bands are empty
     for (const Merged &mg : merged_) band_total += mg.keep - mg.sure;
     if (band_total > 0) {
@@ -564,8 +613,9 @@ void Selector::run(ThreadPool &pool, IndexerPrecision precision, int64_t n_token
                 pieces.push_back({pos, b, std::min(mg.keep, b + piece_len)});
         }
         std::atomic<int64_t> next_piece{0};
-        auto rescore = [&](int, int) {
-            Scratch s(d_, dp_, hp_, 1);
+        auto rescore = [&](int ith, int) {
+            Scratch &s = b_.scratch[static_cast<size_t>(ith)];
+            s.fit(d_, dp_, hp_, 1);
             for (int64_t i; (i = next_piece.fetch_add(1, std::memory_order_relaxed)) < std::ssize(pieces);) {
                 const Piece &p = pieces[static_cast<size_t>(i)];
                 rescore_exact(s, p.pos, heap(p.pos, 0).data + p.begin, p.end - p.begin);
@@ -589,7 +639,7 @@ namespace indexer {
 void select_with_isa(cpu::Isa isa, ThreadPool &pool, const IndexerShape &shape, IndexerPrecision precision,
                      const float *q, const float *w, int64_t n_tokens, const RowStore &keys,
                      std::span<const std::span<const int32_t>> candidates, int64_t top_k,
-                     std::vector<std::vector<int32_t>> &selected) {
+                     std::vector<std::vector<int32_t>> &selected, IndexerWorkspace *workspace) {
     if (n_tokens < 0 || static_cast<int64_t>(candidates.size()) != n_tokens) {
         throw_error("lightning indexer: %lld candidate lists for %lld tokens",
                     static_cast<long long>(candidates.size()), static_cast<long long>(n_tokens));
@@ -629,7 +679,10 @@ void select_with_isa(cpu::Isa isa, ThreadPool &pool, const IndexerShape &shape, 
     }
     if (!any_scored || top_k == 0) return;
     if (!q || !w) throw_error("lightning indexer: q and w are required when a query has more than top_k candidates");
-    Selector(indexer_kernels_for(isa), shape, q, w, keys, candidates, top_k).run(pool, precision, n_tokens, selected);
+    IndexerWorkspace call_workspace;  // empty (one small allocation) unless the caller gave none
+    indexer::Buffers &buffers = workspace ? workspace->buffers() : call_workspace.buffers();
+    Selector(indexer_kernels_for(isa), shape, q, w, keys, candidates, top_k, buffers)
+        .run(pool, precision, n_tokens, selected);
 }
 
 }  // namespace indexer
@@ -641,9 +694,14 @@ int64_t indexer_int8_width(int64_t head_dim) { return round_up(head_dim, 4); }
 void lightning_indexer_select(ThreadPool &pool, const IndexerShape &shape, IndexerPrecision precision, const float *q,
                               const float *w, int64_t n_tokens, const RowStore &keys,
                               std::span<const std::span<const int32_t>> candidates, int64_t top_k,
-                              std::vector<std::vector<int32_t>> &selected) {
+                              std::vector<std::vector<int32_t>> &selected, IndexerWorkspace *workspace) {
     indexer::select_with_isa(cpu::kernels().isa, pool, shape, precision, q, w, n_tokens, keys, candidates, top_k,
-                             selected);
+                             selected, workspace);
 }
+
+IndexerWorkspace::IndexerWorkspace() : buffers_(std::make_unique<indexer::Buffers>()) {}
+IndexerWorkspace::~IndexerWorkspace() = default;
+IndexerWorkspace::IndexerWorkspace(IndexerWorkspace &&) noexcept = default;
+IndexerWorkspace &IndexerWorkspace::operator=(IndexerWorkspace &&) noexcept = default;
 
 }  // namespace sparrow

@@ -148,13 +148,18 @@ std::vector<int32_t> KvCells::seq_cells_by_pos(int32_t seq) const {
 
 std::vector<int32_t> KvCells::cells_by_pos(const SeqSet &seqs) const {
     std::vector<int32_t> cells;
+    cells_by_pos(seqs, cells);
+    return cells;
+}
+
+void KvCells::cells_by_pos(const SeqSet &seqs, std::vector<int32_t> &cells) const {
+    cells.clear();
     for (int64_t c = 0; c < extent_; ++c) {
         if (pos_[c] >= 0 && (seqs_[c] & seqs) == seqs) cells.push_back(static_cast<int32_t>(c));
     }
     // Cells are usually taken in position order, so the list is already sorted; this runs every ubatch.
     const auto by_pos = [&](int32_t a, int32_t b) { return pos_[a] < pos_[b]; };
     if (!std::is_sorted(cells.begin(), cells.end(), by_pos)) std::stable_sort(cells.begin(), cells.end(), by_pos);
-    return cells;
 }
 
 std::vector<int32_t> KvCells::seq_cells_in(int32_t seq, int32_t p0, int32_t p1) const {

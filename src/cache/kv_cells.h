@@ -57,6 +57,8 @@ class KvCells {
     std::vector<int32_t> seq_cells_by_pos(int32_t seq) const;
     // The cells whose sequence set contains every sequence of `seqs`, ordered by position (then by cell).
     std::vector<int32_t> cells_by_pos(const SeqSet &seqs) const;
+    // The same into `out` (replaced; its capacity is reused: this runs once per ubatch and sequence set).
+    void cells_by_pos(const SeqSet &seqs, std::vector<int32_t> &out) const;
     // The cells of `seq` with pos in [p0, p1) (p1 < 0: no upper bound), in cell order.
     std::vector<int32_t> seq_cells_in(int32_t seq, int32_t p0, int32_t p1) const;
 

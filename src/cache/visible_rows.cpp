@@ -15,7 +15,7 @@ void VisibleRows::build(const KvCells &cells, std::span<const int32_t> pos, std:
         if (it != sets_.end()) continue;
         sets_.push_back(seqs[t]);
         if (set_cells_.size() < sets_.size()) set_cells_.emplace_back();
-        set_cells_[sets_.size() - 1] = cells.cells_by_pos(seqs[t]);
+        cells.cells_by_pos(seqs[t], set_cells_[sets_.size() - 1]);
     }
     rows_.assign(n, {});
     max_rows_ = 0;

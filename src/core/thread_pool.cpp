@@ -101,10 +101,14 @@ void ThreadPool::run(const std::function<void(int, int)> &fn) {
 }
 
 void ThreadPool::parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)> &fn) {
+    parallel_for_threads(n, grain, [&fn](int, int64_t begin, int64_t end) { fn(begin, end); });
+}
+
+void ThreadPool::parallel_for_threads(int64_t n, int64_t grain, const std::function<void(int, int64_t, int64_t)> &fn) {
     if (n <= 0) return;
     grain = std::max<int64_t>(1, grain);
     if (n_threads_ == 1 || n <= grain) {
-        fn(0, n);
+        fn(0, 0, n);
         return;
     }
     // The job's state sits behind one reference so the lambda fits std::function's inline storage:
@@ -112,13 +116,13 @@ void ThreadPool::parallel_for(int64_t n, int64_t grain, const std::function<void
     struct Chunks {
         std::atomic<int64_t> next{0};
         int64_t n, grain;
-        const std::function<void(int64_t, int64_t)> *fn;
+        const std::function<void(int, int64_t, int64_t)> *fn;
     } chunks{{}, n, grain, &fn};
-    run([&chunks](int, int) {
+    run([&chunks](int ith, int) {
         for (;;) {
             const int64_t begin = chunks.next.fetch_add(chunks.grain, std::memory_order_relaxed);
             if (begin >= chunks.n) break;
-            (*chunks.fn)(begin, std::min(chunks.n, begin + chunks.grain));
+            (*chunks.fn)(ith, begin, std::min(chunks.n, begin + chunks.grain));
         }
     });
 }

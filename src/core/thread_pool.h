@@ -30,6 +30,10 @@ class ThreadPool {
     // Calls fn(begin, end) over [0, n) in chunks of `grain` items handed out dynamically (an atomic
     // counter), so uneven rows balance. Runs inline when n <= grain or the pool has one thread.
     void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t begin, int64_t end)> &fn);
+    // The same, telling fn which thread runs the chunk (0 <= ith < n_threads(); 0 when run inline), for callers
+    // that keep per-thread buffers.
+    void parallel_for_threads(int64_t n, int64_t grain,
+                              const std::function<void(int ith, int64_t begin, int64_t end)> &fn);
 
   private:
     void worker_loop(int ith);

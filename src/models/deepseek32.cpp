@@ -92,6 +92,8 @@ struct DsaState final : ArchState {
     std::vector<std::vector<int32_t>> selected;
     std::vector<std::vector<int32_t>> chunk_selected;     // the indexer's output for one chunk (swapped in)
     std::vector<std::span<const int32_t>> selected_rows;  // spans over `selected`
+    IndexerWorkspace indexer_workspace;                   // the indexer's buffers, kept between calls
+    AttentionWorkspace attention_workspace;               // attention()'s, likewise
     OpScratch op;
     std::vector<WeightMatrix> head_blocks;  // one layer's W_UK or W_UV slices, one per head
     std::vector<MatmulTask> head_tasks;     // their products, in one matmul_many section
@@ -580,7 +582,7 @@ class DsaModel final : public ArchModel {
                 select_with_sinks(s, pool, il, visible);
             } else {
                 lightning_indexer_select(pool, IndexerShape{H, D}, s.precision, s.iq.data(), s.iw.data(), n,
-                                         s.indexer_key[il], visible, s.top_k, s.chunk_selected);
+                                         s.indexer_key[il], visible, s.top_k, s.chunk_selected, &s.indexer_workspace);
             }
             s.stats.select_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - ts).count();
             for (int64_t t = 0; t < n; ++t) {
@@ -615,7 +617,8 @@ class DsaModel final : public ArchModel {
         for (int64_t t = 0; t < n; ++t) rest[t] = visible[t].subspan(std::min<size_t>(visible[t].size(), s.sink));
         if (s.top_k > s.sink) {
             lightning_indexer_select(pool, IndexerShape{hp_.idx_n_head, hp_.idx_head_dim}, s.precision, s.iq.data(),
-                                     s.iw.data(), n, s.indexer_key[il], rest, s.top_k - s.sink, s.chunk_selected);
+                                     s.iw.data(), n, s.indexer_key[il], rest, s.top_k - s.sink, s.chunk_selected,
+                                     &s.indexer_workspace);
         } else {
             s.chunk_selected.resize(static_cast<size_t>(n));
             for (auto &sel : s.chunk_selected) sel.clear();
@@ -663,7 +666,8 @@ class DsaModel final : public ArchModel {
         const AttentionShape shape{
             .n_head = NH, .n_head_kv = 1, .head_dim_k = lat, .head_dim_v = C, .scale = hp_.kq_scale, .v_offset = 0};
         const auto ta = std::chrono::steady_clock::now();
-        attention(pool, shape, s.q_abs.data(), T, s.latent[il], s.latent[il], rows, s.lat_out.data());  // [T, NH, C]
+        attention(pool, shape, s.q_abs.data(), T, s.latent[il], s.latent[il], rows, s.lat_out.data(),  // [T, NH, C]
+                  &s.attention_workspace);
         s.stats.attend_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - ta).count();
         s.ckv_rotation.apply(s.lat_out.data(), T * NH);
 

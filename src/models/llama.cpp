@@ -61,6 +61,7 @@ struct LlamaState final : ArchState {
     // Scratch for one ubatch of up to n_ubatch tokens.
     std::vector<float> x, cur, q, k, v, att, gate, up, out_x;
     VisibleRows visible;
+    AttentionWorkspace attention_workspace;  // attention()'s buffers, kept between calls
     OpScratch op;
 };
 
@@ -208,7 +209,8 @@ class LlamaModel final : public ArchModel {
                 s.v_cache[il].write(ub.cells[t], s.v.data() + t * kv_dim);
             }
             s.q_rotation.apply(s.q.data(), T * hp_.n_head);  // as the stored K rows (identity if not rotated)
-            attention(pool, shape, s.q.data(), T, s.k_cache[il], s.v_cache[il], s.visible.rows(), s.att.data());
+            attention(pool, shape, s.q.data(), T, s.k_cache[il], s.v_cache[il], s.visible.rows(), s.att.data(),
+                      &s.attention_workspace);
             s.out_rotation.apply(s.att.data(), T * hp_.n_head);  // back from the rotated V rows
             matmul(pool, s.op, L.wo, s.att.data(), T, cur);      // [T, n_embd]
             for (int64_t i = 0; i < T * n_embd; ++i) x[i] += cur[i];
