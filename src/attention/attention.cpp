@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <vector>
 
 #include "attention/attention_kernels.h"
@@ -343,8 +344,8 @@ void attention(ThreadPool &pool, const AttentionShape &shape, const float *q, in
     // The head-lane kernels (16 heads per vector) serve KV heads read by a multiple of 16 query heads (MLA)
     // where AVX-512 exists; everything else takes the head-blocked kernels.
     const bool lanes = cpu::kernels().isa == cpu::Isa::avx512 && group % 16 == 0;
-    AttentionWorkspace call_workspace;  // empty (one small allocation) unless the caller gave none
-    AttentionBuffers &buffers = workspace ? workspace->buffers() : call_workspace.buffers();
+    std::optional<AttentionWorkspace> own;  // this call's buffers when the caller keeps none
+    AttentionBuffers &buffers = workspace ? workspace->buffers() : own.emplace().buffers();
     if (buffers.threads.size() < static_cast<size_t>(n_threads)) buffers.threads.resize(static_cast<size_t>(n_threads));
     Job job{.shape = shape,
             .q = q,

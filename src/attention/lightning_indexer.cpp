@@ -37,6 +37,7 @@
 #include <cstring>
 #include <limits>
 #include <memory>
+#include <optional>
 
 #include "attention/indexer_internal.h"
 #include "attention/indexer_kernels.h"
@@ -679,8 +680,8 @@ void select_with_isa(cpu::Isa isa, ThreadPool &pool, const IndexerShape &shape, 
     }
     if (!any_scored || top_k == 0) return;
     if (!q || !w) throw_error("lightning indexer: q and w are required when a query has more than top_k candidates");
-    IndexerWorkspace call_workspace;  // empty (one small allocation) unless the caller gave none
-    indexer::Buffers &buffers = workspace ? workspace->buffers() : call_workspace.buffers();
+    std::optional<IndexerWorkspace> own;  // this call's buffers when the caller keeps none
+    indexer::Buffers &buffers = workspace ? workspace->buffers() : own.emplace().buffers();
     Selector(indexer_kernels_for(isa), shape, q, w, keys, candidates, top_k, buffers)
         .run(pool, precision, n_tokens, selected);
 }
