@@ -1,7 +1,8 @@
 // select_best and indices_in_order against a full sort by the indexer's ranking rule, on data built to
 // stress it: many exact ties (scores from a handful of values, +0 and -0 mixed), -inf, huge and tiny
 // magnitudes, scores that share their sign and exponent (one binade) or are all equal (so the keys differ only
-// in their index bits, where the radix select starts), and every k from 1 to n on small sizes.
+// in their index bits, where the radix select starts), and every k from 1 to n on small sizes; at indexer sizes
+// also data whose evenly spaced entries mislead the AVX-512 path's sample.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -31,7 +32,11 @@ std::vector<ScoredIndex> make_entries(std::mt19937 &rng, int64_t n, int kind) {
             case 0: s = gauss(rng); break;
             case 1: s = few[rng() % (sizeof few / sizeof few[0])]; break;
             case 2: s = 1.0f + static_cast<float>(rng() % 100000) / 100000.0f; break;  // [1, 2): one binade
-            default: s = 0.75f; break;                                                 // all equal
+            case 3: s = 0.75f; break;                                                  // all equal
+            default:  // gaussian, but the entries at every (n / 512)-th position score far above the rest: a
+                      // sample taken at those positions misjudges the k-th best (the sampled path's fallback)
+                s = (n >= 512 && i % (n / 512) == 0) ? 1e30f + gauss(rng) * 1e24f : gauss(rng);
+                break;
         }
         e[static_cast<size_t>(i)] = {s, idx[static_cast<size_t>(i)] * 3};  // unique, not dense
     }
@@ -85,7 +90,7 @@ TEST(TopKSelect, MatchesFullSortOnEveryKForSmallSizes) {
 TEST(TopKSelect, MatchesFullSortAtIndexerSizes) {
     std::mt19937 rng(6);
     std::vector<uint64_t> scratch;
-    for (int kind : {0, 1, 2, 3}) {
+    for (int kind : {0, 1, 2, 3, 4}) {
         for (auto [n, k] : {std::pair<int64_t, int64_t>{4096, 2048},
                             {8192, 2048},
                             {16384, 2320},

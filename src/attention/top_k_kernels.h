@@ -16,6 +16,10 @@ void rank_keys(const void *entries, int64_t n, uint64_t *keys);
 // Keeps, in order and in place, the keys k with ((k >> shift) & digit_mask) == digit; returns how many.
 int64_t keep_digit(uint64_t *keys, int64_t n, int shift, uint64_t digit_mask, uint64_t digit);
 
+// Copies to out, in order, the keys k of keys[0, n) with lo <= k <= hi; returns how many, and the number of keys
+// above hi in *n_above.
+int64_t keep_range(const uint64_t *keys, int64_t n, uint64_t lo, uint64_t hi, uint64_t *out, int64_t *n_above);
+
 // Writes the n entries of `from` (whose keys are keys[0, n)) to `to`: those above kth from to[0] on, the one equal
 // to kth at to[k - 1], those below from to[k] on, each group in input order. Returns the count above kth.
 int64_t partition_by_key(const void *from, const uint64_t *keys, int64_t n, int64_t k, uint64_t kth, void *to);

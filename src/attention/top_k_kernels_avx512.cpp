@@ -70,6 +70,22 @@ int64_t keep_digit(uint64_t *keys, int64_t n, int shift, uint64_t digit_mask, ui
     return kept;
 }
 
+int64_t keep_range(const uint64_t *keys, int64_t n, uint64_t lo, uint64_t hi, uint64_t *out, int64_t *n_above) {
+    const __m512i vlo = _mm512_set1_epi64(static_cast<long long>(lo));
+    const __m512i vhi = _mm512_set1_epi64(static_cast<long long>(hi));
+    int64_t kept = 0, above = 0;
+    for (int64_t i = 0; i < n; i += 8) {
+        const __mmask8 valid = first_lanes(n - i);
+        const __m512i v = _mm512_maskz_loadu_epi64(valid, keys + i);
+        const __mmask8 up = _mm512_mask_cmpgt_epu64_mask(valid, v, vhi);
+        const __mmask8 in = _mm512_mask_cmpge_epu64_mask(valid, v, vlo) & static_cast<__mmask8>(~up);
+        above += __builtin_popcount(up);
+        kept += store_compressed(out + kept, in, v);
+    }
+    *n_above = above;
+    return kept;
+}
+
 int64_t partition_by_key(const void *from, const uint64_t *keys, int64_t n, int64_t k, uint64_t kth, void *to) {
     const auto *src = static_cast<const uint64_t *>(from);
     auto *dst = static_cast<uint64_t *>(to);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstddef>
 #include <cstring>
 
@@ -90,6 +91,35 @@ uint64_t kth_largest(uint64_t *keys, int64_t n, int64_t k, bool avx512) {
     }
 }
 
+// The k-th largest of the unique keys keys[0, n) found from a sample (AVX-512 path, large n): the sample's keys
+// around rank k * S / n bracket it with high probability, one vector pass copies the keys inside the bracket to
+// `work` and counts those above it, and the radix select runs on the bracket alone. Returns false, having decided
+// nothing, when the k-th key falls outside the bracket (the caller then selects over all n).
+bool sampled_kth(const uint64_t *keys, int64_t n, int64_t k, uint64_t *work, uint64_t &kth) {
+    constexpr int64_t kSample = 512;
+    if (n < 8 * kSample) return false;
+    std::array<uint64_t, kSample> sample;
+    for (int64_t i = 0; i < kSample; ++i) sample[static_cast<size_t>(i)] = keys[i * n / kSample];
+    // Rank of the k-th key in the sample (0 = largest), and a bracket of about four standard deviations of the
+    // sample's rank count around it.
+    const double p = double(k) / double(n);
+    const auto spread = static_cast<int64_t>(4.0 * std::sqrt(double(kSample) * p * (1.0 - p))) + 8;
+    const int64_t rank = (k * kSample) / n;
+    const int64_t hi_rank = std::max<int64_t>(0, rank - spread), lo_rank = std::min(kSample - 1, rank + spread);
+    const auto desc = [](uint64_t a, uint64_t b) { return a > b; };
+    std::nth_element(sample.begin(), sample.begin() + hi_rank, sample.end(), desc);
+    const uint64_t hi = sample[static_cast<size_t>(hi_rank)];
+    std::nth_element(sample.begin() + hi_rank, sample.begin() + lo_rank, sample.end(), desc);
+    const uint64_t lo = sample[static_cast<size_t>(lo_rank)];
+    // hi_rank == 0: nothing above the sample's largest is known to be outside; take everything above lo.
+    const uint64_t top = hi_rank == 0 ? ~uint64_t(0) : hi;
+    int64_t n_above = 0;
+    const int64_t n_in = avx512::keep_range(keys, n, lo, top, work, &n_above);
+    if (n_above >= k || n_above + n_in < k) return false;
+    kth = kth_largest(work, n_in, k - n_above, true);
+    return true;
+}
+
 }  // namespace
 
 void select_best(ScoredIndex *e, int64_t n, int64_t k, std::vector<uint64_t> &scratch) {
@@ -110,11 +140,14 @@ void select_best(ScoredIndex *e, int64_t n, int64_t k, std::vector<uint64_t> &sc
         if (scratch.size() < static_cast<size_t>(3 * n)) scratch.resize(static_cast<size_t>(3 * n));
         uint64_t *keys = scratch.data(), *work = keys + n, *entries = work + n;
         avx512::rank_keys(e, n, keys);
-        // A copy for the radix passes to reorder. (rank_keys storing each key twice instead ran 20-30% slower:
-        // 50-61 against 65-73 us at 16384, five alternating pairs.)
-        std::memcpy(work, keys, static_cast<size_t>(n) * sizeof(uint64_t));
         std::memcpy(entries, e, static_cast<size_t>(n) * sizeof(ScoredIndex));
-        const uint64_t kth = kth_largest(work, n, k, true);
+        uint64_t kth = 0;
+        if (!sampled_kth(keys, n, k, work, kth)) {
+            // A copy for the radix passes to reorder. (rank_keys storing each key twice instead ran 20-30% slower:
+            // 50-61 against 65-73 us at 16384, five alternating pairs.)
+            std::memcpy(work, keys, static_cast<size_t>(n) * sizeof(uint64_t));
+            kth = kth_largest(work, n, k, true);
+        }
         const int64_t above = avx512::partition_by_key(entries, keys, n, k, kth, e);
         SPARROW_ASSERT(above == k - 1);
         return;
