@@ -161,9 +161,10 @@ void print_sparse_stats(const Context &ctx, bool enabled) {
         return;
     }
     std::fprintf(stderr,
-                 "dsa-stats: time in indexer %.3f s (selection call %.3f s), in attention %.3f s (attention kernel "
-                 "%.3f s)\n",
-                 st.indexer_seconds, st.select_seconds, st.attention_seconds, st.attend_seconds);
+                 "dsa-stats: time in indexer %.3f ms (selection call %.3f ms), in attention %.3f ms (attention "
+                 "kernel %.3f ms)\n",
+                 1e3 * st.indexer_seconds, 1e3 * st.select_seconds, 1e3 * st.attention_seconds,
+                 1e3 * st.attend_seconds);
     std::fprintf(stderr, "  layer  indexer  queries  keys/query  visible/query  fraction\n");
     for (const SparseLayerStats &l : st.layers) {
         const double n = l.n_queries > 0 ? double(l.n_queries) : 1.0;

@@ -8,6 +8,7 @@
 
 #include "attention/attention_kernels.h"
 #include "core/error.h"
+#include "core/vectors.h"
 #include "kernels/cpu/dispatch.h"
 #include "kernels/ops.h"
 
@@ -45,33 +46,27 @@ void prefetch_bytes(const void *p, int64_t n) {
     for (int64_t i = 0; i < n; i += 64) __builtin_prefetch(b + i, 0, 3);
 }
 
-template <typename T>
-void grow(std::vector<T> &v, int64_t n) {
-    if (v.size() < static_cast<size_t>(n)) v.resize(static_cast<size_t>(n));
-}
-
 // One query of the head-lane path (attention_kernels.h): q transposed per slice of 16 heads with the scale
 // applied, and the online softmax's state per head.
 struct LaneQuery {
     std::vector<float> qt;    // [group / 16][Dk][16]
     std::vector<float> acc;   // [group / 16][Dv][16]
     std::vector<float> m, l;  // [group]: running maximum and sum
-    int64_t acc_size = 0;     // group * Dv of this call (the vectors may be longer: they only grow)
 
-    // Sizes the buffers for a call (a workspace keeps them between calls); reset fills them.
+    // Sizes the buffers for a call (a workspace keeps them between calls, so they may be longer); reset fills
+    // what the call uses.
     void fit(int64_t group, int64_t Dk, int64_t Dv) {
-        acc_size = group * Dv;
-        grow(qt, group * Dk);
-        grow(acc, group * Dv);
-        grow(m, group);
-        grow(l, group);
+        grow_to(qt, group * Dk);
+        grow_to(acc, group * Dv);
+        grow_to(m, group);
+        grow_to(l, group);
     }
-    void reset(const float *q_group, int64_t group, int64_t Dk, float scale) {
+    void reset(const float *q_group, int64_t group, int64_t Dk, int64_t Dv, float scale) {
         for (int64_t g = 0; g < group; ++g) {
             float *slice = qt.data() + (g / 16) * Dk * 16 + g % 16;
             for (int64_t i = 0; i < Dk; ++i) slice[i * 16] = scale * q_group[g * Dk + i];
         }
-        std::fill(acc.begin(), acc.begin() + acc_size, 0.0f);
+        std::fill(acc.begin(), acc.begin() + group * Dv, 0.0f);
         std::fill(m.begin(), m.begin() + group, -std::numeric_limits<float>::infinity());
         std::fill(l.begin(), l.begin() + group, 0.0f);
     }
@@ -152,10 +147,10 @@ void attend_lanes(ThreadPool &pool, Job &job) {
         LaneQuery &qa = tb.qa, &qb = tb.qb;
         qa.fit(group, Dk, Dv);
         if (n_split == 1) qb.fit(group, Dk, Dv);  // query b exists only in prefill (pairs)
-        grow(tb.k_tile, kLaneTileRows * Dk);
-        if (!job.v_in_k) grow(tb.v_tile, kLaneTileRows * Dv);
-        grow(tb.sa, kLaneTileRows * 16);
-        grow(tb.sb, kLaneTileRows * 16);
+        grow_to(tb.k_tile, kLaneTileRows * Dk);
+        if (!job.v_in_k) grow_to(tb.v_tile, kLaneTileRows * Dv);
+        grow_to(tb.sa, kLaneTileRows * 16);
+        grow_to(tb.sb, kLaneTileRows * 16);
         std::vector<float> &k_tile = tb.k_tile, &v_tile = tb.v_tile, &sa = tb.sa, &sb = tb.sb;
         std::vector<const void *> &lines = tb.lines;
         // Rows [lo, hi) of list for query a, and for query b too when it is given.
@@ -207,7 +202,7 @@ void attend_lanes(ThreadPool &pool, Job &job) {
                 const int64_t t = pair / shape.n_head_kv, kvh = pair % shape.n_head_kv;
                 const std::span<const int32_t> list = job.rows[static_cast<size_t>(t)];
                 const int64_t len = static_cast<int64_t>(list.size());
-                qa.reset(job.q + (t * shape.n_head + kvh * group) * Dk, group, Dk, shape.scale);
+                qa.reset(job.q + (t * shape.n_head + kvh * group) * Dk, group, Dk, Dv, shape.scale);
                 run(&qa, nullptr, list, len * split / n_split, len * (split + 1) / n_split, kvh);
                 std::copy_n(qa.m.begin(), group, job.buf.part_max.begin() + item * group);
                 std::copy_n(qa.l.begin(), group, job.buf.part_sum.begin() + item * group);
@@ -219,14 +214,14 @@ void attend_lanes(ThreadPool &pool, Job &job) {
             }
             const int64_t kvh = item % shape.n_head_kv, t0 = item / shape.n_head_kv * 2, t1 = t0 + 1;
             const std::span<const int32_t> la = job.rows[static_cast<size_t>(t0)];
-            qa.reset(job.q + (t0 * shape.n_head + kvh * group) * Dk, group, Dk, shape.scale);
+            qa.reset(job.q + (t0 * shape.n_head + kvh * group) * Dk, group, Dk, Dv, shape.scale);
             if (t1 >= job.n_tokens) {
                 run(&qa, nullptr, la, 0, static_cast<int64_t>(la.size()), kvh);
                 write_out(qa, t0, kvh);
                 continue;
             }
             const std::span<const int32_t> lb = job.rows[static_cast<size_t>(t1)];
-            qb.reset(job.q + (t1 * shape.n_head + kvh * group) * Dk, group, Dk, shape.scale);
+            qb.reset(job.q + (t1 * shape.n_head + kvh * group) * Dk, group, Dk, Dv, shape.scale);
             const size_t shorter = std::min(la.size(), lb.size());
             auto common = static_cast<int64_t>(
                 std::mismatch(la.begin(), la.begin() + static_cast<std::ptrdiff_t>(shorter), lb.begin()).first -
@@ -248,12 +243,12 @@ void attend_blocked(ThreadPool &pool, Job &job) {
     const Kernels &kern = cpu::kernels().isa == cpu::Isa::scalar ? kScalarKernels : kAvx2Kernels;
     pool.parallel_for_threads(job.n_items, job.grain(job.n_items), [&](int ith, int64_t begin, int64_t end) {
         AttentionBuffers::Thread &tb = job.buf.threads[static_cast<size_t>(ith)];
-        grow(tb.acc, group * Dv);
-        grow(tb.run_max, group);
-        grow(tb.run_sum, group);
-        grow(tb.k_tile, kTileRows * Dk);
-        if (!job.v_in_k) grow(tb.v_tile, kTileRows * Dv);  // MLA reads V from k_tile
-        grow(tb.sa, group * kTileRows);                    // scores, then weights, [group, tile]
+        grow_to(tb.acc, group * Dv);
+        grow_to(tb.run_max, group);
+        grow_to(tb.run_sum, group);
+        grow_to(tb.k_tile, kTileRows * Dk);
+        if (!job.v_in_k) grow_to(tb.v_tile, kTileRows * Dv);  // MLA reads V from k_tile
+        grow_to(tb.sa, group * kTileRows);                    // scores, then weights, [group, tile]
         const std::span<float> acc(tb.acc.data(), static_cast<size_t>(group * Dv));
         const std::span<float> run_max(tb.run_max.data(), static_cast<size_t>(group));
         const std::span<float> run_sum(tb.run_sum.data(), static_cast<size_t>(group));
@@ -366,9 +361,9 @@ void attention(ThreadPool &pool, const AttentionShape &shape, const float *q, in
             .work = work,
             .buf = buffers};
     if (n_split > 1) {
-        grow(buffers.part_max, n_items * group);
-        grow(buffers.part_sum, n_items * group);
-        grow(buffers.part_acc, n_items * group * Dv);
+        grow_to(buffers.part_max, n_items * group);
+        grow_to(buffers.part_sum, n_items * group);
+        grow_to(buffers.part_acc, n_items * group * Dv);
     }
     if (lanes) {
         attend_lanes(pool, job);

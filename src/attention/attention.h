@@ -26,8 +26,9 @@ struct AttentionBuffers;  // attention.cpp
 // attention()'s working memory (per thread: the widened row tile, the queries' transposed copies and
 // accumulators; the pieces of a list cut between threads), kept by a caller that attends repeatedly (a
 // context: once per layer and token) so that a call neither allocates nor zeroes it. Allocated per call, MLA
-// decode over 2048 rows (sparrow_cache_bench, one thread) took 0.89-1.04 ms against 0.66 when glibc returned
-// the pages between calls. One workspace serves one call at a time.
+// decode over 2048 rows (sparrow_cache_bench, one thread) took 0.89-1.04 ms with GLIBC_TUNABLES fixing glibc's
+// default thresholds (pages handed back between calls) against 0.66 without. One workspace serves one call at a
+// time.
 class AttentionWorkspace {
   public:
     AttentionWorkspace();

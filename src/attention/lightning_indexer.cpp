@@ -44,6 +44,7 @@
 #include "attention/lightning_indexer.h"
 #include "attention/top_k_select.h"
 #include "core/error.h"
+#include "core/vectors.h"
 #include "kernels/cpu/dispatch.h"
 #include "kernels/ops.h"
 
@@ -165,20 +166,17 @@ struct Scratch {
     // Sizes the buffers for a call (they only grow: a workspace keeps them between calls) and forgets what
     // the slots held.
     void fit(int64_t d, int64_t dp, int64_t hp, int64_t members) {
-        auto grow = [](auto &v, int64_t n) {
-            if (v.size() < static_cast<size_t>(n)) v.resize(static_cast<size_t>(n));
-        };
-        grow(qT, members * d * hp);
-        grow(w, members * hp);
-        grow(qT4, members * dp * hp);
-        grow(wq, members * hp);
-        grow(rows, kTileKeys);
-        grow(rows_f32, kTileKeys);
-        grow(tile_f32, kTileKeys * d);
-        grow(tile_i8, kTileKeys * dp);
-        grow(kscale, kTileKeys);
-        grow(ksum, kTileKeys);
-        grow(scores, kTileKeys);
+        grow_to(qT, members * d * hp);
+        grow_to(w, members * hp);
+        grow_to(qT4, members * dp * hp);
+        grow_to(wq, members * hp);
+        grow_to(rows, kTileKeys);
+        grow_to(rows_f32, kTileKeys);
+        grow_to(tile_f32, kTileKeys * d);
+        grow_to(tile_i8, kTileKeys * dp);
+        grow_to(kscale, kTileKeys);
+        grow_to(ksum, kTileKeys);
+        grow_to(scores, kTileKeys);
         prepared_chunk = -1;
         exact_slot0_pos = -1;
     }
@@ -224,10 +222,6 @@ class Selector {
     Selector(const Kernels &kernels, const IndexerShape &shape, const float *q, const float *w, const RowStore &keys,
              std::span<const std::span<const int32_t>> candidates, int64_t top_k, indexer::Buffers &buffers)
         : b_(buffers),
-          scored_(buffers.scored),
-          chunks_(buffers.chunks),
-          heaps_(buffers.heaps),
-          merged_(buffers.merged),
           k_(kernels),
           n_head_(shape.n_head),
           d_(shape.head_dim),
@@ -259,13 +253,9 @@ class Selector {
     void rescore_exact(Scratch &s, int64_t pos, Entry *e, int64_t n);
     void rows_to_f32(Scratch &s, int64_t n) const;
 
-    TopK &heap(int64_t pos, int64_t split) { return heaps_[static_cast<size_t>(pos * n_split_ + split)]; }
+    TopK &heap(int64_t pos, int64_t split) { return b_.heaps[static_cast<size_t>(pos * n_split_ + split)]; }
 
-    indexer::Buffers &b_;
-    std::vector<ScoredQuery> &scored_;  // sorted into chunks
-    std::vector<Chunk> &chunks_;
-    std::vector<TopK> &heaps_;  // [n_scored, n_split]
-    std::vector<Merged> &merged_;
+    indexer::Buffers &b_;  // the call's storage: queries, chunks, top-k buffers, per-thread scratch
     const Kernels &k_;
     const int64_t n_head_, d_, hp_, dp_;
     const float *q_, *w_;
@@ -279,16 +269,16 @@ class Selector {
 };
 
 void Selector::plan(IndexerPrecision precision, int64_t n_tokens, int n_threads) {
-    scored_.clear();
-    chunks_.clear();
+    b_.scored.clear();
+    b_.chunks.clear();
     for (int64_t t = 0; t < n_tokens; ++t) {
         if (static_cast<int64_t>(cand_[static_cast<size_t>(t)].size()) <= top_k_) continue;
         const bool fast = precision == IndexerPrecision::fast && all_finite(q_ + t * n_head_ * d_, n_head_ * d_) &&
                           all_finite(w_ + t * n_head_, n_head_);
-        scored_.push_back({t, 0, fast});
+        b_.scored.push_back({t, 0, fast});
     }
     auto list = [&](const ScoredQuery &sq) { return cand_[static_cast<size_t>(sq.t)]; };
-    std::sort(scored_.begin(), scored_.end(), [&](const ScoredQuery &a, const ScoredQuery &b) {
+    std::sort(b_.scored.begin(), b_.scored.end(), [&](const ScoredQuery &a, const ScoredQuery &b) {
         if (a.fast != b.fast) return a.fast < b.fast;
         const int32_t fa = list(a).front(), fb = list(b).front();
         if (fa != fb) return fa < fb;
@@ -296,12 +286,12 @@ void Selector::plan(IndexerPrecision precision, int64_t n_tokens, int n_threads)
         return a.t < b.t;
     });
     int64_t max_len = 0;
-    for (int64_t i = 0; i < static_cast<int64_t>(scored_.size());) {
-        const ScoredQuery &lead = scored_[static_cast<size_t>(i)];
+    for (int64_t i = 0; i < static_cast<int64_t>(b_.scored.size());) {
+        const ScoredQuery &lead = b_.scored[static_cast<size_t>(i)];
         const auto lead_list = list(lead);
         Chunk c{i, i};
-        while (c.end < static_cast<int64_t>(scored_.size()) && c.end - c.begin < kTileQueries) {
-            ScoredQuery &m = scored_[static_cast<size_t>(c.end)];
+        while (c.end < static_cast<int64_t>(b_.scored.size()) && c.end - c.begin < kTileQueries) {
+            ScoredQuery &m = b_.scored[static_cast<size_t>(c.end)];
             const auto m_list = list(m);
             if (m.fast != lead.fast || m_list.front() != lead_list.front()) break;
             // Lists of one sequence are usually views of one array: then the prefix needs no comparison.
@@ -314,7 +304,7 @@ void Selector::plan(IndexerPrecision precision, int64_t n_tokens, int n_threads)
         }
         max_len = std::max(max_len, static_cast<int64_t>(lead_list.size()));
         max_members_ = std::max(max_members_, c.end - c.begin);
-        chunks_.push_back(c);
+        b_.chunks.push_back(c);
         i = c.end;
     }
     // Splits give idle threads work when there are fewer chunks than threads (decode): two per thread, of at
@@ -322,21 +312,21 @@ void Selector::plan(IndexerPrecision precision, int64_t n_tokens, int n_threads)
     // merge in finish() sees all its keys: one O(context) select on one thread, against scoring the
     // context (heads x width multiply-adds per key) spread over the threads (16 threads at 16K keys: 32
     // splits of 512 keys instead of 8 of 2048). On few threads the splits stay long (2 threads: 4 of 4096).
-    const int64_t n_chunks = static_cast<int64_t>(chunks_.size());
+    const int64_t n_chunks = static_cast<int64_t>(b_.chunks.size());
     if (n_threads > 1 && n_chunks > 0 && n_chunks < 2 * n_threads) {
         const int64_t want = (2 * n_threads + n_chunks - 1) / n_chunks;
         const int64_t min_split = 8 * kTileKeys;
         n_split_ = std::clamp<int64_t>(max_len / min_split, 1, want);
     }
     // Fast queries keep top_k + margin per split (the re-scoring needs the keys just past the cut).
-    const bool any_fast = std::any_of(scored_.begin(), scored_.end(), [](const ScoredQuery &q) { return q.fast; });
+    const bool any_fast = std::any_of(b_.scored.begin(), b_.scored.end(), [](const ScoredQuery &q) { return q.fast; });
     const int64_t max_keep = top_k_ + (any_fast ? margin_ : 0);
-    const size_t n_entries = scored_.size() * static_cast<size_t>(n_split_ * 2 * max_keep);
+    const size_t n_entries = b_.scored.size() * static_cast<size_t>(n_split_ * 2 * max_keep);
     if (b_.entries.size() < n_entries) b_.entries.resize(n_entries);
-    heaps_.assign(scored_.size() * static_cast<size_t>(n_split_), TopK{});
-    for (size_t i = 0; i < heaps_.size(); ++i) {
-        const bool fast = scored_[i / static_cast<size_t>(n_split_)].fast;
-        heaps_[i] = TopK{b_.entries.data() + i * static_cast<size_t>(2 * max_keep), top_k_ + (fast ? margin_ : 0)};
+    b_.heaps.assign(b_.scored.size() * static_cast<size_t>(n_split_), TopK{});
+    for (size_t i = 0; i < b_.heaps.size(); ++i) {
+        const bool fast = b_.scored[i / static_cast<size_t>(n_split_)].fast;
+        b_.heaps[i] = TopK{b_.entries.data() + i * static_cast<size_t>(2 * max_keep), top_k_ + (fast ? margin_ : 0)};
     }
 }
 
@@ -403,7 +393,7 @@ void Selector::rows_to_f32(Scratch &s, int64_t n) const {
 void Selector::score_tile(Scratch &s, const Chunk &c, int64_t split, std::span<const int32_t> cells, int64_t k0,
                           int64_t k1, int64_t m0, int64_t m1, bool tail) {
     const int64_t n = k1 - k0;
-    const bool fast = scored_[static_cast<size_t>(c.begin)].fast;
+    const bool fast = b_.scored[static_cast<size_t>(c.begin)].fast;
     const bool quantized = dtype_is_quantized(keys_.type());
     // Exact mode: the score kernel widens f32 / f16 / bf16 rows itself, key by key, which suits a tile scored by
     // one query (decode); a tile several queries share is widened to f32 once, as are Q8_0 / Q4_0 rows.
@@ -448,7 +438,7 @@ void Selector::score_tile(Scratch &s, const Chunk &c, int64_t split, std::span<c
     const uint32_t row_type = widen_tile ? indexer::kRowF32 : static_cast<uint32_t>(keys_.type());
     const void *const *rows = widen_tile ? s.rows_f32.data() : s.rows.data();
     for (int64_t m = m0; m < m1; ++m) {
-        const ScoredQuery &sq = scored_[static_cast<size_t>(m)];
+        const ScoredQuery &sq = b_.scored[static_cast<size_t>(m)];
         const int64_t limit = tail ? k1 : std::min(k1, sq.prefix);
         const int64_t nm = limit - k0;
         if (nm <= 0) continue;
@@ -469,13 +459,13 @@ void Selector::score_tile(Scratch &s, const Chunk &c, int64_t split, std::span<c
 
 void Selector::run_item(Scratch &s, int64_t item) {
     const int64_t chunk = item / n_split_, split = item % n_split_;
-    const Chunk &c = chunks_[static_cast<size_t>(chunk)];
+    const Chunk &c = b_.chunks[static_cast<size_t>(chunk)];
     if (s.prepared_chunk != chunk) {
-        for (int64_t m = c.begin; m < c.end; ++m) prepare_query(s, m - c.begin, scored_[static_cast<size_t>(m)]);
+        for (int64_t m = c.begin; m < c.end; ++m) prepare_query(s, m - c.begin, b_.scored[static_cast<size_t>(m)]);
         s.prepared_chunk = chunk;
         s.exact_slot0_pos = -1;
     }
-    const auto lead = cand_[static_cast<size_t>(scored_[static_cast<size_t>(c.begin)].t)];
+    const auto lead = cand_[static_cast<size_t>(b_.scored[static_cast<size_t>(c.begin)].t)];
     const int64_t len = static_cast<int64_t>(lead.size());
     const int64_t lo = split == 0 ? 0 : len * split / n_split_ / kTileKeys * kTileKeys;
     const int64_t hi = split == n_split_ - 1 ? len : len * (split + 1) / n_split_ / kTileKeys * kTileKeys;
@@ -483,7 +473,7 @@ void Selector::run_item(Scratch &s, int64_t item) {
         score_tile(s, c, split, lead, k0, std::min(hi, k0 + kTileKeys), c.begin, c.end, false);
     if (split == n_split_ - 1) {
         for (int64_t m = c.begin; m < c.end; ++m) {
-            const ScoredQuery &sq = scored_[static_cast<size_t>(m)];
+            const ScoredQuery &sq = b_.scored[static_cast<size_t>(m)];
             const auto own = cand_[static_cast<size_t>(sq.t)];
             const int64_t n = static_cast<int64_t>(own.size());
             for (int64_t k0 = sq.prefix; k0 < n; k0 += kTileKeys) {
@@ -494,7 +484,7 @@ void Selector::run_item(Scratch &s, int64_t item) {
 }
 
 void Selector::rescore_exact(Scratch &s, int64_t pos, Entry *e, int64_t n) {
-    const ScoredQuery &sq = scored_[static_cast<size_t>(pos)];
+    const ScoredQuery &sq = b_.scored[static_cast<size_t>(pos)];
     if (s.exact_slot0_pos != pos) {
         prepare_query(s, 0, ScoredQuery{sq.t, 0, false});
         s.prepared_chunk = -1;
@@ -527,8 +517,8 @@ void Selector::merge_splits(std::vector<uint64_t> &select, int64_t pos) {
         total += h.size;
     }
     SPARROW_ASSERT(total >= top_k_);
-    Merged &mg = merged_[static_cast<size_t>(pos)];
-    if (!scored_[static_cast<size_t>(pos)].fast) {
+    Merged &mg = b_.merged[static_cast<size_t>(pos)];
+    if (!b_.scored[static_cast<size_t>(pos)].fast) {
         if (total > top_k_) indexer::select_best(base, total, top_k_, select, k_.avx512_select);
         mg.sure = mg.keep = top_k_;
         return;
@@ -543,10 +533,10 @@ void Selector::merge_splits(std::vector<uint64_t> &select, int64_t pos) {
 // the chosen cells in candidate order.
 void Selector::choose(std::vector<uint64_t> &select, int64_t pos, std::vector<int32_t> &out) {
     Entry *base = heap(pos, 0).data;
-    const Merged &mg = merged_[static_cast<size_t>(pos)];
+    const Merged &mg = b_.merged[static_cast<size_t>(pos)];
     if (mg.keep > top_k_)
         indexer::select_best(base + mg.sure, mg.keep - mg.sure, top_k_ - mg.sure, select, k_.avx512_select);
-    const auto list = cand_[static_cast<size_t>(scored_[static_cast<size_t>(pos)].t)];
+    const auto list = cand_[static_cast<size_t>(b_.scored[static_cast<size_t>(pos)].t)];
     out.resize(static_cast<size_t>(top_k_));
     indexer::indices_in_order(base, top_k_, static_cast<int64_t>(list.size()), out.data(), select);
     for (int32_t &i : out) i = list[static_cast<size_t>(i)];
@@ -561,12 +551,12 @@ void Selector::run(ThreadPool &pool, IndexerPrecision precision, int64_t n_token
     }
     const bool parallel = pool.n_threads() > 1 && work >= kMinParallelWork;
     plan(precision, n_tokens, parallel ? pool.n_threads() : 1);
-    if (scored_.empty()) return;
+    if (b_.scored.empty()) return;
 
-    const int64_t n_items = static_cast<int64_t>(chunks_.size()) * n_split_;
+    const int64_t n_items = static_cast<int64_t>(b_.chunks.size()) * n_split_;
     const int n_threads = parallel ? pool.n_threads() : 1;
-    if (b_.scratch.size() < static_cast<size_t>(n_threads)) b_.scratch.resize(static_cast<size_t>(n_threads));
-    if (b_.select.size() < static_cast<size_t>(n_threads)) b_.select.resize(static_cast<size_t>(n_threads));
+    grow_to(b_.scratch, n_threads);
+    grow_to(b_.select, n_threads);
     std::atomic<int64_t> next{0};
     auto worker = [&](int ith, int) {
         Scratch &s = b_.scratch[static_cast<size_t>(ith)];
@@ -579,22 +569,17 @@ void Selector::run(ThreadPool &pool, IndexerPrecision precision, int64_t n_token
         worker(0, 1);
     }
 
-    const int64_t n_scored = static_cast<int64_t>(scored_.size());
-    merged_.resize(static_cast<size_t>(n_scored));
-    // fn(select, pos) for every scored query, eight at a time per thread, with the thread's select scratch.
+    const int64_t n_scored = static_cast<int64_t>(b_.scored.size());
+    b_.merged.resize(static_cast<size_t>(n_scored));
+    // fn(select, pos) for every scored query, eight at a time, with the running thread's select scratch.
     auto for_queries = [&](auto &&fn) {
-        constexpr int64_t kGrain = 8;
-        std::atomic<int64_t> next_pos{0};
-        auto range = [&](int ith, int) {
-            std::vector<uint64_t> &select = b_.select[static_cast<size_t>(ith)];
-            for (int64_t begin; (begin = next_pos.fetch_add(kGrain, std::memory_order_relaxed)) < n_scored;) {
-                for (int64_t pos = begin; pos < std::min(n_scored, begin + kGrain); ++pos) fn(select, pos);
-            }
+        auto range = [&](int ith, int64_t begin, int64_t end) {
+            for (int64_t pos = begin; pos < end; ++pos) fn(b_.select[static_cast<size_t>(ith)], pos);
         };
-        if (parallel && n_scored > kGrain) {
-            pool.run(range);
+        if (parallel) {
+            pool.parallel_for_threads(n_scored, 8, range);
         } else {
-            range(0, 1);
+            range(0, 0, n_scored);
         }
     };
     for_queries([&](std::vector<uint64_t> &select, int64_t pos) { merge_splits(select, pos); });
@@ -604,12 +589,12 @@ void Selector::run(ThreadPool &pool, IndexerPrecision precision, int64_t n_token
     std::vector<Piece> &pieces = b_.pieces;
     pieces.clear();
     int64_t band_total = 0;  // exact queries' bands are empty
-    for (const Merged &mg : merged_) band_total += mg.keep - mg.sure;
+    for (const Merged &mg : b_.merged) band_total += mg.keep - mg.sure;
     if (band_total > 0) {
         const int64_t piece_len =
             std::max<int64_t>(kTileKeys, band_total / std::max<int64_t>(1, 2 * (parallel ? pool.n_threads() : 1)));
         for (int64_t pos = 0; pos < n_scored; ++pos) {
-            const Merged &mg = merged_[static_cast<size_t>(pos)];
+            const Merged &mg = b_.merged[static_cast<size_t>(pos)];
             for (int64_t b = mg.sure; b < mg.keep; b += piece_len)
                 pieces.push_back({pos, b, std::min(mg.keep, b + piece_len)});
         }
@@ -629,7 +614,7 @@ void Selector::run(ThreadPool &pool, IndexerPrecision precision, int64_t n_token
         }
     }
     for_queries([&](std::vector<uint64_t> &select, int64_t pos) {
-        choose(select, pos, selected[static_cast<size_t>(scored_[static_cast<size_t>(pos)].t)]);
+        choose(select, pos, selected[static_cast<size_t>(b_.scored[static_cast<size_t>(pos)].t)]);
     });
 }
 

@@ -43,12 +43,12 @@ namespace indexer {
 struct Buffers;  // lightning_indexer.cpp
 }
 
-// The selection's working memory (top-k buffers, per-thread key tiles and prepared queries: ~0.5 MB in a
-// 16K-key decode call on 2 threads), kept by whoever calls the indexer repeatedly (a context: once per layer
-// and token) so that a call neither allocates nor zeroes it. Allocated per call, those buffers are fresh pages
-// whenever the allocator has handed the previous ones back to the system (glibc does so at its default
-// thresholds unless earlier frees have raised them): a 16K-key fast decode call in sparrow_indexer_bench then
-// took 1.90-1.96 ms against 0.20-0.21 with a workspace (GLIBC_TUNABLES fixing the defaults, same run). One
+// The selection's working memory (top-k buffers, per-thread key tiles and prepared queries, the merge's select
+// keys: ~0.7 MB by their sizes in a 16K-key fast decode call on 2 threads), kept by whoever calls the indexer
+// repeatedly (a context: once per layer and token) so that a call neither allocates nor zeroes it. Allocated per call,
+// those buffers are fresh pages whenever the allocator has handed the previous ones back to the system (glibc does so
+// at its default thresholds unless earlier frees have raised them): a 16K-key fast decode call in sparrow_indexer_bench
+// then took 1.90-1.96 ms against 0.20-0.21 with a workspace (GLIBC_TUNABLES fixing the defaults, same run). One
 // workspace serves one call at a time.
 class IndexerWorkspace {
   public:

@@ -8,6 +8,7 @@
 
 #include "attention/top_k_kernels.h"
 #include "core/error.h"
+#include "core/vectors.h"
 #include "kernels/cpu/dispatch.h"
 
 namespace sparrow::indexer {
@@ -137,7 +138,7 @@ void select_best(ScoredIndex *e, int64_t n, int64_t k, std::vector<uint64_t> &sc
     }
     if (avx512) {
         // Out of place: the keys, a copy the radix passes reorder, and the entries as they came.
-        if (scratch.size() < static_cast<size_t>(3 * n)) scratch.resize(static_cast<size_t>(3 * n));
+        grow_to(scratch, 3 * n);
         uint64_t *keys = scratch.data(), *work = keys + n, *entries = work + n;
         avx512::rank_keys(e, n, keys);
         std::memcpy(entries, e, static_cast<size_t>(n) * sizeof(ScoredIndex));
@@ -152,7 +153,7 @@ void select_best(ScoredIndex *e, int64_t n, int64_t k, std::vector<uint64_t> &sc
         SPARROW_ASSERT(above == k - 1);
         return;
     }
-    if (scratch.size() < static_cast<size_t>(n)) scratch.resize(static_cast<size_t>(n));
+    grow_to(scratch, n);
     uint64_t *keys = scratch.data();
     for (int64_t i = 0; i < n; ++i) keys[i] = rank_key(e[i]);
     const uint64_t kth = kth_largest(keys, n, k, false);

@@ -59,9 +59,9 @@ for precision in ("exact", "fast"):
 checks.check(proc.stderr.count("time in indexer") == 2 and " 64.0 " in proc.stderr,
              "each block has the indexer time and 64 keys per query")
 # The selection call is part of the indexer's time and the attention kernel part of attention's.
-times = re.findall(r"time in indexer ([0-9.]+) s \(selection call ([0-9.]+) s\), in attention ([0-9.]+) s "
-                   r"\(attention kernel ([0-9.]+) s\)", proc.stderr)
-checks.check(len(times) == 2 and all(0 <= float(sel) <= float(ind) and 0 <= float(ker) <= float(att)
+times = re.findall(r"time in indexer ([0-9.]+) ms \(selection call ([0-9.]+) ms\), in attention ([0-9.]+) ms "
+                   r"\(attention kernel ([0-9.]+) ms\)", proc.stderr)
+checks.check(len(times) == 2 and all(0 < float(sel) <= float(ind) and 0 < float(ker) <= float(att)
                                      for ind, sel, att, ker in times),
              f"selection call within the indexer time, attention kernel within the attention time: {times}")
 checks.finish()
