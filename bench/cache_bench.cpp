@@ -1,5 +1,5 @@
 // Quantised caches: MLA decode attention (one token, 16 heads over 2048 latent rows of 512 + 64, V = c_kv)
-// with f16, q8_0 and q4_0 latent stores, and the row-to-f32 conversion alone, single-threaded.
+// with f16, q8_0 and q4_0 latent stores on 1 and 2 threads, and the row-to-f32 conversion alone (one thread).
 //
 //   ./build/bench/sparrow_cache_bench [google benchmark flags]
 //
@@ -63,7 +63,7 @@ void BM_MlaDecodeAttention(benchmark::State &state) {
     const std::span<const int32_t> list(cells);
     const std::vector<std::span<const int32_t>> rows = {list};
     std::vector<float> q(kHeads * (kCkv + kRope), 0.01f), out(kHeads * kCkv);
-    ThreadPool pool(1);
+    ThreadPool pool(static_cast<int>(state.range(2)));
     const AttentionShape shape{
         .n_head = kHeads, .n_head_kv = 1, .head_dim_k = kCkv + kRope, .head_dim_v = kCkv, .scale = 0.05f};
     AttentionWorkspace workspace;  // kept between calls, as a context keeps it
@@ -71,12 +71,13 @@ void BM_MlaDecodeAttention(benchmark::State &state) {
         attention(pool, shape, q.data(), 1, store, store, rows, out.data(), &workspace);
         benchmark::DoNotOptimize(out.data());
     }
-    state.SetLabel(std::string(dtype_name(t)) + (scattered ? " scattered" : ""));
+    state.SetLabel(std::string(dtype_name(t)) + (scattered ? " scattered" : "") + ", " +
+                   std::to_string(state.range(2)) + " thread(s)");
     state.counters["rows/s"] = benchmark::Counter(double(kRows), benchmark::Counter::kIsIterationInvariantRate);
     state.counters["bytes/s"] =
         benchmark::Counter(double(kRows * store.row_bytes()), benchmark::Counter::kIsIterationInvariantRate);
 }
-BENCHMARK(BM_MlaDecodeAttention)->ArgsProduct({{0, 1, 2}, {0, 1}});
+BENCHMARK(BM_MlaDecodeAttention)->ArgsProduct({{0, 1, 2}, {0, 1}, {1, 2}});
 
 void BM_ConvertRowToF32(benchmark::State &state) {
     const DType t = type_of(state.range(0));
