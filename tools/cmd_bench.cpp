@@ -244,9 +244,17 @@ Command register_bench(CLI::App &app) {
     auto *cmd = app.add_subcommand("bench", "Prompt and generation speed at context depths, sparse vs dense");
     auto f = std::make_shared<BenchFlags>();
     f->model.add_to(*cmd, 0, /*with_dsa_flag=*/false);
-    cmd->add_option("-p,--n-prompt", f->n_prompt, "Prompt lengths (comma-separated)")->delimiter(',');
-    cmd->add_option("-n,--n-gen", f->n_gen, "Generation lengths (comma-separated)")->delimiter(',');
-    cmd->add_option("-d,--depth", f->depths, "Context depths (comma-separated)")->delimiter(',');
+    // Each length in [0, 2^31] (checked per element): unbounded, a huge -d (or one CLI11 saturated to INT64_MAX)
+    // overflowed the context size computed from depth + length.
+    cmd->add_option("-p,--n-prompt", f->n_prompt, "Prompt lengths (comma-separated)")
+        ->delimiter(',')
+        ->check(count_at_least(0));
+    cmd->add_option("-n,--n-gen", f->n_gen, "Generation lengths (comma-separated)")
+        ->delimiter(',')
+        ->check(count_at_least(0));
+    cmd->add_option("-d,--depth", f->depths, "Context depths (comma-separated)")
+        ->delimiter(',')
+        ->check(count_at_least(0));
     cmd->add_option("--dsa", f->dsa, "Sparse attention modes to run: on, off or on,off")
         ->delimiter(',')
         ->check(CLI::IsMember({"on", "off"}));
@@ -255,15 +263,7 @@ Command register_bench(CLI::App &app) {
         ->check(CLI::IsMember({"exact", "fast"}));
     cmd->add_option("-r,--repetitions", f->reps, "Repetitions per test")->check(CLI::Range(1, 1000));
     cmd->add_option("-o,--output", f->output, "Output format: md or json")->check(CLI::IsMember({"md", "json"}));
-    return [f] {
-        for (int64_t v : f->n_prompt)
-            if (v < 0) throw_error("bench: negative prompt length");
-        for (int64_t v : f->n_gen)
-            if (v < 0) throw_error("bench: negative generation length");
-        for (int64_t v : f->depths)
-            if (v < 0) throw_error("bench: negative depth");
-        return bench(*f);
-    };
+    return [f] { return bench(*f); };
 }
 
 }  // namespace sparrow::tools

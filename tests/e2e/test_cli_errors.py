@@ -81,6 +81,13 @@ for flag, value, needle in (("-b", -7, "not in range 1 to 2147483648"), ("-c", -
     proc = harness.run(["run", "-m", model, "-p", "x", flag, value], check=False)
     checks.check("17976931348623157" not in proc.stderr, f"run {flag} {value}: no DBL_MAX in the message")
 
+# bench's list-valued lengths are checked per element; a depth past int64 (which CLI11 read as INT64_MAX)
+# overflowed the context size computed from it ("context sizes must not be negative").
+for flag, value in (("-d", "99999999999999999999"), ("-n", "9223372036854775807"), ("-p", "1,-5"),
+                    ("-p", "2147483649")):
+    expect_error(["bench", "-m", model, "-p", 0, "-n", 1, "-r", 1, flag, value], "not in range 0 to 2147483648",
+                 f"bench {flag} {value}")
+
 # And a good run still works after all that.
 out = harness.run(["run", "-m", model, "-p", "Once upon a time", "-n", 8, "--temp", 0])
 checks.check(out.stdout.startswith("Once upon a time"), "a valid run prints the prompt and its continuation")

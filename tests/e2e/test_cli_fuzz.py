@@ -41,8 +41,10 @@ FLAGS = {
     "perplexity": {**COMMON, "--dsa": ["on", "off"], "--chunks": INTS, "--kl-top": INTS,
                    "--kl-divergence-base": [os.path.join(tmp, "kl.bin")],
                    "--kl-divergence": [os.path.join(tmp, "kl.bin"), text, "/nonexistent"]},
-    "bench": {**COMMON, "-p": ["0", "1", "8", "1,2", "-5", "x", "100000"], "-n": ["0", "1", "4", "-1", "x"],
-              "-d": ["0", "64", "0,128", "-1", "5000", "x"], "--dsa": ["on", "off", "on,off", "x"],
+    # -p 100000 is a valid request that takes minutes on the tiny model (a quadratic prefill): huge values here
+    # are ones that must be refused.
+    "bench": {**COMMON, "-p": ["0", "1", "8", "1,2", "-5", "x", "4097", "2147483649", "99999999999999999999"], "-n": ["0", "1", "4", "-1", "x"],
+              "-d": ["0", "64", "0,128", "-1", "5000", "x", "99999999999999999999"], "--dsa": ["on", "off", "on,off", "x"],
               "-r": INTS, "-o": ["md", "json", "x"]},
     "batched": {**COMMON, **SAMPLING, "--parallel": INTS, "-n": ["1", "3", "0", "-1", "100000", "x"],
                 "--compare-single": None, "--quiet": None},
