@@ -5,7 +5,8 @@ Starts the server itself (or uses --url), then for each client count runs that m
 streaming /v1/completions requests (distinct prompts, a fixed number of tokens) until it has sent
 --requests or the phase's --time-limit passes. Prompts are --prompt-tokens token ids (distinct per request,
 the same length whatever the model's tokenizer), or with --prompt-tokens 0 text of --prompt-words words. Reports per phase: requests, generated tokens, aggregate
-tokens/s, time to first token and per-request latency (median and p90), and the speed-up over one client
+tokens/s, time to first token and per-request latency (median and p90), the server's time per decode call and
+its share of the phase (from /metrics: how much the steps slow down, and how long the scheduler waits between them), and the speed-up over one client
 (the ratio of the medians over rounds, and the median of each round's ratio to its own one-client phase).
 Standard library only.
 
@@ -82,14 +83,15 @@ def stream_one(host, port, body, timeout):
 
 
 def server_counters(host, port):
-    """(generated tokens, decode calls) from /metrics, or None when unavailable."""
+    """(generated tokens, decode calls, decode seconds) from /metrics, or None when unavailable."""
     try:
         conn = http.client.HTTPConnection(host, port, timeout=30)
         conn.request("GET", "/metrics")
         text = conn.getresponse().read().decode()
         conn.close()
         values = dict(line.rsplit(" ", 1) for line in text.splitlines() if line and not line.startswith("#"))
-        return float(values["sparrow_generated_tokens_total"]), float(values["sparrow_decode_calls_total"])
+        return (float(values["sparrow_generated_tokens_total"]), float(values["sparrow_decode_calls_total"]),
+                float(values["sparrow_decode_seconds_total"]))
     except (OSError, KeyError, ValueError):
         return None
 
@@ -127,6 +129,10 @@ def run_phase(host, port, n_clients, args, first_index):
     # Generated tokens per decoded batch: how many slots the scheduler batched together (prompt-only batches
     # count too, so this stays a little under the number of clients).
     per_batch = (after[0] - before[0]) / max(1.0, after[1] - before[1]) if before and after else float("nan")
+    # The scheduler's time inside decode calls: per call, and as a share of the phase's wall time (the rest is
+    # the server's own work between steps and steps waiting for requests).
+    step_ms = 1e3 * (after[2] - before[2]) / max(1.0, after[1] - before[1]) if before and after else float("nan")
+    decode_share = (after[2] - before[2]) / wall if before and after and wall > 0 else float("nan")
     tokens = sum(r[2] for r in results)
     q = lambda xs, p: sorted(xs)[min(len(xs) - 1, int(p * len(xs)))] if xs else float("nan")  # noqa: E731
     return {
@@ -138,6 +144,8 @@ def run_phase(host, port, n_clients, args, first_index):
         "wall_s": wall,
         "tokens_per_s": tokens / wall if wall > 0 else 0.0,
         "tokens_per_batch": per_batch,
+        "decode_ms_per_call": step_ms,
+        "decode_share": decode_share,
         "ttft_median_s": statistics.median([r[0] for r in results]) if results else float("nan"),
         "ttft_p90_s": q([r[0] for r in results], 0.9),
         "latency_median_s": statistics.median([r[1] for r in results]) if results else float("nan"),
@@ -207,7 +215,9 @@ def main():
             print(f"{n} clients: {res['requests']} requests, {res['tokens']} tokens in {res['wall_s']:.1f} s = "
                   f"{res['tokens_per_s']:.2f} tokens/s; first token median {res['ttft_median_s']:.2f} s "
                   f"(p90 {res['ttft_p90_s']:.2f}); request median {res['latency_median_s']:.2f} s "
-                  f"(p90 {res['latency_p90_s']:.2f}); {res['tokens_per_batch']:.2f} tokens per batch; errors {res['errors']}"
+                  f"(p90 {res['latency_p90_s']:.2f}); {res['tokens_per_batch']:.2f} tokens per batch; "
+                  f"{res['decode_ms_per_call']:.2f} ms per decode call, {100 * res['decode_share']:.0f}% of the time "
+                  f"in decode; errors {res['errors']}"
                   + (f" ({res['first_error']})" if res["first_error"] else ""), flush=True)
         # Per client count, the median over rounds of each figure.
         summary = []
@@ -217,6 +227,7 @@ def main():
             summary.append({"clients": n, "rounds": len(rows), "requests": sum(r["requests"] for r in rows),
                             "tokens": sum(r["tokens"] for r in rows), "tokens_per_s": med("tokens_per_s"),
                             "tokens_per_batch": med("tokens_per_batch"),
+                            "decode_ms_per_call": med("decode_ms_per_call"), "decode_share": med("decode_share"),
                             "ttft_median_s": med("ttft_median_s"), "ttft_p90_s": med("ttft_p90_s"),
                             "latency_median_s": med("latency_median_s"), "latency_p90_s": med("latency_p90_s")})
         base = next((p["tokens_per_s"] for p in summary if p["clients"] == 1), None)
@@ -234,15 +245,16 @@ def main():
             p["speedup_per_round"] = per_round.get(p["clients"], [])
         print(f"\nmedians over {args.rounds} round(s):")
         print("| clients | requests | tokens | tokens/s | vs 1 client | vs 1 client, per round (median) "
-              "| tokens per batch | first token (median, p90) | request (median, p90) |")
-        print("|---|---|---|---|---|---|---|---|---|")
+              "| tokens per batch | ms per decode call (time in decode) | first token (median, p90) "
+              "| request (median, p90) |")
+        print("|---|---|---|---|---|---|---|---|---|---|")
         for p in summary:
             ratio = f"{p['tokens_per_s'] / base:.2f}x" if base else "-"
             rounds = p["speedup_per_round"]
             paired = (f"{statistics.median(rounds):.2f}x ({', '.join(f'{x:.2f}' for x in rounds)})" if rounds
                       else "-")
             print(f"| {p['clients']} | {p['requests']} | {p['tokens']} | {p['tokens_per_s']:.2f} | {ratio} | {paired} | "
-                  f"{p['tokens_per_batch']:.2f} | "
+                  f"{p['tokens_per_batch']:.2f} | {p['decode_ms_per_call']:.2f} ({100 * p['decode_share']:.0f}%) | "
                   f"{p['ttft_median_s']:.2f} s, {p['ttft_p90_s']:.2f} s | "
                   f"{p['latency_median_s']:.2f} s, {p['latency_p90_s']:.2f} s |")
         if args.json:

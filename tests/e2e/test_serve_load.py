@@ -38,5 +38,10 @@ for mode, rounds, extra in [("ids", 2, ["--prompt-tokens", "12"]),
         if n == 1:
             checks.check(paired == [1.0] * rounds, f"{mode}: one client is its own baseline ({paired})")
         checks.check(row["tokens_per_s"] > 0, f"{mode}: {n} clients: a positive speed")
+    # The server's own timing: each phase spent time in decode calls, at most its wall time.
+    for ph in result["phases"]:
+        checks.check(ph["decode_ms_per_call"] > 0 and 0 < ph["decode_share"] <= 1,
+                     f"{mode}: {ph['clients']} clients: {ph['decode_ms_per_call']:.3f} ms per decode call, "
+                     f"{ph['decode_share']:.3f} of the time in decode")
     checks.check("| clients |" in proc.stdout and "vs 1 client" in proc.stdout, f"{mode}: prints the table")
 checks.finish()
