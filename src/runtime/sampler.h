@@ -21,12 +21,32 @@ class Sampler {
     explicit Sampler(const SamplerParams &params);
     int32_t sample(std::span<const float> logits);
 
+    struct Candidate {
+        float logit;  // NaN as -inf
+        int32_t id;
+        double mass;  // exp(logit - max logit): the unnormalised probability at temperature 1, where computed
+    };
+
   private:
+    // candidates_ = the n best by rank (larger logit, then lower id), in rank order.
+    void best_n(std::span<const float> logits, size_t n);
+    // The nucleus of the whole vocabulary (no top-k): candidates_[0, returned) are the smallest set of best-ranked
+    // tokens whose probability at temperature 1 reaches top_p, in no particular order. max: the largest logit.
+    size_t nucleus(std::span<const float> logits, float max);
+    // An index of weights_ drawn with probability weights_[i] / total.
+    size_t draw(double total);
+
     SamplerParams params_;
     std::mt19937_64 rng_;
-    std::vector<std::pair<float, int32_t>> candidates_;  // (logit, id), reused between calls
+    std::vector<Candidate> candidates_;  // reused between calls
+    std::vector<double> weights_;        // of the candidates (or of the vocabulary), reused
 };
 
 int32_t argmax(std::span<const float> logits);
+
+// The nucleus search of Sampler (exposed for its test): moves the smallest set of best-ranked candidates (larger
+// logit, then lower id) whose masses sum to at least `need` to c[0, returned), in no particular order; c.size() when
+// all of them fall short (rounding).
+size_t take_nucleus(std::span<Sampler::Candidate> c, double need);
 
 }  // namespace sparrow

@@ -1,0 +1,244 @@
+// The sampler against a plain reference (a full sort by rank, the top-k and nucleus cuts on it, then the tempered
+// softmax): greedy picks and their ties, the set of tokens a draw may return (exact, at the cuts' ties too), and the
+// frequencies of many draws against the reference's probabilities, on logits with ties, -inf and NaN.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "runtime/sampler.h"
+
+namespace sparrow {
+namespace {
+
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+// Probabilities the sampler should draw from: rank = (logit descending, id ascending; NaN as -inf); the top_k
+// first; of those the smallest prefix whose probability at temperature 1 (renormalised over them) reaches top_p;
+// then softmax(logit / temp) over the rest.
+std::vector<double> reference_probs(const std::vector<float> &logits, const SamplerParams &p) {
+    const size_t V = logits.size();
+    std::vector<float> v(V);
+    for (size_t i = 0; i < V; ++i) v[i] = logits[i] == logits[i] ? logits[i] : -kInf;
+    std::vector<size_t> order(V);
+    std::iota(order.begin(), order.end(), size_t(0));
+    std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return v[a] > v[b] || (v[a] == v[b] && a < b); });
+    const double max = v[order[0]];
+    size_t n = V;
+    if (p.top_k > 0 && static_cast<size_t>(p.top_k) < V) n = static_cast<size_t>(p.top_k);
+    if (p.top_p < 1.0f) {
+        double mass = 0.0;
+        for (size_t i = 0; i < n; ++i) mass += std::exp(double(v[order[i]]) - max);
+        double cum = 0.0;
+        for (size_t i = 0; i < n; ++i) {
+            cum += std::exp(double(v[order[i]]) - max);
+            if (cum >= p.top_p * mass) {
+                n = i + 1;
+                break;
+            }
+        }
+    }
+    std::vector<double> probs(V, 0.0);
+    double total = 0.0;
+    for (size_t i = 0; i < n; ++i) total += probs[order[i]] = std::exp((double(v[order[i]]) - max) / p.temp);
+    for (double &x : probs) x /= total;
+    return probs;
+}
+
+std::string describe(const SamplerParams &p, size_t V) {
+    return "vocab " + std::to_string(V) + " temp " + std::to_string(p.temp) + " top_k " + std::to_string(p.top_k) +
+           " top_p " + std::to_string(p.top_p);
+}
+
+TEST(Sampler, GreedyTakesTheFirstLargestAndIgnoresNaN) {
+    for (size_t V : {1, 7, 8, 9, 33, 1000}) {
+        for (size_t at = 0; at < V; at += std::max<size_t>(1, V / 7)) {
+            std::vector<float> logits(V, 0.5f);
+            logits[at] = 2.0f;
+            EXPECT_EQ(argmax(logits), static_cast<int32_t>(at)) << "vocab " << V;
+            if (at + 1 < V) {
+                logits[V - 1] = 2.0f;  // a tie later on: the lower id wins
+                EXPECT_EQ(argmax(logits), static_cast<int32_t>(at)) << "vocab " << V;
+            }
+        }
+    }
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    EXPECT_EQ(argmax(std::vector<float>{nan, 1.0f, 3.0f, nan}), 2);  // a NaN first never wins
+    EXPECT_EQ(argmax(std::vector<float>{nan, nan}), 0);              // nothing to compare: the first
+    EXPECT_EQ(argmax(std::vector<float>{-kInf, -kInf, -kInf}), 0);
+    EXPECT_EQ(argmax(std::vector<float>{-kInf, -3.0f, -kInf}), 1);
+    // temperature 0 is greedy whatever the other settings
+    Sampler s({0.0f, 3, 0.5f, 7});
+    EXPECT_EQ(s.sample(std::vector<float>{1.0f, 5.0f, 5.0f, -1.0f}), 1);
+}
+
+// n draws land only where the reference gives a positive probability, and their frequencies match it (within five
+// standard deviations of each token's count).
+void check_frequencies(const std::vector<float> &logits, const SamplerParams &p, int n) {
+    const auto want = reference_probs(logits, p);
+    Sampler s(p);
+    std::vector<int> count(logits.size(), 0);
+    for (int d = 0; d < n; ++d) {
+        const int32_t t = s.sample(logits);
+        ASSERT_TRUE(t >= 0 && static_cast<size_t>(t) < logits.size());
+        ASSERT_GT(want[static_cast<size_t>(t)], 0.0) << describe(p, logits.size()) << ": drew token " << t;
+        ++count[static_cast<size_t>(t)];
+    }
+    for (size_t i = 0; i < logits.size(); ++i) {
+        const double q = want[i], f = double(count[i]) / n;
+        EXPECT_LE(std::abs(f - q), 5.0 * std::sqrt(q * (1.0 - q) / n) + 1e-12)
+            << describe(p, logits.size()) << ": token " << i << " drawn " << f << ", want " << q;
+    }
+}
+
+TEST(Sampler, DrawsFollowTheReferenceDistribution) {
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    // Ties at several places (the top-k and nucleus cuts fall among them), -inf and NaN entries.
+    const std::vector<float> small = {1.0f, 3.0f, 3.0f, -kInf, 2.0f, 0.5f, 3.0f,  nan,   2.0f, -1.0f,
+                                      0.0f, 2.0f, 1.5f, -2.0f, 2.5f, 2.5f, -kInf, 0.25f, 1.0f, 4.0f};
+    for (float temp : {0.5f, 1.0f, 2.0f}) {
+        for (int top_k : {0, 1, 3, 4, 8, 19, 20, 40}) {
+            for (float top_p : {0.1f, 0.5f, 0.9f, 0.99f, 1.0f})
+                check_frequencies(small, {temp, top_k, top_p, 11}, 20000);
+        }
+    }
+    // 300 tokens with values from a short list (ties everywhere): past the nucleus search's short range, so its
+    // partition rounds run and their cut is checked token by token.
+    std::vector<float> mid(300);
+    for (size_t i = 0; i < mid.size(); ++i) mid[i] = small[(i * 7) % small.size()] + 0.1f * float(i % 3);
+    for (int top_k : {0, 50, 400}) {
+        for (float top_p : {0.3f, 0.9f, 1.0f}) check_frequencies(mid, {1.0f, top_k, top_p, 12}, 20000);
+    }
+}
+
+// At vocabulary sizes where the nucleus has hundreds to thousands of tokens (the quickselect's rounds, not only its
+// short-range finish) and top-k keeps more than the heap's 256: every draw lies in the reference's set.
+TEST(Sampler, LargeVocabulariesDrawOnlyFromTheCut) {
+    std::mt19937 rng(3);
+    for (float spread : {0.3f, 3.0f}) {
+        for (size_t V : {4097, 20000}) {
+            std::normal_distribution<float> gauss(0.0f, spread);
+            std::vector<float> logits(V);
+            for (float &x : logits) x = gauss(rng);
+            for (size_t i = 0; i < V; i += 97) logits[i] = logits[i / 2];  // ties across the range
+            for (const SamplerParams &p :
+                 {SamplerParams{1.0f, 0, 0.9f, 5}, SamplerParams{0.7f, 0, 0.3f, 5}, SamplerParams{1.0f, 1000, 0.95f, 5},
+                  SamplerParams{1.0f, 300, 1.0f, 5}, SamplerParams{1.0f, 0, 1.0f, 5}}) {
+                const auto want = reference_probs(logits, p);
+                const auto support = std::count_if(want.begin(), want.end(), [](double q) { return q > 0.0; });
+                Sampler s(p);
+                std::vector<bool> seen(V, false);
+                for (int d = 0; d < 400; ++d) {
+                    const int32_t t = s.sample(logits);
+                    ASSERT_GT(want[static_cast<size_t>(t)], 0.0)
+                        << describe(p, V) << " spread " << spread << ": drew token " << t << " outside the " << support
+                        << " of the cut";
+                    seen[static_cast<size_t>(t)] = true;
+                }
+                // Draws reach beyond the most likely one: a cut that kept too little would show here.
+                const auto distinct = std::count(seen.begin(), seen.end(), true);
+                EXPECT_GE(distinct, std::min<std::ptrdiff_t>(support, 5)) << describe(p, V);
+            }
+        }
+    }
+}
+
+// Top-k's ties go to the lower ids, on both of its paths (a heap up to 256 candidates, a selection above).
+TEST(Sampler, TopKTiesGoToTheLowerIds) {
+    for (auto [V, k] : {std::pair<size_t, int>{10, 2}, {2000, 300}}) {
+        std::vector<float> logits(V, 5.0f);
+        Sampler s({100.0f, k, 1.0f, 4});  // a high temperature: every kept token is drawn now and then
+        std::vector<bool> seen(V, false);
+        for (int d = 0; d < 20 * k; ++d) {
+            const int32_t t = s.sample(logits);
+            ASSERT_LT(t, k) << "vocab " << V << " top_k " << k << ": drew token " << t;
+            seen[static_cast<size_t>(t)] = true;
+        }
+        EXPECT_EQ(std::count(seen.begin(), seen.end(), true), k) << "vocab " << V << " top_k " << k;
+    }
+}
+
+// The nucleus search against a sort, on random candidates with many ties and zero masses, at sizes on both sides
+// of its short-range finish, for wanted masses from none to more than all: the same set.
+TEST(Sampler, NucleusSearchMatchesASortedPrefix) {
+    std::mt19937 rng(8);
+    int cases = 0;
+    for (size_t n : {1, 2, 31, 32, 33, 34, 100, 257, 1000, 3001}) {
+        for (int distinct : {1, 3, 40, 100000}) {
+            for (int rep = 0; rep < 20; ++rep) {
+                std::vector<Sampler::Candidate> c(n);
+                std::vector<int32_t> ids(n);
+                std::iota(ids.begin(), ids.end(), 0);
+                std::shuffle(ids.begin(), ids.end(), rng);  // the search must not rely on the input order
+                double total = 0.0;
+                for (size_t i = 0; i < n; ++i) {
+                    const int level = static_cast<int>(rng() % static_cast<unsigned>(distinct));
+                    const float logit = level == 0 && distinct > 2 ? -kInf : -0.01f * float(level);
+                    c[i] = {logit, ids[i], logit == -kInf ? 0.0 : std::exp(double(logit))};
+                    total += c[i].mass;
+                }
+                std::vector<Sampler::Candidate> sorted = c;
+                std::sort(sorted.begin(), sorted.end(), [](const Sampler::Candidate &a, const Sampler::Candidate &b) {
+                    return a.logit > b.logit || (a.logit == b.logit && a.id < b.id);
+                });
+                // (Not exactly 1: the sums run in another order, and need == total would then compare rounding.)
+                for (double frac : {0.0, 1e-9, 0.3, 0.5, 0.9, 0.999, 0.99999, 1.5}) {
+                    const double need = frac * total;
+                    size_t want = n;
+                    double cum = 0.0;
+                    for (size_t i = 0; i < n; ++i) {
+                        cum += sorted[i].mass;
+                        if (cum >= need) {
+                            want = i + 1;
+                            break;
+                        }
+                    }
+                    std::vector<Sampler::Candidate> work = c;
+                    const size_t got = take_nucleus(work, need);
+                    ASSERT_EQ(got, want) << "n " << n << " distinct " << distinct << " frac " << frac;
+                    std::vector<int32_t> a, b;
+                    for (size_t i = 0; i < got; ++i) {
+                        a.push_back(work[i].id);
+                        b.push_back(sorted[i].id);
+                    }
+                    std::sort(a.begin(), a.end());
+                    std::sort(b.begin(), b.end());
+                    ASSERT_EQ(a, b) << "n " << n << " distinct " << distinct << " frac " << frac;
+                    ++cases;
+                }
+            }
+        }
+    }
+    EXPECT_EQ(cases, 10 * 4 * 20 * 8);
+}
+
+TEST(Sampler, SeedsRepeatAndDiffer) {
+    std::vector<float> logits(500);
+    std::mt19937 rng(9);
+    std::normal_distribution<float> gauss(0.0f, 1.0f);
+    for (float &x : logits) x = gauss(rng);
+    for (const SamplerParams &base :
+         {SamplerParams{1.0f, 0, 1.0f, 0}, SamplerParams{0.8f, 40, 0.95f, 0}, SamplerParams{1.0f, 0, 0.9f, 0}}) {
+        auto run = [&](uint64_t seed) {
+            SamplerParams p = base;
+            p.seed = seed;
+            Sampler s(p);
+            std::vector<int32_t> out;
+            for (int i = 0; i < 64; ++i) out.push_back(s.sample(logits));
+            return out;
+        };
+        EXPECT_EQ(run(1), run(1));
+        EXPECT_NE(run(1), run(2));
+    }
+    // Nothing finite to weigh: the greedy answer rather than a division by zero.
+    Sampler s({1.0f, 0, 0.9f, 1});
+    EXPECT_EQ(s.sample(std::vector<float>{-kInf, -kInf}), 0);
+}
+
+}  // namespace
+}  // namespace sparrow
