@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "runtime/sampler.h"
+#include "server/scheduler.h"
 
 namespace {
 
@@ -34,6 +35,17 @@ void BM_Sample(benchmark::State &state) {
     state.SetLabel(names[state.range(1)]);
 }
 BENCHMARK(BM_Sample)->ArgsProduct({{32000, 129280}, {0, 1, 2, 3}})->Unit(benchmark::kMicrosecond);
+
+// The log probability of a token and the 5 most likely ones (a request with logprobs: 5), per generated token.
+void BM_TokenLogprob(benchmark::State &state) {
+    const auto n_vocab = static_cast<size_t>(state.range(0));
+    std::mt19937 rng(2);
+    std::normal_distribution<float> gauss(0.0f, 3.0f);
+    std::vector<float> logits(n_vocab);
+    for (float &v : logits) v = gauss(rng);
+    for (auto _ : state) benchmark::DoNotOptimize(server::token_logprob(logits, 7, 5));
+}
+BENCHMARK(BM_TokenLogprob)->Arg(32000)->Arg(129280)->Unit(benchmark::kMicrosecond);
 
 }  // namespace
 

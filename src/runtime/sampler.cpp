@@ -15,8 +15,9 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 // A logit as the sampler ranks it: NaN counts as -inf (never chosen while anything else can be).
 inline float rank_value(float v) { return v == v ? v : kNegInf; }
 
-// The largest logit (NaN ignored; -inf when there is nothing else). Eight running maxima the compiler turns into
-// vector max instructions: one running best waits on each compare.
+}  // namespace
+
+// Eight running maxima the compiler turns into vector max instructions: one running best waits on each compare.
 float max_logit(std::span<const float> logits) {
     float lanes[8] = {kNegInf, kNegInf, kNegInf, kNegInf, kNegInf, kNegInf, kNegInf, kNegInf};
     size_t i = 0;
@@ -27,6 +28,8 @@ float max_logit(std::span<const float> logits) {
     return *std::max_element(lanes, lanes + 8);
 }
 
+namespace {
+
 // A beats b when its logit is larger, or equal with the lower id.
 using Candidate = Sampler::Candidate;
 inline bool ranks_before(const Candidate &a, const Candidate &b) {
@@ -36,7 +39,30 @@ inline bool ranks_before(const Candidate &a, const Candidate &b) {
 // Up to this many candidates are kept in a heap while scanning the logits; more are selected from a copy of all.
 constexpr size_t kHeapCandidates = 256;
 
+// w[i] = exp((logits[i] - max) * inv_temp) (0 for NaN and -inf); returns the sum. The weights first, in a loop the
+// compiler vectorises, then the sum in double over four running totals (a double sum would not vectorise, and in
+// one total each add waits for the one before).
+double weigh(std::span<const float> logits, float max, float inv_temp, float *w) {
+    const size_t n = logits.size();
+    for (size_t i = 0; i < n; ++i) w[i] = exp_nonpositive((rank_value(logits[i]) - max) * inv_temp);
+    double sums[4] = {0.0, 0.0, 0.0, 0.0};
+    size_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+        for (size_t l = 0; l < 4; ++l) sums[l] += w[i + l];
+    }
+    for (; i < n; ++i) sums[0] += w[i];
+    return (sums[0] + sums[1]) + (sums[2] + sums[3]);
+}
+
 }  // namespace
+
+double sum_exp(std::span<const float> logits, float max) {
+    float w[256];  // one piece's weights at a time, on the stack
+    double total = 0.0;
+    for (size_t i = 0; i < logits.size(); i += 256)
+        total += weigh(logits.subspan(i, std::min<size_t>(256, logits.size() - i)), max, 1.0f, w);
+    return total;
+}
 
 int32_t argmax(std::span<const float> logits) {
     SPARROW_ASSERT(!logits.empty());
@@ -63,33 +89,38 @@ void Sampler::best_n(std::span<const float> logits, size_t n) {
         return;
     }
     // A heap of the n best so far with the worst on top; logits are visited in id order, so a later logit equal to
-    // the worst never beats it (its id is larger). Most logits are turned away by one compare with the worst, which
-    // is why this beats sorting copies of all of them.
+    // the worst never beats it (its id is larger). Most logits are turned away by the worst: whole blocks of 16 at a
+    // time by their maximum (a vector loop), where one compare per logit took ~0.7 ns each.
+    constexpr size_t kBlock = 16;
     size_t i = 0;
     for (; i < logits.size() && candidates_.size() < n; ++i) {
         candidates_.push_back({rank_value(logits[i]), static_cast<int32_t>(i), 0.0});
         std::push_heap(candidates_.begin(), candidates_.end(), ranks_before);
     }
     float worst = candidates_.front().logit;
-    for (; i < logits.size(); ++i) {
-        if (!(logits[i] > worst)) continue;  // NaN too
-        std::pop_heap(candidates_.begin(), candidates_.end(), ranks_before);
-        candidates_.back() = {logits[i], static_cast<int32_t>(i), 0.0};
-        std::push_heap(candidates_.begin(), candidates_.end(), ranks_before);
-        worst = candidates_.front().logit;
+    while (i < logits.size()) {
+        const size_t end = std::min(logits.size(), i + kBlock);
+        if (end - i == kBlock && !(max_logit(logits.subspan(i, kBlock)) > worst)) {
+            i = end;
+            continue;
+        }
+        for (; i < end; ++i) {
+            if (!(logits[i] > worst)) continue;  // NaN too
+            std::pop_heap(candidates_.begin(), candidates_.end(), ranks_before);
+            candidates_.back() = {logits[i], static_cast<int32_t>(i), 0.0};
+            std::push_heap(candidates_.begin(), candidates_.end(), ranks_before);
+            worst = candidates_.front().logit;
+        }
     }
     std::sort(candidates_.begin(), candidates_.end(), ranks_before);
 }
 
 size_t Sampler::nucleus(std::span<const float> logits, float max) {
-    candidates_.clear();
-    double total = 0.0;
-    for (size_t i = 0; i < logits.size(); ++i) {
-        const float v = rank_value(logits[i]);
-        const double mass = v == kNegInf ? 0.0 : std::exp(static_cast<double>(v - max));
-        candidates_.push_back({v, static_cast<int32_t>(i), mass});
-        total += mass;
-    }
+    weights_.resize(logits.size());
+    const double total = weigh(logits, max, 1.0f, weights_.data());  // the masses at temperature 1
+    candidates_.resize(logits.size());
+    for (size_t i = 0; i < logits.size(); ++i)
+        candidates_[i] = {rank_value(logits[i]), static_cast<int32_t>(i), static_cast<double>(weights_[i])};
     return take_nucleus(candidates_, params_.top_p * total);
 }
 
@@ -141,19 +172,12 @@ int32_t Sampler::sample(std::span<const float> logits) {
     const size_t n_vocab = logits.size();
     const bool cut_k = params_.top_k > 0 && static_cast<size_t>(params_.top_k) < n_vocab;
     const bool cut_p = params_.top_p < 1.0f;
-    const double inv_temp = 1.0 / params_.temp;
+    const float inv_temp = 1.0f / params_.temp;
 
     if (!cut_k && !cut_p) {
         // The whole distribution: no ranking needed, one pass of weights and a draw.
         weights_.resize(n_vocab);
-        double total = 0.0;
-        for (size_t i = 0; i < n_vocab; ++i) {
-            const float v = rank_value(logits[i]);
-            const double w = v == kNegInf ? 0.0 : std::exp(static_cast<double>(v - max) * inv_temp);
-            weights_[i] = w;
-            total += w;
-        }
-        return static_cast<int32_t>(draw(total));
+        return static_cast<int32_t>(draw(weigh(logits, max, inv_temp, weights_.data())));
     }
 
     size_t n = 0;
@@ -165,7 +189,7 @@ int32_t Sampler::sample(std::span<const float> logits) {
         if (cut_p) {
             double mass = 0.0;
             for (Candidate &c : candidates_) {
-                c.mass = c.logit == kNegInf ? 0.0 : std::exp(static_cast<double>(c.logit - max));
+                c.mass = exp_nonpositive(c.logit - max);
                 mass += c.mass;
             }
             double cum = 0.0;
@@ -184,8 +208,7 @@ int32_t Sampler::sample(std::span<const float> logits) {
     weights_.resize(n);
     double total = 0.0;
     for (size_t i = 0; i < n; ++i) {
-        const float v = candidates_[i].logit;
-        weights_[i] = v == kNegInf ? 0.0 : std::exp(static_cast<double>(v - max) * inv_temp);
+        weights_[i] = exp_nonpositive((candidates_[i].logit - max) * inv_temp);
         total += weights_[i];
     }
     return candidates_[draw(total)].id;
@@ -198,7 +221,7 @@ size_t Sampler::draw(double total) {
     double cum = 0.0;
     size_t last = 0;
     for (size_t i = 0; i < weights_.size(); ++i) {
-        if (weights_[i] <= 0.0) continue;
+        if (weights_[i] <= 0.0f) continue;
         cum += weights_[i];
         last = i;
         if (u < cum) return i;

@@ -40,24 +40,25 @@ const char *finish_reason_name(FinishReason r) {
 }
 
 TokenLogprob token_logprob(std::span<const float> logits, int32_t token, int n) {
-    // log softmax in double: the sum runs over the whole vocabulary
-    float max_logit = -std::numeric_limits<float>::infinity();
-    for (const float v : logits) max_logit = std::max(max_logit, v);
-    double sum = 0;
-    for (const float v : logits) sum += std::exp(static_cast<double>(v) - max_logit);
-    const double log_z = max_logit + std::log(sum);
+    // log softmax, the normaliser summed in double over the whole vocabulary
+    const float max = max_logit(logits);
+    const double log_z = max + std::log(sum_exp(logits, max));
     const auto logprob = [&](int32_t id) { return static_cast<float>(logits[static_cast<size_t>(id)] - log_z); };
     TokenLogprob out{token, logprob(token), {}};
-    // The n best by (logit descending, id ascending): a bounded insertion, n is small.
+    // The n best by (logit descending, id ascending): a bounded insertion, n is small. Ids come in increasing order,
+    // so once n are held a logit must beat the worst one's strictly (its value kept in a local).
     std::vector<int32_t> best;
     const auto before = [&](int32_t a, int32_t b) {
         return logits[static_cast<size_t>(a)] > logits[static_cast<size_t>(b)] ||
                (logits[static_cast<size_t>(a)] == logits[static_cast<size_t>(b)] && a < b);
     };
+    float worst = -std::numeric_limits<float>::infinity();
     for (int32_t id = 0; n > 0 && id < static_cast<int32_t>(logits.size()); ++id) {
-        if (static_cast<int>(best.size()) == n && !before(id, best.back())) continue;
-        if (static_cast<int>(best.size()) == n) best.pop_back();
+        const bool full = static_cast<int>(best.size()) == n;
+        if (full && !(logits[static_cast<size_t>(id)] > worst)) continue;
+        if (full) best.pop_back();
         best.insert(std::upper_bound(best.begin(), best.end(), id, before), id);
+        worst = logits[static_cast<size_t>(best.back())];
     }
     for (const int32_t id : best) out.top.emplace_back(id, logprob(id));
     return out;
