@@ -263,6 +263,12 @@ TEST(Sampler, SeedsRepeatAndDiffer) {
     // Nothing finite to weigh: the greedy answer rather than a division by zero.
     Sampler s({1.0f, 0, 0.9f, 1});
     EXPECT_EQ(s.sample(std::vector<float>{-kInf, -kInf}), 0);
+    // A subnormal temperature (1 / temp is inf in float): the top token, on every path, not a NaN weight.
+    for (const SamplerParams &p :
+         {SamplerParams{1e-44f, 0, 1.0f, 1}, SamplerParams{1e-44f, 2, 1.0f, 1}, SamplerParams{1e-44f, 0, 0.5f, 1}}) {
+        Sampler tiny(p);
+        for (int i = 0; i < 20; ++i) EXPECT_EQ(tiny.sample(std::vector<float>{0.5f, 2.0f, 1.0f, 1.999f}), 1);
+    }
 }
 
 }  // namespace

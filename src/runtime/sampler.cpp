@@ -172,7 +172,9 @@ int32_t Sampler::sample(std::span<const float> logits) {
     const size_t n_vocab = logits.size();
     const bool cut_k = params_.top_k > 0 && static_cast<size_t>(params_.top_k) < n_vocab;
     const bool cut_p = params_.top_p < 1.0f;
-    const float inv_temp = 1.0f / params_.temp;
+    // Capped: a subnormal temperature (a request's 1e-44) would make it inf in float, and 0 * inf a NaN weight for
+    // the top token; at 1e30 every other token's weight is 0 already.
+    const auto inv_temp = static_cast<float>(std::min(1.0 / double(params_.temp), 1e30));
 
     if (!cut_k && !cut_p) {
         // The whole distribution: no ranking needed, one pass of weights and a draw.
