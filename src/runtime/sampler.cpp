@@ -1,6 +1,7 @@
 #include "runtime/sampler.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
 
@@ -116,12 +117,44 @@ void Sampler::best_n(std::span<const float> logits, size_t n) {
 }
 
 size_t Sampler::nucleus(std::span<const float> logits, float max) {
-    weights_.resize(logits.size());
+    const size_t n_vocab = logits.size();
+    weights_.resize(n_vocab);
     const double total = weigh(logits, max, 1.0f, weights_.data());  // the masses at temperature 1
-    candidates_.resize(logits.size());
-    for (size_t i = 0; i < logits.size(); ++i)
-        candidates_[i] = {rank_value(logits[i]), static_cast<int32_t>(i), static_cast<double>(weights_[i])};
-    return take_nucleus(candidates_, params_.top_p * total);
+    const double need = params_.top_p * total;
+    // Buckets of logit below the maximum, in rank order (bucket b holds max - logit in [b, b + 1) / kPerUnit; the last
+    // also everything lower, of mass 0 in float): the mass of each, then the bucket where the running mass reaches
+    // `need`. Every token of an earlier bucket is in the nucleus, and only the crossing bucket's tokens need the
+    // quickselect, so the candidates are those few instead of the whole vocabulary (16 bytes each).
+    constexpr int kBuckets = 1024;
+    constexpr float kPerUnit = float(kBuckets) / 88.0f;  // exp_nonpositive is 0 from 87.34 below the maximum on
+    const auto bucket_of = [&](float v) {
+        const float b = (max - v) * kPerUnit;  // >= 0; inf for -inf (NaN counts as -inf)
+        return b < float(kBuckets - 1) ? static_cast<int>(b) : kBuckets - 1;
+    };
+    buckets_.resize(n_vocab);
+    for (size_t i = 0; i < n_vocab; ++i) buckets_[i] = static_cast<uint16_t>(bucket_of(rank_value(logits[i])));
+    std::array<double, kBuckets> mass{};
+    for (size_t i = 0; i < n_vocab; ++i) mass[buckets_[i]] += weights_[i];
+    int cross = 0;
+    double before = 0.0;  // mass of the buckets before `cross`
+    while (cross < kBuckets - 1 && before + mass[static_cast<size_t>(cross)] < need)
+        before += mass[static_cast<size_t>(cross++)];
+    // The earlier buckets' tokens (all in), then the crossing bucket's (when rounding left the running mass short of
+    // `need`, cross is the last bucket and every token is a candidate).
+    candidates_.clear();
+    crossing_.clear();
+    for (size_t i = 0; i < n_vocab; ++i) {
+        if (buckets_[i] > cross) continue;
+        const Candidate c{rank_value(logits[i]), static_cast<int32_t>(i), static_cast<double>(weights_[i])};
+        if (buckets_[i] < cross) {
+            candidates_.push_back(c);
+        } else {
+            crossing_.push_back(c);
+        }
+    }
+    const size_t n_in = candidates_.size();
+    candidates_.insert(candidates_.end(), crossing_.begin(), crossing_.end());
+    return n_in + take_nucleus(std::span<Candidate>(candidates_).subspan(n_in), need - before);
 }
 
 size_t take_nucleus(std::span<Sampler::Candidate> c, double need) {

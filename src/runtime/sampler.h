@@ -40,6 +40,8 @@ class Sampler {
     std::mt19937_64 rng_;
     std::vector<Candidate> candidates_;  // reused between calls
     std::vector<float> weights_;         // of the candidates (or of the vocabulary), reused
+    std::vector<uint16_t> buckets_;      // nucleus: each token's bucket of logit below the maximum
+    std::vector<Candidate> crossing_;    // nucleus: the tokens of the bucket where the cut falls
 };
 
 int32_t argmax(std::span<const float> logits);
