@@ -73,20 +73,20 @@ int32_t argmax(std::span<const float> logits) {
     for (size_t i = 0; i < logits.size(); ++i) {
         if (rank_value(logits[i]) == best) return static_cast<int32_t>(i);
     }
-    return 0;  // every logit NaN
+    return 0;  // not reached: best is some logit's rank value, or -inf, which the first one then has
 }
 
 Sampler::Sampler(const SamplerParams &params) : params_(params), rng_(params.seed) {}
 
-void Sampler::best_n(std::span<const float> logits, size_t n) {
-    candidates_.clear();
+void best_logits(std::span<const float> logits, size_t n, std::vector<Sampler::Candidate> &out) {
+    n = std::min(n, logits.size());
+    out.clear();
+    if (n == 0) return;
     if (n > kHeapCandidates) {
-        for (size_t i = 0; i < logits.size(); ++i)
-            candidates_.push_back({rank_value(logits[i]), static_cast<int32_t>(i), 0.0});
-        std::nth_element(candidates_.begin(), candidates_.begin() + static_cast<std::ptrdiff_t>(n - 1),
-                         candidates_.end(), ranks_before);
-        candidates_.resize(n);
-        std::sort(candidates_.begin(), candidates_.end(), ranks_before);
+        for (size_t i = 0; i < logits.size(); ++i) out.push_back({rank_value(logits[i]), static_cast<int32_t>(i), 0.0});
+        std::nth_element(out.begin(), out.begin() + static_cast<std::ptrdiff_t>(n - 1), out.end(), ranks_before);
+        out.resize(n);
+        std::sort(out.begin(), out.end(), ranks_before);
         return;
     }
     // A heap of the n best so far with the worst on top; logits are visited in id order, so a later logit equal to
@@ -94,11 +94,11 @@ void Sampler::best_n(std::span<const float> logits, size_t n) {
     // time by their maximum (a vector loop), where one compare per logit took ~0.7 ns each.
     constexpr size_t kBlock = 16;
     size_t i = 0;
-    for (; i < logits.size() && candidates_.size() < n; ++i) {
-        candidates_.push_back({rank_value(logits[i]), static_cast<int32_t>(i), 0.0});
-        std::push_heap(candidates_.begin(), candidates_.end(), ranks_before);
+    for (; i < logits.size() && out.size() < n; ++i) {
+        out.push_back({rank_value(logits[i]), static_cast<int32_t>(i), 0.0});
+        std::push_heap(out.begin(), out.end(), ranks_before);
     }
-    float worst = candidates_.front().logit;
+    float worst = out.front().logit;
     while (i < logits.size()) {
         const size_t end = std::min(logits.size(), i + kBlock);
         if (end - i == kBlock && !(max_logit(logits.subspan(i, kBlock)) > worst)) {
@@ -107,13 +107,13 @@ void Sampler::best_n(std::span<const float> logits, size_t n) {
         }
         for (; i < end; ++i) {
             if (!(logits[i] > worst)) continue;  // NaN too
-            std::pop_heap(candidates_.begin(), candidates_.end(), ranks_before);
-            candidates_.back() = {logits[i], static_cast<int32_t>(i), 0.0};
-            std::push_heap(candidates_.begin(), candidates_.end(), ranks_before);
-            worst = candidates_.front().logit;
+            std::pop_heap(out.begin(), out.end(), ranks_before);
+            out.back() = {logits[i], static_cast<int32_t>(i), 0.0};
+            std::push_heap(out.begin(), out.end(), ranks_before);
+            worst = out.front().logit;
         }
     }
-    std::sort(candidates_.begin(), candidates_.end(), ranks_before);
+    std::sort(out.begin(), out.end(), ranks_before);
 }
 
 size_t Sampler::nucleus(std::span<const float> logits, float max) {
@@ -139,21 +139,17 @@ size_t Sampler::nucleus(std::span<const float> logits, float max) {
     double before = 0.0;  // mass of the buckets before `cross`
     while (cross < kBuckets - 1 && before + mass[static_cast<size_t>(cross)] < need)
         before += mass[static_cast<size_t>(cross++)];
-    // The earlier buckets' tokens (all in), then the crossing bucket's (when rounding left the running mass short of
-    // `need`, cross is the last bucket and every token is a candidate).
+    // The tokens up to the crossing bucket, the earlier buckets' (all in) moved before the crossing one's (when
+    // rounding left the running mass short of `need`, cross is the last bucket and every token is a candidate).
     candidates_.clear();
-    crossing_.clear();
     for (size_t i = 0; i < n_vocab; ++i) {
-        if (buckets_[i] > cross) continue;
-        const Candidate c{rank_value(logits[i]), static_cast<int32_t>(i), static_cast<double>(weights_[i])};
-        if (buckets_[i] < cross) {
-            candidates_.push_back(c);
-        } else {
-            crossing_.push_back(c);
-        }
+        if (buckets_[i] <= cross)
+            candidates_.push_back({rank_value(logits[i]), static_cast<int32_t>(i), static_cast<double>(weights_[i])});
     }
-    const size_t n_in = candidates_.size();
-    candidates_.insert(candidates_.end(), crossing_.begin(), crossing_.end());
+    const auto n_in = static_cast<size_t>(
+        std::partition(candidates_.begin(), candidates_.end(),
+                       [&](const Candidate &c) { return buckets_[static_cast<size_t>(c.id)] < cross; }) -
+        candidates_.begin());
     return n_in + take_nucleus(std::span<Candidate>(candidates_).subspan(n_in), need - before);
 }
 
@@ -220,26 +216,20 @@ int32_t Sampler::sample(std::span<const float> logits) {
         // The top_k best in rank order, then the nucleus of the distribution renormalised over them: the smallest
         // prefix whose probability at temperature 1 reaches top_p.
         n = static_cast<size_t>(params_.top_k);
-        best_n(logits, n);
+        best_logits(logits, n, candidates_);
         if (cut_p) {
             double mass = 0.0;
             for (Candidate &c : candidates_) {
                 c.mass = exp_nonpositive(c.logit - max);
                 mass += c.mass;
             }
-            double cum = 0.0;
-            for (size_t i = 0; i < n; ++i) {
-                cum += candidates_[i].mass;
-                if (cum >= params_.top_p * mass) {
-                    n = i + 1;
-                    break;
-                }
-            }
+            n = take_nucleus(candidates_, params_.top_p * mass);
         }
     } else {
-        n = nucleus(logits, max);  // in no particular order: the draw does not need one
+        n = nucleus(logits, max);
     }
-    n = std::min(n, candidates_.size());
+    // candidates_[0, n) in no particular order (take_nucleus reorders): the draw does not need one.
+    SPARROW_ASSERT(n <= candidates_.size());
     weights_.resize(n);
     double total = 0.0;
     for (size_t i = 0; i < n; ++i) {

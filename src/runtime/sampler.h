@@ -2,6 +2,7 @@
 // distribution), then temperature, then a draw from a seeded generator (llama.cpp's default order).
 #pragma once
 
+#include <bit>
 #include <cstdint>
 #include <random>
 #include <span>
@@ -28,8 +29,6 @@ class Sampler {
     };
 
   private:
-    // candidates_ = the n best by rank (larger logit, then lower id), in rank order.
-    void best_n(std::span<const float> logits, size_t n);
     // The nucleus of the whole vocabulary (no top-k): candidates_[0, returned) are the smallest set of best-ranked
     // tokens whose probability at temperature 1 reaches top_p, in no particular order. max: the largest logit.
     size_t nucleus(std::span<const float> logits, float max);
@@ -41,10 +40,12 @@ class Sampler {
     std::vector<Candidate> candidates_;  // reused between calls
     std::vector<float> weights_;         // of the candidates (or of the vocabulary), reused
     std::vector<uint16_t> buckets_;      // nucleus: each token's bucket of logit below the maximum
-    std::vector<Candidate> crossing_;    // nucleus: the tokens of the bucket where the cut falls
 };
 
 int32_t argmax(std::span<const float> logits);
+
+// out = the min(n, size) best logits by rank (larger logit, then lower id; NaN as -inf), in rank order (mass 0).
+void best_logits(std::span<const float> logits, size_t n, std::vector<Sampler::Candidate> &out);
 
 // The largest logit, NaN ignored (-inf when there is nothing else).
 float max_logit(std::span<const float> logits);
@@ -72,9 +73,7 @@ inline float exp_nonpositive(float x) {
     p = p * r + 0.5f;
     p = p * r + 1.0f;
     p = p * r + 1.0f;
-    const auto bits = static_cast<uint32_t>(static_cast<int32_t>(nf) + 127) << 23;  // 2^n
-    float scale;
-    __builtin_memcpy(&scale, &bits, sizeof scale);
+    const auto scale = std::bit_cast<float>(static_cast<uint32_t>(static_cast<int32_t>(nf) + 127) << 23);  // 2^n
     return x < kMin ? 0.0f : p * scale;
 }
 

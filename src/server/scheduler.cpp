@@ -45,22 +45,10 @@ TokenLogprob token_logprob(std::span<const float> logits, int32_t token, int n) 
     const double log_z = max + std::log(sum_exp(logits, max));
     const auto logprob = [&](int32_t id) { return static_cast<float>(logits[static_cast<size_t>(id)] - log_z); };
     TokenLogprob out{token, logprob(token), {}};
-    // The n best by (logit descending, id ascending): a bounded insertion, n is small. Ids come in increasing order,
-    // so once n are held a logit must beat the worst one's strictly (its value kept in a local).
-    std::vector<int32_t> best;
-    const auto before = [&](int32_t a, int32_t b) {
-        return logits[static_cast<size_t>(a)] > logits[static_cast<size_t>(b)] ||
-               (logits[static_cast<size_t>(a)] == logits[static_cast<size_t>(b)] && a < b);
-    };
-    float worst = -std::numeric_limits<float>::infinity();
-    for (int32_t id = 0; n > 0 && id < static_cast<int32_t>(logits.size()); ++id) {
-        const bool full = static_cast<int>(best.size()) == n;
-        if (full && !(logits[static_cast<size_t>(id)] > worst)) continue;
-        if (full) best.pop_back();
-        best.insert(std::upper_bound(best.begin(), best.end(), id, before), id);
-        worst = logits[static_cast<size_t>(best.back())];
-    }
-    for (const int32_t id : best) out.top.emplace_back(id, logprob(id));
+    // The n best by (logit descending, id ascending), as the sampler's top-k finds them.
+    std::vector<Sampler::Candidate> best;
+    if (n > 0) best_logits(logits, static_cast<size_t>(n), best);
+    for (const Sampler::Candidate &c : best) out.top.emplace_back(c.id, logprob(c.id));
     return out;
 }
 
