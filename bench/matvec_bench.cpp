@@ -362,11 +362,11 @@ int main(int argc, char **argv) {
     // Every buffer is made (and its pages touched) before any timing starts.
     Buffers buffers;
     std::vector<std::unique_ptr<MatvecData>> matrices;
-    for (DType t : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0}) {
+    for (DType t : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::MXFP4}) {
         matrices.push_back(std::make_unique<MatvecData>(t));
     }
-    // The loader's layout of Q8_0 / Q4_0 weights (packed eight rows to a record; names end in x8).
-    for (DType t : {DType::Q8_0, DType::Q4_0}) matrices.push_back(std::make_unique<MatvecData>(t, true));
+    // The loader's layout of Q8_0 / Q4_0 / MXFP4 weights (packed eight rows to a record; names end in x8).
+    for (DType t : {DType::Q8_0, DType::Q4_0, DType::MXFP4}) matrices.push_back(std::make_unique<MatvecData>(t, true));
 
     benchmark::RegisterBenchmark("copy", bm_copy, &buffers, n_threads)->UseRealTime()->Unit(benchmark::kMillisecond);
     benchmark::RegisterBenchmark("read", bm_read, &buffers, n_threads)->UseRealTime()->Unit(benchmark::kMillisecond);
@@ -382,8 +382,10 @@ int main(int argc, char **argv) {
                                     {DType::BF16, false},
                                     {DType::Q8_0, false},
                                     {DType::Q4_0, false},
+                                    {DType::MXFP4, false},
                                     {DType::Q8_0, true},
-                                    {DType::Q4_0, true}}) {
+                                    {DType::Q4_0, true},
+                                    {DType::MXFP4, true}}) {
         for (int64_t n_tok : {1, 16}) {
             cached.push_back(std::make_unique<CachedMatvec>(t, n_tok, packed));
             const std::string name = "cached/" + layout_name(cached.back()->w) + "/tokens:" + std::to_string(n_tok);
@@ -391,8 +393,12 @@ int main(int argc, char **argv) {
         }
     }
     std::vector<std::unique_ptr<TokensMatmul>> token_mats;
-    for (const auto &[t, packed] :
-         {std::pair{DType::Q8_0, false}, {DType::Q4_0, false}, {DType::Q8_0, true}, {DType::Q4_0, true}}) {
+    for (const auto &[t, packed] : {std::pair{DType::Q8_0, false},
+                                    {DType::Q4_0, false},
+                                    {DType::MXFP4, false},
+                                    {DType::Q8_0, true},
+                                    {DType::Q4_0, true},
+                                    {DType::MXFP4, true}}) {
         const int64_t dram_rows = (working_set_bytes() / dtype_row_size(t, 2048) + 63) / 64 * 64;
         for (const auto &[n_cols, n_rows] : {std::pair<int64_t, int64_t>{2048, dram_rows}, {2048, 768}, {768, 2048}}) {
             token_mats.push_back(std::make_unique<TokensMatmul>(t, n_cols, n_rows, packed));

@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstring>
@@ -73,7 +74,11 @@ TEST_P(QuantRoundTrip, ErrorWithinTheTypesStep) {
             // Q4_1 / Q5_1: half of range/15, range/31 (+ the f16 rounding of d and m); Q5_0: a step of amax/16
             // (+16 clamps at 15); IQ4_NL: the code book's widest gap at its end, 113 -> 127, in units of amax/127;
             // IQ4_XS: that, plus what rounding the sub-block scale to steps d (at most the largest / 31) moves an
-            // element clamped at the book's end: half a step times 113.
+            // element clamped at the book's end: half a step times 113. MXFP4: E2M1's widest gap (4 -> 6) or the
+            // clamp of [6, 8) to 6, in units of the block's 2^(floor(log2 amax) - 2): 2 of them.
+            const int64_t b0 = i / 32 * 32;
+            const float block_amax = std::fabs(*std::max_element(
+                x.begin() + b0, x.begin() + b0 + 32, [](float a, float b) { return std::fabs(a) < std::fabs(b); }));
             const float bound = t == DType::Q8_0     ? 3.0f / 127 * 0.5f + 1e-3f
                                 : t == DType::Q4_0   ? 3.0f / 8 + 1e-3f
                                 : t == DType::Q4_1   ? 6.0f / 15 * 0.5f + 3e-3f
@@ -86,6 +91,7 @@ TEST_P(QuantRoundTrip, ErrorWithinTheTypesStep) {
                                 : t == DType::Q5_K   ? 6.0f / 31 * 0.5f + 32 * (6.0f / 31) / 126 + 3.0f / 126
                                 : t == DType::Q6_K   ? 3.0f / 32 + 32 * (3.0f / 32) / 256 + 1e-3f
                                 : t == DType::IQ4_XS ? 3.0f / 127 * 14 + 56.5f * (3.0f / 127) / 31 + 2e-3f
+                                : t == DType::MXFP4  ? std::ldexp(2.0f, std::ilogb(block_amax) - 2) + 1e-6f
                                 : t == DType::F16    ? std::fabs(x[i]) / 2048
                                 : t == DType::BF16   ? std::fabs(x[i]) / 256
                                                      : 0.0f;
@@ -94,7 +100,13 @@ TEST_P(QuantRoundTrip, ErrorWithinTheTypesStep) {
         // Quantising the dequantised values again must reproduce the same bytes (a fixed point).
         std::vector<uint8_t> q2(q.size());
         quantize_row(t, y.data(), q2.data(), n);
-        if (t != DType::Q4_0 && !dtype_dots_q8_k(t)) {
+        if (t == DType::MXFP4) {
+            // The values, not the bytes: a block whose elements fit one exponent lower (all of E2M1 up to 3, doubled,
+            // is in the code book) is written at that exponent the second time.
+            std::vector<float> y2(static_cast<size_t>(n));
+            dequantize_row(t, q2.data(), y2.data(), n);
+            EXPECT_EQ(y, y2);
+        } else if (t != DType::Q4_0 && !dtype_dots_q8_k(t)) {
             EXPECT_EQ(q, q2) << dtype_name(t);
         }
     }
@@ -102,8 +114,8 @@ TEST_P(QuantRoundTrip, ErrorWithinTheTypesStep) {
 
 INSTANTIATE_TEST_SUITE_P(Types, QuantRoundTrip,
                          ::testing::Values(DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1,
-                                           DType::Q5_0, DType::Q5_1, DType::IQ4_NL, DType::Q2_K, DType::Q3_K,
-                                           DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_XS),
+                                           DType::Q5_0, DType::Q5_1, DType::IQ4_NL, DType::MXFP4, DType::Q2_K,
+                                           DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_XS),
                          [](const auto &param_info) { return std::string(dtype_name(param_info.param)); });
 
 TEST(DType, Q4_0MatchesGgmlLayout) {
@@ -233,13 +245,68 @@ TEST(DType, KQuantElementsLieWhereGgmlPutsThem) {
     EXPECT_EQ(y[16], 0.5f * 113);
 }
 
+TEST(DType, Mxfp4MatchesTheOcpFormat) {
+    // E8M0 exponent e scales E2M1 codes by 2^(e - 127): code 7 is 6 (0 11 1), code 1 is 0.5 (subnormal), code 8 -0,
+    // code 15 is -6, code 4 is 2 (0 10 0).
+    BlockMXFP4 b{};
+    b.e = 130;        // x 8
+    b.qs[0] = 0xF7;   // element 0: 7, element 16: 15
+    b.qs[1] = 0x81;   // element 1: 1, element 17: 8
+    b.qs[15] = 0x04;  // element 15: 4, element 31: 0
+    float y[32];
+    dequantize_row(DType::MXFP4, &b, y, 32);
+    EXPECT_EQ(y[0], 48.0f);
+    EXPECT_EQ(y[16], -48.0f);
+    EXPECT_EQ(y[1], 4.0f);
+    EXPECT_EQ(y[17], 0.0f);
+    EXPECT_EQ(y[15], 16.0f);
+    EXPECT_EQ(y[31], 0.0f);
+    // The smallest exponents give subnormal scales (2^-127, 2^-128); 0.5 * 2^-127 = 2^-128 is itself subnormal.
+    b.e = 0;
+    dequantize_row(DType::MXFP4, &b, y, 32);
+    EXPECT_EQ(y[1], std::ldexp(1.0f, -128));
+    EXPECT_EQ(y[0], std::ldexp(6.0f, -127));
+    b.e = 1;
+    dequantize_row(DType::MXFP4, &b, y, 32);
+    EXPECT_EQ(y[1], std::ldexp(1.0f, -127));
+    b.e = 200;
+    dequantize_row(DType::MXFP4, &b, y, 32);
+    EXPECT_EQ(y[16], std::ldexp(-6.0f, 73));
+    // Quantising: the largest magnitude 5 takes exponent floor(log2 5) - 2 = 0 (e = 127), where it rounds to 4 or
+    // 6 (both 1 away); one exponent up (step 2 around 5) fits the others worse, so e stays 127.
+    float x[32];
+    constexpr float kE2m1[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, -4.0f};  // each exact at e = 127
+    for (int j = 0; j < 32; ++j) x[j] = kE2m1[j % 8];
+    x[5] = 5.0f;
+    quantize_row(DType::MXFP4, x, &b, 32);
+    EXPECT_EQ(b.e, 127);
+    dequantize_row(DType::MXFP4, &b, y, 32);
+    for (int j = 0; j < 32; ++j) {
+        if (j != 5) {
+            EXPECT_EQ(y[j], x[j]) << j;
+        }
+    }
+    EXPECT_EQ(std::fabs(y[5] - 5.0f), 1.0f);
+    // 7.9 clamps to 6 (error 1.9) at e = 127 and rounds to 8 (0.1) at e = 128: the exponent above OCP's wins.
+    for (float &v : x) v = 7.9f;
+    quantize_row(DType::MXFP4, x, &b, 32);
+    EXPECT_EQ(b.e, 128);
+    dequantize_row(DType::MXFP4, &b, y, 32);
+    EXPECT_EQ(y[0], 8.0f);
+    // All zeros: exponent 0, codes 0.
+    for (float &v : x) v = 0.0f;
+    quantize_row(DType::MXFP4, x, &b, 32);
+    EXPECT_EQ(b.e, 0);
+    for (uint8_t q : b.qs) EXPECT_EQ(q, 0);
+}
+
 TEST(DType, KQuantDequantisersAgreeWithTheElementDecoder) {
     // Random bytes in every field (scales, mins, high bits), sane d: dequantize_row against ref::block_element,
     // which decodes each element on its own from the layout, in double.
     std::mt19937 rng(5);
     std::uniform_int_distribution<int> byte(0, 255);
-    for (DType t : {DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::IQ4_NL, DType::Q2_K, DType::Q3_K, DType::Q4_K,
-                    DType::Q5_K, DType::Q6_K, DType::IQ4_XS}) {
+    for (DType t : {DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::IQ4_NL, DType::MXFP4, DType::Q2_K, DType::Q3_K,
+                    DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_XS}) {
         const int64_t n = 3 * QK_K;
         std::vector<uint8_t> row(static_cast<size_t>(dtype_row_size(t, n)));
         for (auto &b : row) b = static_cast<uint8_t>(byte(rng));
@@ -247,7 +314,9 @@ TEST(DType, KQuantDequantisersAgreeWithTheElementDecoder) {
         for (int64_t b = 0; b < n / dtype_info(t).block_size; ++b) {
             uint8_t *blk = row.data() + b * block_bytes;
             const uint16_t d = f32_to_fp16(0.01f * float(b + 1)), dmin = f32_to_fp16(0.003f * float(b + 2));
-            if (t == DType::Q6_K) {
+            if (t == DType::MXFP4) {
+                blk[0] = static_cast<uint8_t>(110 + b % 30);  // exponents 2^-17 .. 2^12
+            } else if (t == DType::Q6_K) {
                 std::memcpy(blk + offsetof(BlockQ6_K, d), &d, 2);
             } else if (t == DType::Q3_K) {
                 std::memcpy(blk + offsetof(BlockQ3_K, d), &d, 2);

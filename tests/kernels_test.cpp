@@ -71,9 +71,9 @@ namespace {
 using cpu::Isa;
 using cpu::KernelTable;
 
-constexpr DType kWeightTypes[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q8_0,   DType::Q4_0,
-                                  DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::IQ4_NL, DType::Q2_K,
-                                  DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K,   DType::IQ4_XS};
+constexpr DType kWeightTypes[] = {DType::F32,  DType::F16,  DType::BF16,   DType::Q8_0,  DType::Q4_0, DType::Q4_1,
+                                  DType::Q5_0, DType::Q5_1, DType::IQ4_NL, DType::MXFP4, DType::Q2_K, DType::Q3_K,
+                                  DType::Q4_K, DType::Q5_K, DType::Q6_K,   DType::IQ4_XS};
 
 std::string skip_message(Isa isa) { return std::string("skipped: CPU lacks ") + cpu::isa_name(isa); }
 
@@ -284,17 +284,18 @@ TEST_P(IsaTest, DotRowsQ8_0MatchesDotTileBitForBitOnAwkwardShapes) {
 }
 
 TEST_P(IsaTest, PackedRowsAreTheSameBitsOnEveryLevelAndTile) {
-    // Rows packed eight to a record (BlockQ8_0x8, BlockQ4_0x8, BlockQ2_Kx8 ... BlockQ6_Kx8, BlockIQ4_XSx8): every level
-    // must give the scalar level's bits (the order dispatch.h defines), each token the same bits alone as in any tile,
-    // and the result must be near the double-precision reference of the unpacked rows. Awkward shapes: one block, odd
-    // block counts (Q4_0's activation records then end half empty; the K-quants' 9 and 17 cross the kernels' stages of
-    // eight super-blocks), 8 to 48 rows, every tile size, tokens of very different scale, outputs with gaps after them.
+    // Rows packed eight to a record (BlockQ8_0x8, BlockQ4_0x8, BlockMXFP4x8, BlockQ2_Kx8 ... BlockQ6_Kx8,
+    // BlockIQ4_XSx8): every level must give the scalar level's bits (the order dispatch.h defines), each token the same
+    // bits alone as in any tile, and the result must be near the double-precision reference of the unpacked rows.
+    // Awkward shapes: one block, odd block counts (Q4_0's activation records then end half empty; the K-quants' 9 and
+    // 17 cross the kernels' stages of eight super-blocks), 8 to 48 rows, every tile size, tokens of very different
+    // scale, outputs with gaps after them.
     const KernelTable *table = cpu::kernels_for(GetParam());
     if (!table) GTEST_SKIP() << skip_message(GetParam());
     const KernelTable &scalar = *cpu::kernels_for(Isa::scalar);
     std::mt19937 rng(11);
-    for (const DType t :
-         {DType::Q8_0, DType::Q4_0, DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_XS}) {
+    for (const DType t : {DType::Q8_0, DType::Q4_0, DType::MXFP4, DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K,
+                          DType::Q6_K, DType::IQ4_XS}) {
         const cpu::DotRowsFn dot = table->dot_rows8(t), dot_scalar = scalar.dot_rows8(t);
         ASSERT_NE(dot, nullptr);
         const bool k_quant = dtype_dots_q8_k(t);
@@ -309,7 +310,13 @@ TEST_P(IsaTest, PackedRowsAreTheSameBitsOnEveryLevelAndTile) {
                     const auto wf = test::random_floats(rng, static_cast<size_t>(n), -2.0f, 2.0f);
                     quantize_row(t, wf.data(), rows.data() + r * row_bytes, n);
                 }
-                if (t == DType::Q4_K) {  // row 1 at the ends of the ranges: every nibble 15, every scale and min 63
+                if (t == DType::MXFP4) {  // row 1 every element +6 (u = 24, the widest), row 2 the smallest exponents
+                    auto *blk = reinterpret_cast<BlockMXFP4 *>(rows.data() + row_bytes);
+                    for (int64_t b = 0; b < nb; ++b) std::memset(blk[b].qs, 0x77, sizeof blk[b].qs);
+                    blk = reinterpret_cast<BlockMXFP4 *>(rows.data() + 2 * row_bytes);
+                    for (int64_t b = 0; b < nb; ++b) blk[b].e = static_cast<uint8_t>(b % 3);
+                } else if (t ==
+                           DType::Q4_K) {  // row 1 at the ends of the ranges: every nibble 15, every scale and min 63
                     auto *blk = reinterpret_cast<BlockQ4_K *>(rows.data() + row_bytes);
                     for (int64_t b = 0; b < nb; ++b) {
                         std::memset(blk[b].qs, 0xff, sizeof blk[b].qs);
@@ -659,7 +666,7 @@ TEST(Matmul, ResultDoesNotDependOnThreadCountOrTiling) {
 }
 
 TEST(Matmul, PackedRowsMatchTheFileRowsAndAreTheSameAtEveryTileAndThreadCount) {
-    // Q8_0, Q4_0, K-quant (Q2_K ... Q6_K) and IQ4_XS rows packed eight to a record (WeightMatrix::rows8), as the
+    // Q8_0, Q4_0, MXFP4, K-quant (Q2_K ... Q6_K) and IQ4_XS rows packed eight to a record (WeightMatrix::rows8), as the
     // loader packs them: near the reference of the rows as stored; each token's outputs the same bits alone as in a
     // batch of any size, on 1-3 threads; matmul_many's the bits of matmul. Shapes: a single group, row counts that
     // leave partial chunks, long rows, a vocabulary-sized matrix; token counts across the 8-token tile.
@@ -667,8 +674,8 @@ TEST(Matmul, PackedRowsMatchTheFileRowsAndAreTheSameAtEveryTileAndThreadCount) {
         int64_t n_rows, n_cols;
     };
     std::mt19937 rng(41);
-    for (const DType t :
-         {DType::Q8_0, DType::Q4_0, DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_XS})
+    for (const DType t : {DType::Q8_0, DType::Q4_0, DType::MXFP4, DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K,
+                          DType::Q6_K, DType::IQ4_XS})
         for (const Shape &sh : {Shape{8, 32}, Shape{24, 96}, Shape{136, 1024}, Shape{1024, 1024}, Shape{8000, 256},
                                 Shape{128, 2048}, Shape{256, 2048}, Shape{512, 4096}, Shape{40, 2304}}) {
             if (sh.n_cols % dtype_info(t).block_size != 0) continue;
@@ -737,6 +744,7 @@ TEST(Matmul, ManyEqualsSeparateCallsBitForBit) {
         {DType::Q6_K, 70, 256, 3, 0},
         {DType::Q5_0, 33, 96, 1, 1},
         {DType::IQ4_NL, 9, 96, 1, 1},
+        {DType::MXFP4, 24, 256, 3, 0},  // llama.cpp's MXFP4_MOE: the experts beside Q8_0 matrices
         {DType::Q4_K, 300, 512, 2, 5},
         {DType::Q2_K, 64, 256, 17, 6},
         {DType::Q3_K, 40, 256, 17, 6},

@@ -258,9 +258,9 @@ std::string mutate(std::mt19937 &rng, Draft &d) {
             }
             break;
         case 3: {  // another element type
-            const DType types[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q8_0,   DType::Q4_0,
-                                   DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::IQ4_NL, DType::Q2_K,
-                                   DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K,   DType::IQ4_XS};
+            const DType types[] = {DType::F32,  DType::F16,  DType::BF16,   DType::Q8_0,  DType::Q4_0, DType::Q4_1,
+                                   DType::Q5_0, DType::Q5_1, DType::IQ4_NL, DType::MXFP4, DType::Q2_K, DType::Q3_K,
+                                   DType::Q4_K, DType::Q5_K, DType::Q6_K,   DType::IQ4_XS};
             t.type = types[std::uniform_int_distribution<size_t>(0, std::size(types) - 1)(rng)];
             break;
         }
@@ -464,15 +464,16 @@ TEST(ModelFuzz, UnusableHyperParametersAreRefusedWithTheKeyNamed) {
 }
 
 TEST(ModelFuzz, WeightTypesSparrowCannotComputeWithAreRefusedByName) {
-    // The IQ types other than IQ4_NL and IQ4_XS, and Q8_K, are valid GGUF that sparrow has no kernels for: the load
-    // names the tensor and its type (and the K-quants and IQ4_XS, which it does support, load).
+    // The IQ types other than IQ4_NL and IQ4_XS, TQ1_0, and Q8_K, are valid GGUF that sparrow has no kernels for: the
+    // load names the tensor and its type (and the K-quants, IQ4_XS and MXFP4, which it does support, load).
     const std::string dir = test::make_temp_dir("model_types");
     SyntheticParams p = synthetic_defaults("llama");
     p.n_embd = 256;
     const std::string seed_path = dir + "/llama.gguf";
     write_synthetic_model(p, seed_path);
     const gguf::File original = gguf::File::open(seed_path);
-    for (const DType t : {DType::IQ4_XS, DType::IQ2_XXS, DType::IQ3_S, DType::Q8_K, DType::Q2_K, DType::Q4_K}) {
+    for (const DType t : {DType::IQ4_XS, DType::IQ2_XXS, DType::IQ3_S, DType::TQ1_0, DType::Q8_K, DType::Q2_K,
+                          DType::Q4_K, DType::MXFP4}) {
         Draft d = draft_of(original);
         for (Tensor &tensor : d.tensors) {
             if (tensor.name != "blk.0.ffn_up.weight") continue;
@@ -486,7 +487,7 @@ TEST(ModelFuzz, WeightTypesSparrowCannotComputeWithAreRefusedByName) {
         }
         const std::string path = dir + "/typed.gguf";
         w.write(path);
-        if (dtype_dots_q8_k(t)) {
+        if (dtype_is_supported(t)) {
             EXPECT_NO_THROW(load_model(path));
             continue;
         }

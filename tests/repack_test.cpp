@@ -1,8 +1,8 @@
-// Weights repacked at load (Q8_0, Q4_0, Q2_K ... Q6_K, IQ4_XS; ModelParams::repack, kernels/ops.h WeightMatrix::rows8)
-// through the public API, for every architecture and type: the packed model computes what the file's rows compute (the
-// same integer block dots, only a different f32 summation order), sequences in one batch still equal each alone, and
-// the loader reports what it packed. The kernels themselves are checked in kernels_test.cpp. Also the loader's other
-// owned memory: norm vectors stored as f16 are converted at load and must live as long as the model.
+// Weights repacked at load (Q8_0, Q4_0, MXFP4, Q2_K ... Q6_K, IQ4_XS; ModelParams::repack, kernels/ops.h
+// WeightMatrix::rows8) through the public API, for every architecture and type: the packed model computes what the
+// file's rows compute (the same integer block dots, only a different f32 summation order), sequences in one batch still
+// equal each alone, and the loader reports what it packed. The kernels themselves are checked in kernels_test.cpp. Also
+// the loader's other owned memory: norm vectors stored as f16 are converted at load and must live as long as the model.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -26,8 +26,8 @@ class Repack : public ::testing::TestWithParam<std::string> {
   protected:
     void SetUp() override {
         dir_ = test::make_temp_dir("sparrow-repack-");
-        for (const DType t : {DType::Q8_0, DType::Q4_0, DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K,
-                              DType::IQ4_XS}) {
+        for (const DType t : {DType::Q8_0, DType::Q4_0, DType::MXFP4, DType::Q2_K, DType::Q3_K, DType::Q4_K,
+                              DType::Q5_K, DType::Q6_K, DType::IQ4_XS}) {
             SyntheticParams p = synthetic_defaults(GetParam());
             p.type = t;
             // K-quants: a residual stream of one super-block, so the matrices that read it are K-quant rows (the

@@ -51,12 +51,12 @@ Command register_make_model(CLI::App &app) {
     cmd->add_option("-o,--output", *out, "Output file")->required();
     cmd->add_option(
            "--type", *type,
-           "Weight type: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, q2_k, q3_k, q4_k, q5_k, q6_k, iq4_xs "
-           "(default f32; bench: q8_0). Matrices "
-           "whose rows the type's blocks do not divide are stored in llama.cpp's fallback type (K-quants, iq4_xs) or "
-           "f32")
-        ->check(CLI::IsMember({"f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl", "q2_k", "q3_k",
-                               "q4_k", "q5_k", "q6_k", "iq4_xs"}));
+           "Weight type: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, mxfp4, q2_k, q3_k, q4_k, q5_k, q6_k, "
+           "iq4_xs, or mxfp4_moe (llama.cpp's MXFP4_MOE: mxfp4 routed experts, q8_0 elsewhere; deepseek32 / glm-dsa) "
+           "(default f32; bench: q8_0). Matrices whose rows the type's blocks do not divide are stored in llama.cpp's "
+           "fallback type (K-quants, iq4_xs) or f32")
+        ->check(CLI::IsMember({"f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl", "mxfp4", "q2_k",
+                               "q3_k", "q4_k", "q5_k", "q6_k", "iq4_xs", "mxfp4_moe"}));
 
     const auto num = [&](const std::string &name, int64_t SyntheticParams::*field, const std::string &help, int64_t lo,
                          int64_t hi) {
@@ -122,7 +122,14 @@ Command register_make_model(CLI::App &app) {
         if (tied->count()) p.tied_output = true;
         if (yarn->count()) p.yarn = true;
         if (*no_bias) p.probs_bias = false;
-        if (!type->empty()) p.type = *dtype_from_name(*type);
+        if (*type == "mxfp4_moe") {
+            if (p.arch == "llama")
+                throw_error("make-model: --type mxfp4_moe needs an MoE architecture (deepseek32, glm-dsa)");
+            p.type = DType::Q8_0;
+            p.expert_type = DType::MXFP4;
+        } else if (!type->empty()) {
+            p.type = *dtype_from_name(*type);
+        }
         if (!indexer_types->empty()) {
             if (*indexer_types == "absent") {
                 p.indexer_types_absent = true;
@@ -134,7 +141,9 @@ Command register_make_model(CLI::App &app) {
         write_synthetic_model(p, *out);
         std::fprintf(stderr, "wrote %s (%s, %lld layers, n_embd %lld, vocab %lld, %s)\n", out->c_str(), p.arch.c_str(),
                      (long long)p.n_layer, (long long)p.n_embd, (long long)p.n_vocab,
-                     std::string(dtype_name(p.type)).c_str());
+                     (std::string(dtype_name(p.type)) +
+                      (p.expert_type ? ", " + std::string(dtype_name(*p.expert_type)) + " experts" : ""))
+                         .c_str());
         return 0;
     };
 }

@@ -58,6 +58,17 @@ struct BlockIQ4_NL {
 };
 static_assert(sizeof(BlockIQ4_NL) == 18, "IQ4_NL block must match ggml");
 inline constexpr int8_t kIq4nlValues[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+// MXFP4 (OCP Microscaling FP4, ggml type 39): 32 FP4 E2M1 elements sharing one E8M0 exponent e. As ggml stores
+// it, x = 2^(e - 128) * kMxfp4Values[u]: the table holds the E2M1 values doubled (0, 0.5, 1, 1.5, 2, 3, 4, 6 become
+// integers) and the scale is halved to match; u's top bit is the sign (u = 8 is -0). Byte j of qs holds element j
+// in its low nibble and element j + 16 in its high one, as IQ4_NL. 2^(e - 128) is an f32 for every e (e = 0 and 1
+// give the subnormals 2^-128 and 2^-127); llama.cpp's MXFP4_MOE files store the routed experts so.
+struct BlockMXFP4 {
+    uint8_t e;  // E8M0 shared exponent
+    uint8_t qs[16];
+};
+static_assert(sizeof(BlockMXFP4) == 17, "MXFP4 block must match ggml");
+inline constexpr int8_t kMxfp4Values[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
 
 // The activations K-quant weights are multiplied with (ggml's block_q8_K, GGUF id 15, never a weight here): 256
 // values x = d * qs with one f32 scale, and the sums of each 16 (a sub-block's min or offset times its sum of x
@@ -126,6 +137,17 @@ struct BlockQ4_0x8 {
     uint16_t d[8];
 };
 static_assert(sizeof(BlockQ4_0x8) == 8 * sizeof(BlockQ4_0), "BlockQ4_0x8 is eight Q4_0 blocks");
+
+// Not a GGUF type: MXFP4 rows repacked at load as Q4_0's (qs as BlockQ4_0x8's: byte 4 * g + e of row r at
+// qs[32 * g + 4 * r + e], low nibble element 4 * g + e, high nibble 16 + 4 * g + e), then the eight rows' exponents.
+// The nibbles are codes of kMxfp4Values: the kernels look them up (a byte shuffle) as value + 12, unsigned, and take
+// 12 * sum(x) off each block's dot, from the activation sums Q8_0 dot-x rows carry.
+struct BlockMXFP4x8 {
+    uint8_t qs[8 * 16];
+    uint8_t e[8];
+};
+static_assert(sizeof(BlockMXFP4x8) == 8 * sizeof(BlockMXFP4), "BlockMXFP4x8 is eight MXFP4 blocks");
+inline constexpr uint8_t kMxfp4ValuesPlus12[16] = {12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0};
 
 // --- K-quants: super-blocks of 256 elements (ggml's QK_K), read as llama.cpp's files store them ----------------
 

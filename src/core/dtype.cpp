@@ -88,7 +88,8 @@ std::optional<DType> dtype_from_name(std::string_view name) {
 
 bool dtype_is_supported(DType t) {
     return t == DType::F32 || t == DType::F16 || t == DType::BF16 || t == DType::Q8_0 || t == DType::Q4_0 ||
-           t == DType::Q4_1 || t == DType::Q5_0 || t == DType::Q5_1 || t == DType::IQ4_NL || dtype_dots_q8_k(t);
+           t == DType::Q4_1 || t == DType::Q5_0 || t == DType::Q5_1 || t == DType::IQ4_NL || t == DType::MXFP4 ||
+           dtype_dots_q8_k(t);
 }
 
 bool dtype_is_k_quant(DType t) {
@@ -130,6 +131,7 @@ void quantize_row(DType t, const float *x, void *dst, int64_t n) {
         case DType::Q5_0:
         case DType::Q5_1:
         case DType::IQ4_NL:
+        case DType::MXFP4:
             if (n % 32) {
                 throw_error("%s row of %lld elements is not a multiple of 32", std::string(dtype_name(t)).c_str(),
                             (long long)n);
@@ -138,6 +140,7 @@ void quantize_row(DType t, const float *x, void *dst, int64_t n) {
             if (t == DType::Q5_0) quantize_row_q5_0(x, static_cast<BlockQ5_0 *>(dst), n);
             if (t == DType::Q5_1) quantize_row_q5_1(x, static_cast<BlockQ5_1 *>(dst), n);
             if (t == DType::IQ4_NL) quantize_row_iq4_nl(x, static_cast<BlockIQ4_NL *>(dst), n);
+            if (t == DType::MXFP4) quantize_row_mxfp4(x, static_cast<BlockMXFP4 *>(dst), n);
             return;
         case DType::Q8_K:
         case DType::Q2_K:
@@ -198,6 +201,7 @@ void dequantize_row(DType t, const void *src, float *y, int64_t n) {
         case DType::Q5_0: dequantize_row_q5_0(static_cast<const BlockQ5_0 *>(src), y, n); return;
         case DType::Q5_1: dequantize_row_q5_1(static_cast<const BlockQ5_1 *>(src), y, n); return;
         case DType::IQ4_NL: dequantize_row_iq4_nl(static_cast<const BlockIQ4_NL *>(src), y, n); return;
+        case DType::MXFP4: dequantize_row_mxfp4(static_cast<const BlockMXFP4 *>(src), y, n); return;
         case DType::Q8_K: dequantize_row_q8_k(src, y, n); return;
         case DType::Q2_K: dequantize_row_q2_k(static_cast<const BlockQ2_K *>(src), y, n); return;
         case DType::Q3_K: dequantize_row_q3_k(static_cast<const BlockQ3_K *>(src), y, n); return;

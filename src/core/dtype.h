@@ -59,8 +59,8 @@ std::optional<DTypeInfo> dtype_info(uint32_t id);
 const DTypeInfo &dtype_info(DType t);  // t must be a known id
 std::string_view dtype_name(DType t);
 std::optional<DType> dtype_from_name(std::string_view name);  // case-insensitive
-bool dtype_is_supported(DType t);                             // F32, F16, BF16, the 32-element quants, K-quants, IQ4_XS
-bool dtype_is_k_quant(DType t);                               // Q2_K, Q3_K, Q4_K, Q5_K, Q6_K
+bool dtype_is_supported(DType t);  // F32, F16, BF16, the 32-element quants (MXFP4 among them), K-quants, IQ4_XS
+bool dtype_is_k_quant(DType t);    // Q2_K, Q3_K, Q4_K, Q5_K, Q6_K
 bool dtype_dots_q8_k(DType t);     // weights multiplied with Q8_K activations: the K-quants and IQ4_XS
 bool dtype_is_quantized(DType t);  // block size > 1
 // Bytes of a row of n elements; n must be a multiple of the block size.

@@ -1,6 +1,7 @@
 #include "core/quants32.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
 
@@ -79,6 +80,56 @@ void quantize_row_iq4_nl(const float *x, BlockIQ4_NL *y, int64_t n) {
     }
 }
 
+float mxfp4_scale(uint8_t e) {
+    // 2^(e - 128): the f32 exponent field e - 1 for e >= 2; below that the subnormals 2^-127 (bit 22) and 2^-128.
+    const uint32_t bits = e >= 2 ? static_cast<uint32_t>(e - 1) << 23 : uint32_t(0x00200000) << e;
+    return std::bit_cast<float>(bits);
+}
+
+namespace {
+
+// Block x's elements as MXFP4 at shared exponent e: each element's nearest value of the code book (the first of
+// two equally near), into u, and the squared error.
+double mxfp4_fit(const float *x, int e, int *u) {
+    const float d = mxfp4_scale(static_cast<uint8_t>(e));
+    double err = 0.0;
+    for (int j = 0; j < kBlock; ++j) {
+        int best = 0;
+        float best_err = std::fabs(x[j] - d * float(kMxfp4Values[0]));
+        for (int k = 1; k < 16; ++k) {
+            const float dist = std::fabs(x[j] - d * float(kMxfp4Values[k]));
+            if (dist < best_err) best = k, best_err = dist;
+        }
+        u[j] = best;
+        err += double(best_err) * double(best_err);
+    }
+    return err;
+}
+
+}  // namespace
+
+void quantize_row_mxfp4(const float *x, BlockMXFP4 *y, int64_t n) {
+    for (int64_t b = 0; b < n / kBlock; ++b, x += kBlock) {
+        float amax = 0.0f;
+        for (int j = 0; j < kBlock; ++j) amax = std::max(amax, std::fabs(x[j]));
+        int u[kBlock] = {}, u_up[kBlock];
+        int e = 0;
+        if (amax > 0.0f) {
+            // OCP's shared exponent: floor(log2(amax)) - 2 (E2M1's largest value is 1.5 * 2^2), stored + 127; the
+            // largest element then lands in [4, 8) and clamps to 6 above 6. One exponent up keeps it in range at
+            // a coarser step: take whichever fits the block better. 254 is E8M0's largest finite code.
+            e = std::clamp(std::ilogb(amax) - 2 + 127, 0, 254);
+            const double err = mxfp4_fit(x, e, u);
+            if (e < 254 && mxfp4_fit(x, e + 1, u_up) < err) {
+                e += 1;
+                std::copy(u_up, u_up + kBlock, u);
+            }
+        }
+        y[b].e = static_cast<uint8_t>(e);
+        pack_nibbles(u, y[b].qs);
+    }
+}
+
 namespace {
 
 // The nibble of element j: byte j's low nibble for j < 16, byte j - 16's high nibble after.
@@ -113,12 +164,17 @@ void decode_block32(const BlockIQ4_NL &b, Block32Ints &w) {
     for (int j = 0; j < kBlock; ++j) w.v[j] = kIq4nlValues[nibble(b.qs, j)];
     w.d = fp16_to_f32(b.d), w.m = 0.0f, w.has_m = false;
 }
+void decode_block32(const BlockMXFP4 &b, Block32Ints &w) {
+    for (int j = 0; j < kBlock; ++j) w.v[j] = kMxfp4Values[nibble(b.qs, j)];
+    w.d = mxfp4_scale(b.e), w.m = 0.0f, w.has_m = false;
+}
 
-// The dequantisers, in ggml's f32 operations: v * d + m (Q4_1, Q5_1), v * d (Q5_0, IQ4_NL; ggml's d * value is
-// the same product).
+// The dequantisers, in ggml's f32 operations: v * d + m (Q4_1, Q5_1), v * d (Q5_0, IQ4_NL, MXFP4; ggml's d * value
+// is the same product).
 void dequantize_row_q4_1(const BlockQ4_1 *x, float *y, int64_t n) { dequantize_block32(x, y, n); }
 void dequantize_row_q5_0(const BlockQ5_0 *x, float *y, int64_t n) { dequantize_block32(x, y, n); }
 void dequantize_row_q5_1(const BlockQ5_1 *x, float *y, int64_t n) { dequantize_block32(x, y, n); }
 void dequantize_row_iq4_nl(const BlockIQ4_NL *x, float *y, int64_t n) { dequantize_block32(x, y, n); }
+void dequantize_row_mxfp4(const BlockMXFP4 *x, float *y, int64_t n) { dequantize_block32(x, y, n); }
 
 }  // namespace sparrow

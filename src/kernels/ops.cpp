@@ -65,7 +65,8 @@ struct RanksBefore {
 namespace {
 
 // The packed layouts share one shape: per block, the eight rows' quantised bytes in groups of four (a group
-// of each row side by side), then the eight fp16 scales. B is BlockQ8_0 or BlockQ4_0, R its record.
+// of each row side by side), then the eight scales (fp16 d, or MXFP4's exponents e). B is BlockQ8_0, BlockQ4_0 or
+// BlockMXFP4, R its record.
 template <typename B, typename R>
 void pack_blocks8(const void *src, int64_t n_rows, int64_t n_cols, void *dst) {
     constexpr int kBytes = sizeof(B::qs);
@@ -76,7 +77,11 @@ void pack_blocks8(const void *src, int64_t n_rows, int64_t n_cols, void *dst) {
         for (int64_t b = 0; b < nb; ++b, ++rec) {
             for (int r = 0; r < 8; ++r) {
                 const B &blk = rows[(g0 + r) * nb + b];
-                rec->d[r] = blk.d;
+                if constexpr (requires { blk.e; }) {
+                    rec->e[r] = blk.e;
+                } else {
+                    rec->d[r] = blk.d;
+                }
                 for (int g = 0; g < kBytes / 4; ++g) std::memcpy(rec->qs + 32 * g + 4 * r, blk.qs + 4 * g, 4);
             }
         }
@@ -91,7 +96,11 @@ void unpack_block8(const void *packed, int64_t r, int64_t n_cols, void *out) {
     auto *blk = static_cast<B *>(out);
     const int64_t lane = r % 8;
     for (int64_t b = 0; b < nb; ++b) {
-        blk[b].d = rec[b].d[lane];
+        if constexpr (requires { blk[b].e; }) {
+            blk[b].e = rec[b].e[lane];
+        } else {
+            blk[b].d = rec[b].d[lane];
+        }
         for (int g = 0; g < kBytes / 4; ++g) std::memcpy(blk[b].qs + 4 * g, rec[b].qs + 32 * g + 4 * lane, 4);
     }
 }
@@ -119,13 +128,14 @@ void unpack_k_block8(const void *packed, int64_t r, int64_t n_cols, void *out) {
 
 }  // namespace
 
-bool packs_rows8(DType t) { return t == DType::Q8_0 || t == DType::Q4_0 || dtype_dots_q8_k(t); }
+bool packs_rows8(DType t) { return t == DType::Q8_0 || t == DType::Q4_0 || t == DType::MXFP4 || dtype_dots_q8_k(t); }
 
 void pack_rows8(DType t, const void *src, int64_t n_rows, int64_t n_cols, void *dst) {
     SPARROW_ASSERT(packs_rows8(t) && n_rows % 8 == 0 && n_cols % dtype_info(t).block_size == 0);
     switch (t) {
         case DType::Q8_0: pack_blocks8<BlockQ8_0, BlockQ8_0x8>(src, n_rows, n_cols, dst); return;
         case DType::Q4_0: pack_blocks8<BlockQ4_0, BlockQ4_0x8>(src, n_rows, n_cols, dst); return;
+        case DType::MXFP4: pack_blocks8<BlockMXFP4, BlockMXFP4x8>(src, n_rows, n_cols, dst); return;
         case DType::Q2_K: pack_k_blocks8<BlockQ2_K, BlockQ2_Kx8>(src, n_rows, n_cols, dst); return;
         case DType::Q3_K: pack_k_blocks8<BlockQ3_K, BlockQ3_Kx8>(src, n_rows, n_cols, dst); return;
         case DType::Q4_K: pack_k_blocks8<BlockQ4_K, BlockQ4_Kx8>(src, n_rows, n_cols, dst); return;
@@ -140,6 +150,7 @@ void unpack_row8(DType t, const void *packed, int64_t r, int64_t n_cols, void *o
     switch (t) {
         case DType::Q8_0: unpack_block8<BlockQ8_0, BlockQ8_0x8>(packed, r, n_cols, out); return;
         case DType::Q4_0: unpack_block8<BlockQ4_0, BlockQ4_0x8>(packed, r, n_cols, out); return;
+        case DType::MXFP4: unpack_block8<BlockMXFP4, BlockMXFP4x8>(packed, r, n_cols, out); return;
         case DType::Q2_K: unpack_k_block8<BlockQ2_K, BlockQ2_Kx8>(packed, r, n_cols, out); return;
         case DType::Q3_K: unpack_k_block8<BlockQ3_K, BlockQ3_Kx8>(packed, r, n_cols, out); return;
         case DType::Q4_K: unpack_k_block8<BlockQ4_K, BlockQ4_Kx8>(packed, r, n_cols, out); return;

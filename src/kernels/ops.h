@@ -33,7 +33,7 @@ struct WeightMatrix {
 // Q8_0, Q4_0 or K-quant rows [n_rows, n_cols] (n_rows % 8 == 0, n_cols a multiple of the type's block)
 // packed eight to a record into dst (as many bytes as src), and back: unpack_row8 writes row r of a packed matrix as
 // its blocks, the bytes the file held (dtype_row_size(t, n_cols) of them).
-bool packs_rows8(DType t);  // Q8_0, Q4_0, a K-quant (Q2_K ... Q6_K) or IQ4_XS
+bool packs_rows8(DType t);  // Q8_0, Q4_0, MXFP4, a K-quant (Q2_K ... Q6_K) or IQ4_XS
 void pack_rows8(DType t, const void *src, int64_t n_rows, int64_t n_cols, void *dst);
 void unpack_row8(DType t, const void *packed, int64_t r, int64_t n_cols, void *out);
 

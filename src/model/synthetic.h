@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -32,6 +33,9 @@ struct SyntheticParams {
     int64_t n_ff = 128;  // dense feed-forward width (deepseek32 / glm-dsa: the leading dense layers)
     int64_t n_ctx_train = 2048;
     DType type = DType::F32;  // type of the 2-D/3-D weights (rows not a multiple of its block size stay f32)
+    // deepseek32 / glm-dsa: the routed experts' type where it differs from `type` (llama.cpp's MXFP4_MOE files:
+    // mxfp4 experts, q8_0 elsewhere).
+    std::optional<DType> expert_type;
     uint64_t seed = 42;
     bool tied_output = false;
 

@@ -54,7 +54,7 @@ const gguf::TensorInfo &WeightLoader::take(const std::string &name, const std::v
     if (!dtype_is_supported(t->type)) {
         throw_error(
             "%s: tensor '%s' has type %s, which sparrow cannot compute with (supported: f32, f16, bf16, "
-            "q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, q2_k, q3_k, q4_k, q5_k, q6_k, iq4_xs)",
+            "q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, mxfp4, q2_k, q3_k, q4_k, q5_k, q6_k, iq4_xs)",
             file_.name().c_str(), name.c_str(), std::string(dtype_name(t->type)).c_str());
     }
     if (used_.insert(name).second) {

@@ -1,7 +1,7 @@
 """K-quant weights (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K), the formats of most GGUF files users download, and IQ4_XS, end
 to end: make-model writes them (matrices whose rows the 256-element super-blocks do not divide fall back to the
-32-element types llama.cpp's quantiser uses: IQ4_NL, Q5_0, Q5_1, Q8_0), and whole files of Q4_1, Q5_0, Q5_1
-and IQ4_NL too; sparrow's run of each file agrees with the float64 reference evaluated on the same weights,
+32-element types llama.cpp's quantiser uses: IQ4_NL, Q5_0, Q5_1, Q8_0), and whole files of Q4_1, Q5_0, Q5_1,
+IQ4_NL and MXFP4 too, and llama.cpp's MXFP4_MOE mix (MXFP4 routed experts, Q8_0 elsewhere); sparrow's run of each file agrees with the float64 reference evaluated on the same weights,
 which reads the blocks with its own numpy decoder (tests/reference/gguf.py), within the error of activation
 quantisation (Q8_K for K-quants and IQ4_XS, Q8_0 otherwise); `run`, `perplexity` and a 300-token prompt with the selection active
 work on them; and the KL divergence of each type against the f32 file of the same seed is printed (README).
@@ -20,7 +20,7 @@ tmp = harness.temp_dir()
 rng = np.random.default_rng(3)
 # The K-quants, and the 32-element types llama.cpp writes as whole files and as the K-quants' fallbacks (the
 # K-quant files below hold them too: rows of 32-224 elements become iq4_nl, q5_0, q5_1 or q8_0).
-K_TYPES = ["q2_k", "q3_k", "q4_k", "q5_k", "q6_k", "iq4_xs", "q4_1", "q5_0", "q5_1", "iq4_nl"]
+K_TYPES = ["q2_k", "q3_k", "q4_k", "q5_k", "q6_k", "iq4_xs", "q4_1", "q5_0", "q5_1", "iq4_nl", "mxfp4"]
 
 
 log_softmax, kl = harness.log_softmax, harness.kl
@@ -42,9 +42,20 @@ for arch, forward in (("deepseek32", dsa_forward), ("glm-dsa", dsa_forward),
     # n_embd 256: the matrices reading the residual stream (and the embeddings, and the output) hold whole
     # super-blocks; the narrower ones fall back to the 32-element types.
     paths = {}
-    for t in ["f32"] + K_TYPES:
+    types_here = K_TYPES + (["mxfp4_moe"] if arch != "llama" else [])
+    for t in ["f32"] + types_here:
         paths[t] = os.path.join(tmp, f"{arch}-{t}.gguf")
         harness.run(["make-model", "--arch", arch, "--type", t, "--n-embd", 256, "--seed", 9, "-o", paths[t]])
+    if arch != "llama":
+        # MXFP4_MOE: every routed expert's stack in MXFP4, every other matrix Q8_0 (or f32 where llama.cpp keeps
+        # it: the router, the indexer's weights), and the file type llama.cpp gives such files.
+        reader = gguf.GGUFReader(paths["mxfp4_moe"])
+        wrong = [name for name, info in reader.tensors.items() if len(info.dims) >= 2 and
+                 info.ggml_type.name.lower() not in (("mxfp4",) if "_exps." in name else ("q8_0", "f32"))]
+        n_exps = sum("_exps." in name for name in reader.tensors)
+        checks.check(n_exps > 0 and not wrong and reader.metadata["general.file_type"] == 38,
+                     f"{arch} mxfp4_moe: {n_exps} expert stacks in mxfp4, the rest q8_0 / f32, file type 38 "
+                     f"(wrong: {wrong[:4]})")
     for t in K_TYPES:
         types = {info.ggml_type.name.lower() for info in gguf.GGUFReader(paths[t]).tensors.values()}
         checks.check(t in types and "token_embd.weight" in gguf.GGUFReader(paths[t]).tensors,
@@ -54,7 +65,7 @@ for arch, forward in (("deepseek32", dsa_forward), ("glm-dsa", dsa_forward),
 
     vocab = 512
     prompts = [rng.integers(0, vocab, size=n) for n in (32, 40, 40, 48, 48, 56)]
-    for t in K_TYPES:
+    for t in types_here:
         vs_ref, vs_f32 = [], []
         for i, ids in enumerate(prompts):
             got = sparrow_logits(paths[t], ids, f"{arch}-{t}-{i}")

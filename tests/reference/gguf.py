@@ -126,7 +126,7 @@ def tensor_nbytes(ggml_type: int, n_elements: int) -> int:
 
 
 # --------------------------------------------------------------------------------------------------
-# Element formats: half, bfloat16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, Q2_K ... Q6_K, IQ4_XS
+# Element formats: half, bfloat16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4, Q2_K ... Q6_K, IQ4_XS
 # --------------------------------------------------------------------------------------------------
 
 def bf16_to_f64(bits: np.ndarray) -> np.ndarray:
@@ -155,10 +155,20 @@ Q5_1_BLOCK = np.dtype([("d", "<f2"), ("m", "<f2"), ("qh", "<u4"), ("qs", "u1", (
 IQ4_NL_BLOCK = np.dtype([("d", "<f2"), ("qs", "u1", (16,))])
 IQ4_NL_BOOK = np.array([-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113], dtype=np.float64)
 assert (Q4_1_BLOCK.itemsize, Q5_0_BLOCK.itemsize, Q5_1_BLOCK.itemsize, IQ4_NL_BLOCK.itemsize) == (20, 22, 24, 18)
+# MXFP4 (OCP Microscaling): an E8M0 exponent e, then nibbles as IQ4_NL's; x = 2^(e - 127) * E2M1(u), E2M1 decoded
+# from its bits: sign (bit 3), exponent (bits 2..1; 0 is subnormal, m / 2), mantissa (bit 0).
+MXFP4_BLOCK = np.dtype([("e", "u1"), ("qs", "u1", (16,))])
+assert MXFP4_BLOCK.itemsize == 17
+
+
+def e2m1(u: np.ndarray) -> np.ndarray:
+    exp, mant = (u >> 1) & 3, (u & 1).astype(np.float64)
+    mag = np.where(exp == 0, 0.5 * mant, (1.0 + 0.5 * mant) * np.exp2(exp.astype(np.float64) - 1))
+    return np.where(u >= 8, -mag, mag)
 
 
 def block32_u(b) -> np.ndarray:
-    """[nb, 32] element codes of Q4_1 / Q5_0 / Q5_1 / IQ4_NL blocks (with the fifth bit where there is one)."""
+    """[nb, 32] element codes of Q4_1 / Q5_0 / Q5_1 / IQ4_NL / MXFP4 blocks (with the fifth bit where there is one)."""
     qs = b["qs"].astype(np.int64)
     u = np.concatenate([qs & 15, qs >> 4], axis=1)
     if "qh" in b.dtype.names:
@@ -280,6 +290,9 @@ def dequantize(ggml_type: int, data, n_elements: int) -> np.ndarray:
     if t == GGMLType.IQ4_NL:
         b = buf.view(IQ4_NL_BLOCK)
         return (b["d"].astype(np.float64)[:, None] * IQ4_NL_BOOK[block32_u(b)]).reshape(-1)
+    if t == GGMLType.MXFP4:
+        b = buf.view(MXFP4_BLOCK)
+        return (np.exp2(b["e"].astype(np.float64) - 127)[:, None] * e2m1(block32_u(b))).reshape(-1)
     raise NotImplementedError(f"dequantisation of {t.name} is not implemented in the reference")
 
 

@@ -58,6 +58,7 @@ constexpr KernelTable kScalarTable = {
     .dot_q5_0 = scalar::dot_tile_q5_0,
     .dot_q5_1 = scalar::dot_tile_q5_1,
     .dot_iq4_nl = scalar::dot_tile_iq4_nl,
+    .dot_mxfp4 = scalar::dot_tile_mxfp4,
     .dot_q2_k = scalar::dot_tile_q2_k,
     .dot_q3_k = scalar::dot_tile_q3_k,
     .dot_q4_k = scalar::dot_tile_q4_k,
@@ -67,6 +68,7 @@ constexpr KernelTable kScalarTable = {
     .dot_rows_q8_0 = rows_by_tile<scalar::dot_tile_q8_0>,
     .dot_rows_q8_0x8 = scalar::dot_rows_q8_0x8,
     .dot_rows_q4_0x8 = scalar::dot_rows_q4_0x8,
+    .dot_rows_mxfp4x8 = scalar::dot_rows_mxfp4x8,
     .dot_rows_q2_kx8 = scalar::dot_rows_q2_kx8,
     .dot_rows_q3_kx8 = scalar::dot_rows_q3_kx8,
     .dot_rows_q4_kx8 = scalar::dot_rows_q4_kx8,
@@ -94,6 +96,7 @@ constexpr KernelTable kAvx2Table = {
     .dot_q5_0 = avx2::dot_tile_q5_0,
     .dot_q5_1 = avx2::dot_tile_q5_1,
     .dot_iq4_nl = avx2::dot_tile_iq4_nl,
+    .dot_mxfp4 = avx2::dot_tile_mxfp4,
     .dot_q2_k = avx2::dot_tile_q2_k,
     .dot_q3_k = avx2::dot_tile_q3_k,
     .dot_q4_k = avx2::dot_tile_q4_k,
@@ -103,6 +106,7 @@ constexpr KernelTable kAvx2Table = {
     .dot_rows_q8_0 = avx2::dot_rows_q8_0,
     .dot_rows_q8_0x8 = avx2::dot_rows_q8_0x8,
     .dot_rows_q4_0x8 = avx2::dot_rows_q4_0x8,
+    .dot_rows_mxfp4x8 = avx2::dot_rows_mxfp4x8,
     .dot_rows_q2_kx8 = avx2::dot_rows_q2_kx8,
     .dot_rows_q3_kx8 = avx2::dot_rows_q3_kx8,
     .dot_rows_q4_kx8 = avx2::dot_rows_q4_kx8,
@@ -138,6 +142,7 @@ constexpr KernelTable kAvx512Table = {
     .dot_q5_0 = avx2::dot_tile_q5_0,
     .dot_q5_1 = avx2::dot_tile_q5_1,
     .dot_iq4_nl = avx2::dot_tile_iq4_nl,
+    .dot_mxfp4 = avx2::dot_tile_mxfp4,
     .dot_q2_k = avx2::dot_tile_q2_k,
     .dot_q3_k = avx2::dot_tile_q3_k,
     .dot_q4_k = avx2::dot_tile_q4_k,
@@ -147,6 +152,7 @@ constexpr KernelTable kAvx512Table = {
     .dot_rows_q8_0 = avx2::dot_rows_q8_0,
     .dot_rows_q8_0x8 = avx2::dot_rows_q8_0x8,
     .dot_rows_q4_0x8 = avx2::dot_rows_q4_0x8,
+    .dot_rows_mxfp4x8 = avx2::dot_rows_mxfp4x8,
     .dot_rows_q2_kx8 = avx2::dot_rows_q2_kx8,
     .dot_rows_q3_kx8 = avx2::dot_rows_q3_kx8,
     .dot_rows_q4_kx8 = avx2::dot_rows_q4_kx8,
@@ -169,6 +175,7 @@ constexpr KernelTable kAvx512Table = {
 constexpr KernelTable with_vnni(KernelTable t) {
     t.dot_rows_q8_0x8 = avx512vnni::dot_rows_q8_0x8;
     t.dot_rows_q4_0x8 = avx512vnni::dot_rows_q4_0x8;
+    t.dot_rows_mxfp4x8 = avx512vnni::dot_rows_mxfp4x8;
     t.dot_rows_q2_kx8 = avx512vnni::dot_rows_q2_kx8;
     t.dot_rows_q3_kx8 = avx512vnni::dot_rows_q3_kx8;
     t.dot_rows_q4_kx8 = avx512vnni::dot_rows_q4_kx8;
@@ -216,6 +223,7 @@ DotTileFn KernelTable::dot(DType t) const {
         case DType::Q5_0: return dot_q5_0;
         case DType::Q5_1: return dot_q5_1;
         case DType::IQ4_NL: return dot_iq4_nl;
+        case DType::MXFP4: return dot_mxfp4;
         case DType::Q2_K: return dot_q2_k;
         case DType::Q3_K: return dot_q3_k;
         case DType::Q4_K: return dot_q4_k;
@@ -235,6 +243,7 @@ DotRowsFn KernelTable::dot_rows8(DType t) const {
     switch (t) {
         case DType::Q8_0: return dot_rows_q8_0x8;
         case DType::Q4_0: return dot_rows_q4_0x8;
+        case DType::MXFP4: return dot_rows_mxfp4x8;
         case DType::Q2_K: return dot_rows_q2_kx8;
         case DType::Q3_K: return dot_rows_q3_kx8;
         case DType::Q4_K: return dot_rows_q4_kx8;

@@ -48,8 +48,8 @@ int64_t q8_0_dot_x_row_bytes(int64_t n);
 // out[j] = sum_i w[i] * x_j[i] for j < n_x, 1 <= n_x <= max_tile(weight type).
 //   w: one weight row of n elements (n % 32 == 0 for Q8_0/Q4_0)
 //   x: n_x rows of the weight type's dot type, x_j = (const uint8_t *)x + j * x_stride:
-//      f32 for F32/F16/BF16 weights, Q8_0 blocks + f32 scales + sums for Q8_0, Q4_1, Q5_0, Q5_1 and IQ4_NL weights
-//      (above), BlockQ8_K blocks (core/blocks.h; unaligned) for the K-quants, BlockQ8_0x2 records for Q4_0
+//      f32 for F32/F16/BF16 weights, Q8_0 blocks + f32 scales + sums for Q8_0, Q4_1, Q5_0, Q5_1, IQ4_NL and MXFP4
+//      weights (above), BlockQ8_K blocks (core/blocks.h; unaligned) for the K-quants, BlockQ8_0x2 records for Q4_0
 //      weights (above; rows 4-byte aligned). KernelTable::quantize_dot_x writes them.
 //   out: [n_x] f32. Accumulates in f32; Q8_0/Q4_0 sums are integer within each 32-block, as ggml.
 using DotTileFn = void (*)(const void *w, const void *x, size_t x_stride, int n_x, int64_t n, float *out);
@@ -77,10 +77,11 @@ struct KernelTable {
     DotTileFn dot_q8_0 = nullptr;  // weights Q8_0, activations Q8_0
     DotTileFn dot_q4_0 = nullptr;  // weights Q4_0, activations BlockQ8_0x2
     DotTileFn dot_q4_1 =
-        nullptr;  // weights Q4_1, Q5_0, Q5_1, IQ4_NL: activations Q8_0 (as dot_q8_0's); Q2_K ... Q6_K: Q8_K
+        nullptr;  // weights Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4: activations Q8_0 (as dot_q8_0's); Q2_K ... Q6_K: Q8_K
     DotTileFn dot_q5_0 = nullptr;
     DotTileFn dot_q5_1 = nullptr;
     DotTileFn dot_iq4_nl = nullptr;
+    DotTileFn dot_mxfp4 = nullptr;
     DotTileFn dot_q2_k = nullptr;
     DotTileFn dot_q3_k = nullptr;
     DotTileFn dot_q4_k = nullptr;
@@ -97,6 +98,9 @@ struct KernelTable {
     // The same for Q4_0 rows packed eight to a record (BlockQ4_0x8) against BlockQ8_0x2 activations: the block's
     // integer dot is sum((u - 8) * x), the same order and the same bits on every level.
     DotRowsFn dot_rows_q4_0x8 = nullptr;
+    // MXFP4 rows packed eight to a record (BlockMXFP4x8) against Q8_0 activations: the block's integer dot is
+    // sum(value * x), the same order and the same bits on every level.
+    DotRowsFn dot_rows_mxfp4x8 = nullptr;
     // Q2_K rows packed eight to a record (BlockQ2_Kx8): as dot_rows_q4_kx8 below, over sub-blocks of 16.
     DotRowsFn dot_rows_q2_kx8 = nullptr;
     // Q3_K (BlockQ3_Kx8): isum = sum_s sc_s * (sum(u x)_s - 4 sum(x)_s), acc = fma(float(isum), d * dx, acc).

@@ -11,9 +11,10 @@
 //   dot_rows_q8_0: (AVX2 only; the AVX-512 table takes it too) y[j*y_stride + r] = w_r . x_j for n_rows rows
 //                  w_stride bytes apart, the same bits as dot_tile_q8_0 per row; the scalar level gets
 //                  dispatch.cpp's row loop over its dot_tile
-//   dot_rows_q8_0x8, dot_rows_q4_0x8, dot_rows_q2_kx8 ... q6_kx8: as dot_rows_q8_0 for rows packed eight to a
-//                  record (BlockQ8_0x8 against Q8_0 activations, BlockQ4_0x8 against BlockQ8_0x2 records, the K-quant
-//                  records against Q8_K rows; n_rows % 8 == 0, w_stride the bytes of one unpacked row); every level
+//   dot_rows_q8_0x8, dot_rows_q4_0x8, dot_rows_q2_kx8 ... q6_kx8, dot_rows_mxfp4x8: as dot_rows_q8_0 for rows packed
+//                  eight to a record (BlockQ8_0x8 and BlockMXFP4x8 against Q8_0 activations, BlockQ4_0x8 against
+//                  BlockQ8_0x2 records, the K-quant records against Q8_K rows; the scalar MXFP4 one is in
+//                  quants32_scalar.cpp; n_rows % 8 == 0, w_stride the bytes of one unpacked row); every level
 //                  gives the same bits (dispatch.h)
 //   axpy_<t>:      y[0..n) += a * row[0..n)
 //   quantize_row_q8_0: n floats (n % 32 == 0) to n/32 Q8_0 blocks, bit-exactly as ggml's reference
@@ -37,6 +38,8 @@ void dot_rows_q8_0x8(const void *w, size_t w_stride, int64_t n_rows, const void 
                      float *y, size_t y_stride);
 void dot_rows_q4_0x8(const void *w, size_t w_stride, int64_t n_rows, const void *x, size_t x_stride, int n_x, int64_t n,
                      float *y, size_t y_stride);
+void dot_rows_mxfp4x8(const void *w, size_t w_stride, int64_t n_rows, const void *x, size_t x_stride, int n_x,
+                      int64_t n, float *y, size_t y_stride);
 void axpy_f32(const void *row, float a, float *y, int64_t n);
 void axpy_f16(const void *row, float a, float *y, int64_t n);
 void axpy_bf16(const void *row, float a, float *y, int64_t n);
@@ -57,6 +60,8 @@ void dot_rows_q8_0x8(const void *w, size_t w_stride, int64_t n_rows, const void 
                      float *y, size_t y_stride);
 void dot_rows_q4_0x8(const void *w, size_t w_stride, int64_t n_rows, const void *x, size_t x_stride, int n_x, int64_t n,
                      float *y, size_t y_stride);
+void dot_rows_mxfp4x8(const void *w, size_t w_stride, int64_t n_rows, const void *x, size_t x_stride, int n_x,
+                      int64_t n, float *y, size_t y_stride);
 void axpy_f32(const void *row, float a, float *y, int64_t n);
 void axpy_f16(const void *row, float a, float *y, int64_t n);
 void axpy_bf16(const void *row, float a, float *y, int64_t n);
@@ -82,6 +87,8 @@ void dot_rows_q8_0x8(const void *w, size_t w_stride, int64_t n_rows, const void 
                      float *y, size_t y_stride);
 void dot_rows_q4_0x8(const void *w, size_t w_stride, int64_t n_rows, const void *x, size_t x_stride, int n_x, int64_t n,
                      float *y, size_t y_stride);
+void dot_rows_mxfp4x8(const void *w, size_t w_stride, int64_t n_rows, const void *x, size_t x_stride, int n_x,
+                      int64_t n, float *y, size_t y_stride);
 }  // namespace sparrow::cpu::avx512vnni
 
 // K-quant and IQ4_XS rows packed eight to a record (BlockQ2_Kx8 ... BlockQ6_Kx8, BlockIQ4_XSx8) against Q8_K
@@ -135,7 +142,7 @@ namespace sparrow::cpu {
 void stage_q8_k(const uint8_t *x, size_t x_stride, int n_tokens, int64_t k0, int64_t n, Q8KStaged *out);
 }  // namespace sparrow::cpu
 
-// Q4_1, Q5_0, Q5_1, IQ4_NL (quants32_<isa>.cpp) weights against Q8_0 dot-x activations, as dot_tile_q8_0's, and
+// Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4 (quants32_<isa>.cpp) weights against Q8_0 dot-x activations, as dot_tile_q8_0's, and
 // K-quant (Q2_K ... Q6_K) and IQ4_XS weights (kquant_<isa>.cpp) against Q8_K ones; the AVX-512 table takes the AVX2
 // ones.
 namespace sparrow::cpu::scalar {
@@ -143,6 +150,7 @@ void dot_tile_q4_1(const void *w, const void *x, size_t x_stride, int n_x, int64
 void dot_tile_q5_0(const void *w, const void *x, size_t x_stride, int n_x, int64_t n, float *out);
 void dot_tile_q5_1(const void *w, const void *x, size_t x_stride, int n_x, int64_t n, float *out);
 void dot_tile_iq4_nl(const void *w, const void *x, size_t x_stride, int n_x, int64_t n, float *out);
+void dot_tile_mxfp4(const void *w, const void *x, size_t x_stride, int n_x, int64_t n, float *out);
 void dot_tile_q2_k(const void *w, const void *x, size_t x_stride, int n_x, int64_t n, float *out);
 void dot_tile_q3_k(const void *w, const void *x, size_t x_stride, int n_x, int64_t n, float *out);
 void dot_tile_q4_k(const void *w, const void *x, size_t x_stride, int n_x, int64_t n, float *out);
@@ -155,6 +163,7 @@ void dot_tile_q4_1(const void *w, const void *x, size_t x_stride, int n_x, int64
 void dot_tile_q5_0(const void *w, const void *x, size_t x_stride, int n_x, int64_t n, float *out);
 void dot_tile_q5_1(const void *w, const void *x, size_t x_stride, int n_x, int64_t n, float *out);
 void dot_tile_iq4_nl(const void *w, const void *x, size_t x_stride, int n_x, int64_t n, float *out);
+void dot_tile_mxfp4(const void *w, const void *x, size_t x_stride, int n_x, int64_t n, float *out);
 void dot_tile_q2_k(const void *w, const void *x, size_t x_stride, int n_x, int64_t n, float *out);
 void dot_tile_q3_k(const void *w, const void *x, size_t x_stride, int n_x, int64_t n, float *out);
 void dot_tile_q4_k(const void *w, const void *x, size_t x_stride, int n_x, int64_t n, float *out);

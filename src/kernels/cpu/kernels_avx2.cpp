@@ -357,6 +357,48 @@ inline void q4_0x8_record(const BlockQ4_0x8 &rec, __m256 dw, const uint8_t *x, s
     }
 }
 
+// --- MXFP4 weights packed eight rows to a record (BlockMXFP4x8) against Q8_0 activations -----------------------
+// The nibbles lie as BlockQ4_0x8's; a byte shuffle looks each up as its value + 12 (0..24, unsigned, so maddubs
+// takes it as it is: pairs of products and the two halves' sum fit int16, 4 * 24 * 127). Taking 12 * sum(x) (from
+// the 128 * sum(x) the activation row carries) leaves sum(value * x), exact; then acc = fma(float(dot), dw * dx,
+// acc) as dot_rows_q8_0x8 (the order dispatch.h defines).
+template <int J0, int H>
+inline void mxfp4x8_record(const BlockMXFP4x8 &rec, __m256 dw, const uint8_t *x, size_t x_stride, size_t dx_offset,
+                           int64_t b, __m256 *acc) {
+    const __m256i ones = _mm256_set1_epi16(1), mask = _mm256_set1_epi8(0x0f);
+    const __m256i book =
+        _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i *>(kMxfp4ValuesPlus12)));
+    __m256i dot[H];
+#pragma GCC unroll 4
+    for (int j = 0; j < H; ++j) dot[j] = _mm256_setzero_si256();
+#pragma GCC unroll 4
+    for (int g = 0; g < 4; ++g) {
+        const __m256i wb = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(rec.qs + 32 * g));
+        const __m256i lo = _mm256_shuffle_epi8(book, _mm256_and_si256(wb, mask));
+        const __m256i hi = _mm256_shuffle_epi8(book, _mm256_and_si256(_mm256_srli_epi16(wb, 4), mask));
+#pragma GCC unroll 4
+        for (int j = 0; j < H; ++j) {
+            const auto *xb = reinterpret_cast<const BlockQ8_0 *>(x + (J0 + j) * x_stride) + b;
+            const __m256i xl = _mm256_broadcastd_epi32(_mm_loadu_si32(xb->qs + 4 * g));
+            const __m256i xh = _mm256_broadcastd_epi32(_mm_loadu_si32(xb->qs + 16 + 4 * g));
+            const __m256i p16 = _mm256_add_epi16(_mm256_maddubs_epi16(lo, xl), _mm256_maddubs_epi16(hi, xh));
+            dot[j] = _mm256_add_epi32(dot[j], _mm256_madd_epi16(p16, ones));
+        }
+    }
+    const size_t nb = dx_offset / sizeof(BlockQ8_0), sums_offset = dx_offset + nb * sizeof(float);
+#pragma GCC unroll 4
+    for (int j = 0; j < H; ++j) {
+        const uint8_t *xj = x + (J0 + j) * x_stride;
+        float dx;
+        int32_t sum128;
+        std::memcpy(&dx, xj + dx_offset + static_cast<size_t>(b) * sizeof(float), sizeof dx);
+        std::memcpy(&sum128, xj + sums_offset + static_cast<size_t>(b) * sizeof(int32_t), sizeof sum128);
+        const __m256i offset = _mm256_set1_epi32(12 * (sum128 / 128));
+        acc[J0 + j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(dot[j], offset)),
+                                      _mm256_mul_ps(dw, _mm256_set1_ps(dx)), acc[J0 + j]);
+    }
+}
+
 // Rows packed eight to a record against NT <= 8 tokens, one group of eight rows after another: per record, the
 // rows' scales widened once, then the tokens in two passes over the record's bytes (the first ceil(NT / 2)
 // tokens, then the rest) when NT > 4, so each pass keeps its accumulators in registers. Kind: Q8Packed or
@@ -372,7 +414,7 @@ void packed_rows(const uint8_t *w, size_t w_stride, int64_t n_rows, const uint8_
         for (int j = 0; j < NT; ++j) acc[j] = _mm256_setzero_ps();
         for (int64_t b = 0; b < nb; ++b) {
             prefetch_ahead(rec + b, sizeof(R));
-            const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(rec[b].d)));
+            const __m256 dw = Kind::scales(rec[b]);
             Kind::template record<0, kFirst>(rec[b], dw, x, x_stride, dx_offset, b, acc);
             if constexpr (NT > kFirst)
                 Kind::template record<kFirst, NT - kFirst>(rec[b], dw, x, x_stride, dx_offset, b, acc);
@@ -381,8 +423,15 @@ void packed_rows(const uint8_t *w, size_t w_stride, int64_t n_rows, const uint8_
     }
 }
 
+// The eight rows' fp16 scales widened.
+template <typename R>
+inline __m256 half_scales(const R &rec) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(rec.d)));
+}
+
 struct Q8Packed {
     using Record = BlockQ8_0x8;
+    static __m256 scales(const Record &rec) { return half_scales(rec); }
     template <int J0, int H>
     static void record(const Record &rec, __m256 dw, const uint8_t *x, size_t x_stride, size_t dx_offset, int64_t b,
                        __m256 *acc) {
@@ -392,10 +441,28 @@ struct Q8Packed {
 
 struct Q4Packed {
     using Record = BlockQ4_0x8;
+    static __m256 scales(const Record &rec) { return half_scales(rec); }
     template <int J0, int H>
     static void record(const Record &rec, __m256 dw, const uint8_t *x, size_t x_stride, size_t dx_offset, int64_t b,
                        __m256 *acc) {
         q4_0x8_record<J0, H>(rec, dw, x, x_stride, dx_offset, b, acc);
+    }
+};
+
+struct Mxfp4Packed {
+    using Record = BlockMXFP4x8;
+    // 2^(e - 128) per row (blocks.h): the f32 exponent field e - 1, or the subnormals 2^-127, 2^-128 below e = 2.
+    static __m256 scales(const Record &rec) {
+        const __m256i e = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i *>(rec.e)));
+        const __m256i normal = _mm256_slli_epi32(_mm256_sub_epi32(e, _mm256_set1_epi32(1)), 23);
+        const __m256i subnormal = _mm256_sllv_epi32(_mm256_set1_epi32(0x00200000), e);
+        const __m256i small = _mm256_cmpgt_epi32(_mm256_set1_epi32(2), e);
+        return _mm256_castsi256_ps(_mm256_blendv_epi8(normal, subnormal, small));
+    }
+    template <int J0, int H>
+    static void record(const Record &rec, __m256 dw, const uint8_t *x, size_t x_stride, size_t dx_offset, int64_t b,
+                       __m256 *acc) {
+        mxfp4x8_record<J0, H>(rec, dw, x, x_stride, dx_offset, b, acc);
     }
 };
 
@@ -534,6 +601,17 @@ void dot_rows_q8_0x8(const void *w, size_t w_stride, int64_t n_rows, const void 
 void dot_rows_q4_0x8(const void *w, size_t w_stride, int64_t n_rows, const void *x, size_t x_stride, int n_x, int64_t n,
                      float *y, size_t y_stride) {
     dot_rows_q4_0x8_any(w, w_stride, n_rows, x, x_stride, n_x, n, y, y_stride);
+}
+
+void dot_rows_mxfp4x8(const void *wv, size_t w_stride, int64_t n_rows, const void *xv, size_t x_stride, int n_x,
+                      int64_t n, float *y, size_t y_stride) {
+    const uint8_t *w = static_cast<const uint8_t *>(wv);
+    const uint8_t *x = static_cast<const uint8_t *>(xv);
+    const int64_t nb = n / QK8_0;
+    const size_t dx_offset = static_cast<size_t>(nb) * sizeof(BlockQ8_0);  // the f32 scales after the blocks
+    with_quant_tile(n_x, [&](auto tile) {
+        packed_rows<decltype(tile)::value, Mxfp4Packed>(w, w_stride, n_rows, x, x_stride, nb, dx_offset, y, y_stride);
+    });
 }
 
 void dot_tile_q4_0(const void *w, const void *x, size_t x_stride, int n_x, int64_t n, float *out) {

@@ -1,4 +1,4 @@
-// AVX512-VNNI kernels for weights packed eight rows to a record (BlockQ8_0x8, BlockQ4_0x8; core/blocks.h).
+// AVX512-VNNI kernels for weights packed eight rows to a record (BlockQ8_0x8, BlockQ4_0x8, BlockMXFP4x8; blocks.h).
 // Compiled with -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni (CMakeLists.txt: files named
 // *_vnni.cpp) and called only when cpuid says the CPU has AVX-512 with VNNI (dispatch.cpp).
 //
@@ -83,6 +83,14 @@ struct StagedX {
         }
     }
 
+    // The same for MXFP4 weights, whose code book the kernel looks up as value + 12: the offset is 12 * sum(x).
+    void fill(const BlockMXFP4x8 *, const uint8_t *x, size_t x_stride, int64_t nb, int64_t k0, int64_t n) {
+        fill(static_cast<const BlockQ8_0x8 *>(nullptr), x, x_stride, nb, k0, n);
+        for (int64_t k = 0; k < n; ++k) {
+            for (int j = 0; j < NT; ++j) neg_off[k][j] = neg_off[k][j] / 128 * 12;
+        }
+    }
+
     // The same from BlockQ8_0x2 records (Q4_0 weights): the offset is 8 * sum(x), for the nibbles' + 8.
     void fill(const BlockQ4_0x8 *, const uint8_t *x, size_t x_stride, int64_t, int64_t k0, int64_t n) {
         for (int j = 0; j < NT; ++j) {
@@ -143,6 +151,44 @@ inline void block_dots(const BlockQ4_0x8 &a, const BlockQ4_0x8 &b, const uint8_t
     }
 }
 
+// MXFP4: the nibbles lie as Q4_0's, and a byte shuffle looks each up as its value + 12 (unsigned); 12 * sum(x)
+// comes off.
+template <int NT>
+inline void block_dots(const BlockMXFP4x8 &a, const BlockMXFP4x8 &b, const uint8_t (*x)[QK8_0], const int32_t *neg_off,
+                       __m512i *dot) {
+    const __m512i mask = _mm512_set1_epi8(0x0f);
+    const __m512i book = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i *>(kMxfp4ValuesPlus12)));
+    for (int j = 0; j < NT; ++j) dot[j] = _mm512_set1_epi32(neg_off[j]);
+#pragma GCC unroll 4
+    for (int g = 0; g < 4; ++g) {
+        const __m512i w = load_pair(a.qs + 32 * g, b.qs + 32 * g);
+        const __m512i lo = _mm512_shuffle_epi8(book, _mm512_and_si512(w, mask));
+        const __m512i hi = _mm512_shuffle_epi8(book, _mm512_and_si512(_mm512_srli_epi16(w, 4), mask));
+#pragma GCC unroll 8
+        for (int j = 0; j < NT; ++j) {
+            dot[j] = dpbusd_bcast(dot[j], lo, x[j] + 4 * g);
+            dot[j] = dpbusd_bcast(dot[j], hi, x[j] + 16 + 4 * g);
+        }
+    }
+}
+
+// The sixteen rows' scales of two records (rows 0..7 of a, then of b): fp16 d widened, or MXFP4's 2^(e - 128)
+// (blocks.h: the f32 exponent field e - 1, or the subnormals 2^-127 and 2^-128 below e = 2).
+template <typename R>
+inline __m512 record_scales(const R &a, const R &b) {
+    return _mm512_cvtph_ps(
+        _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i *>(a.d))),
+                                _mm_loadu_si128(reinterpret_cast<const __m128i *>(b.d)), 1));
+}
+inline __m512 record_scales(const BlockMXFP4x8 &a, const BlockMXFP4x8 &b) {
+    const __m512i e = _mm512_cvtepu8_epi32(_mm_unpacklo_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i *>(a.e)),
+                                                              _mm_loadl_epi64(reinterpret_cast<const __m128i *>(b.e))));
+    const __m512i normal = _mm512_slli_epi32(_mm512_sub_epi32(e, _mm512_set1_epi32(1)), 23);
+    const __mmask16 small = _mm512_cmplt_epi32_mask(e, _mm512_set1_epi32(2));
+    return _mm512_castsi512_ps(
+        _mm512_mask_mov_epi32(normal, small, _mm512_sllv_epi32(_mm512_set1_epi32(0x00200000), e)));
+}
+
 // Rows g0..g0+15 (the records of two groups of eight, a and b, side by side in 512-bit registers), blocks
 // [0, n) of a and b against the NT staged tokens, continuing the sums in y unless `first`; only the output lanes
 // in `lanes` are read and written (a last group of eight rows passes b = a and the low eight). Each vpdpbusd does
@@ -157,9 +203,7 @@ void rows16(const R *a, const R *b, const StagedX<NT> &x, int64_t n, bool first,
     for (int64_t k = 0; k < n; ++k) {
         prefetch_ahead(a + k, sizeof(R));
         prefetch_ahead(b + k, sizeof(R));
-        const __m512 dw = _mm512_cvtph_ps(
-            _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i *>(a[k].d))),
-                                    _mm_loadu_si128(reinterpret_cast<const __m128i *>(b[k].d)), 1));
+        const __m512 dw = record_scales(a[k], b[k]);
         __m512i dot[NT];
         block_dots<NT>(a[k], b[k], x.qs[k], x.neg_off[k], dot);
 #pragma GCC unroll 8
@@ -218,6 +262,11 @@ void dot_rows_q8_0x8(const void *w, size_t w_stride, int64_t n_rows, const void 
 void dot_rows_q4_0x8(const void *w, size_t w_stride, int64_t n_rows, const void *x, size_t x_stride, int n_x, int64_t n,
                      float *y, size_t y_stride) {
     packed_rows_any<BlockQ4_0x8>(w, w_stride, n_rows, x, x_stride, n_x, n / QK4_0, y, y_stride);
+}
+
+void dot_rows_mxfp4x8(const void *w, size_t w_stride, int64_t n_rows, const void *x, size_t x_stride, int n_x,
+                      int64_t n, float *y, size_t y_stride) {
+    packed_rows_any<BlockMXFP4x8>(w, w_stride, n_rows, x, x_stride, n_x, n / QK8_0, y, y_stride);
 }
 
 }  // namespace sparrow::cpu::avx512vnni

@@ -1,12 +1,12 @@
-// AVX2 products of Q4_1, Q5_0, Q5_1 and IQ4_NL weights against the Q8_0 dot-x activations (the sums
+// AVX2 products of Q4_1, Q5_0, Q5_1, IQ4_NL and MXFP4 weights against the Q8_0 dot-x activations (the sums
 // quants32_scalar.cpp describes). Compiled with -mavx2 -mfma -mf16c; the ODR rule of kernels_avx2.cpp holds:
 // only <immintrin.h>, <cstddef>, <cstdint>, <cstring>, core/blocks.h and isa_kernels.h, everything but the
 // exported kernels in an anonymous namespace.
 //
 // A block's 16 bytes of nibbles become one 256-bit register of its 32 elements in order (low nibbles, then
 // high ones), the fifth bits are spread from qh with a byte shuffle and a bit mask, and one maddubs + madd
-// gives eight int32 lanes of sum(u x) (IQ4_NL: the code book looked up with a byte shuffle, and the signs
-// moved onto x, since maddubs wants its first operand unsigned). Each block's lanes are scaled by d * dx
+// gives eight int32 lanes of sum(u x) (IQ4_NL, MXFP4: the code book looked up with a byte shuffle, and the
+// signs moved onto x, since maddubs wants its first operand unsigned). Each block's lanes are scaled by d * dx
 // into the token's accumulator; the offsets m * dx * sum(x) go to a second one.
 #include <immintrin.h>
 
@@ -50,7 +50,7 @@ inline __m256i fifth_bits(const uint8_t qh[4]) {
     return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit), _mm256_set1_epi8(16));
 }
 
-// The block as u (unsigned bytes, maddubs' first operand) with its d and offset m, or, for IQ4_NL, as signed
+// The block as u (unsigned bytes, maddubs' first operand) with its d and offset m, or, for IQ4_NL and MXFP4, as signed
 // values (Signed: the kernel moves their signs onto x).
 struct WBlock {
     __m256i u;
@@ -68,6 +68,14 @@ inline WBlock unpack(const BlockIQ4_NL &w) {
     const __m256i book = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i *>(kIq4nlValues)));
     return {_mm256_shuffle_epi8(book, nibbles(w.qs)), _cvtsh_ss(w.d), 0.0f};
 }
+inline WBlock unpack(const BlockMXFP4 &w) {
+    const __m256i book = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i *>(kMxfp4Values)));
+    // 2^(e - 128) (blocks.h): the f32 exponent field e - 1, or the subnormals 2^-127 and 2^-128 below e = 2.
+    const uint32_t bits = w.e >= 2 ? static_cast<uint32_t>(w.e - 1) << 23 : uint32_t(0x00200000) << w.e;
+    float d;
+    std::memcpy(&d, &bits, 4);
+    return {_mm256_shuffle_epi8(book, nibbles(w.qs)), d, 0.0f};
+}
 
 template <typename Block, bool Signed>
 void dot_tile_block32(const void *w, const void *x, size_t x_stride, int n_x, int64_t n, float *out) {
@@ -83,7 +91,7 @@ void dot_tile_block32(const void *w, const void *x, size_t x_stride, int n_x, in
     for (int64_t b = 0; b < nb; ++b) {
         _mm_prefetch(reinterpret_cast<const char *>(&blocks[b]) + kPrefetchBytes, _MM_HINT_T0);
         const WBlock wb = unpack(blocks[b]);
-        const __m256i u = Signed ? _mm256_sign_epi8(wb.u, wb.u) : wb.u;  // |value| for IQ4_NL
+        const __m256i u = Signed ? _mm256_sign_epi8(wb.u, wb.u) : wb.u;  // |value| for IQ4_NL, MXFP4
         for (int j = 0; j < n_x; ++j) {
             __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(xs[j] + b * sizeof(BlockQ8_0) + 2));
             if constexpr (Signed) xq = _mm256_sign_epi8(xq, wb.u);
@@ -114,6 +122,9 @@ void dot_tile_q5_1(const void *w, const void *x, size_t x_stride, int n_x, int64
 }
 void dot_tile_iq4_nl(const void *w, const void *x, size_t x_stride, int n_x, int64_t n, float *out) {
     dot_tile_block32<BlockIQ4_NL, true>(w, x, x_stride, n_x, n, out);
+}
+void dot_tile_mxfp4(const void *w, const void *x, size_t x_stride, int n_x, int64_t n, float *out) {
+    dot_tile_block32<BlockMXFP4, true>(w, x, x_stride, n_x, n, out);
 }
 
 }  // namespace sparrow::cpu::avx2

@@ -92,7 +92,7 @@ double block_element(DType t, const void *row, int64_t e) {
         scale_min(scales, 2 * chunk + (high ? 1 : 0), sc, m);
         return double(fp16_to_f32(d16)) * sc * u - double(fp16_to_f32(dmin16)) * m;
     }
-    if (t == DType::Q4_1 || t == DType::Q5_0 || t == DType::Q5_1 || t == DType::IQ4_NL) {
+    if (t == DType::Q4_1 || t == DType::Q5_0 || t == DType::Q5_1 || t == DType::IQ4_NL || t == DType::MXFP4) {
         // 32-element blocks: element j < 16 is the low nibble of qs[j], element j >= 16 the high nibble of
         // qs[j - 16]; Q5_*: plus 16 times bit j of the little-endian 32-bit qh.
         const int64_t blk = e / 32, j = e % 32;
@@ -109,6 +109,14 @@ double block_element(DType t, const void *row, int64_t e) {
         if (t == DType::Q5_1) {
             const auto &w = static_cast<const BlockQ5_1 *>(row)[blk];
             return double(fp16_to_f32(w.d)) * (nibble(w.qs) + 16 * bit(w.qh)) + double(fp16_to_f32(w.m));
+        }
+        if (t == DType::MXFP4) {
+            // OCP E2M1 from its bits (sign, 2 exponent bits, 1 mantissa bit; exponent 0 is subnormal: m / 2),
+            // times the E8M0 scale 2^(e - 127): the spec's numbers, not ggml's doubled table and halved scale.
+            const auto &w = static_cast<const BlockMXFP4 *>(row)[blk];
+            const int u = nibble(w.qs), exp = u / 2 % 4, mant = u % 2;
+            const double mag = exp == 0 ? 0.5 * mant : (1.0 + 0.5 * mant) * std::ldexp(1.0, exp - 1);
+            return (u >= 8 ? -mag : mag) * std::ldexp(1.0, int(w.e) - 127);
         }
         const auto &w = static_cast<const BlockIQ4_NL *>(row)[blk];
         constexpr int kBook[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
@@ -150,7 +158,7 @@ double block_element(DType t, const void *row, int64_t e) {
         constexpr int kBook[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
         return double(fp16_to_f32(blk.d)) * (ls - 32) * kBook[j < 16 ? byte % 16 : byte / 16];
     }
-    throw_error("ref::block_element: %s is not a K-quant or one of Q4_1, Q5_0, Q5_1, IQ4_NL, IQ4_XS",
+    throw_error("ref::block_element: %s is not a K-quant or one of Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4, IQ4_XS",
                 std::string(dtype_name(t)).c_str());
 }
 
@@ -182,7 +190,8 @@ float dot_weight_row(DType t, const void *w, const void *x, int64_t n) {
         case DType::Q4_1:
         case DType::Q5_0:
         case DType::Q5_1:
-        case DType::IQ4_NL: return dot_decoded_q8_0(t, w, static_cast<const BlockQ8_0 *>(x), n);
+        case DType::IQ4_NL:
+        case DType::MXFP4: return dot_decoded_q8_0(t, w, static_cast<const BlockQ8_0 *>(x), n);
         case DType::Q2_K:
         case DType::Q3_K:
         case DType::Q4_K:

@@ -20,12 +20,12 @@ float dot_bf16_f32(const uint16_t *w, const float *x, int64_t n);
 float dot_q8_0_q8_0(const BlockQ8_0 *w, const BlockQ8_0 *x, int64_t n);
 // The same with Q4_0 weights (values (nibble - 8)), as ggml's vec_dot_q4_0_q8_0.
 float dot_q4_0_q8_0(const BlockQ4_0 *w, const BlockQ8_0 *x, int64_t n);
-// Element e of a row of a K-quant or of Q4_1 / Q5_0 / Q5_1 / IQ4_NL, in double, decoded element by element from
+// Element e of a row of a K-quant or of Q4_1 / Q5_0 / Q5_1 / IQ4_NL / MXFP4, in double, decoded element by element from
 // the format (core/blocks.h), not through the dequantisers or kernels it checks.
 double block_element(DType t, const void *row, int64_t e);
-// A weight row of Q4_1 / Q5_0 / Q5_1 / IQ4_NL against Q8_0 activations, and of a K-quant against Q8_K activations
-// (an unaligned row of BlockQ8_K): sum of block_element * d_x * q_x in double, the exact product of the decoded
-// weights and activations (the kernels' integer sums equal it up to f32 rounding).
+// A weight row of Q4_1 / Q5_0 / Q5_1 / IQ4_NL / MXFP4 against Q8_0 activations, and of a K-quant against Q8_K
+// activations (an unaligned row of BlockQ8_K): sum of block_element * d_x * q_x in double, the exact product of the
+// decoded weights and activations (the kernels' integer sums equal it up to f32 rounding).
 float dot_decoded_q8_0(DType t, const void *w, const BlockQ8_0 *x, int64_t n);
 float dot_decoded_q8_k(DType t, const void *w, const void *x, int64_t n);
 // One weight row of type t against the activation row in t's dot type (f32; Q8_K for K-quants; else Q8_0).
