@@ -466,14 +466,16 @@ struct Mxfp4Packed {
     }
 };
 
-void dot_rows_q8_0x8_any(const void *wv, size_t w_stride, int64_t n_rows, const void *xv, size_t x_stride, int n_x,
-                         int64_t n, float *y, size_t y_stride) {
+// Packed rows against Q8_0 dot-x activations (Kind: Q8Packed or Mxfp4Packed).
+template <typename Kind>
+void dot_rows_q8_x_any(const void *wv, size_t w_stride, int64_t n_rows, const void *xv, size_t x_stride, int n_x,
+                       int64_t n, float *y, size_t y_stride) {
     const uint8_t *w = static_cast<const uint8_t *>(wv);
     const uint8_t *x = static_cast<const uint8_t *>(xv);
     const int64_t nb = n / QK8_0;
     const size_t dx_offset = static_cast<size_t>(nb) * sizeof(BlockQ8_0);  // the f32 scales after the blocks
     with_quant_tile(n_x, [&](auto tile) {
-        packed_rows<decltype(tile)::value, Q8Packed>(w, w_stride, n_rows, x, x_stride, nb, dx_offset, y, y_stride);
+        packed_rows<decltype(tile)::value, Kind>(w, w_stride, n_rows, x, x_stride, nb, dx_offset, y, y_stride);
     });
 }
 
@@ -595,7 +597,7 @@ void dot_rows_q8_0(const void *w, size_t w_stride, int64_t n_rows, const void *x
 }
 void dot_rows_q8_0x8(const void *w, size_t w_stride, int64_t n_rows, const void *x, size_t x_stride, int n_x, int64_t n,
                      float *y, size_t y_stride) {
-    dot_rows_q8_0x8_any(w, w_stride, n_rows, x, x_stride, n_x, n, y, y_stride);
+    dot_rows_q8_x_any<Q8Packed>(w, w_stride, n_rows, x, x_stride, n_x, n, y, y_stride);
 }
 
 void dot_rows_q4_0x8(const void *w, size_t w_stride, int64_t n_rows, const void *x, size_t x_stride, int n_x, int64_t n,
@@ -603,15 +605,9 @@ void dot_rows_q4_0x8(const void *w, size_t w_stride, int64_t n_rows, const void 
     dot_rows_q4_0x8_any(w, w_stride, n_rows, x, x_stride, n_x, n, y, y_stride);
 }
 
-void dot_rows_mxfp4x8(const void *wv, size_t w_stride, int64_t n_rows, const void *xv, size_t x_stride, int n_x,
+void dot_rows_mxfp4x8(const void *w, size_t w_stride, int64_t n_rows, const void *x, size_t x_stride, int n_x,
                       int64_t n, float *y, size_t y_stride) {
-    const uint8_t *w = static_cast<const uint8_t *>(wv);
-    const uint8_t *x = static_cast<const uint8_t *>(xv);
-    const int64_t nb = n / QK8_0;
-    const size_t dx_offset = static_cast<size_t>(nb) * sizeof(BlockQ8_0);  // the f32 scales after the blocks
-    with_quant_tile(n_x, [&](auto tile) {
-        packed_rows<decltype(tile)::value, Mxfp4Packed>(w, w_stride, n_rows, x, x_stride, nb, dx_offset, y, y_stride);
-    });
+    dot_rows_q8_x_any<Mxfp4Packed>(w, w_stride, n_rows, x, x_stride, n_x, n, y, y_stride);
 }
 
 void dot_tile_q4_0(const void *w, const void *x, size_t x_stride, int n_x, int64_t n, float *out) {
