@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -293,6 +294,10 @@ TEST(DType, Mxfp4MatchesTheOcpFormat) {
     EXPECT_EQ(b.e, 128);
     dequantize_row(DType::MXFP4, &b, y, 32);
     EXPECT_EQ(y[0], 8.0f);
+    // An infinite element takes the largest exponent (and no signed overflow on the way: UBSan runs this).
+    x[3] = std::numeric_limits<float>::infinity();
+    quantize_row(DType::MXFP4, x, &b, 32);
+    EXPECT_EQ(b.e, 254);
     // All zeros: exponent 0, codes 0.
     for (float &v : x) v = 0.0f;
     quantize_row(DType::MXFP4, x, &b, 32);

@@ -118,7 +118,8 @@ void quantize_row_mxfp4(const float *x, BlockMXFP4 *y, int64_t n) {
             // OCP's shared exponent: floor(log2(amax)) - 2 (E2M1's largest value is 1.5 * 2^2), stored + 127; the
             // largest element then lands in [4, 8) and clamps to 6 above 6. One exponent up keeps it in range at
             // a coarser step: take whichever fits the block better. 254 is E8M0's largest finite code.
-            e = std::clamp(std::ilogb(amax) - 2 + 127, 0, 254);
+            // An infinite element takes the largest exponent (ilogb(inf) is INT_MAX: no arithmetic on it).
+            e = std::isfinite(amax) ? std::clamp(std::ilogb(amax) - 2 + 127, 0, 254) : 254;
             const double err = mxfp4_fit(x, e, u);
             if (e < 254 && mxfp4_fit(x, e + 1, u_up) < err) {
                 e += 1;
