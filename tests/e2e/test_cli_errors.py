@@ -70,6 +70,8 @@ with open(ids, "w") as f:
 expect_error(["run", "-m", model, "--prompt-ids", ids, "-n", 0], "outside the vocabulary", "token id out of range")
 expect_error(["make-model", "--arch", "llama", "-o", os.path.join(tmp, "x.gguf"), "--n-embd", 66, "--n-head", 4],
              "head size", "make-model with inconsistent sizes")
+expect_error(["make-model", "--arch", "llama", "-o", os.path.join(tmp, "x.gguf"), "--type", "mxfp4_moe"],
+             "needs an MoE architecture", "make-model mxfp4_moe without experts")
 expect_error(["perplexity", "-m", model, "-f", os.path.join(tmp, "nope.txt")], "cannot open", "missing text file")
 
 # Out-of-range numbers: the message gives the range in plain figures (CLI11's own checks printed DBL_MAX in
