@@ -79,8 +79,8 @@ void ModelFlags::add_to(CLI::App &cmd, int64_t default_ctx, bool with_dsa_flag, 
     if (with_stats_flag)
         cmd.add_flag("--dsa-stats", dsa_stats, "Print per-layer sparse-attention statistics at the end");
     cmd.add_flag("--no-repack", no_repack,
-                 "Keep Q8_0/Q4_0 weights as the file stores them (default: repacked 8 rows to a record at load, for "
-                 "faster products)");
+                 "Keep Q8_0, Q4_0, MXFP4, K-quant and IQ4_XS weights as the file stores them (default: repacked 8 rows "
+                 "to a record at load, for faster products)");
     if (with_dsa_flag) {
         cmd.add_option("--indexer-precision", indexer_precision, "Indexer products: exact (f32) or fast (reduced)")
             ->check(CLI::IsMember({"exact", "fast"}));
@@ -131,8 +131,7 @@ std::shared_ptr<const Model> load_model_verbose(const ModelFlags &flags) {
                  info.weight_types.c_str());
     if (!info.repack_note.empty()) std::fprintf(stderr, "model: %s\n", info.repack_note.c_str());
     if (info.n_repacked_bytes > 0) {
-        std::fprintf(stderr,
-                     "model: %.1f MiB of q8_0/q4_0 weights repacked 8 rows to a record (--no-repack: as stored)\n",
+        std::fprintf(stderr, "model: %.1f MiB of weights repacked 8 rows to a record (--no-repack: as stored)\n",
                      info.n_repacked_bytes / 1048576.0);
     }
     if (!info.summary.empty()) std::fprintf(stderr, "model: %s\n", info.summary.c_str());
