@@ -52,7 +52,9 @@ Command register_make_model(CLI::App &app) {
     cmd->add_option(
            "--type", *type,
            "Weight type: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, mxfp4, q2_k, q3_k, q4_k, q5_k, q6_k, "
-           "iq4_xs, or mxfp4_moe (llama.cpp's MXFP4_MOE: mxfp4 routed experts, q8_0 elsewhere; deepseek32 / glm-dsa) "
+           "iq4_xs, or mxfp4_moe (llama.cpp's MXFP4_MOE: mxfp4 for 3-D stacks, the routed experts and attn_k_b / "
+           "attn_v_b, "
+           "q8_0 elsewhere; deepseek32 / glm-dsa) "
            "(default f32; bench: q8_0). Matrices whose rows the type's blocks do not divide are stored in llama.cpp's "
            "fallback type (K-quants, iq4_xs) or f32")
         ->check(CLI::IsMember({"f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl", "mxfp4", "q2_k",
@@ -126,7 +128,7 @@ Command register_make_model(CLI::App &app) {
             if (p.arch == "llama")
                 throw_error("make-model: --type mxfp4_moe needs an MoE architecture (deepseek32, glm-dsa)");
             p.type = DType::Q8_0;
-            p.expert_type = DType::MXFP4;
+            p.stack_type = DType::MXFP4;
         } else if (!type->empty()) {
             p.type = *dtype_from_name(*type);
         }
@@ -142,7 +144,7 @@ Command register_make_model(CLI::App &app) {
         std::fprintf(stderr, "wrote %s (%s, %lld layers, n_embd %lld, vocab %lld, %s)\n", out->c_str(), p.arch.c_str(),
                      (long long)p.n_layer, (long long)p.n_embd, (long long)p.n_vocab,
                      (std::string(dtype_name(p.type)) +
-                      (p.expert_type ? ", " + std::string(dtype_name(*p.expert_type)) + " experts" : ""))
+                      (p.stack_type ? ", " + std::string(dtype_name(*p.stack_type)) + " stacks" : ""))
                          .c_str());
         return 0;
     };

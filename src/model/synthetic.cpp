@@ -206,20 +206,22 @@ std::vector<int64_t> pick_channels(uint64_t seed, int64_t layer, const char *wha
 
 class StreamSink {
   public:
-    StreamSink(gguf::Writer &w, DType type, DType expert_type, uint64_t seed, ThreadPool &pool)
-        : w_(w), type_(type), expert_type_(expert_type), seed_(seed), pool_(pool) {}
+    StreamSink(gguf::Writer &w, DType type, DType stack_type, uint64_t seed, ThreadPool &pool)
+        : w_(w), type_(type), stack_type_(stack_type), seed_(seed), pool_(pool) {}
 
     // A weight of GGUF dims ne (ne[0] = row length) with entries N(0, (gain / sqrt(n_in))^2): unit-variance
     // inputs give outputs of variance gain^2; n_in = ne[0] (a 3-D stack is a stack of such matrices).
     // keep_f32: stored f32 whatever the model's type (ffn_gate_inp, indexer.proj, as llama.cpp's converter
-    // keeps them).
+    // keeps them). A stack (ne[2] > 1) takes the stack type.
     void weight(const std::string &name, std::vector<int64_t> ne, float gain, bool keep_f32 = false,
                 Scaled scaled = {}) {
-        matrices(name, keep_f32 ? DType::F32 : type_, std::move(ne), gain, std::move(scaled));
-    }
-    // A stack of routed experts' matrices [ne0, ne1, n_expert], as weight() in the experts' type.
-    void experts(const std::string &name, std::vector<int64_t> ne, float gain) {
-        matrices(name, expert_type_, std::move(ne), gain, {});
+        const bool stack = ne.size() > 2 && ne[2] > 1;
+        const int64_t n_cols = ne[0];
+        int64_t n_rows = 1;
+        for (size_t i = 1; i < ne.size(); ++i) n_rows *= ne[i];
+        const DType t = keep_f32 ? DType::F32 : storage_type(stack ? stack_type_ : type_, n_cols);
+        const float stddev = gain / std::sqrt(static_cast<float>(n_cols));
+        add(name, t, std::move(ne), n_cols, n_rows, 0.0f, stddev, std::move(scaled));
     }
     // An f32 vector with entries N(mean, spread^2) (norm weights around 1, biases around 0).
     void vector(const std::string &name, int64_t n, float mean, float spread, Scaled scaled = {}) {
@@ -227,14 +229,6 @@ class StreamSink {
     }
 
   private:
-    void matrices(const std::string &name, DType type, std::vector<int64_t> ne, float gain, Scaled scaled) {
-        const int64_t n_cols = ne[0];
-        int64_t n_rows = 1;
-        for (size_t i = 1; i < ne.size(); ++i) n_rows *= ne[i];
-        const DType t = storage_type(type, n_cols);
-        const float stddev = gain / std::sqrt(static_cast<float>(n_cols));
-        add(name, t, std::move(ne), n_cols, n_rows, 0.0f, stddev, std::move(scaled));
-    }
     // The random values do not depend on `scaled`: it multiplies some of them afterwards.
     void add(const std::string &name, DType t, std::vector<int64_t> ne, int64_t n_cols, int64_t n_rows, float mean,
              float stddev, Scaled scaled) {
@@ -271,7 +265,7 @@ class StreamSink {
     }
 
     gguf::Writer &w_;
-    DType type_, expert_type_;
+    DType type_, stack_type_;
     uint64_t seed_;
     ThreadPool &pool_;
 };
@@ -327,7 +321,7 @@ void write_dsa(const SyntheticParams &p, gguf::Writer &w, ThreadPool &pool) {
     const int64_t head_k = p.head_nope + p.n_rot, n_block = p.n_layer + p.n_nextn;
     w.set("general.architecture", Value::str(a));
     w.set("general.name", Value::str("sparrow synthetic " + a));
-    w.set("general.file_type", Value::u32(file_type_of(p.expert_type.value_or(p.type))));
+    w.set("general.file_type", Value::u32(file_type_of(p.stack_type.value_or(p.type))));
     w.set("general.quantization_version", Value::u32(2));
     w.set(a + ".vocab_size", u32(p.n_vocab));
     w.set(a + ".context_length", u32(p.n_ctx_train));
@@ -376,7 +370,7 @@ void write_dsa(const SyntheticParams &p, gguf::Writer &w, ThreadPool &pool) {
 
     // Gains (output std for unit inputs) chosen so that the model is far from uniform: peaked next-token
     // distributions and attention / indexer scores of a few units (checked by tests/e2e/test_make_model_dsa.py).
-    StreamSink s(w, p.type, p.expert_type.value_or(p.type), p.seed, pool);
+    StreamSink s(w, p.type, p.stack_type.value_or(p.type), p.seed, pool);
     const int64_t E = p.n_embd, H = p.n_head, L = p.kv_lora_rank, D = p.idx_head_dim, HI = p.idx_n_head;
     s.weight("token_embd.weight", {E, p.n_vocab}, std::sqrt(static_cast<float>(E)));
     for (int64_t il = 0; il < n_block; ++il) {
@@ -415,9 +409,9 @@ void write_dsa(const SyntheticParams &p, gguf::Writer &w, ThreadPool &pool) {
         } else {
             s.weight(b + "ffn_gate_inp.weight", {E, p.n_expert}, kGainRouter, /*keep_f32=*/true);
             if (p.probs_bias) s.vector(b + "exp_probs_b.bias", p.n_expert, 0.0f, 0.2f);
-            s.experts(b + "ffn_gate_exps.weight", {E, p.n_ff_exp, p.n_expert}, 1.0f);
-            s.experts(b + "ffn_up_exps.weight", {E, p.n_ff_exp, p.n_expert}, 1.0f);
-            s.experts(b + "ffn_down_exps.weight", {p.n_ff_exp, E, p.n_expert}, kGainDown);
+            s.weight(b + "ffn_gate_exps.weight", {E, p.n_ff_exp, p.n_expert}, 1.0f);
+            s.weight(b + "ffn_up_exps.weight", {E, p.n_ff_exp, p.n_expert}, 1.0f);
+            s.weight(b + "ffn_down_exps.weight", {p.n_ff_exp, E, p.n_expert}, kGainDown);
             const int64_t ns = p.n_ff_exp * p.n_expert_shared;
             s.weight(b + "ffn_gate_shexp.weight", {E, ns}, 1.0f);
             s.weight(b + "ffn_up_shexp.weight", {E, ns}, 1.0f);

@@ -33,9 +33,10 @@ struct SyntheticParams {
     int64_t n_ff = 128;  // dense feed-forward width (deepseek32 / glm-dsa: the leading dense layers)
     int64_t n_ctx_train = 2048;
     DType type = DType::F32;  // type of the 2-D/3-D weights (rows not a multiple of its block size stay f32)
-    // deepseek32 / glm-dsa: the routed experts' type where it differs from `type` (llama.cpp's MXFP4_MOE files:
-    // mxfp4 experts, q8_0 elsewhere).
-    std::optional<DType> expert_type;
+    // deepseek32 / glm-dsa: the type of every stack of matrices (a 3-D weight with ne[2] > 1: the routed experts,
+    // and MLA's attn_k_b and attn_v_b) where it differs from `type`. llama.cpp's MXFP4_MOE files choose by that
+    // shape: mxfp4 stacks, q8_0 elsewhere.
+    std::optional<DType> stack_type;
     uint64_t seed = 42;
     bool tied_output = false;
 

@@ -47,15 +47,19 @@ for arch, forward in (("deepseek32", dsa_forward), ("glm-dsa", dsa_forward),
         paths[t] = os.path.join(tmp, f"{arch}-{t}.gguf")
         harness.run(["make-model", "--arch", arch, "--type", t, "--n-embd", 256, "--seed", 9, "-o", paths[t]])
     if arch != "llama":
-        # MXFP4_MOE: every routed expert's stack in MXFP4, every other matrix Q8_0 (or f32 where llama.cpp keeps
-        # it: the router, the indexer's weights), and the file type llama.cpp gives such files.
+        # MXFP4_MOE, by llama.cpp's rule of shape: every stack of matrices (ne[2] > 1: the routed experts, and
+        # MLA's attn_k_b and attn_v_b) in MXFP4, every other matrix Q8_0 (or f32 where llama.cpp keeps it: the
+        # router, the indexer's weights), and the file type llama.cpp gives such files.
         reader = gguf.GGUFReader(paths["mxfp4_moe"])
+        def is_stack(info):
+            return len(info.dims) >= 3 and info.dims[2] > 1
         wrong = [name for name, info in reader.tensors.items() if len(info.dims) >= 2 and
-                 info.ggml_type.name.lower() not in (("mxfp4",) if "_exps." in name else ("q8_0", "f32"))]
-        n_exps = sum("_exps." in name for name in reader.tensors)
-        checks.check(n_exps > 0 and not wrong and reader.metadata["general.file_type"] == 38,
-                     f"{arch} mxfp4_moe: {n_exps} expert stacks in mxfp4, the rest q8_0 / f32, file type 38 "
-                     f"(wrong: {wrong[:4]})")
+                 info.ggml_type.name.lower() not in (("mxfp4",) if is_stack(info) else ("q8_0", "f32"))]
+        stacks = [name for name, info in reader.tensors.items() if is_stack(info)]
+        checks.check(any("_exps." in n for n in stacks) and any("attn_k_b" in n for n in stacks) and not wrong
+                     and reader.metadata["general.file_type"] == 38,
+                     f"{arch} mxfp4_moe: {len(stacks)} stacks (experts, attn_k_b, attn_v_b) in mxfp4, the rest "
+                     f"q8_0 / f32, file type 38 (wrong: {wrong[:4]})")
     for t in K_TYPES:
         types = {info.ggml_type.name.lower() for info in gguf.GGUFReader(paths[t]).tensors.values()}
         checks.check(t in types and "token_embd.weight" in gguf.GGUFReader(paths[t]).tensors,
