@@ -482,6 +482,40 @@ TEST(Indexer, FastModeJaccardAgainstExact) {
     }
 }
 
+// Fast mode with outlier channels, as real indexer keys have (make-model --outlier-channels): four key channels
+// scaled up 20x and the queries' same channels down 20x (the scores are unchanged), so one channel sets each key
+// row's int8 scale and the queries' small channels round to few steps. With 8-bit queries (scalar, VNNI) the
+// selections stay near exact mode's; with AVX2's 6-bit ones they do not, which is why the levels that can take
+// 8 bits do (on the e2e outlier models 6-bit queries kept a mean Jaccard of 0.78-0.83, 8-bit 0.97-0.98).
+TEST(Indexer, FastModeJaccardWithOutlierChannels) {
+    std::mt19937 rng(2026);
+    ThreadPool pool(2);
+    const int64_t n_tokens = 8, context = 4096, top_k = 512, H = 32, D = 128;
+    Problem p = make_problem(rng, n_tokens, 1, context, H, D, DType::F16);
+    fill_structured(rng, p);
+    std::vector<float> row(static_cast<size_t>(D));
+    for (int64_t c = 0; c < context; ++c) {
+        p.keys.read(c, row.data());
+        for (int64_t i = 0; i < 4; ++i) row[static_cast<size_t>(17 * i + 3)] *= 20.0f;
+        p.keys.write(c, row.data());
+    }
+    for (int64_t r = 0; r < n_tokens * H; ++r) {
+        for (int64_t i = 0; i < 4; ++i) p.q[static_cast<size_t>(r * D + 17 * i + 3)] /= 20.0f;
+    }
+    for (cpu::Isa isa : levels()) {
+        const auto exact = run(isa, pool, p, IndexerPrecision::exact, top_k);
+        const auto fast = run(isa, pool, p, IndexerPrecision::fast, top_k);
+        double sum = 0.0;
+        for (int64_t t = 0; t < n_tokens; ++t)
+            sum += jaccard(exact[static_cast<size_t>(t)], fast[static_cast<size_t>(t)]);
+        const double mean = sum / double(n_tokens);
+        const bool wide = indexer::query_offset_for(isa) == indexer::kQueryOffsetDpbusd;
+        std::printf("fast vs exact with outlier channels (%s, %s queries): mean Jaccard %.4f\n", cpu::isa_name(isa),
+                    wide ? "8-bit" : "6-bit", mean);
+        if (wide) EXPECT_GE(mean, 0.98) << cpu::isa_name(isa);
+    }
+}
+
 // A key store with an int8 copy (RowStore::keep_int8_copy) gives fast mode exactly the selection it makes by
 // quantising each key per use, at every ISA level and thread count, decode and prefill, f16 and bf16 keys.
 TEST(Indexer, FastModeOverAnInt8CopySelectsTheSame) {
@@ -502,6 +536,20 @@ TEST(Indexer, FastModeOverAnInt8CopySelectsTheSame) {
             }
         }
     }
+}
+
+// Fast-mode query bytes for q_offset (indexer_kernels.h): q_int + q_offset with q_int in [1 - q_offset,
+// q_offset - 1], a few exact extremes and zeros among random values.
+std::vector<uint8_t> random_query_bytes(std::mt19937 &rng, size_t n, int q_offset) {
+    const int qmax = q_offset - 1;
+    std::uniform_int_distribution<int> qd(-qmax, qmax);
+    std::vector<uint8_t> qT4(n);
+    for (auto &v : qT4) {
+        const int r = rng() % 8;
+        const int q = r == 0 ? qmax : (r == 1 ? -qmax : (r == 2 ? 0 : qd(rng)));
+        v = static_cast<uint8_t>(q + q_offset);
+    }
+    return qT4;
 }
 
 // The int8 kernels: AVX2 quantisation is bit-identical to the scalar one (same rounding, same sums), the
@@ -530,26 +578,23 @@ TEST(IndexerKernels, Int8Avx2MatchesScalar) {
                 ASSERT_EQ(k_got, k_ref) << d << " " << n;
                 ASSERT_EQ(ks_got, ks_ref) << d << " " << n;
                 ASSERT_EQ(sum_got, sum_ref) << d << " " << n;
-                std::uniform_int_distribution<int> qd(-indexer::kQueryQuantMax, indexer::kQueryQuantMax);
-                std::vector<uint8_t> qT4(static_cast<size_t>(dp * hp));
-                for (auto &v : qT4) {
-                    const int r = rng() % 8;  // a few exact extremes and zeros among random values
-                    const int q =
-                        r == 0 ? indexer::kQueryQuantMax : (r == 1 ? -indexer::kQueryQuantMax : (r == 2 ? 0 : qd(rng)));
-                    v = static_cast<uint8_t>(q + indexer::kQueryOffset);
-                }
+                // AVX2 against scalar with 6-bit queries, VNNI against scalar with 8-bit ones (each level's format)
+                const auto q6 = random_query_bytes(rng, static_cast<size_t>(dp * hp), indexer::kQueryOffsetMaddubs);
+                const auto q8 = random_query_bytes(rng, static_cast<size_t>(dp * hp), indexer::kQueryOffsetDpbusd);
                 const auto wq = test::random_floats(rng, static_cast<size_t>(hp), 0, 1);
                 std::vector<float> s_ref(static_cast<size_t>(n)), s_got(static_cast<size_t>(n));
-                indexer::scalar::score_i8(qT4.data(), wq.data(), hp, dp, k_ref.data(), sum_ref.data(), ks_ref.data(), n,
-                                          s_ref.data());
-                indexer::avx2::score_i8(qT4.data(), wq.data(), hp, dp, k_ref.data(), sum_ref.data(), ks_ref.data(), n,
-                                        s_got.data());
+                indexer::scalar::score_i8(q6.data(), wq.data(), hp, dp, k_ref.data(), sum_ref.data(), ks_ref.data(), n,
+                                          s_ref.data(), indexer::kQueryOffsetMaddubs);
+                indexer::avx2::score_i8(q6.data(), wq.data(), hp, dp, k_ref.data(), sum_ref.data(), ks_ref.data(), n,
+                                        s_got.data(), indexer::kQueryOffsetMaddubs);
                 for (int64_t j = 0; j < n; ++j)
                     ASSERT_NEAR(s_got[j], s_ref[j], 1e-5f * (1 + std::fabs(s_ref[j]))) << d << " " << hp << " " << n;
                 if (cpu::cpu_has_avx512_vnni()) {
+                    indexer::scalar::score_i8(q8.data(), wq.data(), hp, dp, k_ref.data(), sum_ref.data(), ks_ref.data(),
+                                              n, s_ref.data(), indexer::kQueryOffsetDpbusd);
                     std::vector<float> s_vnni(static_cast<size_t>(n), -7.0f);
-                    indexer::avx512vnni::score_i8(qT4.data(), wq.data(), hp, dp, k_ref.data(), sum_ref.data(),
-                                                  ks_ref.data(), n, s_vnni.data());
+                    indexer::avx512vnni::score_i8(q8.data(), wq.data(), hp, dp, k_ref.data(), sum_ref.data(),
+                                                  ks_ref.data(), n, s_vnni.data(), indexer::kQueryOffsetDpbusd);
                     for (int64_t j = 0; j < n; ++j)
                         ASSERT_NEAR(s_vnni[j], s_ref[j], 1e-5f * (1 + std::fabs(s_ref[j])))
                             << d << " " << hp << " " << n;
@@ -559,57 +604,68 @@ TEST(IndexerKernels, Int8Avx2MatchesScalar) {
     }
 }
 
-// The int16 sums of the AVX2 int8 kernels at their bounds: every key byte +-kKeyQuantMax and every query at
-// +-kQueryQuantMax, so each maddubs pair and the sum of two groups reach their largest magnitude (32004 < 32767,
-// indexer_kernels.h); a saturating sum would differ from the scalar kernel's exact int32 dot. Over int8 rows and
-// over Q8_0 rows (the same bytes with block scales).
+// The integer sums of the int8 kernels at their bounds: every key byte +-kKeyQuantMax and every query at +-qmax of
+// its level's format. AVX2 (6-bit queries): each maddubs pair and the sum of two groups reach their largest
+// magnitude (32004 < 32767, indexer_kernels.h); a saturating sum would differ from the scalar kernel's exact int32
+// dot. VNNI (8-bit queries, bytes 1 and 255): vpdpbusd must not saturate either. Over int8 rows and over Q8_0 rows
+// (the same bytes with block scales).
 TEST(IndexerKernels, Int8ExtremesDoNotSaturate) {
     if (!cpu::cpu_supports(cpu::Isa::avx2)) GTEST_SKIP() << "no AVX2";
     const int64_t d = 64, hp = 16, n = 4;
+    // Rows: all +127, all -127, alternating signs per pair of groups, all +127 but one.
+    std::vector<int8_t> keys(static_cast<size_t>(n * d));
+    for (int64_t i = 0; i < d; ++i) {
+        keys[static_cast<size_t>(i)] = indexer::kKeyQuantMax;
+        keys[static_cast<size_t>(d + i)] = -indexer::kKeyQuantMax;
+        keys[static_cast<size_t>(2 * d + i)] = (i / 8) % 2 ? -indexer::kKeyQuantMax : indexer::kKeyQuantMax;
+        keys[static_cast<size_t>(3 * d + i)] = i == 5 ? 0 : indexer::kKeyQuantMax;
+    }
+    std::vector<int32_t> ksum(static_cast<size_t>(n), 0);
+    for (int64_t j = 0; j < n; ++j) {
+        for (int64_t i = 0; i < d; ++i) ksum[static_cast<size_t>(j)] += keys[static_cast<size_t>(j * d + i)];
+    }
+    // The same bytes as Q8_0 blocks with scale 1.
+    std::vector<BlockQ8_0> blocks(static_cast<size_t>(n * d / QK8_0));
+    std::vector<const void *> rows(static_cast<size_t>(n));
+    for (int64_t j = 0; j < n; ++j) {
+        for (int64_t b = 0; b < d / QK8_0; ++b) {
+            BlockQ8_0 &blk = blocks[static_cast<size_t>(j * d / QK8_0 + b)];
+            blk.d = f32_to_fp16(1.0f);
+            std::memcpy(blk.qs, keys.data() + j * d + b * QK8_0, QK8_0);
+        }
+        rows[static_cast<size_t>(j)] = blocks.data() + j * d / QK8_0;
+    }
+    const std::vector<float> kscale(static_cast<size_t>(n), 0.5f), wq(static_cast<size_t>(hp), 1.0f);
     for (int qs : {1, -1}) {
-        std::vector<uint8_t> qT4(static_cast<size_t>(d * hp));
-        for (auto &v : qT4) v = static_cast<uint8_t>(qs * indexer::kQueryQuantMax + indexer::kQueryOffset);
-        // Rows: all +127, all -127, alternating signs per pair of groups, all +127 but one.
-        std::vector<int8_t> keys(static_cast<size_t>(n * d));
-        for (int64_t i = 0; i < d; ++i) {
-            keys[static_cast<size_t>(i)] = indexer::kKeyQuantMax;
-            keys[static_cast<size_t>(d + i)] = -indexer::kKeyQuantMax;
-            keys[static_cast<size_t>(2 * d + i)] = (i / 8) % 2 ? -indexer::kKeyQuantMax : indexer::kKeyQuantMax;
-            keys[static_cast<size_t>(3 * d + i)] = i == 5 ? 0 : indexer::kKeyQuantMax;
-        }
-        std::vector<int32_t> ksum(static_cast<size_t>(n), 0);
-        for (int64_t j = 0; j < n; ++j) {
-            for (int64_t i = 0; i < d; ++i) ksum[static_cast<size_t>(j)] += keys[static_cast<size_t>(j * d + i)];
-        }
-        const std::vector<float> kscale(static_cast<size_t>(n), 0.5f), wq(static_cast<size_t>(hp), 1.0f);
-        std::vector<float> s_ref(static_cast<size_t>(n)), s_got(static_cast<size_t>(n));
-        indexer::scalar::score_i8(qT4.data(), wq.data(), hp, d, keys.data(), ksum.data(), kscale.data(), n,
-                                  s_ref.data());
-        indexer::avx2::score_i8(qT4.data(), wq.data(), hp, d, keys.data(), ksum.data(), kscale.data(), n, s_got.data());
-        EXPECT_EQ(s_got, s_ref) << "queries " << qs;
-        if (cpu::cpu_has_avx512_vnni()) {  // exact int32 sums too; the heads are summed in another f32 order
-            std::vector<float> s_vnni(static_cast<size_t>(n));
-            indexer::avx512vnni::score_i8(qT4.data(), wq.data(), hp, d, keys.data(), ksum.data(), kscale.data(), n,
-                                          s_vnni.data());
-            for (int64_t j = 0; j < n; ++j)
-                EXPECT_NEAR(s_vnni[j], s_ref[j], 1e-5f * (1 + s_ref[j])) << "queries " << qs;
-        }
-        EXPECT_GT(std::max(s_ref[0], s_ref[1]), 0.0f);  // one of the uniform rows meets the queries' sign
-        // The same bytes as Q8_0 blocks with scale 1.
-        std::vector<BlockQ8_0> blocks(static_cast<size_t>(n * d / QK8_0));
-        std::vector<const void *> rows(static_cast<size_t>(n));
-        for (int64_t j = 0; j < n; ++j) {
-            for (int64_t b = 0; b < d / QK8_0; ++b) {
-                BlockQ8_0 &blk = blocks[static_cast<size_t>(j * d / QK8_0 + b)];
-                blk.d = f32_to_fp16(1.0f);
-                std::memcpy(blk.qs, keys.data() + j * d + b * QK8_0, QK8_0);
+        for (const int offset : {indexer::kQueryOffsetMaddubs, indexer::kQueryOffsetDpbusd}) {
+            const bool vnni = offset == indexer::kQueryOffsetDpbusd;
+            if (vnni && !cpu::cpu_has_avx512_vnni()) continue;
+            const std::vector<uint8_t> qT4(static_cast<size_t>(d * hp),
+                                           static_cast<uint8_t>(qs * (offset - 1) + offset));
+            std::vector<float> s_ref(static_cast<size_t>(n)), s_got(static_cast<size_t>(n));
+            indexer::scalar::score_i8(qT4.data(), wq.data(), hp, d, keys.data(), ksum.data(), kscale.data(), n,
+                                      s_ref.data(), offset);
+            // The score of row 0 (all +127) is known: 0.5 * 16 heads * relu(qs * qmax * 127 * 64).
+            EXPECT_EQ(s_ref[0], qs > 0 ? 0.5f * 16 * float((offset - 1) * 127 * 64) : 0.0f) << "offset " << offset;
+            std::vector<float> q_ref(static_cast<size_t>(n)), q_got(static_cast<size_t>(n));
+            indexer::scalar::score_q8_0(qT4.data(), wq.data(), hp, d, rows.data(), n, q_ref.data(), offset);
+            if (!vnni) {
+                indexer::avx2::score_i8(qT4.data(), wq.data(), hp, d, keys.data(), ksum.data(), kscale.data(), n,
+                                        s_got.data(), offset);
+                EXPECT_EQ(s_got, s_ref) << "queries " << qs;
+                indexer::avx2::score_q8_0(qT4.data(), wq.data(), hp, d, rows.data(), n, q_got.data(), offset);
+                EXPECT_EQ(q_got, q_ref) << "queries " << qs << " (Q8_0)";
+                continue;
             }
-            rows[static_cast<size_t>(j)] = blocks.data() + j * d / QK8_0;
+            // exact int32 sums too; the heads are summed in another f32 order
+            indexer::avx512vnni::score_i8(qT4.data(), wq.data(), hp, d, keys.data(), ksum.data(), kscale.data(), n,
+                                          s_got.data(), offset);
+            indexer::avx512vnni::score_q8_0(qT4.data(), wq.data(), hp, d, rows.data(), n, q_got.data(), offset);
+            for (int64_t j = 0; j < n; ++j) {
+                EXPECT_NEAR(s_got[j], s_ref[j], 1e-5f * (1 + s_ref[j])) << "queries " << qs << " (VNNI)";
+                EXPECT_NEAR(q_got[j], q_ref[j], 1e-5f * (1 + q_ref[j])) << "queries " << qs << " (VNNI, Q8_0)";
+            }
         }
-        std::vector<float> q_ref(static_cast<size_t>(n)), q_got(static_cast<size_t>(n));
-        indexer::scalar::score_q8_0(qT4.data(), wq.data(), hp, d, rows.data(), n, q_ref.data());
-        indexer::avx2::score_q8_0(qT4.data(), wq.data(), hp, d, rows.data(), n, q_got.data());
-        EXPECT_EQ(q_got, q_ref) << "queries " << qs << " (Q8_0)";
     }
 }
 
@@ -673,23 +729,22 @@ TEST(IndexerKernels, Q8_0Avx2MatchesScalar) {
                     quantize_row(DType::Q8_0, x.data() + j * d, data.data() + j * row_bytes, d);
                     rows[static_cast<size_t>(j)] = data.data() + j * row_bytes;
                 }
-                std::uniform_int_distribution<int> qd(-indexer::kQueryQuantMax, indexer::kQueryQuantMax);
-                std::vector<uint8_t> qT4(static_cast<size_t>(d * hp));
-                for (auto &v : qT4) {
-                    const int r = rng() % 8;
-                    const int q =
-                        r == 0 ? indexer::kQueryQuantMax : (r == 1 ? -indexer::kQueryQuantMax : (r == 2 ? 0 : qd(rng)));
-                    v = static_cast<uint8_t>(q + indexer::kQueryOffset);
-                }
+                const auto q6 = random_query_bytes(rng, static_cast<size_t>(d * hp), indexer::kQueryOffsetMaddubs);
+                const auto q8 = random_query_bytes(rng, static_cast<size_t>(d * hp), indexer::kQueryOffsetDpbusd);
                 const auto wq = test::random_floats(rng, static_cast<size_t>(hp), -1, 1);
                 std::vector<float> s_ref(static_cast<size_t>(n)), s_got(static_cast<size_t>(n), -7.0f);
-                indexer::scalar::score_q8_0(qT4.data(), wq.data(), hp, d, rows.data(), n, s_ref.data());
-                indexer::avx2::score_q8_0(qT4.data(), wq.data(), hp, d, rows.data(), n, s_got.data());
+                indexer::scalar::score_q8_0(q6.data(), wq.data(), hp, d, rows.data(), n, s_ref.data(),
+                                            indexer::kQueryOffsetMaddubs);
+                indexer::avx2::score_q8_0(q6.data(), wq.data(), hp, d, rows.data(), n, s_got.data(),
+                                          indexer::kQueryOffsetMaddubs);
                 for (int64_t j = 0; j < n; ++j)
                     ASSERT_NEAR(s_got[j], s_ref[j], 1e-5f * (1 + std::fabs(s_ref[j]))) << d << " " << hp << " " << n;
                 if (cpu::cpu_has_avx512_vnni()) {
+                    indexer::scalar::score_q8_0(q8.data(), wq.data(), hp, d, rows.data(), n, s_ref.data(),
+                                                indexer::kQueryOffsetDpbusd);
                     std::vector<float> s_vnni(static_cast<size_t>(n), -7.0f);
-                    indexer::avx512vnni::score_q8_0(qT4.data(), wq.data(), hp, d, rows.data(), n, s_vnni.data());
+                    indexer::avx512vnni::score_q8_0(q8.data(), wq.data(), hp, d, rows.data(), n, s_vnni.data(),
+                                                    indexer::kQueryOffsetDpbusd);
                     for (int64_t j = 0; j < n; ++j)
                         ASSERT_NEAR(s_vnni[j], s_ref[j], 1e-5f * (1 + std::fabs(s_ref[j])))
                             << d << " " << hp << " " << n;

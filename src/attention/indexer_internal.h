@@ -7,11 +7,15 @@
 
 namespace sparrow::indexer {
 
-// As lightning_indexer_select; `isa` must be a level the CPU has (cpu::cpu_supports). avx512 runs the
-// AVX2 kernels (there are no AVX-512 ones yet).
+// As lightning_indexer_select; `isa` must be a level the CPU has (cpu::cpu_supports). avx512 runs the AVX-512
+// exact kernel and, where the CPU has VNNI, the VNNI int8 kernels (else the AVX2 ones).
 void select_with_isa(cpu::Isa isa, ThreadPool &pool, const IndexerShape &shape, IndexerPrecision precision,
                      const float *q, const float *w, int64_t n_tokens, const RowStore &keys,
                      std::span<const std::span<const int32_t>> candidates, int64_t top_k,
                      std::vector<std::vector<int32_t>> &selected, IndexerWorkspace *workspace = nullptr);
+
+// The offset of fast mode's query bytes at a level (indexer_kernels.h): kQueryOffsetDpbusd (8-bit queries) for
+// scalar and VNNI kernels, kQueryOffsetMaddubs (6-bit) for AVX2 ones.
+int query_offset_for(cpu::Isa isa);
 
 }  // namespace sparrow::indexer

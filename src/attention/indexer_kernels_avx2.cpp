@@ -157,14 +157,14 @@ void score_f32_t(const float *qT, const float *w, int64_t hp, int64_t d, const v
 // sparrow_indexer_bench, one thread), against an FMA's 8 per instruction, with exact integer sums.
 template <int NV>
 void score_pass_i8(const uint8_t *qT4, const float *wq, int64_t hp, int64_t dp, const int8_t *keys, const int32_t *ksum,
-                   const float *kscale, int64_t n, float *scores, bool add) {
+                   const float *kscale, int64_t n, float *scores, bool add, int32_t q_offset) {
     __m256 wv[NV];
     for (int v = 0; v < NV; ++v) wv[v] = _mm256_loadu_ps(wq + 8 * v);
     const __m256i ones = _mm256_set1_epi16(1);
     const int64_t n_groups = dp / 4;
     const int64_t q_stride = hp * 4;  // bytes from one group of four elements to the next
     auto finish = [&](const __m256i *acc, int64_t j) {
-        const __m256i offset = _mm256_set1_epi32(kQueryOffset * ksum[j]);
+        const __m256i offset = _mm256_set1_epi32(q_offset * ksum[j]);
         __m256 s = _mm256_mul_ps(wv[0], relu(_mm256_cvtepi32_ps(_mm256_sub_epi32(acc[0], offset))));
         for (int v = 1; v < NV; ++v)
             s = _mm256_fmadd_ps(wv[v], relu(_mm256_cvtepi32_ps(_mm256_sub_epi32(acc[v], offset))), s);
@@ -238,7 +238,7 @@ void score_pass_i8(const uint8_t *qT4, const float *wq, int64_t hp, int64_t dp, 
 // block's is added: 4 accumulators of each kind, so one key's 32 heads fit the registers.
 template <int NV>
 void score_pass_q8_0(const uint8_t *qT4, const float *wq, int64_t hp, int64_t d, const void *const *keys, int64_t n,
-                     float *scores, bool add) {
+                     float *scores, bool add, int32_t q_offset) {
     const __m256i ones = _mm256_set1_epi16(1);
     const __m256i bias = _mm256_set1_epi8(static_cast<char>(0x80));
     const int64_t nb = d / QK8_0;
@@ -270,7 +270,7 @@ void score_pass_q8_0(const uint8_t *qT4, const float *wq, int64_t hp, int64_t d,
             const __m128i s2 = _mm_add_epi64(_mm256_castsi256_si128(sad), _mm256_extracti128_si256(sad, 1));
             const int32_t ksum =
                 static_cast<int32_t>(_mm_cvtsi128_si64(_mm_add_epi64(s2, _mm_unpackhi_epi64(s2, s2)))) - 32 * 128;
-            const __m256i offset = _mm256_set1_epi32(kQueryOffset * ksum);
+            const __m256i offset = _mm256_set1_epi32(q_offset * ksum);
             const __m256 db = _mm256_set1_ps(_cvtsh_ss(blocks[b].d));
             for (int v = 0; v < NV; ++v)
                 f[v] = _mm256_fmadd_ps(db, _mm256_cvtepi32_ps(_mm256_sub_epi32(a[v], offset)), f[v]);
@@ -381,31 +381,31 @@ void score_f32(uint32_t row_type, const float *qT, const float *w, int64_t hp, i
 }
 
 void score_i8(const uint8_t *qT4, const float *wq, int64_t hp, int64_t dp, const int8_t *keys, const int32_t *ksum,
-              const float *kscale, int64_t n_keys, float *scores) {
+              const float *kscale, int64_t n_keys, float *scores, int32_t q_offset) {
     for (int64_t h0 = 0; h0 < hp; h0 += 8 * kMaxVec) {
         const int64_t nv = (hp - h0) / 8 < kMaxVec ? (hp - h0) / 8 : kMaxVec;
         const bool add = h0 > 0;
         const uint8_t *q = qT4 + 4 * h0;
         switch (nv) {
-            case 1: score_pass_i8<1>(q, wq + h0, hp, dp, keys, ksum, kscale, n_keys, scores, add); break;
-            case 2: score_pass_i8<2>(q, wq + h0, hp, dp, keys, ksum, kscale, n_keys, scores, add); break;
-            case 3: score_pass_i8<3>(q, wq + h0, hp, dp, keys, ksum, kscale, n_keys, scores, add); break;
-            default: score_pass_i8<4>(q, wq + h0, hp, dp, keys, ksum, kscale, n_keys, scores, add); break;
+            case 1: score_pass_i8<1>(q, wq + h0, hp, dp, keys, ksum, kscale, n_keys, scores, add, q_offset); break;
+            case 2: score_pass_i8<2>(q, wq + h0, hp, dp, keys, ksum, kscale, n_keys, scores, add, q_offset); break;
+            case 3: score_pass_i8<3>(q, wq + h0, hp, dp, keys, ksum, kscale, n_keys, scores, add, q_offset); break;
+            default: score_pass_i8<4>(q, wq + h0, hp, dp, keys, ksum, kscale, n_keys, scores, add, q_offset); break;
         }
     }
 }
 
 void score_q8_0(const uint8_t *qT4, const float *wq, int64_t hp, int64_t d, const void *const *keys, int64_t n_keys,
-                float *scores) {
+                float *scores, int32_t q_offset) {
     for (int64_t h0 = 0; h0 < hp; h0 += 8 * kMaxVec) {
         const int64_t nv = (hp - h0) / 8 < kMaxVec ? (hp - h0) / 8 : kMaxVec;
         const bool add = h0 > 0;
         const uint8_t *q = qT4 + 4 * h0;
         switch (nv) {
-            case 1: score_pass_q8_0<1>(q, wq + h0, hp, d, keys, n_keys, scores, add); break;
-            case 2: score_pass_q8_0<2>(q, wq + h0, hp, d, keys, n_keys, scores, add); break;
-            case 3: score_pass_q8_0<3>(q, wq + h0, hp, d, keys, n_keys, scores, add); break;
-            default: score_pass_q8_0<4>(q, wq + h0, hp, d, keys, n_keys, scores, add); break;
+            case 1: score_pass_q8_0<1>(q, wq + h0, hp, d, keys, n_keys, scores, add, q_offset); break;
+            case 2: score_pass_q8_0<2>(q, wq + h0, hp, d, keys, n_keys, scores, add, q_offset); break;
+            case 3: score_pass_q8_0<3>(q, wq + h0, hp, d, keys, n_keys, scores, add, q_offset); break;
+            default: score_pass_q8_0<4>(q, wq + h0, hp, d, keys, n_keys, scores, add, q_offset); break;
         }
     }
 }

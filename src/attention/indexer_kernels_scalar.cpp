@@ -38,7 +38,7 @@ void score_f32(uint32_t row_type, const float *qT, const float *w, int64_t hp, i
 }
 
 void score_i8(const uint8_t *qT4, const float *wq, int64_t hp, int64_t dp, const int8_t *keys, const int32_t *ksum,
-              const float *kscale, int64_t n_keys, float *scores) {
+              const float *kscale, int64_t n_keys, float *scores, int32_t q_offset) {
     for (int64_t j = 0; j < n_keys; ++j) {
         const int8_t *k = keys + j * dp;
         float score = 0.0f;
@@ -47,14 +47,14 @@ void score_i8(const uint8_t *qT4, const float *wq, int64_t hp, int64_t dp, const
             for (int64_t g = 0; g < dp / 4; ++g) {
                 for (int64_t i = 0; i < 4; ++i) dot += int32_t(qT4[(g * hp + h) * 4 + i]) * k[4 * g + i];
             }
-            score += wq[h] * relu(static_cast<float>(dot - kQueryOffset * ksum[j]));
+            score += wq[h] * relu(static_cast<float>(dot - q_offset * ksum[j]));
         }
         scores[j] = kscale[j] * score;
     }
 }
 
 void score_q8_0(const uint8_t *qT4, const float *wq, int64_t hp, int64_t d, const void *const *keys, int64_t n_keys,
-                float *scores) {
+                float *scores, int32_t q_offset) {
     const int64_t nb = d / QK8_0;
     for (int64_t j = 0; j < n_keys; ++j) {
         const auto *blocks = static_cast<const BlockQ8_0 *>(keys[j]);
@@ -68,7 +68,7 @@ void score_q8_0(const uint8_t *qT4, const float *wq, int64_t hp, int64_t d, cons
                     acc += int32_t(qT4[((e / 4) * hp + h) * 4 + e % 4]) * blocks[b].qs[i];
                     sum += blocks[b].qs[i];
                 }
-                dot += fp16_to_f32(blocks[b].d) * static_cast<float>(acc - kQueryOffset * sum);
+                dot += fp16_to_f32(blocks[b].d) * static_cast<float>(acc - q_offset * sum);
             }
             score += wq[h] * relu(dot);
         }

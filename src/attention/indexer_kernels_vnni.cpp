@@ -13,8 +13,10 @@
 // against the 256-bit kernel (one thread). A pass ends on a vector of 8 heads when hp is not a multiple of
 // 16: its loads are masked (the lanes past it read nothing and stay 0, and their weight is 0).
 //
-// The int32 sums are the same integers as the other levels' (indexer_kernels.h); the f32 steps after them
-// sum heads in another order, so the scores equal the scalar ones up to f32 rounding.
+// Queries are 8-bit here (q_offset kQueryOffsetDpbusd: vpdpbusd adds four products straight into int32, so the
+// int16 limit of AVX2's maddubs pairs does not apply; indexer_kernels.h). The int32 sums are the scalar kernel's
+// for the same query bytes; the f32 steps after them sum heads in another order, so the scores equal the scalar
+// ones up to f32 rounding.
 //
 // ODR rule (as src/kernels/cpu/kernels_avx2.cpp): this file includes only <immintrin.h>, <cstddef>,
 // <cstdint>, <cstring>, core/blocks.h and indexer_kernels.h, and everything but the exported kernels sits in
@@ -75,7 +77,7 @@ inline float weighted_relu_sum(const __m512i *dot, __m512i offset, const __m512 
 template <int NV, int NK>
 inline void score_keys_i8(const uint8_t *qT4, const __m512 *wv, __mmask16 last_mask, int64_t hp, int64_t dp,
                           const int8_t *keys, const int32_t *ksum, const float *kscale, int64_t j, float *scores,
-                          bool add) {
+                          bool add, int32_t q_offset) {
     __m512i a[NK][NV];
     for (int k = 0; k < NK; ++k) {
         for (int v = 0; v < NV; ++v) a[k][v] = _mm512_setzero_si512();
@@ -92,27 +94,28 @@ inline void score_keys_i8(const uint8_t *qT4, const __m512 *wv, __mmask16 last_m
         }
     }
     for (int k = 0; k < NK; ++k) {
-        const float r = kscale[j + k] * weighted_relu_sum<NV>(a[k], _mm512_set1_epi32(kQueryOffset * ksum[j + k]), wv);
+        const float r = kscale[j + k] * weighted_relu_sum<NV>(a[k], _mm512_set1_epi32(q_offset * ksum[j + k]), wv);
         scores[j + k] = add ? scores[j + k] + r : r;
     }
 }
 
 template <int NV>
 void score_pass_i8(const uint8_t *qT4, const __m512 *wv, __mmask16 last_mask, int64_t hp, int64_t dp,
-                   const int8_t *keys, const int32_t *ksum, const float *kscale, int64_t n, float *scores, bool add) {
+                   const int8_t *keys, const int32_t *ksum, const float *kscale, int64_t n, float *scores, bool add,
+                   int32_t q_offset) {
     int64_t j = 0;
     for (; j + kKeys <= n; j += kKeys)
-        score_keys_i8<NV, kKeys>(qT4, wv, last_mask, hp, dp, keys, ksum, kscale, j, scores, add);
+        score_keys_i8<NV, kKeys>(qT4, wv, last_mask, hp, dp, keys, ksum, kscale, j, scores, add, q_offset);
     // The tail: a block of four, then of two, then one.
     if (n - j >= 4) {
-        score_keys_i8<NV, 4>(qT4, wv, last_mask, hp, dp, keys, ksum, kscale, j, scores, add);
+        score_keys_i8<NV, 4>(qT4, wv, last_mask, hp, dp, keys, ksum, kscale, j, scores, add, q_offset);
         j += 4;
     }
     if (n - j >= 2) {
-        score_keys_i8<NV, 2>(qT4, wv, last_mask, hp, dp, keys, ksum, kscale, j, scores, add);
+        score_keys_i8<NV, 2>(qT4, wv, last_mask, hp, dp, keys, ksum, kscale, j, scores, add, q_offset);
         j += 2;
     }
-    if (n - j == 1) score_keys_i8<NV, 1>(qT4, wv, last_mask, hp, dp, keys, ksum, kscale, j, scores, add);
+    if (n - j == 1) score_keys_i8<NV, 1>(qT4, wv, last_mask, hp, dp, keys, ksum, kscale, j, scores, add, q_offset);
 }
 
 // The byte sum of a Q8_0 block's 32 values: sum(k) = sum(k + 128) - 32 * 128, where sad adds the biased bytes
@@ -130,7 +133,7 @@ inline int32_t block_sum(const int8_t *kq) {
 // before the next block is added (the order of the other levels).
 template <int NV, int NK>
 inline void score_keys_q8_0(const uint8_t *qT4, const __m512 *wv, __mmask16 last_mask, int64_t hp, int64_t d,
-                            const void *const *keys, float *scores, bool add) {
+                            const void *const *keys, float *scores, bool add, int32_t q_offset) {
     const int64_t nb = d / QK8_0;
     const int64_t q_stride = hp * 4;
     __m512 f[NK][NV];
@@ -154,7 +157,7 @@ inline void score_keys_q8_0(const uint8_t *qT4, const __m512 *wv, __mmask16 last
             }
         }
         for (int k = 0; k < NK; ++k) {
-            const __m512i offset = _mm512_set1_epi32(kQueryOffset * block_sum(kq[k]));
+            const __m512i offset = _mm512_set1_epi32(q_offset * block_sum(kq[k]));
             const __m512 db = _mm512_set1_ps(_cvtsh_ss(static_cast<const BlockQ8_0 *>(keys[k])[b].d));
             for (int v = 0; v < NV; ++v)
                 f[k][v] = _mm512_fmadd_ps(db, _mm512_cvtepi32_ps(_mm512_sub_epi32(a[k][v], offset)), f[k][v]);
@@ -170,14 +173,14 @@ inline void score_keys_q8_0(const uint8_t *qT4, const __m512 *wv, __mmask16 last
 
 template <int NV>
 void score_pass_q8_0(const uint8_t *qT4, const __m512 *wv, __mmask16 last_mask, int64_t hp, int64_t d,
-                     const void *const *keys, int64_t n, float *scores, bool add) {
+                     const void *const *keys, int64_t n, float *scores, bool add, int32_t q_offset) {
     int64_t j = 0;
     for (; j + kQ8Keys <= n; j += kQ8Keys)
-        score_keys_q8_0<NV, kQ8Keys>(qT4, wv, last_mask, hp, d, keys + j, scores + j, add);
+        score_keys_q8_0<NV, kQ8Keys>(qT4, wv, last_mask, hp, d, keys + j, scores + j, add, q_offset);
     switch (n - j) {
-        case 3: score_keys_q8_0<NV, 3>(qT4, wv, last_mask, hp, d, keys + j, scores + j, add); break;
-        case 2: score_keys_q8_0<NV, 2>(qT4, wv, last_mask, hp, d, keys + j, scores + j, add); break;
-        case 1: score_keys_q8_0<NV, 1>(qT4, wv, last_mask, hp, d, keys + j, scores + j, add); break;
+        case 3: score_keys_q8_0<NV, 3>(qT4, wv, last_mask, hp, d, keys + j, scores + j, add, q_offset); break;
+        case 2: score_keys_q8_0<NV, 2>(qT4, wv, last_mask, hp, d, keys + j, scores + j, add, q_offset); break;
+        case 1: score_keys_q8_0<NV, 1>(qT4, wv, last_mask, hp, d, keys + j, scores + j, add, q_offset); break;
         default: break;
     }
 }
@@ -203,23 +206,23 @@ void over_head_passes(const uint8_t *qT4, const float *wq, int64_t hp, Pass &&pa
 }  // namespace
 
 void score_i8(const uint8_t *qT4, const float *wq, int64_t hp, int64_t dp, const int8_t *keys, const int32_t *ksum,
-              const float *kscale, int64_t n_keys, float *scores) {
+              const float *kscale, int64_t n_keys, float *scores, int32_t q_offset) {
     over_head_passes(qT4, wq, hp, [&](const uint8_t *q, const __m512 *wv, __mmask16 last_mask, int nv, bool add) {
         if (nv == 2) {
-            score_pass_i8<2>(q, wv, last_mask, hp, dp, keys, ksum, kscale, n_keys, scores, add);
+            score_pass_i8<2>(q, wv, last_mask, hp, dp, keys, ksum, kscale, n_keys, scores, add, q_offset);
         } else {
-            score_pass_i8<1>(q, wv, last_mask, hp, dp, keys, ksum, kscale, n_keys, scores, add);
+            score_pass_i8<1>(q, wv, last_mask, hp, dp, keys, ksum, kscale, n_keys, scores, add, q_offset);
         }
     });
 }
 
 void score_q8_0(const uint8_t *qT4, const float *wq, int64_t hp, int64_t d, const void *const *keys, int64_t n_keys,
-                float *scores) {
+                float *scores, int32_t q_offset) {
     over_head_passes(qT4, wq, hp, [&](const uint8_t *q, const __m512 *wv, __mmask16 last_mask, int nv, bool add) {
         if (nv == 2) {
-            score_pass_q8_0<2>(q, wv, last_mask, hp, d, keys, n_keys, scores, add);
+            score_pass_q8_0<2>(q, wv, last_mask, hp, d, keys, n_keys, scores, add, q_offset);
         } else {
-            score_pass_q8_0<1>(q, wv, last_mask, hp, d, keys, n_keys, scores, add);
+            score_pass_q8_0<1>(q, wv, last_mask, hp, d, keys, n_keys, scores, add, q_offset);
         }
     });
 }

@@ -29,8 +29,9 @@
 // scores a query with the exact kernels when its q or w holds a non-finite value (int8 scales would be
 // meaningless).
 //
-// The margin: top_k / 8 + 16 ranks (at most top_k), 272 at top-k 2048: int8 keys and 6-bit queries move a
-// score by well under that many ranks on the test models (the Jaccard test checks).
+// The margin: top_k / 8 + 16 ranks (at most top_k), 272 at top-k 2048: int8 keys and 8-bit queries (6-bit on
+// AVX2 without VNNI: indexer_kernels.h) move a score by well under that many ranks on the test models (the
+// Jaccard tests check, with and without outlier channels).
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -63,21 +64,27 @@ struct Kernels {
     decltype(&indexer::scalar::score_q8_0) score_q8_0;
     decltype(&indexer::scalar::convert_rows) convert_rows;
     decltype(&indexer::scalar::quantize_keys) quantize_keys;
-    bool avx512_select;  // select_best's AVX-512 loops (top_k_select.h)
+    bool avx512_select;    // select_best's AVX-512 loops (top_k_select.h)
+    int32_t query_offset;  // fast mode's query bytes: q_int + query_offset (indexer_kernels.h)
 };
+// Scalar and VNNI kernels take 8-bit queries; AVX2's maddubs pairs need 6-bit ones (indexer_kernels.h).
 constexpr Kernels kScalarKernels = {indexer::scalar::score_f32,     indexer::scalar::score_i8,
                                     indexer::scalar::score_q8_0,    indexer::scalar::convert_rows,
-                                    indexer::scalar::quantize_keys, false};
+                                    indexer::scalar::quantize_keys, false,
+                                    indexer::kQueryOffsetDpbusd};
 constexpr Kernels kAvx2Kernels = {indexer::avx2::score_f32,    indexer::avx2::score_i8,      indexer::avx2::score_q8_0,
-                                  indexer::avx2::convert_rows, indexer::avx2::quantize_keys, false};
+                                  indexer::avx2::convert_rows, indexer::avx2::quantize_keys, false,
+                                  indexer::kQueryOffsetMaddubs};
 // AVX-512: the exact score 16 heads per vector and the top-k select's vector loops; with VNNI also the int8
 // scores in one vpdpbusd per 8 heads x 4 elements (3 instructions on AVX2).
 constexpr Kernels kAvx512Kernels = {indexer::avx512::score_f32,   indexer::avx2::score_i8,
                                     indexer::avx2::score_q8_0,    indexer::avx2::convert_rows,
-                                    indexer::avx2::quantize_keys, true};
+                                    indexer::avx2::quantize_keys, true,
+                                    indexer::kQueryOffsetMaddubs};
 constexpr Kernels kVnniKernels = {indexer::avx512::score_f32,      indexer::avx512vnni::score_i8,
                                   indexer::avx512vnni::score_q8_0, indexer::avx2::convert_rows,
-                                  indexer::avx2::quantize_keys,    true};
+                                  indexer::avx2::quantize_keys,    true,
+                                  indexer::kQueryOffsetDpbusd};
 
 // The kernel set of an ISA level (the avx512 level adds VNNI's int8 scores when cpuid has them).
 const Kernels &indexer_kernels_for(cpu::Isa isa) {
@@ -345,12 +352,12 @@ void Selector::prepare_query(Scratch &s, int64_t slot, const ScoredQuery &sq) co
         }
         return;
     }
-    // Per head: q_int = round(q * qmax / max|q|) in [-qmax, qmax], stored + kQueryOffset; the head's scale
-    // max|q| / qmax goes into w. Padding (elements and heads) is q 0.
-    constexpr int qmax = indexer::kQueryQuantMax;
+    // Per head: q_int = round(q * qmax / max|q|) in [-qmax, qmax], stored + the kernels' query offset
+    // (qmax = offset - 1); the head's scale max|q| / qmax goes into w. Padding (elements and heads) is q 0.
+    const int offset = k_.query_offset, qmax = offset - 1;
     uint8_t *qT4 = s.qT4.data() + slot * dp_ * hp_;  // [dp / 4, hp, 4]
     float *wq = s.wq.data() + slot * hp_;
-    std::fill(qT4, qT4 + dp_ * hp_, uint8_t(indexer::kQueryOffset));
+    std::fill(qT4, qT4 + dp_ * hp_, static_cast<uint8_t>(offset));
     std::fill(wq, wq + hp_, 0.0f);
     for (int64_t h = 0; h < n_head_; ++h) {
         const float *qh = q + h * d_;
@@ -366,7 +373,7 @@ void Selector::prepare_query(Scratch &s, int64_t slot, const ScoredQuery &sq) co
             // rounded to an integer in the default rounding mode, as nearbyint does.
             constexpr float kRound = 12582912.0f;
             const float r = std::clamp((qh[i] * inv + kRound) - kRound, -float(qmax), float(qmax));
-            qT4[((i / 4) * hp_ + h) * 4 + i % 4] = static_cast<uint8_t>(static_cast<int>(r) + indexer::kQueryOffset);
+            qT4[((i / 4) * hp_ + h) * 4 + i % 4] = static_cast<uint8_t>(static_cast<int>(r) + offset);
         }
         wq[h] = w[h] * (amax / float(qmax));
     }
@@ -445,10 +452,10 @@ void Selector::score_tile(Scratch &s, const Chunk &c, int64_t split, std::span<c
         const int64_t slot = m - c.begin;
         if (q8_direct) {
             k_.score_q8_0(s.qT4.data() + slot * dp_ * hp_, s.wq.data() + slot * hp_, hp_, d_, s.rows.data(), nm,
-                          s.scores.data());
+                          s.scores.data(), k_.query_offset);
         } else if (fast) {
             k_.score_i8(s.qT4.data() + slot * dp_ * hp_, s.wq.data() + slot * hp_, hp_, dp_, keys_i8, ksum, kscale, nm,
-                        s.scores.data());
+                        s.scores.data(), k_.query_offset);
         } else {
             k_.score_f32(row_type, s.qT.data() + slot * d_ * hp_, s.w.data() + slot * hp_, hp_, d_, rows, nm,
                          s.scores.data());
@@ -670,6 +677,8 @@ void select_with_isa(cpu::Isa isa, ThreadPool &pool, const IndexerShape &shape, 
     Selector(indexer_kernels_for(isa), shape, q, w, keys, candidates, top_k, buffers)
         .run(pool, precision, n_tokens, selected);
 }
+
+int query_offset_for(cpu::Isa isa) { return indexer_kernels_for(isa).query_offset; }
 
 }  // namespace indexer
 
