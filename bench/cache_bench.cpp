@@ -42,42 +42,48 @@ RowStore make_store(DType t, int64_t n_cells = kRows) {
 }
 
 // range(1) = 0: the store holds just the 2048 rows, read in order (they stay in L2/L3 between iterations);
-// 1: 2048 rows selected at random from a store of 131072 (151 MB at f16, as a 16K context's 8 layers), the
-// case of sparse decode, where each row comes from DRAM.
+// 1: 2048 rows selected at random from a store of 131072 (151 MB at f16, as a 16K context's 8 layers), the same
+// rows every iteration (after the first they come from L3); 2: as 1, but each iteration reads the next of 16
+// disjoint selections (75 MB in all, more than L3), so every row comes from DRAM, as in sparse decode, where
+// a layer's rows were last read a whole token (the other layers' weights and caches) ago.
 void BM_MlaDecodeAttention(benchmark::State &state) {
     const DType t = type_of(state.range(0));
-    const bool scattered = state.range(1) != 0;
+    const int64_t mode = state.range(1);
+    const bool scattered = mode != 0;
+    const int64_t n_lists = mode == 2 ? 16 : 1;
     const int64_t n_cells = scattered ? 64 * kRows : kRows;
     const RowStore store = make_store(t, n_cells);
-    std::vector<int32_t> cells(kRows);
+    std::vector<std::vector<int32_t>> lists(static_cast<size_t>(n_lists));
+    std::vector<int32_t> all(static_cast<size_t>(n_cells));
+    for (int64_t i = 0; i < n_cells; ++i) all[i] = static_cast<int32_t>(i);
     if (scattered) {
-        std::vector<int32_t> all(static_cast<size_t>(n_cells));
-        for (int64_t i = 0; i < n_cells; ++i) all[i] = static_cast<int32_t>(i);
         std::mt19937 rng(5);
         std::shuffle(all.begin(), all.end(), rng);
-        std::copy_n(all.begin(), kRows, cells.begin());
-        std::sort(cells.begin(), cells.end());  // the indexer's selection comes sorted
-    } else {
-        for (int64_t i = 0; i < kRows; ++i) cells[i] = static_cast<int32_t>(i);
     }
-    const std::span<const int32_t> list(cells);
-    const std::vector<std::span<const int32_t>> rows = {list};
+    for (int64_t l = 0; l < n_lists; ++l) {
+        auto &cells = lists[static_cast<size_t>(l)];
+        cells.assign(all.begin() + l * kRows, all.begin() + (l + 1) * kRows);
+        std::sort(cells.begin(), cells.end());  // the indexer's selection comes sorted
+    }
     std::vector<float> q(kHeads * (kCkv + kRope), 0.01f), out(kHeads * kCkv);
     ThreadPool pool(static_cast<int>(state.range(2)));
     const AttentionShape shape{
         .n_head = kHeads, .n_head_kv = 1, .head_dim_k = kCkv + kRope, .head_dim_v = kCkv, .scale = 0.05f};
     AttentionWorkspace workspace;  // kept between calls, as a context keeps it
+    int64_t next = 0;
     for (auto _ : state) {
+        const std::vector<std::span<const int32_t>> rows = {lists[static_cast<size_t>(next)]};
+        next = (next + 1) % n_lists;
         attention(pool, shape, q.data(), 1, store, store, rows, out.data(), &workspace);
         benchmark::DoNotOptimize(out.data());
     }
-    state.SetLabel(std::string(dtype_name(t)) + (scattered ? " scattered" : "") + ", " +
+    state.SetLabel(std::string(dtype_name(t)) + (mode == 2 ? " cold" : (scattered ? " scattered" : "")) + ", " +
                    std::to_string(state.range(2)) + " thread(s)");
     state.counters["rows/s"] = benchmark::Counter(double(kRows), benchmark::Counter::kIsIterationInvariantRate);
     state.counters["bytes/s"] =
         benchmark::Counter(double(kRows * store.row_bytes()), benchmark::Counter::kIsIterationInvariantRate);
 }
-BENCHMARK(BM_MlaDecodeAttention)->ArgsProduct({{0, 1, 2}, {0, 1}, {1, 2}});
+BENCHMARK(BM_MlaDecodeAttention)->ArgsProduct({{0, 1, 2}, {0, 1, 2}, {1, 2}});
 
 void BM_ConvertRowToF32(benchmark::State &state) {
     const DType t = type_of(state.range(0));
