@@ -9,6 +9,7 @@
 #include <random>
 #include <sstream>
 
+#include "attention/lightning_indexer.h"
 #include "core/error.h"
 #include "model/model.h"
 
@@ -195,9 +196,13 @@ void print_context_summary(const Context &ctx) {
         std::fprintf(stderr, "sparse attention: off (dense attention over every key; --dsa on to enable)\n");
         return;
     }
-    std::fprintf(stderr, "sparse attention: on, top-k %lld, %s indexer products%s\n",
-                 (long long)(params.dsa_top_k > 0 ? params.dsa_top_k : info.indexer_top_k),
-                 params.indexer_fast ? "fast" : "exact",
+    const std::string products =
+        params.indexer_fast
+            ? strprintf("fast indexer products (%d-bit queries x int8 keys, exact re-scoring at the cut)",
+                        indexer_fast_query_bits())
+            : std::string("exact indexer products");
+    std::fprintf(stderr, "sparse attention: on, top-k %lld, %s%s\n",
+                 (long long)(params.dsa_top_k > 0 ? params.dsa_top_k : info.indexer_top_k), products.c_str(),
                  params.dsa_sink > 0 ? strprintf(", %lld attention sinks", (long long)params.dsa_sink).c_str() : "");
 }
 

@@ -155,6 +155,7 @@ struct Scratch {
     // fast: [members, dp / 4, hp, 4] offset uint8 q and [members, hp] w * q scale
     std::vector<uint8_t> qT4;
     std::vector<float> wq;
+    std::vector<float> q_rot;  // [n_head, d] one query rotated by the keys' int8 rotation
     // one key tile: row pointers, f32 rows [kTileKeys, d], int8 rows [kTileKeys, dp] with scales and sums,
     // scores
     std::vector<const void *> rows;
@@ -177,6 +178,7 @@ struct Scratch {
         grow_to(w, members * hp);
         grow_to(qT4, members * dp * hp);
         grow_to(wq, members * hp);
+        grow_to(q_rot, hp * d);
         grow_to(rows, kTileKeys);
         grow_to(rows_f32, kTileKeys);
         grow_to(tile_f32, kTileKeys * d);
@@ -237,6 +239,7 @@ class Selector {
           q_(q),
           w_(w),
           keys_(keys),
+          int8_rot_(keys.int8_rotation()),
           cand_(candidates),
           top_k_(top_k),
           margin_(fast_margin(top_k)) {}
@@ -267,6 +270,7 @@ class Selector {
     const int64_t n_head_, d_, hp_, dp_;
     const float *q_, *w_;
     const RowStore &keys_;
+    const RowRotation &int8_rot_;  // carried by int8 keys beyond the stored rows' own (RowStore::int8_rotation)
     std::span<const std::span<const int32_t>> cand_;
     const int64_t top_k_;
     const int64_t margin_;  // fast mode: ranks re-scored exactly on each side of the cut
@@ -352,6 +356,11 @@ void Selector::prepare_query(Scratch &s, int64_t slot, const ScoredQuery &sq) co
         }
         return;
     }
+    if (!int8_rot_.empty()) {  // int8 keys are of rotated rows: so is the query they meet
+        std::copy_n(q, n_head_ * d_, s.q_rot.data());
+        int8_rot_.apply(s.q_rot.data(), n_head_);
+        q = s.q_rot.data();
+    }
     // Per head: q_int = round(q * qmax / max|q|) in [-qmax, qmax], stored + the kernels' query offset
     // (qmax = offset - 1); the head's scale max|q| / qmax goes into w. Padding (elements and heads) is q 0.
     const int offset = k_.query_offset, qmax = offset - 1;
@@ -411,11 +420,23 @@ void Selector::score_tile(Scratch &s, const Chunk &c, int64_t split, std::span<c
     // The store's int8 copy holds what quantize_keys would compute here (the same quantiser, bit-identical
     // across ISA levels): gather it instead.
     const bool int8_copy = fast && !q8_direct && keys_.has_int8_copy() && keys_.int8_width() == dp_;
-    const bool widen_tile = fast ? (quantized && !q8_direct && !int8_copy) : (quantized || shared);
+    // Keys quantised here are of rows rotated by the int8 rotation (as the store's int8 copy): widened to f32,
+    // then rotated in the tile.
+    const bool rotate_keys = fast && !q8_direct && !int8_copy && !int8_rot_.empty();
+    const bool widen_tile = fast ? ((quantized || rotate_keys) && !q8_direct && !int8_copy) : (quantized || shared);
     if (!int8_copy) {
         for (int64_t j = 0; j < n; ++j) s.rows[static_cast<size_t>(j)] = keys_.row(cells[static_cast<size_t>(k0 + j)]);
     }
     if (widen_tile) rows_to_f32(s, n);
+    if (rotate_keys) {
+        for (int64_t j = 0; j < n; ++j) {  // f32 rows are read in place by rows_to_f32: copy them before rotating
+            float *dst = s.tile_f32.data() + j * d_;
+            if (s.rows_f32[static_cast<size_t>(j)] != dst)
+                std::copy_n(static_cast<const float *>(s.rows_f32[static_cast<size_t>(j)]), d_, dst);
+            s.rows_f32[static_cast<size_t>(j)] = dst;
+        }
+        int8_rot_.apply(s.tile_f32.data(), n);
+    }
     // The int8 rows, scales and sums the fast kernel reads: the store's own when the tile's cells are
     // consecutive (one sequence decoded in order: the usual case), else gathered into the tile.
     const int8_t *keys_i8 = s.tile_i8.data();
@@ -438,8 +459,9 @@ void Selector::score_tile(Scratch &s, const Chunk &c, int64_t split, std::span<c
             }
         }
     } else if (fast && !q8_direct) {
-        if (quantized) std::copy_n(s.rows_f32.begin(), n, s.rows.begin());
-        k_.quantize_keys(quantized ? indexer::kRowF32 : static_cast<uint32_t>(keys_.type()), s.rows.data(), n, d_, dp_,
+        const bool from_f32 = quantized || rotate_keys;
+        if (from_f32) std::copy_n(s.rows_f32.begin(), n, s.rows.begin());
+        k_.quantize_keys(from_f32 ? indexer::kRowF32 : static_cast<uint32_t>(keys_.type()), s.rows.data(), n, d_, dp_,
                          s.tile_i8.data(), s.kscale.data(), s.ksum.data());
     }
     const uint32_t row_type = widen_tile ? indexer::kRowF32 : static_cast<uint32_t>(keys_.type());
@@ -685,6 +707,13 @@ int query_offset_for(cpu::Isa isa) { return indexer_kernels_for(isa).query_offse
 Int8RowQuantizer indexer_key_quantizer() { return indexer_kernels_for(cpu::kernels().isa).quantize_keys; }
 
 int64_t indexer_int8_width(int64_t head_dim) { return round_up(head_dim, 4); }
+
+int indexer_fast_query_bits() {
+    // q_int spans [1 - offset, offset - 1]: offset 2^(b - 1) gives b-bit queries
+    int bits = 1;
+    for (int o = indexer_kernels_for(cpu::kernels().isa).query_offset; o > 1; o /= 2) ++bits;
+    return bits;
+}
 
 void lightning_indexer_select(ThreadPool &pool, const IndexerShape &shape, IndexerPrecision precision, const float *q,
                               const float *w, int64_t n_tokens, const RowStore &keys,

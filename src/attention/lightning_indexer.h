@@ -72,5 +72,8 @@ void lightning_indexer_select(ThreadPool &pool, const IndexerShape &shape, Index
 // width (the key width rounded up to 4), and fast mode reads the copy, with the same bits it would compute.
 Int8RowQuantizer indexer_key_quantizer();
 int64_t indexer_int8_width(int64_t head_dim);
+// Bits of fast mode's quantised queries at the active kernel level: 8 where vpdpbusd (VNNI) or the scalar loops
+// run them, 6 for AVX2's maddubs pairs (indexer_kernels.h).
+int indexer_fast_query_bits();
 
 }  // namespace sparrow

@@ -1,5 +1,6 @@
 #include "cache/row_store.h"
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include <utility>
@@ -66,6 +67,7 @@ RowStore::RowStore(DType type, int64_t n_cells, int64_t width, RowRotation rotat
         }
         scratch_.resize(static_cast<size_t>(width));
     }
+    if (rotation_.empty() && type_ != DType::Q8_0 && width > 0) int8_rotation_.segment(width);
 }
 
 void RowStore::write(int64_t cell, const float *src) {
@@ -111,13 +113,26 @@ void RowStore::keep_int8_copy(Int8RowQuantizer quantize, int64_t dp) {
     int8_.assign(static_cast<size_t>(n_cells * dp), 0);
     int8_scale_.assign(static_cast<size_t>(n_cells), 0.0f);
     int8_sum_.assign(static_cast<size_t>(n_cells), 0);
-    for (int64_t c = 0; c < n_cells; ++c) refresh_int8(c);
+    // A row of zero bytes quantises to what the assignments above hold (zeros, scale 0, sum 0): only the others
+    // are quantised, so a fresh store (every row zero) costs no rotation and quantisation per cell.
+    for (int64_t c = 0; c < n_cells; ++c) {
+        const auto *bytes = static_cast<const uint8_t *>(row(c));
+        if (std::any_of(bytes, bytes + row_bytes_, [](uint8_t b) { return b != 0; })) refresh_int8(c);
+    }
 }
 
 void RowStore::refresh_int8(int64_t cell) {
     if (!quantize_) return;
     const void *rows[1] = {row(cell)};
-    quantize_(static_cast<uint32_t>(type_), rows, 1, width_, int8_width_, int8_.data() + cell * int8_width_,
+    uint32_t row_type = static_cast<uint32_t>(type_);
+    if (!int8_rotation_.empty()) {  // the row as stored, widened and rotated (int8_rotation)
+        int8_scratch_.resize(static_cast<size_t>(width_));
+        dequantize_row(type_, row(cell), int8_scratch_.data(), width_);
+        int8_rotation_.apply(int8_scratch_.data(), 1);
+        rows[0] = int8_scratch_.data();
+        row_type = static_cast<uint32_t>(DType::F32);
+    }
+    quantize_(row_type, rows, 1, width_, int8_width_, int8_.data() + cell * int8_width_,
               &int8_scale_[static_cast<size_t>(cell)], &int8_sum_[static_cast<size_t>(cell)]);
 }
 

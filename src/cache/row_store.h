@@ -83,6 +83,13 @@ class RowStore {
         return type == DType::F32 || type == DType::F16 || type == DType::BF16;
     }
     bool has_int8_copy() const { return quantize_ != nullptr; }
+    // The rotation fast mode's int8 keys carry on top of the stored rows (the int8 copy, and keys quantised per
+    // use, are of rows rotated by it; queries are rotated alike before they are quantised): none when the store
+    // rotates its rows already or holds Q8_0 rows (fast mode reads those in place), else the Hadamard blocks of
+    // the width. Rotated, a few outlier channels no longer set each row's int8 scale (on the e2e models with
+    // outlier channels, fast mode's mean Jaccard with exact mode went from 0.97-0.98 to 0.992-0.998), while the
+    // stored f16 rows, and with them exact mode's scores, stay as they were.
+    const RowRotation &int8_rotation() const { return int8_rotation_; }
     int64_t int8_width() const { return int8_width_; }
     const int8_t *int8_row(int64_t cell) const { return int8_.data() + cell * int8_width_; }
     float int8_scale(int64_t cell) const { return int8_scale_[static_cast<size_t>(cell)]; }
@@ -108,6 +115,8 @@ class RowStore {
     std::vector<int8_t> int8_;
     std::vector<float> int8_scale_;
     std::vector<int32_t> int8_sum_;
+    RowRotation int8_rotation_;
+    std::vector<float> int8_scratch_;  // [width] a row being rotated for its int8 copy
 
     void *row_mut(int64_t cell) { return data_.data() + cell * row_bytes_; }
     void refresh_int8(int64_t cell);  // re-quantises the copy of `cell` from its stored row

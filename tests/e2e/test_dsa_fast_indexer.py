@@ -1,7 +1,8 @@
 """--indexer-precision fast (int8 products, two-stage selection) keeps exact mode's selections on the test
 models: over the last 16 queries of a 300-token prompt (top-k 64, so every layer selects), the per-layer
 selected sets have a mean Jaccard of at least 0.98 with exact mode, for deepseek32 and glm-dsa, with f16
-and f32 indexer caches. `sparrow bench` runs both precisions and prints --dsa-stats for each."""
+and f32 indexer caches, and on models with outlier channels. `sparrow bench` runs both precisions and prints
+--dsa-stats for each."""
 import json
 import os
 import re
@@ -46,6 +47,35 @@ for name, args in configs:
         checks.check(len(scores) > 0 and mean >= 0.98,
                      f"{name}, {cache} indexer cache: fast vs exact mean Jaccard {mean:.4f} over {len(scores)} "
                      f"selections (>= 0.98)")
+# Outlier channels (a few indexer-key channels 20x the rest, the weights reading them scaled down: the same
+# function, as real models' keys have them): fast mode quantises rotated keys and 8-bit queries, and keeps exact
+# mode's selections there too (6-bit queries without the rotation kept 0.78-0.83). 8-bit queries are what VNNI
+# and the scalar kernels run; where the native level is AVX2's (6-bit), the check runs the scalar kernels.
+probe = harness.run(["run", "-m", os.path.join(tmp, "deepseek32.gguf"), "-p", "hi", "-n", 1, "--indexer-precision",
+                     "fast"])
+bits = re.search(r"fast indexer products \((\d+)-bit queries", probe.stderr)
+checks.check(bits is not None and bits.group(1) in ("6", "8"),
+             f"the load line states the query width: {bits.group(0) if bits else probe.stderr}")
+saved_isa = os.environ.get("SPARROW_ISA")
+if bits is not None and bits.group(1) != "8":
+    os.environ["SPARROW_ISA"] = "scalar"
+for name in ("deepseek32", "glm-dsa"):
+    path = os.path.join(tmp, f"{name}-outliers.gguf")
+    harness.run(["make-model", "-o", path, "--arch", name, "--outlier-channels", 4, "--outlier-scale", 20])
+    ids_path = os.path.join(tmp, f"ids-{name}-outliers.txt")
+    harness.write_ids(ids_path, rng.integers(3, 500, size=400))
+    exact = selections(path, ids_path, "exact", "f16", f"{name}-outliers")
+    fast = selections(path, ids_path, "fast", "f16", f"{name}-outliers")
+    scores = [jaccard(qe["keys"], qf["keys"]) for le, lf in zip(exact, fast) if not le["dense"]
+              for qe, qf in zip(le["queries"], lf["queries"])]
+    mean = float(np.mean(scores)) if scores else 0.0
+    checks.check(len(scores) > 0 and mean >= 0.98,
+                 f"{name} with outlier channels: fast vs exact mean Jaccard {mean:.4f} over {len(scores)} "
+                 f"selections (>= 0.98)")
+if saved_isa is None:
+    os.environ.pop("SPARROW_ISA", None)
+else:
+    os.environ["SPARROW_ISA"] = saved_isa
 # bench reports both precisions and, with --dsa-stats, the statistics of each sparse test (selection active:
 # depth 300 > top-k 64).
 model = os.path.join(tmp, "deepseek32.gguf")
