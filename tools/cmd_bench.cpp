@@ -30,7 +30,7 @@ struct BenchFlags {
     std::vector<int64_t> n_gen = {128};
     std::vector<int64_t> depths = {0};
     std::vector<std::string> dsa = {"on"};
-    std::vector<std::string> precisions = {"exact"};
+    std::vector<std::string> precisions = {"auto"};
     int reps = 3;
     std::string output = "md";
 };
@@ -171,8 +171,11 @@ int bench(const BenchFlags &f) {
     for (const std::string &mode : f.dsa) {
         const bool dsa = mode == "on";
         if (!info.has_indexer && !dsa) continue;
-        const std::vector<std::string> precisions =
-            info.has_indexer && dsa ? f.precisions : std::vector<std::string>{"exact"};
+        std::vector<std::string> precisions;  // resolved (auto: fast or exact), each once
+        for (const std::string &p : info.has_indexer &&dsa ? f.precisions : std::vector<std::string>{"exact"}) {
+            const std::string r = resolve_indexer_precision(p);
+            if (std::find(precisions.begin(), precisions.end(), r) == precisions.end()) precisions.push_back(r);
+        }
         for (const std::string &precision : precisions) modes.emplace_back(dsa, precision);
     }
     std::vector<BenchResult> results;
@@ -258,9 +261,11 @@ Command register_bench(CLI::App &app) {
     cmd->add_option("--dsa", f->dsa, "Sparse attention modes to run: on, off or on,off")
         ->delimiter(',')
         ->check(CLI::IsMember({"on", "off"}));
-    cmd->add_option("--indexer-precision", f->precisions, "Indexer precisions to run: exact, fast or exact,fast")
+    cmd->add_option("--indexer-precision", f->precisions,
+                    "Indexer precisions to run: exact, fast, exact,fast or auto (fast where this CPU runs 8-bit "
+                    "queries, else exact)")
         ->delimiter(',')
-        ->check(CLI::IsMember({"exact", "fast"}));
+        ->check(CLI::IsMember({"auto", "exact", "fast"}));
     cmd->add_option("-r,--repetitions", f->reps, "Repetitions per test")->check(CLI::Range(1, 1000));
     cmd->add_option("-o,--output", f->output, "Output format: md or json")->check(CLI::IsMember({"md", "json"}));
     return [f] { return bench(*f); };

@@ -83,8 +83,10 @@ void ModelFlags::add_to(CLI::App &cmd, int64_t default_ctx, bool with_dsa_flag, 
                  "Keep Q8_0, Q4_0, MXFP4, K-quant and IQ4_XS weights as the file stores them (default: repacked 8 rows "
                  "to a record at load, for faster products)");
     if (with_dsa_flag) {
-        cmd.add_option("--indexer-precision", indexer_precision, "Indexer products: exact (f32) or fast (reduced)")
-            ->check(CLI::IsMember({"exact", "fast"}));
+        cmd.add_option("--indexer-precision", indexer_precision,
+                       "Indexer products: exact (f32), fast (8- or 6-bit queries x int8 keys, exact re-scoring at the "
+                       "cut) or auto (fast where this CPU runs 8-bit queries, AVX512-VNNI; else exact)")
+            ->check(CLI::IsMember({"auto", "exact", "fast"}));
     }
 }
 
@@ -101,8 +103,13 @@ ContextParams ModelFlags::context_params() const {
     p.dsa_sink = dsa_sink;
     p.indexer_cache_type = cache_type_from_name(indexer_cache_type);
     p.cache_rotation = cache_rotation_from_name(cache_rotation);
-    p.indexer_fast = indexer_precision == "fast";
+    p.indexer_fast = resolve_indexer_precision(indexer_precision) == "fast";
     return p;
+}
+
+std::string resolve_indexer_precision(const std::string &precision) {
+    if (precision != "auto") return precision;
+    return indexer_fast_query_bits() == 8 ? "fast" : "exact";
 }
 
 ModelParams ModelFlags::model_params() const {

@@ -31,7 +31,7 @@ struct ModelFlags {
     int64_t dsa_sink = 0;
     std::string indexer_cache_type = "f16";
     std::string cache_rotation = "auto";
-    std::string indexer_precision = "exact";
+    std::string indexer_precision = "auto";
     bool dsa_stats = false;
     bool no_repack = false;
 
@@ -42,6 +42,11 @@ struct ModelFlags {
     ContextParams context_params() const;
     ModelParams model_params() const;
 };
+
+// --indexer-precision auto resolved for this CPU: "fast" where fast mode's queries are 8-bit (the VNNI and scalar
+// kernels: its selections then matched exact mode's on every test model, outlier channels included), else
+// "exact"; "exact" and "fast" stay as they are.
+std::string resolve_indexer_precision(const std::string &precision);
 
 // Sampling flags of the commands that generate text (run, batched): --temp, --top-k, --top-p, -s/--seed.
 struct SamplingFlags {

@@ -1,8 +1,9 @@
 """--indexer-precision fast (int8 products, two-stage selection) keeps exact mode's selections on the test
 models: over the last 16 queries of a 300-token prompt (top-k 64, so every layer selects), the per-layer
 selected sets have a mean Jaccard of at least 0.98 with exact mode, for deepseek32 and glm-dsa, with f16
-and f32 indexer caches, and on models with outlier channels. `sparrow bench` runs both precisions and prints
---dsa-stats for each."""
+and f32 indexer caches, and on models with outlier channels. The default, auto, is fast mode where the CPU
+runs 8-bit queries (VNNI), else exact mode. `sparrow bench` runs both precisions and prints --dsa-stats for
+each."""
 import json
 import os
 import re
@@ -29,6 +30,7 @@ def jaccard(a, b):
     return len(a & b) / max(1, len(a | b))
 
 
+runs = {}  # (name, cache) -> (ids file, exact selections, fast selections)
 configs = [
     ("deepseek32", ["--arch", "deepseek32", "--top-k", 64, "--indexer-heads", 32, "--indexer-head-dim", 64]),
     ("glm-dsa", ["--arch", "glm-dsa", "--top-k", 64, "--n-layer", 4, "--indexer-types", "1,1,0,1"]),
@@ -41,6 +43,7 @@ for name, args in configs:
         harness.write_ids(ids_path, rng.integers(0, 512, size=300))
         exact = selections(path, ids_path, "exact", cache, f"{name}-{cache}")
         fast = selections(path, ids_path, "fast", cache, f"{name}-{cache}")
+        runs[(name, cache)] = (ids_path, exact, fast)
         scores = [jaccard(qe["keys"], qf["keys"]) for le, lf in zip(exact, fast) if not le["dense"]
                   for qe, qf in zip(le["queries"], lf["queries"])]
         mean = float(np.mean(scores)) if scores else 0.0
@@ -56,6 +59,16 @@ probe = harness.run(["run", "-m", os.path.join(tmp, "deepseek32.gguf"), "-p", "h
 bits = re.search(r"fast indexer products \((\d+)-bit queries", probe.stderr)
 checks.check(bits is not None and bits.group(1) in ("6", "8"),
              f"the load line states the query width: {bits.group(0) if bits else probe.stderr}")
+# The default, --indexer-precision auto, is fast mode where this CPU runs 8-bit queries, else exact mode: the load
+# line says which, and the selections are that mode's.
+default_mode = "fast" if bits is not None and bits.group(1) == "8" else "exact"
+plain = harness.run(["run", "-m", os.path.join(tmp, "deepseek32.gguf"), "-p", "hi", "-n", 1])
+checks.check(f"{default_mode} indexer products" in plain.stderr,
+             f"without --indexer-precision the load line names {default_mode} mode")
+ids_path, exact, fast = runs[("deepseek32", "f16")]
+auto = selections(os.path.join(tmp, "deepseek32.gguf"), ids_path, "auto", "f16", "deepseek32-auto")
+checks.check(auto == (fast if default_mode == "fast" else exact),
+             f"--indexer-precision auto selects as {default_mode} mode does")
 saved_isa = os.environ.get("SPARROW_ISA")
 if bits is not None and bits.group(1) != "8":
     os.environ["SPARROW_ISA"] = "scalar"
