@@ -30,6 +30,15 @@ def jaccard(a, b):
     return len(a & b) / max(1, len(a | b))
 
 
+def check_jaccard(exact, fast, what):
+    """Mean Jaccard of the selecting layers' per-query sets of two runs must be >= 0.98."""
+    scores = [jaccard(qe["keys"], qf["keys"]) for le, lf in zip(exact, fast) if not le["dense"]
+              for qe, qf in zip(le["queries"], lf["queries"])]
+    mean = float(np.mean(scores)) if scores else 0.0
+    checks.check(len(scores) > 0 and mean >= 0.98,
+                 f"{what}: fast vs exact mean Jaccard {mean:.4f} over {len(scores)} selections (>= 0.98)")
+
+
 runs = {}  # (name, cache) -> (ids file, exact selections, fast selections)
 configs = [
     ("deepseek32", ["--arch", "deepseek32", "--top-k", 64, "--indexer-heads", 32, "--indexer-head-dim", 64]),
@@ -44,12 +53,7 @@ for name, args in configs:
         exact = selections(path, ids_path, "exact", cache, f"{name}-{cache}")
         fast = selections(path, ids_path, "fast", cache, f"{name}-{cache}")
         runs[(name, cache)] = (ids_path, exact, fast)
-        scores = [jaccard(qe["keys"], qf["keys"]) for le, lf in zip(exact, fast) if not le["dense"]
-                  for qe, qf in zip(le["queries"], lf["queries"])]
-        mean = float(np.mean(scores)) if scores else 0.0
-        checks.check(len(scores) > 0 and mean >= 0.98,
-                     f"{name}, {cache} indexer cache: fast vs exact mean Jaccard {mean:.4f} over {len(scores)} "
-                     f"selections (>= 0.98)")
+        check_jaccard(exact, fast, f"{name}, {cache} indexer cache")
 # Outlier channels (a few indexer-key channels 20x the rest, the weights reading them scaled down: the same
 # function, as real models' keys have them): fast mode quantises rotated keys and 8-bit queries, and keeps exact
 # mode's selections there too (6-bit queries without the rotation kept 0.78-0.83). 8-bit queries are what VNNI
@@ -79,12 +83,7 @@ for name in ("deepseek32", "glm-dsa"):
     harness.write_ids(ids_path, rng.integers(3, 500, size=400))
     exact = selections(path, ids_path, "exact", "f16", f"{name}-outliers")
     fast = selections(path, ids_path, "fast", "f16", f"{name}-outliers")
-    scores = [jaccard(qe["keys"], qf["keys"]) for le, lf in zip(exact, fast) if not le["dense"]
-              for qe, qf in zip(le["queries"], lf["queries"])]
-    mean = float(np.mean(scores)) if scores else 0.0
-    checks.check(len(scores) > 0 and mean >= 0.98,
-                 f"{name} with outlier channels: fast vs exact mean Jaccard {mean:.4f} over {len(scores)} "
-                 f"selections (>= 0.98)")
+    check_jaccard(exact, fast, f"{name} with outlier channels")
 if saved_isa is None:
     os.environ.pop("SPARROW_ISA", None)
 else:
