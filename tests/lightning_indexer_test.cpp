@@ -512,7 +512,9 @@ TEST(Indexer, FastModeJaccardWithOutlierChannels) {
         const bool wide = indexer::query_offset_for(isa) == indexer::kQueryOffsetDpbusd;
         std::printf("fast vs exact with outlier channels (%s, %s queries): mean Jaccard %.4f\n", cpu::isa_name(isa),
                     wide ? "8-bit" : "6-bit", mean);
-        if (wide) EXPECT_GE(mean, 0.98) << cpu::isa_name(isa);
+        if (wide) {
+            EXPECT_GE(mean, 0.98) << cpu::isa_name(isa);
+        }
     }
 }
 
@@ -589,9 +591,17 @@ TEST(IndexerKernels, Int8Avx2MatchesScalar) {
                                         s_got.data(), indexer::kQueryOffsetMaddubs);
                 for (int64_t j = 0; j < n; ++j)
                     ASSERT_NEAR(s_got[j], s_ref[j], 1e-5f * (1 + std::fabs(s_ref[j]))) << d << " " << hp << " " << n;
+                indexer::scalar::score_i8(q8.data(), wq.data(), hp, dp, k_ref.data(), sum_ref.data(), ks_ref.data(), n,
+                                          s_ref.data(), indexer::kQueryOffsetDpbusd);
+                if (cpu::cpu_has_avx_vnni()) {
+                    std::vector<float> s_vnni(static_cast<size_t>(n), -7.0f);
+                    indexer::avx2::score_i8_avxvnni(q8.data(), wq.data(), hp, dp, k_ref.data(), sum_ref.data(),
+                                                    ks_ref.data(), n, s_vnni.data(), indexer::kQueryOffsetDpbusd);
+                    for (int64_t j = 0; j < n; ++j)
+                        ASSERT_NEAR(s_vnni[j], s_ref[j], 1e-5f * (1 + std::fabs(s_ref[j])))
+                            << "AVX-VNNI " << d << " " << hp << " " << n;
+                }
                 if (cpu::cpu_has_avx512_vnni()) {
-                    indexer::scalar::score_i8(q8.data(), wq.data(), hp, dp, k_ref.data(), sum_ref.data(), ks_ref.data(),
-                                              n, s_ref.data(), indexer::kQueryOffsetDpbusd);
                     std::vector<float> s_vnni(static_cast<size_t>(n), -7.0f);
                     indexer::avx512vnni::score_i8(q8.data(), wq.data(), hp, dp, k_ref.data(), sum_ref.data(),
                                                   ks_ref.data(), n, s_vnni.data(), indexer::kQueryOffsetDpbusd);
@@ -607,8 +617,8 @@ TEST(IndexerKernels, Int8Avx2MatchesScalar) {
 // The integer sums of the int8 kernels at their bounds: every key byte +-kKeyQuantMax and every query at +-qmax of
 // its level's format. AVX2 (6-bit queries): each maddubs pair and the sum of two groups reach their largest
 // magnitude (32004 < 32767, indexer_kernels.h); a saturating sum would differ from the scalar kernel's exact int32
-// dot. VNNI (8-bit queries, bytes 1 and 255): vpdpbusd must not saturate either. Over int8 rows and over Q8_0 rows
-// (the same bytes with block scales).
+// dot. AVX-VNNI and AVX512-VNNI (8-bit queries, bytes 1 and 255): vpdpbusd must not saturate either. Over int8 rows and
+// over Q8_0 rows (the same bytes with block scales).
 TEST(IndexerKernels, Int8ExtremesDoNotSaturate) {
     if (!cpu::cpu_supports(cpu::Isa::avx2)) GTEST_SKIP() << "no AVX2";
     const int64_t d = 64, hp = 16, n = 4;
@@ -639,7 +649,6 @@ TEST(IndexerKernels, Int8ExtremesDoNotSaturate) {
     for (int qs : {1, -1}) {
         for (const int offset : {indexer::kQueryOffsetMaddubs, indexer::kQueryOffsetDpbusd}) {
             const bool vnni = offset == indexer::kQueryOffsetDpbusd;
-            if (vnni && !cpu::cpu_has_avx512_vnni()) continue;
             const std::vector<uint8_t> qT4(static_cast<size_t>(d * hp),
                                            static_cast<uint8_t>(qs * (offset - 1) + offset));
             std::vector<float> s_ref(static_cast<size_t>(n)), s_got(static_cast<size_t>(n));
@@ -657,6 +666,14 @@ TEST(IndexerKernels, Int8ExtremesDoNotSaturate) {
                 EXPECT_EQ(q_got, q_ref) << "queries " << qs << " (Q8_0)";
                 continue;
             }
+            if (cpu::cpu_has_avx_vnni()) {  // the AVX2 loops with vpdpbusd: the f32 steps of the AVX2 kernel
+                indexer::avx2::score_i8_avxvnni(qT4.data(), wq.data(), hp, d, keys.data(), ksum.data(), kscale.data(),
+                                                n, s_got.data(), offset);
+                EXPECT_EQ(s_got, s_ref) << "queries " << qs << " (AVX-VNNI)";
+                indexer::avx2::score_q8_0_avxvnni(qT4.data(), wq.data(), hp, d, rows.data(), n, q_got.data(), offset);
+                EXPECT_EQ(q_got, q_ref) << "queries " << qs << " (AVX-VNNI, Q8_0)";
+            }
+            if (!cpu::cpu_has_avx512_vnni()) continue;
             // exact int32 sums too; the heads are summed in another f32 order
             indexer::avx512vnni::score_i8(qT4.data(), wq.data(), hp, d, keys.data(), ksum.data(), kscale.data(), n,
                                           s_got.data(), offset);
@@ -739,9 +756,17 @@ TEST(IndexerKernels, Q8_0Avx2MatchesScalar) {
                                           indexer::kQueryOffsetMaddubs);
                 for (int64_t j = 0; j < n; ++j)
                     ASSERT_NEAR(s_got[j], s_ref[j], 1e-5f * (1 + std::fabs(s_ref[j]))) << d << " " << hp << " " << n;
+                indexer::scalar::score_q8_0(q8.data(), wq.data(), hp, d, rows.data(), n, s_ref.data(),
+                                            indexer::kQueryOffsetDpbusd);
+                if (cpu::cpu_has_avx_vnni()) {
+                    std::vector<float> s_vnni(static_cast<size_t>(n), -7.0f);
+                    indexer::avx2::score_q8_0_avxvnni(q8.data(), wq.data(), hp, d, rows.data(), n, s_vnni.data(),
+                                                      indexer::kQueryOffsetDpbusd);
+                    for (int64_t j = 0; j < n; ++j)
+                        ASSERT_NEAR(s_vnni[j], s_ref[j], 1e-5f * (1 + std::fabs(s_ref[j])))
+                            << "AVX-VNNI " << d << " " << hp << " " << n;
+                }
                 if (cpu::cpu_has_avx512_vnni()) {
-                    indexer::scalar::score_q8_0(q8.data(), wq.data(), hp, d, rows.data(), n, s_ref.data(),
-                                                indexer::kQueryOffsetDpbusd);
                     std::vector<float> s_vnni(static_cast<size_t>(n), -7.0f);
                     indexer::avx512vnni::score_q8_0(q8.data(), wq.data(), hp, d, rows.data(), n, s_vnni.data(),
                                                     indexer::kQueryOffsetDpbusd);

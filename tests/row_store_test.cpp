@@ -53,7 +53,9 @@ TEST(RowStore, Int8CopyFollowsEveryWrite) {
             const int64_t width = 37, dp = 40, n_cells = 6;
             RowStore store(type, n_cells, width, rotated_store ? RowRotation().segment(width) : RowRotation());
             ASSERT_EQ(store.int8_rotation().empty(), rotated_store);
-            if (!rotated_store) ASSERT_EQ(store.int8_rotation().blocks(), (std::vector<int64_t>{32, 4, 1}));
+            if (!rotated_store) {
+                ASSERT_EQ(store.int8_rotation().blocks(), (std::vector<int64_t>{32, 4, 1}));
+            }
             std::vector<float> src(width);
             auto fill = [&](float phase) {
                 for (int64_t i = 0; i < width; ++i)

@@ -85,7 +85,7 @@ void ModelFlags::add_to(CLI::App &cmd, int64_t default_ctx, bool with_dsa_flag, 
     if (with_dsa_flag) {
         cmd.add_option("--indexer-precision", indexer_precision,
                        "Indexer products: exact (f32), fast (8- or 6-bit queries x int8 keys, exact re-scoring at the "
-                       "cut) or auto (fast where this CPU runs 8-bit queries, AVX512-VNNI; else exact)")
+                       "cut) or auto (fast where this CPU runs 8-bit queries, AVX-VNNI or AVX512-VNNI; else exact)")
             ->check(CLI::IsMember({"auto", "exact", "fast"}));
     }
 }

@@ -31,7 +31,8 @@ namespace sparrow::indexer {
 //     6-bit queries (+-31 steps). The largest pair sum is 63 * 127 * 2 = 16002, so two maddubs results (two groups
 //     of four elements) add in int16 without saturating (32004 < 32767) before one madd widens them to int32:
 //     three multiply-pipe instructions per 64 products instead of four.
-//   VNNI (vpdpbusd adds each group of four products into int32, no saturation) and scalar: q_offset
+//   VNNI (AVX-VNNI or AVX512-VNNI: vpdpbusd adds each group of four products into int32, no saturation) and scalar:
+//   q_offset
 //     kQueryOffsetDpbusd = 128, 8-bit queries (+-127 steps) at no extra cost. On the test models with outlier
 //     channels (make-model --outlier-channels 4 --outlier-scale 20) 6-bit queries kept a mean Jaccard of only
 //     0.78-0.83 with exact mode's selections, 8-bit ones 0.97-0.98 (the re-scoring margin cannot absorb
@@ -83,6 +84,14 @@ namespace sparrow::indexer::avx512 {
 void score_f32(uint32_t row_type, const float *qT, const float *w, int64_t hp, int64_t d, const void *const *keys,
                int64_t n_keys, float *scores);
 }  // namespace sparrow::indexer::avx512
+// AVX-VNNI (indexer_kernels_avx2.cpp, the VEX vpdpbusd in inline asm): the two int8 scores, any q_offset up to
+// kQueryOffsetDpbusd.
+namespace sparrow::indexer::avx2 {
+void score_i8_avxvnni(const uint8_t *qT4, const float *wq, int64_t hp, int64_t dp, const int8_t *keys,
+                      const int32_t *ksum, const float *kscale, int64_t n_keys, float *scores, int32_t q_offset);
+void score_q8_0_avxvnni(const uint8_t *qT4, const float *wq, int64_t hp, int64_t d, const void *const *keys,
+                        int64_t n_keys, float *scores, int32_t q_offset);
+}  // namespace sparrow::indexer::avx2
 // AVX512-VNNI (indexer_kernels_vnni.cpp): the two int8 scores only; the rest is the AVX2 set's.
 namespace sparrow::indexer::avx512vnni {
 void score_i8(const uint8_t *qT4, const float *wq, int64_t hp, int64_t dp, const int8_t *keys, const int32_t *ksum,

@@ -1,5 +1,9 @@
 // AVX2 + FMA + F16C versions of the lightning-indexer inner loops (contracts in indexer_kernels.h).
-// Compiled with -mavx2 -mfma -mf16c and called only when cpuid says the CPU has them.
+// Compiled with -mavx2 -mfma -mf16c and called only when cpuid says the CPU has them. The int8 scores also come
+// in an AVX-VNNI form (score_i8_avxvnni, score_q8_0_avxvnni: the same loops with the VEX vpdpbusd, which adds four
+// u8 x s8 products straight into int32, in place of maddubs + madd + add), called only where cpuid says AVX-VNNI
+// (Intel's client cores since Alder Lake have it without AVX-512). The instruction is written in inline asm, so
+// this file needs no -mavxvnni and the compiler never emits it elsewhere.
 //
 // ODR rule (as src/kernels/cpu/kernels_avx2.cpp): this file includes only <immintrin.h>, <cstddef>,
 // <cstdint>, <cstring> and indexer_kernels.h (declarations and constants), and everything but the
@@ -41,6 +45,13 @@ inline void pin(V &v) {
 
 // relu keeping NaN: max_ps returns its second operand when either is NaN.
 inline __m256 relu(__m256 v) { return _mm256_max_ps(_mm256_setzero_ps(), v); }
+
+// acc + the dword sums of u (unsigned bytes) x s (signed bytes), four products each, without saturation: the VEX
+// vpdpbusd of AVX-VNNI (only in the *_avxvnni kernels). "x" keeps the operands in ymm0-15, which VEX encodes.
+inline __m256i dpbusd_vex(__m256i acc, __m256i u, __m256i s) {
+    asm("%{vex%} vpdpbusd %2, %1, %0" : "+x"(acc) : "x"(u), "x"(s));
+    return acc;
+}
 
 // 8 elements of a key row from element i, widened to f32. R is the row type (kRowF32, kRowF16, kRowBF16).
 template <uint32_t R>
@@ -155,7 +166,8 @@ void score_f32_t(const float *qT, const float *w, int64_t hp, int64_t d, const v
 // results of two groups add in int16, and madd with ones widens their sum into one int32 per head: 64
 // multiply-adds per three multiply-pipe instructions (four with a madd per group: 16-18% slower at 16K keys,
 // sparrow_indexer_bench, one thread), against an FMA's 8 per instruction, with exact integer sums.
-template <int NV>
+// Dpbusd: the AVX-VNNI form, one vpdpbusd per group of four elements instead of the maddubs pairs (8-bit queries).
+template <int NV, bool Dpbusd>
 void score_pass_i8(const uint8_t *qT4, const float *wq, int64_t hp, int64_t dp, const int8_t *keys, const int32_t *ksum,
                    const float *kscale, int64_t n, float *scores, bool add, int32_t q_offset) {
     __m256 wv[NV];
@@ -193,6 +205,11 @@ void score_pass_i8(const uint8_t *qT4, const float *wq, int64_t hp, int64_t dp, 
                 __m256i qb = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(qp + q_stride + 32 * v));
                 pin(qa);
                 pin(qb);
+                if constexpr (Dpbusd) {
+                    a0[v] = dpbusd_vex(dpbusd_vex(a0[v], qa, b0), qb, b0b);
+                    a1[v] = dpbusd_vex(dpbusd_vex(a1[v], qa, b1), qb, b1b);
+                    continue;
+                }
                 const __m256i p0 = _mm256_add_epi16(_mm256_maddubs_epi16(qa, b0), _mm256_maddubs_epi16(qb, b0b));
                 const __m256i p1 = _mm256_add_epi16(_mm256_maddubs_epi16(qa, b1), _mm256_maddubs_epi16(qb, b1b));
                 a0[v] = _mm256_add_epi32(a0[v], _mm256_madd_epi16(p0, ones));
@@ -207,6 +224,11 @@ void score_pass_i8(const uint8_t *qT4, const float *wq, int64_t hp, int64_t dp, 
             const __m256i b0 = _mm256_set1_epi32(x0), b1 = _mm256_set1_epi32(x1);
             for (int v = 0; v < NV; ++v) {
                 const __m256i qv = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(qp + 32 * v));
+                if constexpr (Dpbusd) {
+                    a0[v] = dpbusd_vex(a0[v], qv, b0);
+                    a1[v] = dpbusd_vex(a1[v], qv, b1);
+                    continue;
+                }
                 a0[v] = _mm256_add_epi32(a0[v], _mm256_madd_epi16(_mm256_maddubs_epi16(qv, b0), ones));
                 a1[v] = _mm256_add_epi32(a1[v], _mm256_madd_epi16(_mm256_maddubs_epi16(qv, b1), ones));
             }
@@ -225,6 +247,10 @@ void score_pass_i8(const uint8_t *qT4, const float *wq, int64_t hp, int64_t dp, 
             const __m256i b0 = _mm256_set1_epi32(x0);
             for (int v = 0; v < NV; ++v) {
                 const __m256i qv = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(qp + 32 * v));
+                if constexpr (Dpbusd) {
+                    a0[v] = dpbusd_vex(a0[v], qv, b0);
+                    continue;
+                }
                 a0[v] = _mm256_add_epi32(a0[v], _mm256_madd_epi16(_mm256_maddubs_epi16(qv, b0), ones));
             }
         }
@@ -236,7 +262,7 @@ void score_pass_i8(const uint8_t *qT4, const float *wq, int64_t hp, int64_t dp, 
 // the key meet the heads as in score_pass_i8 (int32 sums), the query offset comes off with the block's byte sum
 // (sad of the bytes biased to unsigned), and the block's scale turns the int32 dot into f32 before the next
 // block's is added: 4 accumulators of each kind, so one key's 32 heads fit the registers.
-template <int NV>
+template <int NV, bool Dpbusd>
 void score_pass_q8_0(const uint8_t *qT4, const float *wq, int64_t hp, int64_t d, const void *const *keys, int64_t n,
                      float *scores, bool add, int32_t q_offset) {
     const __m256i ones = _mm256_set1_epi16(1);
@@ -260,6 +286,10 @@ void score_pass_q8_0(const uint8_t *qT4, const float *wq, int64_t hp, int64_t d,
                 for (int v = 0; v < NV; ++v) {
                     const __m256i qa = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(qp + 32 * v));
                     const __m256i qb = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(qp + q_stride + 32 * v));
+                    if constexpr (Dpbusd) {
+                        a[v] = dpbusd_vex(dpbusd_vex(a[v], qa, kb), qb, kbb);
+                        continue;
+                    }
                     const __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(qa, kb), _mm256_maddubs_epi16(qb, kbb));
                     a[v] = _mm256_add_epi32(a[v], _mm256_madd_epi16(p, ones));
                 }
@@ -369,6 +399,46 @@ void quantize_keys_t(const void *const *rows, int64_t n_rows, int64_t d, int64_t
     }
 }
 
+template <bool Dpbusd>
+void score_i8_t(const uint8_t *qT4, const float *wq, int64_t hp, int64_t dp, const int8_t *keys, const int32_t *ksum,
+                const float *kscale, int64_t n_keys, float *scores, int32_t q_offset) {
+    for (int64_t h0 = 0; h0 < hp; h0 += 8 * kMaxVec) {
+        const int64_t nv = (hp - h0) / 8 < kMaxVec ? (hp - h0) / 8 : kMaxVec;
+        const bool add = h0 > 0;
+        const uint8_t *q = qT4 + 4 * h0;
+        switch (nv) {
+            case 1:
+                score_pass_i8<1, Dpbusd>(q, wq + h0, hp, dp, keys, ksum, kscale, n_keys, scores, add, q_offset);
+                break;
+            case 2:
+                score_pass_i8<2, Dpbusd>(q, wq + h0, hp, dp, keys, ksum, kscale, n_keys, scores, add, q_offset);
+                break;
+            case 3:
+                score_pass_i8<3, Dpbusd>(q, wq + h0, hp, dp, keys, ksum, kscale, n_keys, scores, add, q_offset);
+                break;
+            default:
+                score_pass_i8<4, Dpbusd>(q, wq + h0, hp, dp, keys, ksum, kscale, n_keys, scores, add, q_offset);
+                break;
+        }
+    }
+}
+
+template <bool Dpbusd>
+void score_q8_0_t(const uint8_t *qT4, const float *wq, int64_t hp, int64_t d, const void *const *keys, int64_t n_keys,
+                  float *scores, int32_t q_offset) {
+    for (int64_t h0 = 0; h0 < hp; h0 += 8 * kMaxVec) {
+        const int64_t nv = (hp - h0) / 8 < kMaxVec ? (hp - h0) / 8 : kMaxVec;
+        const bool add = h0 > 0;
+        const uint8_t *q = qT4 + 4 * h0;
+        switch (nv) {
+            case 1: score_pass_q8_0<1, Dpbusd>(q, wq + h0, hp, d, keys, n_keys, scores, add, q_offset); break;
+            case 2: score_pass_q8_0<2, Dpbusd>(q, wq + h0, hp, d, keys, n_keys, scores, add, q_offset); break;
+            case 3: score_pass_q8_0<3, Dpbusd>(q, wq + h0, hp, d, keys, n_keys, scores, add, q_offset); break;
+            default: score_pass_q8_0<4, Dpbusd>(q, wq + h0, hp, d, keys, n_keys, scores, add, q_offset); break;
+        }
+    }
+}
+
 }  // namespace
 
 void score_f32(uint32_t row_type, const float *qT, const float *w, int64_t hp, int64_t d, const void *const *keys,
@@ -382,32 +452,22 @@ void score_f32(uint32_t row_type, const float *qT, const float *w, int64_t hp, i
 
 void score_i8(const uint8_t *qT4, const float *wq, int64_t hp, int64_t dp, const int8_t *keys, const int32_t *ksum,
               const float *kscale, int64_t n_keys, float *scores, int32_t q_offset) {
-    for (int64_t h0 = 0; h0 < hp; h0 += 8 * kMaxVec) {
-        const int64_t nv = (hp - h0) / 8 < kMaxVec ? (hp - h0) / 8 : kMaxVec;
-        const bool add = h0 > 0;
-        const uint8_t *q = qT4 + 4 * h0;
-        switch (nv) {
-            case 1: score_pass_i8<1>(q, wq + h0, hp, dp, keys, ksum, kscale, n_keys, scores, add, q_offset); break;
-            case 2: score_pass_i8<2>(q, wq + h0, hp, dp, keys, ksum, kscale, n_keys, scores, add, q_offset); break;
-            case 3: score_pass_i8<3>(q, wq + h0, hp, dp, keys, ksum, kscale, n_keys, scores, add, q_offset); break;
-            default: score_pass_i8<4>(q, wq + h0, hp, dp, keys, ksum, kscale, n_keys, scores, add, q_offset); break;
-        }
-    }
+    score_i8_t<false>(qT4, wq, hp, dp, keys, ksum, kscale, n_keys, scores, q_offset);
 }
 
 void score_q8_0(const uint8_t *qT4, const float *wq, int64_t hp, int64_t d, const void *const *keys, int64_t n_keys,
                 float *scores, int32_t q_offset) {
-    for (int64_t h0 = 0; h0 < hp; h0 += 8 * kMaxVec) {
-        const int64_t nv = (hp - h0) / 8 < kMaxVec ? (hp - h0) / 8 : kMaxVec;
-        const bool add = h0 > 0;
-        const uint8_t *q = qT4 + 4 * h0;
-        switch (nv) {
-            case 1: score_pass_q8_0<1>(q, wq + h0, hp, d, keys, n_keys, scores, add, q_offset); break;
-            case 2: score_pass_q8_0<2>(q, wq + h0, hp, d, keys, n_keys, scores, add, q_offset); break;
-            case 3: score_pass_q8_0<3>(q, wq + h0, hp, d, keys, n_keys, scores, add, q_offset); break;
-            default: score_pass_q8_0<4>(q, wq + h0, hp, d, keys, n_keys, scores, add, q_offset); break;
-        }
-    }
+    score_q8_0_t<false>(qT4, wq, hp, d, keys, n_keys, scores, q_offset);
+}
+
+void score_i8_avxvnni(const uint8_t *qT4, const float *wq, int64_t hp, int64_t dp, const int8_t *keys,
+                      const int32_t *ksum, const float *kscale, int64_t n_keys, float *scores, int32_t q_offset) {
+    score_i8_t<true>(qT4, wq, hp, dp, keys, ksum, kscale, n_keys, scores, q_offset);
+}
+
+void score_q8_0_avxvnni(const uint8_t *qT4, const float *wq, int64_t hp, int64_t d, const void *const *keys,
+                        int64_t n_keys, float *scores, int32_t q_offset) {
+    score_q8_0_t<true>(qT4, wq, hp, d, keys, n_keys, scores, q_offset);
 }
 
 void convert_rows(uint32_t row_type, const void *const *rows, int64_t n_rows, int64_t d, float *out) {

@@ -67,7 +67,8 @@ struct Kernels {
     bool avx512_select;    // select_best's AVX-512 loops (top_k_select.h)
     int32_t query_offset;  // fast mode's query bytes: q_int + query_offset (indexer_kernels.h)
 };
-// Scalar and VNNI kernels take 8-bit queries; AVX2's maddubs pairs need 6-bit ones (indexer_kernels.h).
+// Scalar and VNNI (AVX-VNNI, AVX512-VNNI) kernels take 8-bit queries; AVX2's maddubs pairs need 6-bit ones
+// (indexer_kernels.h).
 constexpr Kernels kScalarKernels = {indexer::scalar::score_f32,     indexer::scalar::score_i8,
                                     indexer::scalar::score_q8_0,    indexer::scalar::convert_rows,
                                     indexer::scalar::quantize_keys, false,
@@ -75,6 +76,11 @@ constexpr Kernels kScalarKernels = {indexer::scalar::score_f32,     indexer::sca
 constexpr Kernels kAvx2Kernels = {indexer::avx2::score_f32,    indexer::avx2::score_i8,      indexer::avx2::score_q8_0,
                                   indexer::avx2::convert_rows, indexer::avx2::quantize_keys, false,
                                   indexer::kQueryOffsetMaddubs};
+// AVX2 with AVX-VNNI: the int8 scores in one VEX vpdpbusd per 8 heads x 4 elements, so 8-bit queries.
+constexpr Kernels kAvx2VnniKernels = {indexer::avx2::score_f32,          indexer::avx2::score_i8_avxvnni,
+                                      indexer::avx2::score_q8_0_avxvnni, indexer::avx2::convert_rows,
+                                      indexer::avx2::quantize_keys,      false,
+                                      indexer::kQueryOffsetDpbusd};
 // AVX-512: the exact score 16 heads per vector and the top-k select's vector loops; with VNNI also the int8
 // scores in one vpdpbusd per 8 heads x 4 elements (3 instructions on AVX2).
 constexpr Kernels kAvx512Kernels = {indexer::avx512::score_f32,   indexer::avx2::score_i8,
@@ -86,10 +92,11 @@ constexpr Kernels kVnniKernels = {indexer::avx512::score_f32,      indexer::avx5
                                   indexer::avx2::quantize_keys,    true,
                                   indexer::kQueryOffsetDpbusd};
 
-// The kernel set of an ISA level (the avx512 level adds VNNI's int8 scores when cpuid has them).
+// The kernel set of an ISA level (the avx2 level takes AVX-VNNI's int8 scores, the avx512 level AVX512-VNNI's,
+// when cpuid has them).
 const Kernels &indexer_kernels_for(cpu::Isa isa) {
     if (isa == cpu::Isa::scalar) return kScalarKernels;
-    if (isa == cpu::Isa::avx2) return kAvx2Kernels;
+    if (isa == cpu::Isa::avx2) return cpu::cpu_has_avx_vnni() ? kAvx2VnniKernels : kAvx2Kernels;
     return cpu::cpu_has_avx512_vnni() ? kVnniKernels : kAvx512Kernels;
 }
 

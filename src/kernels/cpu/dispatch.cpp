@@ -357,6 +357,14 @@ bool cpu_has_avx512_vnni() {
 #endif
 }
 
+bool cpu_has_avx_vnni() {
+#if defined(__x86_64__) || defined(__i386__)
+    return cpu_supports(Isa::avx2) && __builtin_cpu_supports("avxvnni");
+#else
+    return false;
+#endif
+}
+
 const char *isa_name(Isa isa) {
     switch (isa) {
         case Isa::scalar: return "scalar";

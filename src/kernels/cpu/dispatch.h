@@ -146,6 +146,9 @@ bool cpu_supports(Isa isa);
 // Whether the CPU has AVX-512 (as Isa::avx512) with VNNI (vpdpbusd): the fast indexer's int8 scores use it at
 // the avx512 level (lightning_indexer.cpp).
 bool cpu_has_avx512_vnni();
+// Whether the CPU has AVX2 (as Isa::avx2) with AVX-VNNI (the VEX vpdpbusd, 256 bits): the fast indexer's int8 scores
+// use it at the avx2 level (lightning_indexer.cpp).
+bool cpu_has_avx_vnni();
 // "scalar", "avx2", "avx512".
 const char *isa_name(Isa isa);
 
