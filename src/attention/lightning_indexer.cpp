@@ -658,10 +658,12 @@ void Selector::run(ThreadPool &pool, IndexerPrecision precision, int64_t n_token
 
 namespace indexer {
 
-void select_with_isa(cpu::Isa isa, ThreadPool &pool, const IndexerShape &shape, IndexerPrecision precision,
-                     const float *q, const float *w, int64_t n_tokens, const RowStore &keys,
-                     std::span<const std::span<const int32_t>> candidates, int64_t top_k,
-                     std::vector<std::vector<int32_t>> &selected, IndexerWorkspace *workspace) {
+namespace {
+
+void select_with_kernels(const Kernels &kernels, ThreadPool &pool, const IndexerShape &shape,
+                         IndexerPrecision precision, const float *q, const float *w, int64_t n_tokens,
+                         const RowStore &keys, std::span<const std::span<const int32_t>> candidates, int64_t top_k,
+                         std::vector<std::vector<int32_t>> &selected, IndexerWorkspace *workspace) {
     if (n_tokens < 0 || static_cast<int64_t>(candidates.size()) != n_tokens) {
         throw_error("lightning indexer: %lld candidate lists for %lld tokens",
                     static_cast<long long>(candidates.size()), static_cast<long long>(n_tokens));
@@ -703,8 +705,25 @@ void select_with_isa(cpu::Isa isa, ThreadPool &pool, const IndexerShape &shape, 
     if (!q || !w) throw_error("lightning indexer: q and w are required when a query has more than top_k candidates");
     std::optional<IndexerWorkspace> own;  // this call's buffers when the caller keeps none
     indexer::Buffers &buffers = workspace ? workspace->buffers() : own.emplace().buffers();
-    Selector(indexer_kernels_for(isa), shape, q, w, keys, candidates, top_k, buffers)
-        .run(pool, precision, n_tokens, selected);
+    Selector(kernels, shape, q, w, keys, candidates, top_k, buffers).run(pool, precision, n_tokens, selected);
+}
+
+}  // namespace
+
+void select_with_isa(cpu::Isa isa, ThreadPool &pool, const IndexerShape &shape, IndexerPrecision precision,
+                     const float *q, const float *w, int64_t n_tokens, const RowStore &keys,
+                     std::span<const std::span<const int32_t>> candidates, int64_t top_k,
+                     std::vector<std::vector<int32_t>> &selected, IndexerWorkspace *workspace) {
+    select_with_kernels(indexer_kernels_for(isa), pool, shape, precision, q, w, n_tokens, keys, candidates, top_k,
+                        selected, workspace);
+}
+
+void select_with_avx2_maddubs(ThreadPool &pool, const IndexerShape &shape, IndexerPrecision precision, const float *q,
+                              const float *w, int64_t n_tokens, const RowStore &keys,
+                              std::span<const std::span<const int32_t>> candidates, int64_t top_k,
+                              std::vector<std::vector<int32_t>> &selected) {
+    select_with_kernels(kAvx2Kernels, pool, shape, precision, q, w, n_tokens, keys, candidates, top_k, selected,
+                        nullptr);
 }
 
 int query_offset_for(cpu::Isa isa) { return indexer_kernels_for(isa).query_offset; }
