@@ -171,8 +171,9 @@ int bench(const BenchFlags &f) {
     for (const std::string &mode : f.dsa) {
         const bool dsa = mode == "on";
         if (!info.has_indexer && !dsa) continue;
+        const bool sparse = info.has_indexer && dsa;
         std::vector<std::string> precisions;  // resolved (auto: fast or exact), each once
-        for (const std::string &p : info.has_indexer &&dsa ? f.precisions : std::vector<std::string>{"exact"}) {
+        for (const std::string &p : sparse ? f.precisions : std::vector<std::string>{"exact"}) {
             const std::string r = resolve_indexer_precision(p);
             if (std::find(precisions.begin(), precisions.end(), r) == precisions.end()) precisions.push_back(r);
         }

@@ -53,8 +53,7 @@ Command register_make_model(CLI::App &app) {
            "--type", *type,
            "Weight type: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, mxfp4, q2_k, q3_k, q4_k, q5_k, q6_k, "
            "iq4_xs, or mxfp4_moe (llama.cpp's MXFP4_MOE: mxfp4 for 3-D stacks, the routed experts and attn_k_b / "
-           "attn_v_b, "
-           "q8_0 elsewhere; deepseek32 / glm-dsa) "
+           "attn_v_b, q8_0 elsewhere; deepseek32 / glm-dsa) "
            "(default f32; bench: q8_0). Matrices whose rows the type's blocks do not divide are stored in llama.cpp's "
            "fallback type (K-quants, iq4_xs) or f32")
         ->check(CLI::IsMember({"f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl", "mxfp4", "q2_k",

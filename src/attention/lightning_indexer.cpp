@@ -34,6 +34,7 @@
 // Jaccard tests check, with and without outlier channels).
 #include <algorithm>
 #include <atomic>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -736,9 +737,7 @@ int64_t indexer_int8_width(int64_t head_dim) { return round_up(head_dim, 4); }
 
 int indexer_fast_query_bits() {
     // q_int spans [1 - offset, offset - 1]: offset 2^(b - 1) gives b-bit queries
-    int bits = 1;
-    for (int o = indexer_kernels_for(cpu::kernels().isa).query_offset; o > 1; o /= 2) ++bits;
-    return bits;
+    return std::bit_width(static_cast<unsigned>(indexer::query_offset_for(cpu::kernels().isa)));
 }
 
 void lightning_indexer_select(ThreadPool &pool, const IndexerShape &shape, IndexerPrecision precision, const float *q,

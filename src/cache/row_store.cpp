@@ -60,14 +60,13 @@ RowStore::RowStore(DType type, int64_t n_cells, int64_t width, RowRotation rotat
       row_bytes_(checked_row_bytes(type, width)),
       rotation_(std::move(rotation)),
       data_(static_cast<size_t>(n_cells * row_bytes_)) {
-    if (!rotation_.empty()) {
-        if (rotation_.width() != width) {
-            throw_error("cache rotation covers %lld elements of %lld-element rows", (long long)rotation_.width(),
-                        (long long)width);
-        }
-        scratch_.resize(static_cast<size_t>(width));
+    if (!rotation_.empty() && rotation_.width() != width) {
+        throw_error("cache rotation covers %lld elements of %lld-element rows", (long long)rotation_.width(),
+                    (long long)width);
     }
     if (rotation_.empty() && type_ != DType::Q8_0 && width > 0) int8_rotation_.segment(width);
+    // One of the two rotations at most: write() rotates with rotation_, refresh_int8() with int8_rotation_.
+    if (!rotation_.empty() || !int8_rotation_.empty()) scratch_.resize(static_cast<size_t>(width));
 }
 
 void RowStore::write(int64_t cell, const float *src) {
@@ -126,10 +125,9 @@ void RowStore::refresh_int8(int64_t cell) {
     const void *rows[1] = {row(cell)};
     uint32_t row_type = static_cast<uint32_t>(type_);
     if (!int8_rotation_.empty()) {  // the row as stored, widened and rotated (int8_rotation)
-        int8_scratch_.resize(static_cast<size_t>(width_));
-        dequantize_row(type_, row(cell), int8_scratch_.data(), width_);
-        int8_rotation_.apply(int8_scratch_.data(), 1);
-        rows[0] = int8_scratch_.data();
+        dequantize_row(type_, row(cell), scratch_.data(), width_);
+        int8_rotation_.apply(scratch_.data(), 1);
+        rows[0] = scratch_.data();
         row_type = static_cast<uint32_t>(DType::F32);
     }
     quantize_(row_type, rows, 1, width_, int8_width_, int8_.data() + cell * int8_width_,

@@ -107,7 +107,7 @@ class RowStore {
     int64_t width_ = 0;
     int64_t row_bytes_ = 0;
     RowRotation rotation_;
-    std::vector<float> scratch_;  // [width] the row being rotated by write()
+    std::vector<float> scratch_;  // [width] the row being rotated by write() or, for its int8 copy, refresh_int8()
     std::vector<uint8_t> data_;
     // The int8 copy (keep_int8_copy): [n_cells, int8_width_] values, [n_cells] scales and sums.
     Int8RowQuantizer quantize_ = nullptr;
@@ -116,7 +116,6 @@ class RowStore {
     std::vector<float> int8_scale_;
     std::vector<int32_t> int8_sum_;
     RowRotation int8_rotation_;
-    std::vector<float> int8_scratch_;  // [width] a row being rotated for its int8 copy
 
     void *row_mut(int64_t cell) { return data_.data() + cell * row_bytes_; }
     void refresh_int8(int64_t cell);  // re-quantises the copy of `cell` from its stored row
