@@ -216,6 +216,84 @@ TEST_F(SchedulerTest, LogprobsFollowTheText) {
     for (size_t i = 0; i < 3; ++i) EXPECT_EQ(cut[i].id, all[i].id);
 }
 
+// A prompt that begins with what another slot holds (a shared system prompt) takes that slot's cells for the
+// prefix instead of evaluating it again, while the other slot is still generating; both outputs stay those of
+// each request alone, the shared cells count once, and they outlive the other slot's next task. On deepseek32
+// the prompts pass top-k, so selection runs over the shared indexer keys too.
+TEST(SchedulerSharing, ASlotSharesAnotherSlotsPrefix) {
+    for (const std::string arch : {"llama", "deepseek32"}) {
+        SCOPED_TRACE(arch);
+        const std::string dir = test::make_temp_dir("sparrow-scheduler-share");
+        SyntheticParams p;
+        p.arch = arch;
+        write_synthetic_model(p, dir + "/m.gguf");
+        const std::shared_ptr<const Model> model = load_model(dir + "/m.gguf");
+        std::filesystem::remove_all(dir);
+        ContextParams cp;
+        cp.n_ctx = 1024;
+        cp.n_threads = 1;
+        const auto task = [](std::vector<int32_t> prompt, int64_t n) {
+            Task t;
+            t.prompt = std::move(prompt);
+            t.sampling.temperature = 0;
+            t.sampling.max_tokens = n;
+            t.sampling.presence_penalty = t.sampling.frequency_penalty = -2;  // loops: no early end
+            return t;
+        };
+        const auto finish = [](TaskChannel &c) {
+            std::string text;
+            TaskUpdate u;
+            do {
+                u = c.wait(1000ms);
+                text += u.text;
+            } while (!u.done);
+            return std::make_pair(text, u);
+        };
+        std::vector<int32_t> system;
+        for (int i = 0; i < 70; ++i) system.push_back((i * 29 + 3) % 500 + 1);
+        std::vector<int32_t> a = system, b = system, c = {9, 8, 7};
+        a.insert(a.end(), {11, 12, 13});
+        b.insert(b.end(), {21, 22});
+        std::string alone_a, alone_b;
+        {
+            Scheduler solo(model, cp, {1, 4});
+            alone_a = finish(*solo.submit(task(a, 400))).first;
+            alone_b = finish(*solo.submit(task(b, 12))).first;
+        }
+
+        Scheduler s(model, cp, {2, 4});
+        auto ca = s.submit(task(a, 400));
+        TaskUpdate first;  // a's prompt is in once it has generated
+        std::string text_a;
+        do {
+            first = ca->wait(1000ms);
+            text_a += first.text;
+        } while (!first.done && first.n_generated == 0);
+        ASSERT_FALSE(first.done);
+        const auto [text_b, ub] = finish(*s.submit(task(b, 12)));  // the free slot, with a's cells for the prefix
+        EXPECT_EQ(ub.n_cached, static_cast<int64_t>(system.size()));
+        EXPECT_EQ(text_b, alone_b);
+        const auto [rest_a, ua] = finish(*ca);
+        EXPECT_EQ(text_a + rest_a, alone_a);
+        SchedulerMetrics m = s.metrics();
+        EXPECT_EQ(m.prefixes_shared, 1);
+        EXPECT_EQ(m.prompt_tokens_evaluated, static_cast<int64_t>(a.size() + b.size() - system.size()));
+        // Each slot's rows minus the shared prefix, counted once (a slot holds its prompt and all its sampled
+        // tokens but the last).
+        const int64_t held_a = static_cast<int64_t>(a.size()) + ua.n_generated - 1;
+        const int64_t held_b = static_cast<int64_t>(b.size()) + ub.n_generated - 1;
+        EXPECT_EQ(m.kv_cells_used, held_a + held_b - static_cast<int64_t>(system.size()));
+
+        // An unrelated task takes a's slot (the least recently used) and drops its cells; the shared ones stay
+        // with b's slot, which serves b again from its own cache.
+        finish(*s.submit(task(c, 4)));
+        const auto [again_b, ub2] = finish(*s.submit(task(b, 12)));
+        EXPECT_EQ(ub2.n_cached, static_cast<int64_t>(b.size()) - 1);
+        EXPECT_EQ(again_b, alone_b);
+        EXPECT_EQ(s.metrics().prefixes_shared, 1);
+    }
+}
+
 TEST_F(SchedulerTest, RefusesBadOptions) {
     const auto make = [](int64_t n_ctx, int n_slots) { Scheduler s(model_, context(n_ctx), {n_slots, 4}); };
     EXPECT_THROW(make(512, 0), Error);

@@ -273,14 +273,33 @@ void Scheduler::start_task(Slot &slot, Queued &queued) {
     slot.channel = std::move(queued.channel);
     slot.admitted = slot.last_used = ++admissions_;
     const std::vector<int32_t> &prompt = slot.task.prompt;
-    // Reuse the cached prefix, but evaluate at least the last prompt token (its logits start generation);
-    // embeddings other than the last token's need every token's hidden state.
-    size_t keep = common_prefix(slot.cache, prompt);
-    if (slot.task.kind == TaskKind::embedding && slot.task.pooling != Pooling::last) keep = 0;
-    if (slot.task.prompt_logprobs) keep = 0;
-    keep = std::min(keep, prompt.size() - 1);
-    ctx_->seq_rm(slot.seq_id, static_cast<int32_t>(keep), -1);
-    slot.cache.resize(keep);
+    // Reuse a cached prefix, but evaluate at least the last prompt token (its logits start generation);
+    // embeddings other than the last token's, and prompt log probabilities, need every token evaluated.
+    const bool reuse =
+        !(slot.task.kind == TaskKind::embedding && slot.task.pooling != Pooling::last) && !slot.task.prompt_logprobs;
+    const size_t limit = prompt.size() - 1;
+    size_t keep = reuse ? std::min(common_prefix(slot.cache, prompt), limit) : 0;
+    // Another slot, busy or not, may hold a longer prefix of the prompt (a system prompt that many
+    // conversations begin with): this slot then shares that slot's cells for it (seq_cp copies no rows;
+    // a cell stays while any sequence holds it), so the prefix is evaluated once for all of them.
+    const Slot *donor = nullptr;
+    for (const Slot &s : slots_) {
+        if (!reuse || &s == &slot) continue;
+        const size_t prefix = std::min(common_prefix(s.cache, prompt), limit);
+        if (prefix > keep) {
+            keep = prefix;
+            donor = &s;
+        }
+    }
+    if (donor) {
+        ctx_->seq_rm(slot.seq_id, 0, -1);
+        ctx_->seq_cp(donor->seq_id, slot.seq_id, 0, static_cast<int32_t>(keep));
+        slot.cache.assign(prompt.begin(), prompt.begin() + static_cast<std::ptrdiff_t>(keep));
+        ++counters_.prefixes_shared;
+    } else {
+        ctx_->seq_rm(slot.seq_id, static_cast<int32_t>(keep), -1);
+        slot.cache.resize(keep);
+    }
     slot.n_prompt_done = keep;
     const SamplingOptions &so = slot.task.sampling;
     slot.sampler.emplace(SamplerParams{so.temperature, so.top_k, so.top_p, so.seed});
@@ -494,8 +513,7 @@ void Scheduler::publish_metrics() {
     span = std::max(span, 1.0);
     counters_.tokens_per_second = recent_tokens / span;
     counters_.slots_busy = std::count_if(slots_.begin(), slots_.end(), [](const Slot &s) { return s.busy(); });
-    counters_.kv_cells_used = 0;
-    for (const Slot &s : slots_) counters_.kv_cells_used += static_cast<int64_t>(s.cache.size());
+    counters_.kv_cells_used = ctx_->n_cells_used();  // a cell that slots share counts once
     std::lock_guard lock(mu_);
     counters_.queue_depth = static_cast<int64_t>(queue_.size());
     metrics_ = counters_;

@@ -4,7 +4,8 @@
 // Each of the n slots is one sequence id of the context. A step gathers one batch: the next token of every
 // generating slot, then prompt tokens of slots still reading their prompts (up to n_batch in all), so a new
 // request joins the running batch at the next step (continuous batching). A slot keeps its sequence's
-// cache rows after a task and reuses the longest prefix it shares with the next prompt.
+// cache rows after a task and reuses the longest prefix it shares with the next prompt; when another slot
+// holds a longer one, the slot shares that slot's cells instead (no rows copied, nothing evaluated twice).
 #pragma once
 
 #include <atomic>
@@ -107,13 +108,14 @@ struct SchedulerMetrics {
     int64_t n_slots = 0;
     int64_t slots_busy = 0;
     int64_t queue_depth = 0;
-    int64_t kv_cells_used = 0;  // cache rows held by all slots (reusable prefixes included)
+    int64_t kv_cells_used = 0;  // cache cells holding rows for any slot (reusable prefixes included; shared once)
     int64_t kv_cells_total = 0;
     int64_t tasks_completed = 0;  // finished with stop or length
     int64_t tasks_cancelled = 0;
     int64_t tasks_failed = 0;
     int64_t prompt_tokens = 0;            // prompt tokens of started tasks
     int64_t prompt_tokens_evaluated = 0;  // of which were run through the model (not reused from a cache)
+    int64_t prefixes_shared = 0;          // tasks that took their cached prefix from another slot's cells
     int64_t generated_tokens = 0;
     int64_t decode_calls = 0;
     double decode_seconds = 0;

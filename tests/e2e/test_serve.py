@@ -150,7 +150,8 @@ with serve_util.Server(llama, "-np", 2, "-c", 1024, "--chat-format", "llama2", "
     # --- metrics ----------------------------------------------------------------------------------------------
     m = srv.metrics()
     names = ["sparrow_prompt_tokens_total", "sparrow_generated_tokens_total", "sparrow_queue_depth",
-             "sparrow_slots_busy", "sparrow_tokens_per_second", "sparrow_kv_cells_used"]
+             "sparrow_slots_busy", "sparrow_tokens_per_second", "sparrow_kv_cells_used",
+             "sparrow_prefixes_shared_total"]
     checks.check(all(n in m for n in names), f"/metrics has {names}")
     checks.check(m.get('sparrow_http_requests_total{path="/v1/completions",status="200"}', 0) >= 10,
                  "/metrics counts requests by path and status")

@@ -299,6 +299,8 @@ void Api::metrics(const httplib::Request &, httplib::Response &res) {
     metric("sparrow_prompt_tokens_total", "counter", "Prompt tokens of started tasks.", m.prompt_tokens);
     metric("sparrow_prompt_tokens_evaluated_total", "counter",
            "Prompt tokens run through the model (the rest came from slot caches).", m.prompt_tokens_evaluated);
+    metric("sparrow_prefixes_shared_total", "counter", "Tasks whose cached prefix came from another slot's cells.",
+           m.prefixes_shared);
     metric("sparrow_generated_tokens_total", "counter", "Tokens sampled.", m.generated_tokens);
     metric("sparrow_decode_calls_total", "counter", "Batches decoded.", m.decode_calls);
     metric("sparrow_decode_seconds_total", "counter", "Time spent decoding batches.", m.decode_seconds);
@@ -306,8 +308,8 @@ void Api::metrics(const httplib::Request &, httplib::Response &res) {
     metric("sparrow_queue_depth", "gauge", "Requests waiting for a slot.", m.queue_depth);
     metric("sparrow_slots_busy", "gauge", "Slots running a task.", m.slots_busy);
     metric("sparrow_slots_total", "gauge", "Slots (parallel sequences).", m.n_slots);
-    metric("sparrow_kv_cells_used", "gauge", "KV cache cells holding rows (cached prefixes included).",
-           m.kv_cells_used);
+    metric("sparrow_kv_cells_used", "gauge",
+           "KV cache cells holding rows (cached prefixes included; a shared cell once).", m.kv_cells_used);
     metric("sparrow_kv_cells_total", "gauge", "KV cache cells.", m.kv_cells_total);
     res.status = 200;
     res.set_content(out.str(), "text/plain; version=0.0.4");
