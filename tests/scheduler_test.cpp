@@ -216,83 +216,140 @@ TEST_F(SchedulerTest, LogprobsFollowTheText) {
     for (size_t i = 0; i < 3; ++i) EXPECT_EQ(cut[i].id, all[i].id);
 }
 
-// A prompt that begins with what another slot holds (a shared system prompt) takes that slot's cells for the
-// prefix instead of evaluating it again, while the other slot is still generating; both outputs stay those of
-// each request alone, the shared cells count once, and they outlive the other slot's next task. On deepseek32
-// the prompts pass top-k, so selection runs over the shared indexer keys too.
-TEST(SchedulerSharing, ASlotSharesAnotherSlotsPrefix) {
-    for (const std::string arch : {"llama", "deepseek32"}) {
-        SCOPED_TRACE(arch);
+// Prompt sharing between slots, on llama and on deepseek32 (whose prompts here pass top-k, so selection runs
+// over shared indexer keys too).
+class SchedulerSharing : public ::testing::TestWithParam<std::string> {
+  protected:
+    void SetUp() override {
         const std::string dir = test::make_temp_dir("sparrow-scheduler-share");
         SyntheticParams p;
-        p.arch = arch;
+        p.arch = GetParam();
         write_synthetic_model(p, dir + "/m.gguf");
-        const std::shared_ptr<const Model> model = load_model(dir + "/m.gguf");
+        model_ = load_model(dir + "/m.gguf");
         std::filesystem::remove_all(dir);
+        for (int i = 0; i < 70; ++i) system_.push_back((i * 29 + 3) % 500 + 1);
+    }
+    ContextParams context(int64_t n_batch = 2048) const {
         ContextParams cp;
-        cp.n_ctx = 1024;
+        cp.n_ctx = 2048;
+        cp.n_batch = n_batch;
         cp.n_threads = 1;
-        const auto task = [](std::vector<int32_t> prompt, int64_t n) {
-            Task t;
-            t.prompt = std::move(prompt);
-            t.sampling.temperature = 0;
-            t.sampling.max_tokens = n;
-            t.sampling.presence_penalty = t.sampling.frequency_penalty = -2;  // loops: no early end
-            return t;
-        };
-        const auto finish = [](TaskChannel &c) {
-            std::string text;
-            TaskUpdate u;
-            do {
-                u = c.wait(1000ms);
-                text += u.text;
-            } while (!u.done);
-            return std::make_pair(text, u);
-        };
-        std::vector<int32_t> system;
-        for (int i = 0; i < 70; ++i) system.push_back((i * 29 + 3) % 500 + 1);
-        std::vector<int32_t> a = system, b = system, c = {9, 8, 7};
-        a.insert(a.end(), {11, 12, 13});
-        b.insert(b.end(), {21, 22});
-        std::string alone_a, alone_b;
-        {
-            Scheduler solo(model, cp, {1, 4});
-            alone_a = finish(*solo.submit(task(a, 400))).first;
-            alone_b = finish(*solo.submit(task(b, 12))).first;
-        }
-
-        Scheduler s(model, cp, {2, 4});
-        auto ca = s.submit(task(a, 400));
-        TaskUpdate first;  // a's prompt is in once it has generated
-        std::string text_a;
+        return cp;
+    }
+    // The system prompt followed by `tail`.
+    std::vector<int32_t> prompt(std::initializer_list<int32_t> tail) const {
+        std::vector<int32_t> p = system_;
+        p.insert(p.end(), tail);
+        return p;
+    }
+    static Task task(std::vector<int32_t> prompt, int64_t n) {
+        Task t;
+        t.prompt = std::move(prompt);
+        t.sampling.temperature = 0;
+        t.sampling.max_tokens = n;
+        t.sampling.presence_penalty = t.sampling.frequency_penalty = -2;  // loops: no early end
+        return t;
+    }
+    static std::pair<std::string, TaskUpdate> finish(TaskChannel &c, std::string text = {}) {
+        TaskUpdate u;
         do {
-            first = ca->wait(1000ms);
-            text_a += first.text;
-        } while (!first.done && first.n_generated == 0);
-        ASSERT_FALSE(first.done);
-        const auto [text_b, ub] = finish(*s.submit(task(b, 12)));  // the free slot, with a's cells for the prefix
-        EXPECT_EQ(ub.n_cached, static_cast<int64_t>(system.size()));
-        EXPECT_EQ(text_b, alone_b);
-        const auto [rest_a, ua] = finish(*ca);
-        EXPECT_EQ(text_a + rest_a, alone_a);
-        SchedulerMetrics m = s.metrics();
-        EXPECT_EQ(m.prefixes_shared, 1);
-        EXPECT_EQ(m.prompt_tokens_evaluated, static_cast<int64_t>(a.size() + b.size() - system.size()));
-        // Each slot's rows minus the shared prefix, counted once (a slot holds its prompt and all its sampled
-        // tokens but the last).
-        const int64_t held_a = static_cast<int64_t>(a.size()) + ua.n_generated - 1;
-        const int64_t held_b = static_cast<int64_t>(b.size()) + ub.n_generated - 1;
-        EXPECT_EQ(m.kv_cells_used, held_a + held_b - static_cast<int64_t>(system.size()));
+            u = c.wait(1000ms);
+            text += u.text;
+        } while (!u.done);
+        return {text, u};
+    }
+    // Each task's greedy text when it runs alone.
+    std::vector<std::string> alone(const std::vector<Task> &tasks) const {
+        Scheduler solo(model_, context(), {1, 4});
+        std::vector<std::string> out;
+        for (const Task &t : tasks) out.push_back(finish(*solo.submit(t)).first);
+        return out;
+    }
+    // Cache rows a finished task leaves in its slot: its prompt and every sampled token but the last.
+    static int64_t held(const Task &t, const TaskUpdate &u) {
+        return static_cast<int64_t>(t.prompt.size()) + u.n_generated - 1;
+    }
 
-        // An unrelated task takes a's slot (the least recently used) and drops its cells; the shared ones stay
-        // with b's slot, which serves b again from its own cache.
-        finish(*s.submit(task(c, 4)));
-        const auto [again_b, ub2] = finish(*s.submit(task(b, 12)));
-        EXPECT_EQ(ub2.n_cached, static_cast<int64_t>(b.size()) - 1);
-        EXPECT_EQ(again_b, alone_b);
-        EXPECT_EQ(s.metrics().prefixes_shared, 1);
+    std::shared_ptr<const Model> model_;
+    std::vector<int32_t> system_;
+};
+
+// A prompt that begins with what another slot holds takes that slot's cells for the prefix instead of evaluating
+// it again, while the other slot is still generating; both outputs stay those of each request alone, the shared
+// cells count once, and they outlive the other slot's next task.
+TEST_P(SchedulerSharing, ASlotTakesAnotherSlotsCachedPrefix) {
+    const std::vector<Task> tasks = {task(prompt({11, 12, 13}), 400), task(prompt({21, 22}), 12), task({9, 8, 7}, 4)};
+    const std::vector<std::string> want = alone(tasks);
+    Scheduler s(model_, context(), {2, 4});
+    auto ca = s.submit(tasks[0]);
+    TaskUpdate first;  // a's prompt is in once it has generated
+    std::string text_a;
+    do {
+        first = ca->wait(1000ms);
+        text_a += first.text;
+    } while (!first.done && first.n_generated == 0);
+    ASSERT_FALSE(first.done);
+    const auto [text_b, ub] = finish(*s.submit(tasks[1]));  // the free slot, with a's cells for the prefix
+    EXPECT_EQ(ub.n_cached, static_cast<int64_t>(system_.size()));
+    EXPECT_EQ(text_b, want[1]);
+    const auto [all_a, ua] = finish(*ca, text_a);
+    EXPECT_EQ(all_a, want[0]);
+    const SchedulerMetrics m = s.metrics();
+    EXPECT_EQ(m.prefixes_shared, 1);
+    EXPECT_EQ(m.prompt_tokens_evaluated,
+              static_cast<int64_t>(tasks[0].prompt.size() + tasks[1].prompt.size() - system_.size()));
+    EXPECT_EQ(m.kv_cells_used, held(tasks[0], ua) + held(tasks[1], ub) - static_cast<int64_t>(system_.size()));
+
+    // An unrelated task takes a's slot (the least recently used) and drops its cells; the shared ones stay
+    // with b's slot, which serves b again from its own cache.
+    EXPECT_EQ(finish(*s.submit(tasks[2])).first, want[2]);
+    const auto [again_b, ub2] = finish(*s.submit(tasks[1]));
+    EXPECT_EQ(ub2.n_cached, static_cast<int64_t>(tasks[1].prompt.size()) - 1);
+    EXPECT_EQ(again_b, want[1]);
+    EXPECT_EQ(s.metrics().prefixes_shared, 1);
+}
+
+// Requests that arrive together with one system prompt read it once: the first slot's prompt tokens carry the
+// others' sequences too (a batch of 32 tokens, so over three steps), until the prompts part.
+TEST_P(SchedulerSharing, PromptsThatBeginAlikeAreReadOnce) {
+    const std::vector<Task> tasks = {task(prompt({11, 12, 13}), 20), task(prompt({21, 22}), 20), task(prompt({31}), 20),
+                                     task({9, 8, 7, 6}, 20)};
+    const std::vector<std::string> want = alone(tasks);
+    Scheduler s(model_, context(32), {4, 8});
+    std::vector<std::shared_ptr<TaskChannel>> channels = s.submit_all(tasks);
+    ASSERT_EQ(channels.size(), tasks.size());
+    int64_t held_total = 0, n_prompt = 0;
+    for (size_t i = 0; i < tasks.size(); ++i) {
+        const auto [text, u] = finish(*channels[i]);
+        EXPECT_EQ(text, want[i]) << "task " << i;
+        EXPECT_EQ(u.n_cached, 0) << "task " << i;  // nothing was cached when they came
+        held_total += held(tasks[i], u);
+        n_prompt += static_cast<int64_t>(tasks[i].prompt.size());
+    }
+    const SchedulerMetrics m = s.metrics();
+    const auto shared = static_cast<int64_t>(system_.size());
+    EXPECT_EQ(m.prefixes_shared, 2);
+    EXPECT_EQ(m.prompt_tokens_evaluated, n_prompt - 2 * shared);
+    EXPECT_EQ(m.kv_cells_used, held_total - 2 * shared);
+}
+
+// A leader that goes away mid-prompt (cancelled) leaves its rider to read the rest alone, with the same output.
+TEST_P(SchedulerSharing, ARiderFinishesAloneWhenItsLeaderIsCancelled) {
+    const std::vector<Task> tasks = {task(prompt({11, 12, 13}), 20), task(prompt({21, 22}), 20)};
+    const std::vector<std::string> want = alone(tasks);
+    for (int64_t after : {0, 4, 32}) {
+        Scheduler s(model_, context(4), {2, 4});  // 4-token steps: the shared prompt takes 18
+        std::vector<std::shared_ptr<TaskChannel>> channels = s.submit_all(tasks);
+        ASSERT_EQ(channels.size(), 2u);
+        // Cancelled once the leader has read `after` tokens (the cancel lands a step or so later).
+        for (int i = 0; i < 100000 && s.metrics().prompt_tokens_evaluated < after; ++i) std::this_thread::yield();
+        channels[0]->cancel();
+        EXPECT_EQ(finish(*channels[1]).first, want[1]) << "cancelled after " << after;
+        finish(*channels[0]);
     }
 }
+
+INSTANTIATE_TEST_SUITE_P(Archs, SchedulerSharing, ::testing::Values("llama", "deepseek32"));
 
 TEST_F(SchedulerTest, RefusesBadOptions) {
     const auto make = [](int64_t n_ctx, int n_slots) { Scheduler s(model_, context(n_ctx), {n_slots, 4}); };

@@ -138,9 +138,21 @@ struct Scheduler::Slot {
     std::vector<size_t> logprob_starts;
     std::vector<float> embd_rows;               // embeddings: hidden states gathered so far
     std::vector<TokenLogprob> prompt_logprobs;  // Task::prompt_logprobs: prompt tokens 1, 2, ... so far
+    // Riding along: another slot (the leader, running the task admitted as leader_admitted) reads a prompt that
+    // begins like this one, and its prompt tokens up to follow_until are decoded once for both (this slot's
+    // sequence among each token's extra_seq_ids). The two hold the same cells below their common position.
+    Slot *leader = nullptr;
+    uint64_t leader_admitted = 0;
+    size_t follow_until = 0;
 
     bool busy() const { return channel != nullptr; }
     bool reading_prompt() const { return busy() && n_prompt_done < task.prompt.size(); }
+    // Still in step with its leader: the leader runs the same task, is as far into its prompt as this slot is,
+    // and this slot has not reached follow_until.
+    bool following() const {
+        return leader && reading_prompt() && n_prompt_done < follow_until && leader->busy() &&
+               leader->admitted == leader_admitted && leader->n_prompt_done == n_prompt_done;
+    }
 };
 
 Scheduler::Scheduler(std::shared_ptr<const Model> model, const ContextParams &params, const Options &options)
@@ -176,16 +188,26 @@ Scheduler::~Scheduler() {
 }
 
 std::shared_ptr<TaskChannel> Scheduler::submit(Task task) {
-    SPARROW_ASSERT(!task.prompt.empty());
-    auto channel = std::make_shared<TaskChannel>();
+    std::vector<Task> one;
+    one.push_back(std::move(task));
+    std::vector<std::shared_ptr<TaskChannel>> channels = submit_all(std::move(one));
+    return channels.empty() ? nullptr : channels[0];
+}
+
+std::vector<std::shared_ptr<TaskChannel>> Scheduler::submit_all(std::vector<Task> tasks) {
+    std::vector<std::shared_ptr<TaskChannel>> channels;
+    for (const Task &t : tasks) {
+        SPARROW_ASSERT(!t.prompt.empty());
+        channels.push_back(std::make_shared<TaskChannel>());
+    }
     {
         std::lock_guard lock(mu_);
-        if (stop_ || static_cast<int64_t>(queue_.size()) >= options_.max_queue) return nullptr;
-        queue_.push_back({std::move(task), channel});
+        if (stop_ || static_cast<int64_t>(queue_.size() + tasks.size()) > options_.max_queue) return {};
+        for (size_t i = 0; i < tasks.size(); ++i) queue_.push_back({std::move(tasks[i]), channels[i]});
         metrics_.queue_depth = static_cast<int64_t>(queue_.size());
     }
     cv_.notify_all();
-    return channel;
+    return channels;
 }
 
 SchedulerMetrics Scheduler::metrics() const {
@@ -291,9 +313,27 @@ void Scheduler::start_task(Slot &slot, Queued &queued) {
             donor = &s;
         }
     }
+    // A slot still reading a prompt that begins like this one, further than what is cached (requests with one
+    // system prompt arriving together): this slot takes that slot's cells so far and rides along with it.
+    slot.leader = nullptr;
+    size_t follow_until = 0;
+    for (Slot &s : slots_) {
+        if (!reuse || &s == &slot || !s.reading_prompt() || s.following() || s.n_prompt_done < keep) continue;
+        const size_t common = std::min(common_prefix(s.task.prompt, prompt), limit);
+        if (common > s.n_prompt_done && common > follow_until) {
+            slot.leader = &s;
+            follow_until = common;
+        }
+    }
+    if (slot.leader) {
+        donor = slot.leader;
+        keep = slot.leader->n_prompt_done;
+        slot.leader_admitted = slot.leader->admitted;
+        slot.follow_until = follow_until;
+    }
     if (donor) {
         ctx_->seq_rm(slot.seq_id, 0, -1);
-        ctx_->seq_cp(donor->seq_id, slot.seq_id, 0, static_cast<int32_t>(keep));
+        if (keep > 0) ctx_->seq_cp(donor->seq_id, slot.seq_id, 0, static_cast<int32_t>(keep));
         slot.cache.assign(prompt.begin(), prompt.begin() + static_cast<std::ptrdiff_t>(keep));
         ++counters_.prefixes_shared;
     } else {
@@ -343,9 +383,15 @@ bool Scheduler::step() {
         entries.push_back({&s, true});
     }
     // Then prompt chunks, oldest task first, within the batch size.
-    std::vector<Slot *> readers;
+    // Slots riding along with a leader add nothing of their own: the leader's tokens carry their sequence too.
+    std::vector<Slot *> readers, followers;
     for (Slot &s : slots_) {
-        if (s.reading_prompt()) readers.push_back(&s);
+        if (s.following()) {
+            followers.push_back(&s);
+        } else if (s.reading_prompt()) {
+            s.leader = nullptr;
+            readers.push_back(&s);
+        }
     }
     std::sort(readers.begin(), readers.end(), [](const Slot *a, const Slot *b) { return a->admitted < b->admitted; });
     for (Slot *s : readers) {
@@ -359,6 +405,9 @@ bool Scheduler::step() {
         for (size_t j = s->n_prompt_done; j < end; ++j) {
             const bool out = all_outputs || j + 1 == n_prompt;
             batch.push_back({s->task.prompt[j], static_cast<int32_t>(j), s->seq_id, out});
+            for (const Slot *f : followers) {
+                if (f->leader == s && j < f->follow_until) batch.back().extra_seq_ids.push_back(f->seq_id);
+            }
             entries.push_back({s, out});
         }
     }
@@ -389,6 +438,11 @@ bool Scheduler::step() {
         if (s.reading_prompt()) {
             ++s.n_prompt_done;
             ++counters_.prompt_tokens_evaluated;
+        }
+        for (const int32_t f : batch[i].extra_seq_ids) {  // riding along: the token is in their caches too
+            Slot &rider = slots_[static_cast<size_t>(f)];
+            rider.cache.push_back(batch[i].id);
+            ++rider.n_prompt_done;
         }
         if (!entries[i].output || !s.busy()) continue;
         if (s.task.kind == TaskKind::embedding) {

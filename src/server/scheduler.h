@@ -5,7 +5,9 @@
 // generating slot, then prompt tokens of slots still reading their prompts (up to n_batch in all), so a new
 // request joins the running batch at the next step (continuous batching). A slot keeps its sequence's
 // cache rows after a task and reuses the longest prefix it shares with the next prompt; when another slot
-// holds a longer one, the slot shares that slot's cells instead (no rows copied, nothing evaluated twice).
+// holds a longer one, the slot shares that slot's cells instead (no rows copied, nothing evaluated twice), and
+// while another slot is still reading a prompt that begins like this one, the slot rides along: the other's
+// prompt tokens carry both sequences until the prompts part.
 #pragma once
 
 #include <atomic>
@@ -115,7 +117,7 @@ struct SchedulerMetrics {
     int64_t tasks_failed = 0;
     int64_t prompt_tokens = 0;            // prompt tokens of started tasks
     int64_t prompt_tokens_evaluated = 0;  // of which were run through the model (not reused from a cache)
-    int64_t prefixes_shared = 0;          // tasks that took their cached prefix from another slot's cells
+    int64_t prefixes_shared = 0;          // tasks that took their prompt's start from another slot's cells
     int64_t generated_tokens = 0;
     int64_t decode_calls = 0;
     double decode_seconds = 0;
@@ -137,6 +139,9 @@ class Scheduler {
 
     // Queues a task; nullptr when the queue is full.
     std::shared_ptr<TaskChannel> submit(Task task);
+    // Queues several tasks at once (all or none: empty when the queue cannot take them all). Slots free at the
+    // next step take them together, so prompts that begin alike are read once (a slot rides along with another).
+    std::vector<std::shared_ptr<TaskChannel>> submit_all(std::vector<Task> tasks);
     SchedulerMetrics metrics() const;
     int64_t n_ctx_per_slot() const { return n_ctx_per_slot_; }
     int64_t n_ctx() const { return n_ctx_; }

@@ -299,8 +299,8 @@ void Api::metrics(const httplib::Request &, httplib::Response &res) {
     metric("sparrow_prompt_tokens_total", "counter", "Prompt tokens of started tasks.", m.prompt_tokens);
     metric("sparrow_prompt_tokens_evaluated_total", "counter",
            "Prompt tokens run through the model (the rest came from slot caches).", m.prompt_tokens_evaluated);
-    metric("sparrow_prefixes_shared_total", "counter", "Tasks whose cached prefix came from another slot's cells.",
-           m.prefixes_shared);
+    metric("sparrow_prefixes_shared_total", "counter",
+           "Tasks that took their prompt's start from another slot's cells.", m.prefixes_shared);
     metric("sparrow_generated_tokens_total", "counter", "Tokens sampled.", m.generated_tokens);
     metric("sparrow_decode_calls_total", "counter", "Batches decoded.", m.decode_calls);
     metric("sparrow_decode_seconds_total", "counter", "Time spent decoding batches.", m.decode_seconds);
