@@ -4,9 +4,13 @@
 Starts the server itself (or uses --url), then for each client count runs that many threads, each sending
 streaming /v1/completions requests (distinct prompts, a fixed number of tokens) until it has sent
 --requests or the phase's --time-limit passes. Prompts are --prompt-tokens token ids (distinct per request,
-the same length whatever the model's tokenizer), or with --prompt-tokens 0 text of --prompt-words words. Reports per phase: requests, generated tokens, aggregate
+the same length whatever the model's tokenizer), or with --prompt-tokens 0 text of --prompt-words words;
+--shared-prefix N puts the same N token ids (a system prompt) before every prompt. Reports per phase: requests,
+generated tokens, aggregate
 tokens/s, time to first token and per-request latency (median and p90), the server's time per decode call and
-its share of the phase (from /metrics: how much the steps slow down, and how long the scheduler waits between them), and the speed-up over one client
+its share of the phase (from /metrics: how much the steps slow down, and how long the scheduler waits between
+them), the prompt tokens the server evaluated against those sent (a shared prefix is read once), and the
+speed-up over one client
 (the ratio of the medians over rounds, and the median of each round's ratio to its own one-client phase).
 Standard library only.
 
@@ -83,7 +87,8 @@ def stream_one(host, port, body, timeout):
 
 
 def server_counters(host, port):
-    """(generated tokens, decode calls, decode seconds) from /metrics, or None when unavailable."""
+    """(generated tokens, decode calls, decode seconds, prompt tokens, prompt tokens evaluated) from /metrics, or
+    None when unavailable."""
     try:
         conn = http.client.HTTPConnection(host, port, timeout=30)
         conn.request("GET", "/metrics")
@@ -91,7 +96,8 @@ def server_counters(host, port):
         conn.close()
         values = dict(line.rsplit(" ", 1) for line in text.splitlines() if line and not line.startswith("#"))
         return (float(values["sparrow_generated_tokens_total"]), float(values["sparrow_decode_calls_total"]),
-                float(values["sparrow_decode_seconds_total"]))
+                float(values["sparrow_decode_seconds_total"]), float(values["sparrow_prompt_tokens_total"]),
+                float(values["sparrow_prompt_tokens_evaluated_total"]))
     except (OSError, KeyError, ValueError):
         return None
 
@@ -106,7 +112,7 @@ def run_phase(host, port, n_clients, args, first_index):
             if time.perf_counter() > deadline:
                 return
             i = first_index + c * args.requests + r
-            prompt = prompt_ids(i, args.prompt_tokens, args.n_vocab) if args.prompt_tokens > 0 \
+            prompt = args.prefix + prompt_ids(i, args.prompt_tokens, args.n_vocab) if args.prompt_tokens > 0 \
                 else prompt_for(i, args.prompt_words)
             body = {"prompt": prompt, "max_tokens": args.max_tokens, "temperature": 0, "stream": True}
             try:
@@ -133,6 +139,8 @@ def run_phase(host, port, n_clients, args, first_index):
     # the server's own work between steps and steps waiting for requests).
     step_ms = 1e3 * (after[2] - before[2]) / max(1.0, after[1] - before[1]) if before and after else float("nan")
     decode_share = (after[2] - before[2]) / wall if before and after and wall > 0 else float("nan")
+    prompt_sent = after[3] - before[3] if before and after else float("nan")
+    prompt_evaluated = after[4] - before[4] if before and after else float("nan")
     tokens = sum(r[2] for r in results)
     q = lambda xs, p: sorted(xs)[min(len(xs) - 1, int(p * len(xs)))] if xs else float("nan")  # noqa: E731
     return {
@@ -146,6 +154,8 @@ def run_phase(host, port, n_clients, args, first_index):
         "tokens_per_batch": per_batch,
         "decode_ms_per_call": step_ms,
         "decode_share": decode_share,
+        "prompt_tokens": prompt_sent,
+        "prompt_tokens_evaluated": prompt_evaluated,
         "ttft_median_s": statistics.median([r[0] for r in results]) if results else float("nan"),
         "ttft_p90_s": q([r[0] for r in results], 0.9),
         "latency_median_s": statistics.median([r[1] for r in results]) if results else float("nan"),
@@ -185,6 +195,8 @@ def main():
     ap.add_argument("--prompt-tokens", type=int, default=32,
                     help="prompt length in token ids (0: text prompts of --prompt-words words instead)")
     ap.add_argument("--prompt-words", type=int, default=24, help="words per text prompt (with --prompt-tokens 0)")
+    ap.add_argument("--shared-prefix", type=int, default=0,
+                    help="token ids every prompt begins with (a system prompt; needs --prompt-tokens > 0)")
     ap.add_argument("--time-limit", type=float, default=240, help="seconds per phase after which no request starts")
     ap.add_argument("-np", "--parallel", type=int, default=8, help="server slots")
     ap.add_argument("-c", "--ctx", type=int, default=2048, help="server context")
@@ -193,6 +205,8 @@ def main():
     args = ap.parse_args()
     if not args.model and not args.url:
         ap.error("give -m MODEL or --url")
+    if args.shared_prefix < 0 or (args.shared_prefix > 0 and args.prompt_tokens <= 0):
+        ap.error("--shared-prefix takes a count >= 0 and token-id prompts (--prompt-tokens > 0)")
 
     proc = None
     if args.url:
@@ -203,6 +217,7 @@ def main():
         host = "127.0.0.1"
     try:
         args.n_vocab = model_vocab(host, port) if args.prompt_tokens > 0 else 0
+        args.prefix = prompt_ids(10 ** 6, args.shared_prefix, args.n_vocab) if args.shared_prefix > 0 else []
         # Warm-up: one short request (page in the weights).
         stream_one(host, port, {"prompt": "warm up", "max_tokens": 4, "temperature": 0, "stream": True}, 600)
         phases = []
@@ -217,7 +232,8 @@ def main():
                   f"(p90 {res['ttft_p90_s']:.2f}); request median {res['latency_median_s']:.2f} s "
                   f"(p90 {res['latency_p90_s']:.2f}); {res['tokens_per_batch']:.2f} tokens per batch; "
                   f"{res['decode_ms_per_call']:.2f} ms per decode call, {100 * res['decode_share']:.0f}% of the time "
-                  f"in decode; errors {res['errors']}"
+                  f"in decode; prompt tokens evaluated {res['prompt_tokens_evaluated']:.0f} of "
+                  f"{res['prompt_tokens']:.0f}; errors {res['errors']}"
                   + (f" ({res['first_error']})" if res["first_error"] else ""), flush=True)
         # Per client count, the median over rounds of each figure.
         summary = []

@@ -1,7 +1,8 @@
 """scripts/serve_load.py (the serving benchmark) runs end to end on a tiny model: it starts the server, drives
 1 and 2 streaming clients with token-id prompts and with text prompts, and writes a JSON summary whose counts
 add up (every request answered, tokens as requested, a speed for each client count, and with two rounds each
-round's speed-up over its own one-client phase)."""
+round's speed-up over its own one-client phase); with --shared-prefix the server reads the common prompt start
+once per phase, not once per request."""
 import json
 import os
 import subprocess
@@ -16,7 +17,8 @@ harness.run(["make-model", "--arch", "deepseek32", "-o", model])
 script = os.path.join(harness.REPO, "scripts", "serve_load.py")
 
 for mode, rounds, extra in [("ids", 2, ["--prompt-tokens", "12"]),
-                            ("text", 1, ["--prompt-tokens", "0", "--prompt-words", "5"])]:
+                            ("text", 1, ["--prompt-tokens", "0", "--prompt-words", "5"]),
+                            ("shared", 1, ["--prompt-tokens", "4", "--shared-prefix", "40"])]:
     out = os.path.join(tmp, f"load-{mode}.json")
     proc = subprocess.run([sys.executable, script, "-m", model, "--bin", harness.BIN, "--clients", "1,2", "--requests",
                            "2", "--max-tokens", "6", "-np", "2", "-c", "256", "-t", "2", "--rounds", str(rounds), "--json", out] + extra,
@@ -43,5 +45,11 @@ for mode, rounds, extra in [("ids", 2, ["--prompt-tokens", "12"]),
         checks.check(ph["decode_ms_per_call"] > 0 and 0 < ph["decode_share"] <= 1,
                      f"{mode}: {ph['clients']} clients: {ph['decode_ms_per_call']:.3f} ms per decode call, "
                      f"{ph['decode_share']:.3f} of the time in decode")
+    if mode == "shared":  # 44-token prompts; the 40 they share are evaluated once in the whole run
+        sent = sum(ph["prompt_tokens"] for ph in result["phases"])
+        evaluated = sum(ph["prompt_tokens_evaluated"] for ph in result["phases"])
+        n_requests = sum(ph["requests"] for ph in result["phases"])
+        checks.check(sent == 44 * n_requests and evaluated <= sent - 40 * (n_requests - 1),
+                     f"{mode}: {evaluated:.0f} of {sent:.0f} prompt tokens evaluated over {n_requests} requests")
     checks.check("| clients |" in proc.stdout and "vs 1 client" in proc.stdout, f"{mode}: prints the table")
 checks.finish()
