@@ -146,6 +146,7 @@ class Scheduler {
     int64_t n_ctx_per_slot() const { return n_ctx_per_slot_; }
     int64_t n_ctx() const { return n_ctx_; }
     int n_slots() const { return options_.n_slots; }
+    int64_t max_queue() const { return options_.max_queue; }
 
   private:
     struct Slot;

@@ -147,6 +147,46 @@ with serve_util.Server(llama, "-np", 2, "-c", 1024, "--chat-format", "llama2", "
         got = norm(srv.request("POST", "/v1/completions", req)[1]["choices"][0]["text"])
         checks.check(got == want, f"completion after embeddings (round {i}) is unchanged")
 
+    # n choices: queued together (the third waits for a slot), each its own task with seed, seed + 1, ...; the
+    # prompt is read once (the choices ride along, then each reads its last token), usage counts it once.
+    fresh = "A prompt no slot has seen, for choices"
+    status, tok2 = srv.request("POST", "/tokenize", {"content": fresh, "add_special": True})
+    before = srv.metrics()
+    status, body = srv.request("POST", "/v1/completions", {"prompt": fresh, "max_tokens": N, "temperature": 0, "n": 3})
+    after = srv.metrics()
+    texts = [c["text"] for c in body.get("choices", [])]
+    checks.check(status == 200 and [c["index"] for c in body["choices"]] == [0, 1, 2] and len(set(texts)) == 1,
+                 f"n = 3 greedy: three equal choices ({status})")
+    u3 = body["usage"]
+    status, one = srv.request("POST", "/v1/completions", {"prompt": fresh, "max_tokens": N, "temperature": 0})
+    checks.check(u3["prompt_tokens"] == len(tok2["tokens"]) and u3["completion_tokens"] == 3 * one["usage"][
+        "completion_tokens"] and u3["total_tokens"] == u3["prompt_tokens"] + u3["completion_tokens"],
+                 f"n = 3 usage: the prompt once, the completions of all three: {u3}")
+    evaluated = after["sparrow_prompt_tokens_evaluated_total"] - before["sparrow_prompt_tokens_evaluated_total"]
+    cached = u3["prompt_tokens_details"]["cached_tokens"]
+    checks.check(evaluated == len(tok2["tokens"]) - cached + 2,
+                 f"n = 3: {evaluated:.0f} prompt tokens evaluated for a {len(tok2['tokens'])}-token prompt "
+                 f"({cached} cached): once, and each choice's last token")
+    sampled = {"prompt": fresh + " again", "max_tokens": N, "temperature": 1.0, "seed": 1234}
+    status, body = srv.request("POST", "/v1/completions", dict(sampled, n=3))
+    each = [srv.request("POST", "/v1/completions", dict(sampled, seed=1234 + k))[1]["choices"][0]["text"]
+            for k in range(3)]
+    checks.check(status == 200 and [c["text"] for c in body["choices"]] == each,
+                 "n = 3 sampled: choice k is the request with seed + k")
+    chat_req = {"messages": [{"role": "user", "content": "Name two colours"}], "max_tokens": N, "temperature": 1.0,
+                "seed": 7, "n": 2}
+    status, body = srv.request("POST", "/v1/chat/completions", chat_req)
+    status_s, events, done = srv.stream("/v1/chat/completions", dict(chat_req, stream_options={"include_usage": True}))
+    streamed = ["".join(e["choices"][0]["delta"].get("content", "") for e in events
+                        if e.get("choices") and e["choices"][0]["index"] == k) for k in range(2)]
+    finishes = [e["choices"][0]["index"] for e in events if e.get("choices") and e["choices"][0]["finish_reason"]]
+    checks.check(status == 200 and status_s == 200 and done
+                 and streamed == [c["message"]["content"] for c in body["choices"]] and sorted(finishes) == [0, 1]
+                 and events[-1]["choices"] == [] and events[-1]["usage"]["completion_tokens"]
+                 == body["usage"]["completion_tokens"],
+                 f"chat n = 2 streamed: each index's deltas are that choice's message, one finish each, one usage")
+
+
     # --- metrics ----------------------------------------------------------------------------------------------
     m = srv.metrics()
     names = ["sparrow_prompt_tokens_total", "sparrow_generated_tokens_total", "sparrow_queue_depth",

@@ -131,10 +131,10 @@ void Api::check_model(const json &body) const {
     }
 }
 
-std::shared_ptr<sparrow::server::TaskChannel> Api::submit(Task task) {
-    auto channel = scheduler_.submit(std::move(task));
-    if (!channel) throw ApiError(429, "too many requests are queued; retry later", "queue_full");
-    return channel;
+std::vector<std::shared_ptr<sparrow::server::TaskChannel>> Api::submit_all(std::vector<Task> tasks) {
+    auto channels = scheduler_.submit_all(std::move(tasks));
+    if (channels.empty()) throw ApiError(429, "too many requests are queued; retry later", "queue_full");
+    return channels;
 }
 
 void Api::health(const httplib::Request &, httplib::Response &res) {
@@ -244,13 +244,7 @@ void Api::embeddings(const httplib::Request &req, httplib::Response &res) {
         n_prompt += static_cast<int64_t>(t.prompt.size());
         tasks.push_back(std::move(t));
     }
-    std::vector<std::shared_ptr<sparrow::server::TaskChannel>> channels;
-    try {
-        for (Task &t : tasks) channels.push_back(submit(std::move(t)));
-    } catch (...) {
-        for (auto &c : channels) c->cancel();
-        throw;
-    }
+    const std::vector<std::shared_ptr<sparrow::server::TaskChannel>> channels = submit_all(std::move(tasks));
     json data = json::array();
     const int64_t n_embd = model_info(model_).n_embd;
     for (size_t i = 0; i < channels.size(); ++i) {

@@ -67,12 +67,13 @@ class Api {
     void chat_completions(const httplib::Request &req, httplib::Response &res);  // /v1/chat/completions
     void completion(const httplib::Request &req, httplib::Response &res);        // llama.cpp's /completion
 
-    // Shared by the three generation endpoints (api_generate.cpp).
-    // echo: the text the reply starts with (completions' echo), before the generated text.
-    void generate(httplib::Response &res, Task task, Dialect dialect, bool stream, bool include_usage,
+    // Shared by the three generation endpoints (api_generate.cpp): one task per choice of the reply (`n`), the
+    // same prompt. echo: the text each choice starts with (completions' echo), before the generated text.
+    void generate(httplib::Response &res, std::vector<Task> tasks, Dialect dialect, bool stream, bool include_usage,
                   std::optional<std::string> echo = std::nullopt);
     void check_model(const json &body) const;
-    std::shared_ptr<sparrow::server::TaskChannel> submit(Task task);
+    // Queues the tasks together (all or none: 429 when the queue cannot take them all).
+    std::vector<std::shared_ptr<sparrow::server::TaskChannel>> submit_all(std::vector<Task> tasks);
 
     const Model &model_;
     const Tokenizer &tokenizer_;

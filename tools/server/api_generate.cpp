@@ -1,5 +1,6 @@
 // The generation endpoints: OpenAI /v1/completions and /v1/chat/completions, llama.cpp's /completion, as one
 // reply or as server-sent events.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 
@@ -120,40 +121,73 @@ bool read_include_usage(const json &body) {
     return get_bool(*so, "include_usage").value_or(false);
 }
 
-// What one streamed request needs between calls of httplib's content provider.
-// What a reply, streamed or not, knows of its request (set once, in generate()).
+// What a reply, streamed or not, knows of its request (set once, in generate()): one task per choice (`n`).
 struct ReplyInfo {
-    std::shared_ptr<TaskChannel> channel;
+    std::vector<std::shared_ptr<TaskChannel>> channels;
     const Tokenizer *tokenizer = nullptr;
     Dialect dialect = Dialect::completion;
     std::string id;
     std::string model;
     int64_t created = 0;
     bool logprobs = false;            // the request asked for log probabilities
-    std::optional<std::string> echo;  // completions' echo: the prompt text the reply starts with
+    std::optional<std::string> echo;  // completions' echo: the prompt text each choice starts with
     int32_t first_prompt_token = -1;  // echo with logprobs: the prompt's first token (no log probability)
+
+    void cancel_all() const {
+        for (const auto &c : channels) c->cancel();
+    }
 };
 
-struct StreamState : ReplyInfo {
+// A request's usage from its choices' last updates: the prompt once (the choices share it), the completion
+// tokens of them all.
+json usage_of(const std::vector<const TaskUpdate *> &last) {
+    TaskUpdate u = *last.front();
+    u.n_generated = 0;
+    for (const TaskUpdate *c : last) u.n_generated += c->n_generated;
+    return usage_json(u);
+}
+
+bool failed(const TaskUpdate &u) {
+    return u.done && (u.finish == FinishReason::error || u.finish == FinishReason::cancelled);
+}
+
+// Waits for news of the choices not done yet: up to `timeout` for the first of them, then a look at the others
+// (their tokens come from the same scheduler steps). take(k, update) receives each update.
+template <typename Take>
+void wait_choices(const ReplyInfo &info, const std::vector<bool> &done, std::chrono::milliseconds timeout,
+                  const Take &take) {
+    bool waited = false;
+    for (size_t k = 0; k < info.channels.size(); ++k) {
+        if (done[k]) continue;
+        take(k, info.channels[k]->wait(waited ? std::chrono::milliseconds(0) : timeout));
+        waited = true;
+    }
+}
+
+// One choice of a streamed reply.
+struct StreamChoice {
     size_t text_offset = 0;  // completions: bytes of text sent so far (logprobs' text_offset)
-    bool include_usage = false;
     bool sent_role = false;
+    bool echo_sent = false;
+    TaskUpdate last;  // the latest update (counters, done)
+};
+
+// What one streamed request needs between calls of httplib's content provider.
+struct StreamState : ReplyInfo {
+    std::vector<StreamChoice> choices;
+    bool include_usage = false;
     bool finished = false;
     Clock::time_point last_write = Clock::now();
 };
 
-// One call of httplib's content provider: waits a little for the task, writes what it produced as SSE
-// events. Returns false when the client is gone.
-bool stream_step(StreamState &st, httplib::DataSink &sink) {
-    if (st.finished) {
-        sink.done();
-        return true;
-    }
+// The SSE events of update u of choice k (its tokens, and its end: the last choice to end also carries the
+// request's usage). A choice that failed ends the stream with an error event.
+std::string choice_events(StreamState &st, size_t k, const TaskUpdate &u) {
     const Dialect d = st.dialect;
-    const TaskUpdate u = st.channel->wait(kStreamPoll);
+    StreamChoice &c = st.choices[k];
     // An OpenAI chunk around one choice.
     const auto chunk = [&](json choice_fields, const char *finish) {
-        json choice = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", finish ? json(finish) : json()}};
+        json choice = {{"index", k}, {"logprobs", nullptr}, {"finish_reason", finish ? json(finish) : json()}};
         if (choice_fields.is_object()) choice.update(choice_fields);
         return json{{"id", st.id},
                     {"object", d == Dialect::chat ? "chat.completion.chunk" : "text_completion"},
@@ -162,21 +196,21 @@ bool stream_step(StreamState &st, httplib::DataSink &sink) {
                     {"choices", json::array({choice})}};
     };
     std::string out;
-    if (d == Dialect::chat && !st.sent_role) {
+    if (d == Dialect::chat && !c.sent_role) {
         out += sse(chunk({{"delta", {{"role", "assistant"}, {"content", ""}}}}, nullptr));
-        st.sent_role = true;
+        c.sent_role = true;
     }
-    // The echoed prompt goes first (and once: `echo` is cleared), with its tokens' log probabilities when asked
-    // for (they come when the prompt has been evaluated).
-    if (st.echo && (!st.logprobs || u.prompt_logprobs || u.done)) {
+    // The echoed prompt goes first (and once), with its tokens' log probabilities when asked for (they come
+    // when the prompt has been evaluated).
+    if (st.echo && !c.echo_sent && (!st.logprobs || u.prompt_logprobs || u.done)) {
         json fields = {{"text", *st.echo}};
         if (st.logprobs) {
             fields["logprobs"] =
                 completion_logprobs(*st.tokenizer, st.first_prompt_token,
-                                    u.prompt_logprobs.value_or(std::vector<TokenLogprob>{}), st.text_offset);
+                                    u.prompt_logprobs.value_or(std::vector<TokenLogprob>{}), c.text_offset);
         }
         out += sse(chunk(fields, nullptr));
-        st.echo.reset();
+        c.echo_sent = true;
     }
     if (!u.text.empty() || (st.logprobs && !u.logprobs.empty())) {
         if (d == Dialect::llama) {
@@ -190,38 +224,68 @@ bool stream_step(StreamState &st, httplib::DataSink &sink) {
         } else {
             json fields = {{"text", u.text}};
             if (st.logprobs) {
-                fields["logprobs"] = completion_logprobs(*st.tokenizer, std::nullopt, u.logprobs, st.text_offset);
+                fields["logprobs"] = completion_logprobs(*st.tokenizer, std::nullopt, u.logprobs, c.text_offset);
             }
             out += sse(chunk(fields, nullptr));
         }
     }
-    if (u.done) {
-        if (u.finish == FinishReason::error || u.finish == FinishReason::cancelled) {
-            out += sse(
-                error_body(failure_status(u), u.error.empty() ? "the request was cancelled" : u.error, "server_error"));
-        } else {
-            const char *finish = sparrow::server::finish_reason_name(u.finish);
-            if (d == Dialect::llama) {
-                out += sse({{"content", ""},
-                            {"stop", true},
-                            {"model", st.model},
-                            {"finish_reason", finish},
-                            {"tokens_predicted", u.n_generated},
-                            {"tokens_evaluated", u.n_prompt},
-                            {"tokens_cached", u.n_cached}});
-            } else {
-                json last = chunk(d == Dialect::chat ? json{{"delta", json::object()}} : json{{"text", ""}}, finish);
-                last["usage"] = usage_json(u);
-                out += sse(last);
-                if (st.include_usage) {
-                    json usage = chunk(json::object(), nullptr);
-                    usage["choices"] = json::array();
-                    usage["usage"] = usage_json(u);
-                    out += sse(usage);
-                }
-            }
+    if (!u.done) return out;
+    if (failed(u)) {
+        st.finished = true;
+        return out + sse(error_body(failure_status(u), u.error.empty() ? "the request was cancelled" : u.error,
+                                    "server_error"));
+    }
+    const char *finish = sparrow::server::finish_reason_name(u.finish);
+    if (d == Dialect::llama) {
+        return out + sse({{"content", ""},
+                          {"stop", true},
+                          {"model", st.model},
+                          {"finish_reason", finish},
+                          {"tokens_predicted", u.n_generated},
+                          {"tokens_evaluated", u.n_prompt},
+                          {"tokens_cached", u.n_cached}});
+    }
+    json last = chunk(d == Dialect::chat ? json{{"delta", json::object()}} : json{{"text", ""}}, finish);
+    std::vector<const TaskUpdate *> ends;
+    for (const StreamChoice &other : st.choices) {
+        if (other.last.done) ends.push_back(&other.last);
+    }
+    if (ends.size() == st.choices.size()) {
+        last["usage"] = usage_of(ends);
+        out += sse(last);
+        if (st.include_usage) {
+            json usage = chunk(json::object(), nullptr);
+            usage["choices"] = json::array();
+            usage["usage"] = usage_of(ends);
+            out += sse(usage);
         }
-        if (d != Dialect::llama) out += "data: [DONE]\n\n";
+        return out;
+    }
+    return out + sse(last);
+}
+
+// One call of httplib's content provider: waits a little for the choices, writes what they produced as SSE
+// events. Returns false when the client is gone.
+bool stream_step(StreamState &st, httplib::DataSink &sink) {
+    if (st.finished) {
+        sink.done();
+        return true;
+    }
+    std::string out;
+    std::vector<bool> done;
+    for (const StreamChoice &c : st.choices) done.push_back(c.last.done);
+    wait_choices(st, done, kStreamPoll, [&](size_t k, const TaskUpdate &u) {
+        if (st.finished) return;  // a choice failed: the stream ends with its error
+        st.choices[k].last = u;
+        out += choice_events(st, k, u);
+    });
+    bool all_done = st.finished;
+    if (!all_done) {
+        all_done = std::all_of(st.choices.begin(), st.choices.end(), [](const StreamChoice &c) { return c.last.done; });
+    }
+    if (all_done) {
+        st.cancel_all();  // after a failure, the other choices stop too
+        if (st.dialect != Dialect::llama) out += "data: [DONE]\n\n";
     }
     const auto now = Clock::now();
     if (out.empty() && now - st.last_write > kKeepAlive) out = ": keep-alive\n\n";
@@ -229,82 +293,117 @@ bool stream_step(StreamState &st, httplib::DataSink &sink) {
         if (!sink.write(out.data(), out.size())) return false;  // the client is gone: the releaser cancels
         st.last_write = now;
     }
-    if (u.done) {
+    if (all_done) {
         st.finished = true;
         sink.done();
     }
     return true;
 }
 
-// A non-streamed reply in the making.
-struct PendingReply : ReplyInfo {
+// One choice of a non-streamed reply in the making.
+struct PendingChoice {
     std::string text;                           // generated so far
     std::vector<TokenLogprob> token_logprobs;   // with logprobs: of the tokens of `text`
     std::vector<TokenLogprob> prompt_logprobs;  // echo with logprobs: prompt tokens 1, 2, ...
     TaskUpdate last;                            // the latest update (counters, done)
-    Clock::time_point last_write = Clock::now();
+
+    // Adds an update's text and log probabilities.
+    void take(const TaskUpdate &u) {
+        text += u.text;
+        token_logprobs.insert(token_logprobs.end(), u.logprobs.begin(), u.logprobs.end());
+        if (u.prompt_logprobs) prompt_logprobs = *u.prompt_logprobs;
+        last = u;
+    }
 };
 
-// Adds an update's text and log probabilities to a reply in the making.
-void take(PendingReply &r, const TaskUpdate &u) {
-    r.text += u.text;
-    r.token_logprobs.insert(r.token_logprobs.end(), u.logprobs.begin(), u.logprobs.end());
-    if (u.prompt_logprobs) r.prompt_logprobs = *u.prompt_logprobs;
-}
+// A non-streamed reply in the making.
+struct PendingReply : ReplyInfo {
+    std::vector<PendingChoice> choices;
+    Clock::time_point last_write = Clock::now();
+
+    // Done when every choice is, or when one failed.
+    bool done() const {
+        bool all = true;
+        for (const PendingChoice &c : choices) {
+            if (failed(c.last)) return true;
+            all = all && c.last.done;
+        }
+        return all;
+    }
+    // Waits up to `timeout` for news of the choices.
+    void wait(std::chrono::milliseconds timeout) {
+        std::vector<bool> done;
+        for (const PendingChoice &c : choices) done.push_back(c.last.done);
+        wait_choices(*this, done, timeout, [&](size_t k, const TaskUpdate &u) { choices[k].take(u); });
+    }
+};
 
 // The whole reply of a finished request: (status, body).
 std::pair<int, json> final_reply(const PendingReply &r) {
-    const TaskUpdate &u = r.last;
-    if (u.finish == FinishReason::error || u.finish == FinishReason::cancelled) {
-        const int status = failure_status(u);
-        return {status, error_body(status, u.error.empty() ? "the request was cancelled" : u.error, "server_error")};
+    for (const PendingChoice &c : r.choices) {
+        if (failed(c.last)) {
+            const int status = failure_status(c.last);
+            return {status, error_body(status, c.last.error.empty() ? "the request was cancelled" : c.last.error,
+                                       "server_error")};
+        }
     }
-    const char *finish = sparrow::server::finish_reason_name(u.finish);
     if (r.dialect == Dialect::llama) {
-        json body = {{"content", r.text},
+        const PendingChoice &c = r.choices.front();
+        const TaskUpdate &u = c.last;
+        json body = {{"content", c.text},
                      {"model", r.model},
                      {"stop", true},
-                     {"finish_reason", finish},
+                     {"finish_reason", sparrow::server::finish_reason_name(u.finish)},
                      {"tokens_predicted", u.n_generated},
                      {"tokens_evaluated", u.n_prompt},
                      {"tokens_cached", u.n_cached}};
-        if (r.logprobs) body["completion_probabilities"] = llama_probabilities(*r.tokenizer, r.token_logprobs);
+        if (r.logprobs) body["completion_probabilities"] = llama_probabilities(*r.tokenizer, c.token_logprobs);
         return {200, body};
     }
-    json choice = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", finish}};
-    if (r.dialect == Dialect::chat) {
-        choice["message"] = {{"role", "assistant"}, {"content", r.text}};
-        if (r.logprobs) choice["logprobs"] = chat_logprobs(*r.tokenizer, r.token_logprobs);
-    } else {
-        choice["text"] = r.echo.value_or("") + r.text;
-        if (r.logprobs) {  // an echoed prompt's entries first
-            std::vector<TokenLogprob> entries = r.echo ? r.prompt_logprobs : std::vector<TokenLogprob>{};
-            entries.insert(entries.end(), r.token_logprobs.begin(), r.token_logprobs.end());
-            size_t offset = 0;
-            choice["logprobs"] = completion_logprobs(
-                *r.tokenizer, r.echo ? std::optional<int32_t>(r.first_prompt_token) : std::nullopt, entries, offset);
+    json choices = json::array();
+    std::vector<const TaskUpdate *> ends;
+    for (size_t k = 0; k < r.choices.size(); ++k) {
+        const PendingChoice &c = r.choices[k];
+        ends.push_back(&c.last);
+        json choice = {
+            {"index", k}, {"logprobs", nullptr}, {"finish_reason", sparrow::server::finish_reason_name(c.last.finish)}};
+        if (r.dialect == Dialect::chat) {
+            choice["message"] = {{"role", "assistant"}, {"content", c.text}};
+            if (r.logprobs) choice["logprobs"] = chat_logprobs(*r.tokenizer, c.token_logprobs);
+        } else {
+            choice["text"] = r.echo.value_or("") + c.text;
+            if (r.logprobs) {  // an echoed prompt's entries first
+                std::vector<TokenLogprob> entries = r.echo ? c.prompt_logprobs : std::vector<TokenLogprob>{};
+                entries.insert(entries.end(), c.token_logprobs.begin(), c.token_logprobs.end());
+                size_t offset = 0;
+                choice["logprobs"] = completion_logprobs(
+                    *r.tokenizer, r.echo ? std::optional<int32_t>(r.first_prompt_token) : std::nullopt, entries,
+                    offset);
+            }
         }
+        choices.push_back(std::move(choice));
     }
     return {200,
             {{"id", r.id},
              {"object", r.dialect == Dialect::chat ? "chat.completion" : "text_completion"},
              {"created", r.created},
              {"model", r.model},
-             {"choices", json::array({choice})},
-             {"usage", usage_json(u)}}};
+             {"choices", std::move(choices)},
+             {"usage", usage_of(ends)}}};
 }
 
 // One call of the content provider of a long non-streamed reply: the reply when the request is done, else a
 // space now and then. Returns false when the client is gone.
 bool pending_step(PendingReply &r, httplib::DataSink &sink) {
-    if (r.last.done) {
+    if (r.done()) {
         sink.done();
         return true;
     }
-    r.last = r.channel->wait(kStreamPoll);
-    take(r, r.last);
+    r.wait(kStreamPoll);
     std::string out;
-    if (r.last.done) {
+    const bool done = r.done();
+    if (done) {
+        r.cancel_all();                          // after a failure, the other choices stop too
         out = dump_json(final_reply(r).second);  // a failure after the 200 went out is told in the body
     } else if (Clock::now() - r.last_write >= kProbeInterval) {
         out = " ";
@@ -313,8 +412,27 @@ bool pending_step(PendingReply &r, httplib::DataSink &sink) {
         if (!sink.write(out.data(), out.size())) return false;
         r.last_write = Clock::now();
     }
-    if (r.last.done) sink.done();
+    if (done) sink.done();
     return true;
+}
+
+// The most choices one request may ask for (`n`).
+constexpr int64_t kMaxChoices = 16;
+
+// The request's `n` choices of one task: copies that differ in their sampling seed (seed, seed + 1, ...), so
+// that sampled choices differ and greedy ones agree. They are queued together (so they read the prompt once),
+// hence no more than the queue holds.
+std::vector<Task> choices(const json &body, Task task, int64_t max_queue) {
+    const int64_t n = get_int(body, "n", 1, kMaxChoices).value_or(1);
+    if (n > max_queue) {
+        throw ApiError(400,
+                       strprintf("'n' is %lld; this server queues at most %lld tasks at a time (--max-queue)",
+                                 (long long)n, (long long)max_queue),
+                       "invalid_value");
+    }
+    std::vector<Task> tasks(static_cast<size_t>(n), task);
+    for (int64_t k = 0; k < n; ++k) tasks[static_cast<size_t>(k)].sampling.seed = task.sampling.seed + uint64_t(k);
+    return tasks;
 }
 
 }  // namespace
@@ -344,7 +462,8 @@ void Api::completions(const httplib::Request &req, httplib::Response &res) {
     }
     const bool stream = get_bool(body, "stream").value_or(false);
     const bool include_usage = read_include_usage(body);
-    generate(res, std::move(task), Dialect::completion, stream, include_usage, std::move(echo_text));
+    generate(res, choices(body, std::move(task), scheduler_.max_queue()), Dialect::completion, stream, include_usage,
+             std::move(echo_text));
 }
 
 void Api::chat_completions(const httplib::Request &req, httplib::Response &res) {
@@ -375,7 +494,7 @@ void Api::chat_completions(const httplib::Request &req, httplib::Response &res) 
     if (logprobs) task.sampling.logprobs = static_cast<int>(top_logprobs.value_or(0));
     const bool stream = get_bool(body, "stream").value_or(false);
     const bool include_usage = read_include_usage(body);
-    generate(res, std::move(task), Dialect::chat, stream, include_usage);
+    generate(res, choices(body, std::move(task), scheduler_.max_queue()), Dialect::chat, stream, include_usage);
 }
 
 void Api::completion(const httplib::Request &req, httplib::Response &res) {
@@ -383,6 +502,7 @@ void Api::completion(const httplib::Request &req, httplib::Response &res) {
     check_model(body);
     const auto prompt = body.find("prompt");
     if (prompt == body.end() || prompt->is_null()) throw ApiError(400, "'prompt' is required", "missing_field");
+    (void)get_int(body, "n", 1, 1);  // one completion per request here
     Task task;
     task.prompt = read_prompt(*prompt, "prompt", tokenizer_, limits_);
     task.sampling = read_sampling(body, {.temperature = 0.8f, .top_p = 0.95f, .top_k = 40, .max_tokens = std::nullopt},
@@ -391,23 +511,25 @@ void Api::completion(const httplib::Request &req, httplib::Response &res) {
     if (const auto n_probs = get_int(body, "n_probs", 0, kMaxTopLogprobs); n_probs && *n_probs > 0) {
         task.sampling.logprobs = static_cast<int>(*n_probs);
     }
-    generate(res, std::move(task), Dialect::llama, get_bool(body, "stream").value_or(false), false);
+    std::vector<Task> one;
+    one.push_back(std::move(task));
+    generate(res, std::move(one), Dialect::llama, get_bool(body, "stream").value_or(false), false);
 }
 
-void Api::generate(httplib::Response &res, Task task, Dialect dialect, bool stream, bool include_usage,
+void Api::generate(httplib::Response &res, std::vector<Task> tasks, Dialect dialect, bool stream, bool include_usage,
                    std::optional<std::string> echo) {
     const uint64_t n = next_id_.fetch_add(1);
-    ReplyInfo info{.channel = nullptr,
+    ReplyInfo info{.channels = {},
                    .tokenizer = &tokenizer_,
                    .dialect = dialect,
                    .id = (dialect == Dialect::chat ? "chatcmpl-" : "cmpl-") + std::to_string(n),
                    .model = config_.model_id,
                    .created = unix_time(),
-                   .logprobs = task.sampling.logprobs >= 0,
+                   .logprobs = tasks.front().sampling.logprobs >= 0,
                    .echo = std::move(echo),
-                   .first_prompt_token = task.prompt.front()};  // prompts are never empty
-    auto channel = submit(std::move(task));
-    info.channel = channel;
+                   .first_prompt_token = tasks.front().prompt.front()};  // prompts are never empty
+    const size_t n_choices = tasks.size();
+    info.channels = submit_all(std::move(tasks));
 
     if (!stream) {
         // Short requests get a plain reply. A request still running after kDirectReplyWait is answered
@@ -415,12 +537,13 @@ void Api::generate(httplib::Response &res, Task task, Dialect dialect, bool stre
         // while it waits: a client that went away makes such a write fail, which cancels its request.
         auto st = std::make_shared<PendingReply>();
         static_cast<ReplyInfo &>(*st) = std::move(info);
+        st->choices.resize(n_choices);
         const auto deadline = Clock::now() + kDirectReplyWait;
-        while (!st->last.done && Clock::now() < deadline) {
-            st->last = channel->wait(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()));
-            take(*st, st->last);
+        while (!st->done() && Clock::now() < deadline) {
+            st->wait(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()));
         }
-        if (st->last.done) {
+        if (st->done()) {
+            st->cancel_all();  // after a failure, the other choices stop too
             const auto [status, body] = final_reply(*st);
             send_json(res, body, status);
             return;
@@ -434,16 +557,17 @@ void Api::generate(httplib::Response &res, Task task, Dialect dialect, bool stre
             }
         };
         res.status = 200;
-        res.set_chunked_content_provider("application/json", provider, [channel](bool) { channel->cancel(); });
+        res.set_chunked_content_provider("application/json", provider, [st](bool) { st->cancel_all(); });
         return;
     }
 
     auto st = std::make_shared<StreamState>();
     static_cast<ReplyInfo &>(*st) = std::move(info);
+    st->choices.resize(n_choices);
     st->include_usage = include_usage;
     const auto provider = [st](size_t, httplib::DataSink &sink) -> bool {
         // An exception must not escape into httplib's thread: it ends this response (and the releaser
-        // cancels the task).
+        // cancels the tasks).
         try {
             return stream_step(*st, sink);
         } catch (const std::exception &e) {
@@ -452,7 +576,7 @@ void Api::generate(httplib::Response &res, Task task, Dialect dialect, bool stre
         }
     };
     res.status = 200;
-    res.set_chunked_content_provider("text/event-stream", provider, [channel](bool) { channel->cancel(); });
+    res.set_chunked_content_provider("text/event-stream", provider, [st](bool) { st->cancel_all(); });
     res.set_header("Cache-Control", "no-cache");
 }
 

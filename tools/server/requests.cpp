@@ -69,7 +69,6 @@ SamplingOptions read_sampling(const json &body, const SamplingDefaults &defaults
     s.frequency_penalty = static_cast<float>(get_number(body, "frequency_penalty", -2.0, 2.0).value_or(0.0));
     const std::optional<int64_t> seed = get_int(body, "seed", INT64_MIN, INT64_MAX);
     s.seed = seed ? static_cast<uint64_t>(*seed) : std::random_device{}();
-    (void)get_int(body, "n", 1, 1);  // one choice per request
 
     const int64_t room = lim.n_ctx_per_slot - n_prompt;
     std::optional<int64_t> max_tokens;
