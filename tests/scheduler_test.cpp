@@ -18,6 +18,24 @@ namespace {
 
 using namespace std::chrono_literals;
 
+Task greedy(std::vector<int32_t> prompt, int64_t n) {
+    Task t;
+    t.prompt = std::move(prompt);
+    t.sampling.temperature = 0;
+    t.sampling.max_tokens = n;
+    return t;
+}
+
+// Waits for the task's end; returns its text (after `text`, what was taken before) and last update.
+std::pair<std::string, TaskUpdate> finish(TaskChannel &c, std::string text = {}) {
+    TaskUpdate u;
+    do {
+        u = c.wait(1000ms);
+        text += u.text;
+    } while (!u.done);
+    return {text, u};
+}
+
 class SchedulerTest : public ::testing::Test {
   protected:
     static void SetUpTestSuite() {
@@ -35,24 +53,6 @@ class SchedulerTest : public ::testing::Test {
         cp.n_threads = 1;
         return cp;
     }
-    static Task greedy(std::vector<int32_t> prompt, int64_t n) {
-        Task t;
-        t.prompt = std::move(prompt);
-        t.sampling.temperature = 0;
-        t.sampling.max_tokens = n;
-        return t;
-    }
-    // Waits for the task's end; returns its text and last update.
-    static std::pair<std::string, TaskUpdate> finish(TaskChannel &c) {
-        std::string text;
-        TaskUpdate u;
-        do {
-            u = c.wait(1000ms);
-            text += u.text;
-        } while (!u.done);
-        return {text, u};
-    }
-
     static std::shared_ptr<const Model> model_;
 };
 std::shared_ptr<const Model> SchedulerTest::model_;
@@ -243,20 +243,9 @@ class SchedulerSharing : public ::testing::TestWithParam<std::string> {
         return p;
     }
     static Task task(std::vector<int32_t> prompt, int64_t n) {
-        Task t;
-        t.prompt = std::move(prompt);
-        t.sampling.temperature = 0;
-        t.sampling.max_tokens = n;
+        Task t = greedy(std::move(prompt), n);
         t.sampling.presence_penalty = t.sampling.frequency_penalty = -2;  // loops: no early end
         return t;
-    }
-    static std::pair<std::string, TaskUpdate> finish(TaskChannel &c, std::string text = {}) {
-        TaskUpdate u;
-        do {
-            u = c.wait(1000ms);
-            text += u.text;
-        } while (!u.done);
-        return {text, u};
     }
     // Each task's greedy text when it runs alone.
     std::vector<std::string> alone(const std::vector<Task> &tasks) const {
