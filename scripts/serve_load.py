@@ -2,16 +2,15 @@
 """Load test for `sparrow serve`: throughput and latency with 1, 4 and 8 concurrent streaming clients.
 
 Starts the server itself (or uses --url), then for each client count runs that many threads, each sending
-streaming /v1/completions requests (distinct prompts, a fixed number of tokens) until it has sent
---requests or the phase's --time-limit passes. Prompts are --prompt-tokens token ids (distinct per request,
-the same length whatever the model's tokenizer), or with --prompt-tokens 0 text of --prompt-words words;
---shared-prefix N puts the same N token ids (a system prompt) before every prompt. Reports per phase: requests,
-generated tokens, aggregate
-tokens/s, time to first token and per-request latency (median and p90), the server's time per decode call and
-its share of the phase (from /metrics: how much the steps slow down, and how long the scheduler waits between
-them), the prompt tokens the server evaluated against those sent (a shared prefix is read once), and the
-speed-up over one client
-(the ratio of the medians over rounds, and the median of each round's ratio to its own one-client phase).
+streaming /v1/completions requests (distinct prompts, a fixed number of tokens) until it has sent --requests or
+the phase's --time-limit passes. Prompts are --prompt-tokens token ids (distinct per request, the same length
+whatever the model's tokenizer), or with --prompt-tokens 0 text of --prompt-words words; --shared-prefix N puts
+the same N token ids (a system prompt) before every prompt. Reports per phase: requests, generated tokens,
+aggregate tokens/s, time to first token and per-request latency (median and p90), the server's time per decode
+call and its share of the phase (from /metrics: how much the steps slow down, and how long the scheduler waits
+between them), the prompt tokens the server evaluated against those sent (a shared prefix is read once), and the
+speed-up over one client (the ratio of the medians over rounds, and the median of each round's ratio to its own
+one-client phase).
 Standard library only.
 
     build/sparrow make-model --arch deepseek32 --preset bench -o /tmp/bench.gguf
