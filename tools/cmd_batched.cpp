@@ -149,7 +149,9 @@ int run_batched(const BatchedFlags &f) {
         for (int64_t s = 0; s < n_seq; ++s) {
             std::string text = f.prompt;
             for (const int32_t id : gen.tokens(static_cast<size_t>(s))) text += tok.token_to_piece(id);
-            std::printf("--- sequence %lld ---\n%s\n", (long long)s, text.c_str());
+            std::printf("--- sequence %lld ---\n", (long long)s);
+            std::fwrite(text.data(), 1, text.size(), stdout);  // bytes as they are: a piece may hold a NUL
+            std::fputc('\n', stdout);
         }
         std::fflush(stdout);
     }

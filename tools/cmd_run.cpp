@@ -109,7 +109,7 @@ Continuation continue_from(Context &ctx, Sampler &sampler, const Tokenizer &tok,
         c.tokens.push_back(next);
         const std::string piece = tok.token_to_piece(next);
         c.text += piece;
-        std::fputs(piece.c_str(), stdout);
+        std::fwrite(piece.data(), 1, piece.size(), stdout);  // bytes as they are: a piece may hold a NUL
         std::fflush(stdout);
         if (c.n_sampled == limit) break;
         if (pos >= ctx.n_ctx()) {
@@ -292,7 +292,8 @@ int run(const RunFlags &f) {
     print_sampling(f, ctx, seed);
     if (f.verbose_prompt) print_prompt_ids(prompt);
 
-    std::fputs(f.prompt_ids_path.empty() ? text.c_str() : tok.decode(prompt).c_str(), stdout);
+    const std::string shown = f.prompt_ids_path.empty() ? text : tok.decode(prompt);
+    std::fwrite(shown.data(), 1, shown.size(), stdout);
     std::fflush(stdout);
 
     const Stopwatch prompt_clock;

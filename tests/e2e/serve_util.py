@@ -154,8 +154,12 @@ def norm(text):
 
 
 def run_greedy(model, prompt, n, *extra):
-    """What `sparrow run --temp 0` generates after the prompt (it prints the prompt, the text, a newline)."""
-    out = harness.run(["run", "-m", model, "-p", prompt, "-n", n, "--temp", "0"] + list(extra)).stdout
+    """What `sparrow run --temp 0` generates after the prompt (it prints the prompt, the text, a newline), read as
+    bytes: text mode would turn a generated carriage return into a newline."""
+    args = ["run", "-m", model, "-p", prompt, "-n", n, "--temp", "0"] + list(extra)
+    proc = subprocess.run([harness.BIN] + [str(a) for a in args], capture_output=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr.decode(errors="replace")
+    out = proc.stdout.decode("utf-8", errors="replace")
     assert out.startswith(prompt) and out.endswith("\n"), repr(out[:200])
     return norm(out[len(prompt):-1])
 

@@ -62,6 +62,13 @@ with serve_util.Server(llama, "-np", 2, "-c", 1024, "--chat-format", "llama2", "
     checks.check(body["usage"]["prompt_tokens_details"]["cached_tokens"] == n_prompt - 1,
                  f"the slot reused the cached prompt: {body['usage']}")
 
+    # A token whose piece is a NUL byte: `sparrow run` writes the bytes as they are, as the server sends them.
+    status, nul = srv.request("POST", "/tokenize", {"content": "a\u0000b", "add_special": False})
+    ids_path = os.path.join(tmp, "nul-ids.txt")
+    harness.write_ids(ids_path, nul["tokens"])
+    out = harness.run(["run", "-m", llama, "--prompt-ids", ids_path, "-n", 0]).stdout
+    checks.check(out == "a\u0000b\n", f"run prints a prompt holding a NUL byte whole: {out!r}")
+
     # llama.cpp's /completion.
     status, body = srv.request("POST", "/completion", {"prompt": PROMPT, "n_predict": N, "temperature": 0})
     checks.check(status == 200 and norm(body.get("content", "")) == want and body.get("stop") is True
