@@ -73,6 +73,28 @@ with serve_util.Server(ds, "-np", 4, "-c", 1024, "--dsa-top-k", 4) as srv:
     checks.check(all(r[0] == 200 and r[2] for r in results) and all(same),
                  f"deepseek32: {n} concurrent streams equal the requests alone ({sum(same)}/{n})")
 
+# Clients with one system prompt, arriving together on a fresh server: the slots share its cells (riding along
+# with the first one reading it, or taking a slot's cached copy), and every output is still what `sparrow run`
+# prints for the request.
+SYSTEM = "You are a careful assistant. Answer briefly and use plain words. " * 4
+shared = [SYSTEM + p for p in prompts[:8]]
+for arch, path, flags in (("llama", model, []), ("deepseek32", ds, ["--dsa-top-k", 4])):
+    alone = [serve_util.run_greedy(path, p, N_TOKENS, *flags) for p in shared]
+    with serve_util.Server(path, "-np", 4, "-c", 2048, *flags) as srv:
+        results = serve_util.parallel(lambda i: srv.stream("/v1/completions", completion_request(shared[i])),
+                                      [(i,) for i in range(len(shared))])
+        texts = ["".join(e["choices"][0].get("text", "") for e in r[1] if "choices" in e) for r in results]
+        same = [serve_util.norm(t) == serve_util.norm(a) for t, a in zip(texts, alone)]
+        m = srv.metrics()
+        checks.check(all(r[0] == 200 and r[2] for r in results) and all(same),
+                     f"{arch}: {len(shared)} concurrent streams with one system prompt equal the requests alone "
+                     f"({sum(same)}/{len(shared)})")
+        checks.check(m["sparrow_prefixes_shared_total"] > 0
+                     and m["sparrow_prompt_tokens_evaluated_total"] < m["sparrow_prompt_tokens_total"],
+                     f"{arch}: the slots shared the system prompt ({m['sparrow_prefixes_shared_total']:.0f} times; "
+                     f"{m['sparrow_prompt_tokens_evaluated_total']:.0f} of {m['sparrow_prompt_tokens_total']:.0f} "
+                     f"prompt tokens evaluated)")
+
 # A client that hangs up mid-stream: with one slot, the next request is served only if the slot was freed.
 with serve_util.Server(model, "-np", 1, "-c", 2048) as srv:
     got_some = threading.Event()
