@@ -305,24 +305,26 @@ void Scheduler::start_task(Slot &slot, Queued &queued) {
     // conversations begin with): this slot then shares that slot's cells for it (seq_cp copies no rows;
     // a cell stays while any sequence holds it), so the prefix is evaluated once for all of them.
     const Slot *donor = nullptr;
-    for (const Slot &s : slots_) {
-        if (!reuse || &s == &slot) continue;
-        const size_t prefix = std::min(common_prefix(s.cache, prompt), limit);
-        if (prefix > keep) {
-            keep = prefix;
-            donor = &s;
-        }
-    }
-    // A slot still reading a prompt that begins like this one, further than what is cached (requests with one
-    // system prompt arriving together): this slot takes that slot's cells so far and rides along with it.
     slot.leader = nullptr;
     size_t follow_until = 0;
-    for (Slot &s : slots_) {
-        if (!reuse || &s == &slot || !s.reading_prompt() || s.following() || s.n_prompt_done < keep) continue;
-        const size_t common = std::min(common_prefix(s.task.prompt, prompt), limit);
-        if (common > s.n_prompt_done && common > follow_until) {
-            slot.leader = &s;
-            follow_until = common;
+    if (reuse) {
+        for (const Slot &s : slots_) {
+            if (&s == &slot) continue;
+            const size_t prefix = std::min(common_prefix(s.cache, prompt), limit);
+            if (prefix > keep) {
+                keep = prefix;
+                donor = &s;
+            }
+        }
+        // A slot still reading a prompt that begins like this one, further than what is cached (requests with
+        // one system prompt arriving together): this slot takes that slot's cells so far and rides along.
+        for (Slot &s : slots_) {
+            if (&s == &slot || !s.reading_prompt() || s.following() || s.n_prompt_done < keep) continue;
+            const size_t common = std::min(common_prefix(s.task.prompt, prompt), limit);
+            if (common > s.n_prompt_done && common > follow_until) {
+                slot.leader = &s;
+                follow_until = common;
+            }
         }
     }
     if (slot.leader) {
@@ -387,9 +389,8 @@ bool Scheduler::step() {
     std::vector<Slot *> readers, followers;
     for (Slot &s : slots_) {
         if (s.following()) {
-            followers.push_back(&s);
+            followers.push_back(&s);  // a stale leader (gone, or caught up with) makes following() false for good
         } else if (s.reading_prompt()) {
-            s.leader = nullptr;
             readers.push_back(&s);
         }
     }
@@ -439,8 +440,8 @@ bool Scheduler::step() {
             ++s.n_prompt_done;
             ++counters_.prompt_tokens_evaluated;
         }
-        for (const int32_t f : batch[i].extra_seq_ids) {  // riding along: the token is in their caches too
-            Slot &rider = slots_[static_cast<size_t>(f)];
+        for (const int32_t f : batch[i].extra_seq_ids) {   // riding along: the token is in their caches too
+            Slot &rider = slots_[static_cast<size_t>(f)];  // slot i holds sequence i
             rider.cache.push_back(batch[i].id);
             ++rider.n_prompt_done;
         }

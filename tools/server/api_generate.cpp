@@ -151,14 +151,14 @@ bool failed(const TaskUpdate &u) {
     return u.done && (u.finish == FinishReason::error || u.finish == FinishReason::cancelled);
 }
 
-// Waits for news of the choices not done yet: up to `timeout` for the first of them, then a look at the others
-// (their tokens come from the same scheduler steps). take(k, update) receives each update.
-template <typename Take>
-void wait_choices(const ReplyInfo &info, const std::vector<bool> &done, std::chrono::milliseconds timeout,
+// Waits for news of the choices not done yet (choices[k].last.done tells): up to `timeout` for the first of them,
+// then a look at the others (their tokens come from the same scheduler steps). take(k, update) receives each.
+template <typename Choice, typename Take>
+void wait_choices(const ReplyInfo &info, const std::vector<Choice> &choices, std::chrono::milliseconds timeout,
                   const Take &take) {
     bool waited = false;
     for (size_t k = 0; k < info.channels.size(); ++k) {
-        if (done[k]) continue;
+        if (choices[k].last.done) continue;
         take(k, info.channels[k]->wait(waited ? std::chrono::milliseconds(0) : timeout));
         waited = true;
     }
@@ -256,7 +256,7 @@ std::string choice_events(StreamState &st, size_t k, const TaskUpdate &u) {
         if (st.include_usage) {
             json usage = chunk(json::object(), nullptr);
             usage["choices"] = json::array();
-            usage["usage"] = usage_of(ends);
+            usage["usage"] = last["usage"];
             out += sse(usage);
         }
         return out;
@@ -272,9 +272,7 @@ bool stream_step(StreamState &st, httplib::DataSink &sink) {
         return true;
     }
     std::string out;
-    std::vector<bool> done;
-    for (const StreamChoice &c : st.choices) done.push_back(c.last.done);
-    wait_choices(st, done, kStreamPoll, [&](size_t k, const TaskUpdate &u) {
+    wait_choices(st, st.choices, kStreamPoll, [&](size_t k, const TaskUpdate &u) {
         if (st.finished) return;  // a choice failed: the stream ends with its error
         st.choices[k].last = u;
         out += choice_events(st, k, u);
@@ -332,9 +330,7 @@ struct PendingReply : ReplyInfo {
     }
     // Waits up to `timeout` for news of the choices.
     void wait(std::chrono::milliseconds timeout) {
-        std::vector<bool> done;
-        for (const PendingChoice &c : choices) done.push_back(c.last.done);
-        wait_choices(*this, done, timeout, [&](size_t k, const TaskUpdate &u) { choices[k].take(u); });
+        wait_choices(*this, choices, timeout, [&](size_t k, const TaskUpdate &u) { choices[k].take(u); });
     }
 };
 
