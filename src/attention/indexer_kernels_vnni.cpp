@@ -37,7 +37,19 @@ namespace {
 
 constexpr int kMaxVec = 2;  // 16-head vectors per pass (32 heads)
 constexpr int kKeys = 8;    // keys per block of score_pass_i8: 8 keys x 2 vectors = 16 of the 32 registers
+// Keys ahead of the block being scored whose int8 rows are prefetched (4 KiB at width 128). In the model the
+// rows come from DRAM (the weights stream through the caches between layers): a fast decode call at 16K keys
+// scored for 176 us (two threads) without it, 133 us with it; 16 and 64 keys ahead measured no better.
+constexpr int64_t kPrefetchKeys = 32;
 constexpr int kQ8Keys = 4;  // keys per block of score_pass_q8_0 (it also holds per-key f32 sums)
+
+// Prefetches the cache lines of bytes [from, from + n) of `base`. The address is computed as an integer: near the
+// end of the rows it lies past them, which a prefetch may touch (it never faults) but pointer arithmetic may not.
+inline void prefetch_bytes(const void *base, int64_t from, int64_t n) {
+    const uintptr_t p = reinterpret_cast<uintptr_t>(base) + static_cast<uintptr_t>(from);
+    for (int64_t b = 0; b < n; b += 64)
+        _mm_prefetch(reinterpret_cast<const char *>(p + static_cast<uintptr_t>(b)), _MM_HINT_T0);
+}
 
 // relu keeping NaN: max_ps returns its second operand when either is NaN.
 inline __m512 relu(__m512 v) { return _mm512_max_ps(_mm512_setzero_ps(), v); }
@@ -104,8 +116,10 @@ void score_pass_i8(const uint8_t *qT4, const __m512 *wv, __mmask16 last_mask, in
                    const int8_t *keys, const int32_t *ksum, const float *kscale, int64_t n, float *scores, bool add,
                    int32_t q_offset) {
     int64_t j = 0;
-    for (; j + kKeys <= n; j += kKeys)
+    for (; j + kKeys <= n; j += kKeys) {
+        prefetch_bytes(keys, (j + kPrefetchKeys) * dp, kKeys * dp);
         score_keys_i8<NV, kKeys>(qT4, wv, last_mask, hp, dp, keys, ksum, kscale, j, scores, add, q_offset);
+    }
     // The tail: a block of four, then of two, then one.
     if (n - j >= 4) {
         score_keys_i8<NV, 4>(qT4, wv, last_mask, hp, dp, keys, ksum, kscale, j, scores, add, q_offset);

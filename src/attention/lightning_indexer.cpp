@@ -528,6 +528,14 @@ void Selector::rescore_exact(Scratch &s, int64_t pos, Entry *e, int64_t n) {
         s.exact_slot0_pos = pos;
     }
     const auto list = cand_[static_cast<size_t>(sq.t)];
+    // The band's rows lie scattered over the context, mostly in DRAM by now: every line of every row is
+    // prefetched first, so that their fetches overlap (the kernel's own prefetch looks one block of keys ahead).
+    // A decode call's re-scoring at 16K keys took 43-50 us without this, 25-36 us with it (two threads).
+    const int64_t row_bytes = keys_.row_bytes();
+    for (int64_t j = 0; j < n; ++j) {
+        const char *row = static_cast<const char *>(keys_.row(list[static_cast<size_t>(e[j].idx)]));
+        for (int64_t b = 0; b < row_bytes; b += 64) __builtin_prefetch(row + b);
+    }
     for (int64_t j0 = 0; j0 < n; j0 += kTileKeys) {
         const int64_t nt = std::min(kTileKeys, n - j0);
         for (int64_t j = 0; j < nt; ++j)
