@@ -466,6 +466,31 @@ TEST(Indexer, ReusedWorkspaceSelectsAsFreshBuffers) {
     }
 }
 
+// The workspace times the phases of the calls made with it (what --dsa-stats prints): a call that scores adds to
+// scoring (and, in fast mode, to the exact re-scoring of its band); a call whose lists all fit in top-k scores
+// nothing and leaves scoring as it was.
+TEST(Indexer, WorkspaceTimesThePhases) {
+    std::mt19937 rng(61);
+    Problem p = make_problem(rng, 1, 1, 3000, 32, 128, DType::F16, true);
+    fill_structured(rng, p);
+    ThreadPool pool(2);
+    IndexerWorkspace workspace;
+    std::vector<std::vector<int32_t>> out;
+    lightning_indexer_select(pool, p.shape, IndexerPrecision::fast, p.q.data(), p.w.data(), p.n_tokens, p.keys, p.cand,
+                             256, out, &workspace);
+    const IndexerPhaseSeconds after_fast = workspace.phase_seconds();
+    EXPECT_GT(after_fast.score, 0.0);
+    EXPECT_GT(after_fast.rescore, 0.0);
+    EXPECT_GE(after_fast.plan, 0.0);
+    EXPECT_GE(after_fast.merge, 0.0);
+    EXPECT_GE(after_fast.choose, 0.0);
+    lightning_indexer_select(pool, p.shape, IndexerPrecision::fast, p.q.data(), p.w.data(), p.n_tokens, p.keys, p.cand,
+                             4096, out, &workspace);  // top-k above the 3000 candidates: nothing scored
+    EXPECT_EQ(workspace.phase_seconds().score, after_fast.score);
+    EXPECT_EQ(workspace.phase_seconds().rescore, after_fast.rescore);
+    EXPECT_EQ(out.at(0).size(), p.cand.at(0).size());
+}
+
 // Fast mode keeps the selection: mean Jaccard with exact mode >= 0.98 at H 32, D 128, contexts to 16K, over an
 // f16 key store (keys re-quantised to int8 per use) and a Q8_0 one (its int8 blocks read in place; exact mode
 // scores the same stored keys widened to f32).

@@ -129,6 +129,15 @@ struct SparseStats {
     // kernel alone (scores, softmax and P.V over the selected or visible rows; no projections).
     double select_seconds = 0;
     double attend_seconds = 0;
+    // The selection call's phases (they sum to about select_seconds): sorting the queries and sizing buffers,
+    // scoring every candidate key (all threads), merging each query's pieces (one thread per query: in decode the
+    // calling thread alone), fast mode's exact re-scoring of the keys around the cut (all threads), and writing
+    // the selections.
+    double select_plan_seconds = 0;
+    double select_score_seconds = 0;
+    double select_merge_seconds = 0;
+    double select_rescore_seconds = 0;
+    double select_choose_seconds = 0;
 };
 
 class Context {

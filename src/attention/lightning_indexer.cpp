@@ -35,6 +35,7 @@
 #include <algorithm>
 #include <atomic>
 #include <bit>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -237,8 +238,10 @@ namespace {
 class Selector {
   public:
     Selector(const Kernels &kernels, const IndexerShape &shape, const float *q, const float *w, const RowStore &keys,
-             std::span<const std::span<const int32_t>> candidates, int64_t top_k, indexer::Buffers &buffers)
+             std::span<const std::span<const int32_t>> candidates, int64_t top_k, indexer::Buffers &buffers,
+             IndexerPhaseSeconds *phases)
         : b_(buffers),
+          phases_(phases),
           k_(kernels),
           n_head_(shape.n_head),
           d_(shape.head_dim),
@@ -273,7 +276,8 @@ class Selector {
 
     TopK &heap(int64_t pos, int64_t split) { return b_.heaps[static_cast<size_t>(pos * n_split_ + split)]; }
 
-    indexer::Buffers &b_;  // the call's storage: queries, chunks, top-k buffers, per-thread scratch
+    indexer::Buffers &b_;          // the call's storage: queries, chunks, top-k buffers, per-thread scratch
+    IndexerPhaseSeconds *phases_;  // where the phases' times are added (null: not timed)
     const Kernels &k_;
     const int64_t n_head_, d_, hp_, dp_;
     const float *q_, *w_;
@@ -589,6 +593,14 @@ void Selector::choose(std::vector<uint64_t> &select, int64_t pos, std::vector<in
 
 void Selector::run(ThreadPool &pool, IndexerPrecision precision, int64_t n_tokens,
                    std::vector<std::vector<int32_t>> &selected) {
+    // Each phase's end adds the time since the previous one's to its field (a few clock reads per call).
+    auto last = std::chrono::steady_clock::now();
+    auto lap = [&](double IndexerPhaseSeconds::*field) {
+        if (!phases_) return;
+        const auto now = std::chrono::steady_clock::now();
+        phases_->*field += std::chrono::duration<double>(now - last).count();
+        last = now;
+    };
     int64_t work = 0;  // multiply-adds of the scored queries
     for (int64_t t = 0; t < n_tokens; ++t) {
         const auto list = cand_[static_cast<size_t>(t)];
@@ -596,6 +608,7 @@ void Selector::run(ThreadPool &pool, IndexerPrecision precision, int64_t n_token
     }
     const bool parallel = pool.n_threads() > 1 && work >= kMinParallelWork;
     plan(precision, n_tokens, parallel ? pool.n_threads() : 1);
+    lap(&IndexerPhaseSeconds::plan);
     if (b_.scored.empty()) return;
 
     const int64_t n_items = static_cast<int64_t>(b_.chunks.size()) * n_split_;
@@ -627,7 +640,9 @@ void Selector::run(ThreadPool &pool, IndexerPrecision precision, int64_t n_token
             range(0, 0, n_scored);
         }
     };
+    lap(&IndexerPhaseSeconds::score);
     for_queries([&](std::vector<uint64_t> &select, int64_t pos) { merge_splits(select, pos); });
+    lap(&IndexerPhaseSeconds::merge);
 
     // Fast mode's exact re-scoring, in pieces of the queries' bands (about two per thread in decode, where
     // one query's band is all there is).
@@ -658,9 +673,11 @@ void Selector::run(ThreadPool &pool, IndexerPrecision precision, int64_t n_token
             rescore(0, 1);
         }
     }
+    lap(&IndexerPhaseSeconds::rescore);
     for_queries([&](std::vector<uint64_t> &select, int64_t pos) {
         choose(select, pos, selected[static_cast<size_t>(b_.scored[static_cast<size_t>(pos)].t)]);
     });
+    lap(&IndexerPhaseSeconds::choose);
 }
 
 }  // namespace
@@ -714,7 +731,8 @@ void select_with_kernels(const Kernels &kernels, ThreadPool &pool, const Indexer
     if (!q || !w) throw_error("lightning indexer: q and w are required when a query has more than top_k candidates");
     std::optional<IndexerWorkspace> own;  // this call's buffers when the caller keeps none
     indexer::Buffers &buffers = workspace ? workspace->buffers() : own.emplace().buffers();
-    Selector(kernels, shape, q, w, keys, candidates, top_k, buffers).run(pool, precision, n_tokens, selected);
+    Selector(kernels, shape, q, w, keys, candidates, top_k, buffers, workspace ? &workspace->phase_seconds() : nullptr)
+        .run(pool, precision, n_tokens, selected);
 }
 
 }  // namespace

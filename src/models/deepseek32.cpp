@@ -439,7 +439,15 @@ class DsaModel final : public ArchModel {
     }
 
     SparseStats sparse_stats(const ArchState &state) const override {
-        return static_cast<const DsaState &>(state).stats;
+        const auto &s = static_cast<const DsaState &>(state);
+        SparseStats st = s.stats;
+        const IndexerPhaseSeconds &ph = s.indexer_workspace.phase_seconds();
+        st.select_plan_seconds = ph.plan;
+        st.select_score_seconds = ph.score;
+        st.select_merge_seconds = ph.merge;
+        st.select_rescore_seconds = ph.rescore;
+        st.select_choose_seconds = ph.choose;
+        return st;
     }
 
     std::vector<LayerSelection> last_selections(const ArchState &state) const override {

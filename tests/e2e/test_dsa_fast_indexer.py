@@ -107,4 +107,11 @@ times = re.findall(r"time in indexer ([0-9.]+) ms \(selection call ([0-9.]+) ms\
 checks.check(len(times) == 2 and all(0 < float(sel) <= float(ind) and 0 < float(ker) <= float(att)
                                      for ind, sel, att, ker in times),
              f"selection call within the indexer time, attention kernel within the attention time: {times}")
+# The selection call's phases lie within it; fast mode re-scores its band exactly, so that phase takes time there.
+phases = re.findall(r"selection call by phase: plan ([0-9.]+) ms, scoring ([0-9.]+) ms, merge ([0-9.]+) ms, exact "
+                    r"re-scoring ([0-9.]+) ms, choice ([0-9.]+) ms", proc.stderr)
+checks.check(len(phases) == 2 and all(float(p[1]) > 0 and sum(map(float, p)) <= float(t[1]) + 0.003
+                                      for p, t in zip(phases, times)),
+             f"each block has the selection's phases, scoring timed, their sum within the call: {phases} {times}")
+checks.check(len(phases) == 2 and float(phases[1][3]) > 0, f"fast mode's exact re-scoring is timed: {phases}")
 checks.finish()
