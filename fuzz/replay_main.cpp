@@ -35,7 +35,8 @@ int main(int argc, char **argv) {
         inputs.emplace_back(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
     }
     if (argc == 1) {
-        inputs = {{}, {'G', 'G', 'U', 'F'}, header(0, 0), header(1, 0), header(0, 1), header(~uint64_t(0), ~uint64_t(0))};
+        inputs = {{},           {'G', 'G', 'U', 'F'}, header(0, 0),
+                  header(1, 0), header(0, 1),         header(~uint64_t(0), ~uint64_t(0))};
         std::vector<uint8_t> truncated_key = header(0, 1);
         truncated_key.insert(truncated_key.end(), {5, 0, 0, 0, 0, 0, 0, 0, 'a', 'b'});  // key length 5, 2 bytes of it
         inputs.push_back(truncated_key);
