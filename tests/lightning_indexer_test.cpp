@@ -478,12 +478,9 @@ TEST(Indexer, WorkspaceTimesThePhases) {
     std::vector<std::vector<int32_t>> out;
     lightning_indexer_select(pool, p.shape, IndexerPrecision::fast, p.q.data(), p.w.data(), p.n_tokens, p.keys, p.cand,
                              256, out, &workspace);
-    const IndexerPhaseSeconds after_fast = workspace.phase_seconds();
+    const SelectionPhaseSeconds after_fast = workspace.phase_seconds();
     EXPECT_GT(after_fast.score, 0.0);
     EXPECT_GT(after_fast.rescore, 0.0);
-    EXPECT_GE(after_fast.plan, 0.0);
-    EXPECT_GE(after_fast.merge, 0.0);
-    EXPECT_GE(after_fast.choose, 0.0);
     lightning_indexer_select(pool, p.shape, IndexerPrecision::fast, p.q.data(), p.w.data(), p.n_tokens, p.keys, p.cand,
                              4096, out, &workspace);  // top-k above the 3000 candidates: nothing scored
     EXPECT_EQ(workspace.phase_seconds().score, after_fast.score);

@@ -175,8 +175,8 @@ void print_sparse_stats(const Context &ctx, bool enabled) {
     std::fprintf(stderr,
                  "dsa-stats: selection call by phase: plan %.3f ms, scoring %.3f ms, merge %.3f ms, exact re-scoring "
                  "%.3f ms, choice %.3f ms\n",
-                 1e3 * st.select_plan_seconds, 1e3 * st.select_score_seconds, 1e3 * st.select_merge_seconds,
-                 1e3 * st.select_rescore_seconds, 1e3 * st.select_choose_seconds);
+                 1e3 * st.select_phases.plan, 1e3 * st.select_phases.score, 1e3 * st.select_phases.merge,
+                 1e3 * st.select_phases.rescore, 1e3 * st.select_phases.choose);
     std::fprintf(stderr, "  layer  indexer  queries  keys/query  visible/query  fraction\n");
     for (const SparseLayerStats &l : st.layers) {
         const double n = l.n_queries > 0 ? double(l.n_queries) : 1.0;

@@ -121,6 +121,16 @@ struct SparseLayerStats {
     double keys_attended = 0;  // summed over queries
     double keys_visible = 0;   // summed over queries
 };
+
+// Wall time of the sparse-attention selection call's phases, summed over the calls.
+struct SelectionPhaseSeconds {
+    double plan = 0;     // queries sorted into chunks, buffers sized
+    double score = 0;    // every candidate key scored into the threads' top-k buffers (all threads)
+    double merge = 0;    // each query's pieces merged (one thread per query: in decode, the calling thread alone)
+    double rescore = 0;  // fast mode's exact re-scoring of the keys around the cut (all threads)
+    double choose = 0;   // the selections completed and written as cells in order
+};
+
 struct SparseStats {
     std::vector<SparseLayerStats> layers;
     double indexer_seconds = 0;    // indexer keys, scores and selection
@@ -129,15 +139,8 @@ struct SparseStats {
     // kernel alone (scores, softmax and P.V over the selected or visible rows; no projections).
     double select_seconds = 0;
     double attend_seconds = 0;
-    // The selection call's phases (they sum to about select_seconds): sorting the queries and sizing buffers,
-    // scoring every candidate key (all threads), merging each query's pieces (one thread per query: in decode the
-    // calling thread alone), fast mode's exact re-scoring of the keys around the cut (all threads), and writing
-    // the selections.
-    double select_plan_seconds = 0;
-    double select_score_seconds = 0;
-    double select_merge_seconds = 0;
-    double select_rescore_seconds = 0;
-    double select_choose_seconds = 0;
+    // Of select_seconds, by phase.
+    SelectionPhaseSeconds select_phases;
 };
 
 class Context {

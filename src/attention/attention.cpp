@@ -8,6 +8,7 @@
 
 #include "attention/attention_kernels.h"
 #include "core/error.h"
+#include "core/prefetch.h"
 #include "core/vectors.h"
 #include "kernels/cpu/dispatch.h"
 #include "kernels/ops.h"
@@ -38,13 +39,6 @@ struct Kernels {
 };
 constexpr Kernels kScalarKernels = {attn::scalar::scores, attn::scalar::pv, attn::scalar::exp_sum};
 constexpr Kernels kAvx2Kernels = {attn::avx2::scores, attn::avx2::pv, attn::avx2::exp_sum};
-
-// Asks the memory system for the bytes of a row that the next tile will read (rows are gathered from
-// anywhere in the cache, so the hardware prefetcher cannot guess the next one).
-void prefetch_bytes(const void *p, int64_t n) {
-    const auto *b = static_cast<const char *>(p);
-    for (int64_t i = 0; i < n; i += 64) __builtin_prefetch(b + i, 0, 3);
-}
 
 // One query of the head-lane path (attention_kernels.h): q transposed per slice of 16 heads with the scale
 // applied, and the online softmax's state per head.

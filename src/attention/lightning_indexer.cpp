@@ -47,6 +47,7 @@
 #include "attention/lightning_indexer.h"
 #include "attention/top_k_select.h"
 #include "core/error.h"
+#include "core/prefetch.h"
 #include "core/vectors.h"
 #include "kernels/cpu/dispatch.h"
 #include "kernels/ops.h"
@@ -239,7 +240,7 @@ class Selector {
   public:
     Selector(const Kernels &kernels, const IndexerShape &shape, const float *q, const float *w, const RowStore &keys,
              std::span<const std::span<const int32_t>> candidates, int64_t top_k, indexer::Buffers &buffers,
-             IndexerPhaseSeconds *phases)
+             SelectionPhaseSeconds *phases)
         : b_(buffers),
           phases_(phases),
           k_(kernels),
@@ -276,8 +277,8 @@ class Selector {
 
     TopK &heap(int64_t pos, int64_t split) { return b_.heaps[static_cast<size_t>(pos * n_split_ + split)]; }
 
-    indexer::Buffers &b_;          // the call's storage: queries, chunks, top-k buffers, per-thread scratch
-    IndexerPhaseSeconds *phases_;  // where the phases' times are added (null: not timed)
+    indexer::Buffers &b_;            // the call's storage: queries, chunks, top-k buffers, per-thread scratch
+    SelectionPhaseSeconds *phases_;  // where the phases' times are added (null: not timed)
     const Kernels &k_;
     const int64_t n_head_, d_, hp_, dp_;
     const float *q_, *w_;
@@ -535,11 +536,7 @@ void Selector::rescore_exact(Scratch &s, int64_t pos, Entry *e, int64_t n) {
     // The band's rows lie scattered over the context, mostly in DRAM by now: every line of every row is
     // prefetched first, so that their fetches overlap (the kernel's own prefetch looks one block of keys ahead).
     // A decode call's re-scoring at 16K keys took 43-50 us without this, 25-36 us with it (two threads).
-    const int64_t row_bytes = keys_.row_bytes();
-    for (int64_t j = 0; j < n; ++j) {
-        const char *row = static_cast<const char *>(keys_.row(list[static_cast<size_t>(e[j].idx)]));
-        for (int64_t b = 0; b < row_bytes; b += 64) __builtin_prefetch(row + b);
-    }
+    for (int64_t j = 0; j < n; ++j) prefetch_bytes(keys_.row(list[static_cast<size_t>(e[j].idx)]), keys_.row_bytes());
     for (int64_t j0 = 0; j0 < n; j0 += kTileKeys) {
         const int64_t nt = std::min(kTileKeys, n - j0);
         for (int64_t j = 0; j < nt; ++j)
@@ -594,8 +591,8 @@ void Selector::choose(std::vector<uint64_t> &select, int64_t pos, std::vector<in
 void Selector::run(ThreadPool &pool, IndexerPrecision precision, int64_t n_tokens,
                    std::vector<std::vector<int32_t>> &selected) {
     // Each phase's end adds the time since the previous one's to its field (a few clock reads per call).
-    auto last = std::chrono::steady_clock::now();
-    auto lap = [&](double IndexerPhaseSeconds::*field) {
+    auto last = phases_ ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
+    auto lap = [&](double SelectionPhaseSeconds::*field) {
         if (!phases_) return;
         const auto now = std::chrono::steady_clock::now();
         phases_->*field += std::chrono::duration<double>(now - last).count();
@@ -608,7 +605,7 @@ void Selector::run(ThreadPool &pool, IndexerPrecision precision, int64_t n_token
     }
     const bool parallel = pool.n_threads() > 1 && work >= kMinParallelWork;
     plan(precision, n_tokens, parallel ? pool.n_threads() : 1);
-    lap(&IndexerPhaseSeconds::plan);
+    lap(&SelectionPhaseSeconds::plan);
     if (b_.scored.empty()) return;
 
     const int64_t n_items = static_cast<int64_t>(b_.chunks.size()) * n_split_;
@@ -640,9 +637,9 @@ void Selector::run(ThreadPool &pool, IndexerPrecision precision, int64_t n_token
             range(0, 0, n_scored);
         }
     };
-    lap(&IndexerPhaseSeconds::score);
+    lap(&SelectionPhaseSeconds::score);
     for_queries([&](std::vector<uint64_t> &select, int64_t pos) { merge_splits(select, pos); });
-    lap(&IndexerPhaseSeconds::merge);
+    lap(&SelectionPhaseSeconds::merge);
 
     // Fast mode's exact re-scoring, in pieces of the queries' bands (about two per thread in decode, where
     // one query's band is all there is).
@@ -673,11 +670,11 @@ void Selector::run(ThreadPool &pool, IndexerPrecision precision, int64_t n_token
             rescore(0, 1);
         }
     }
-    lap(&IndexerPhaseSeconds::rescore);
+    lap(&SelectionPhaseSeconds::rescore);
     for_queries([&](std::vector<uint64_t> &select, int64_t pos) {
         choose(select, pos, selected[static_cast<size_t>(b_.scored[static_cast<size_t>(pos)].t)]);
     });
-    lap(&IndexerPhaseSeconds::choose);
+    lap(&SelectionPhaseSeconds::choose);
 }
 
 }  // namespace

@@ -15,6 +15,7 @@
 
 #include "cache/row_store.h"
 #include "core/thread_pool.h"
+#include "sparrow/sparrow.h"
 
 namespace sparrow {
 
@@ -43,16 +44,6 @@ namespace indexer {
 struct Buffers;  // lightning_indexer.cpp
 }
 
-// Wall time of a selection call's phases (lightning_indexer.cpp's plan of a call), summed over the calls made with
-// one workspace: where `--dsa-stats` gets its breakdown of the selection call.
-struct IndexerPhaseSeconds {
-    double plan = 0;     // queries sorted into chunks, buffers sized
-    double score = 0;    // every scored key, into the splits' top-k buffers (all threads)
-    double merge = 0;    // each query's splits merged (one thread per query: in decode, the calling thread alone)
-    double rescore = 0;  // fast mode's exact re-scoring of the band around the cut (all threads)
-    double choose = 0;   // the selections completed and written as cells in order
-};
-
 // The selection's working memory (top-k buffers, per-thread key tiles and prepared queries, the merge's select
 // keys: ~0.7 MB by their sizes in a 16K-key fast decode call on 2 threads), kept by whoever calls the indexer
 // repeatedly (a context: once per layer and token) so that a call neither allocates nor zeroes it. Allocated per call,
@@ -67,12 +58,13 @@ class IndexerWorkspace {
     IndexerWorkspace(IndexerWorkspace &&) noexcept;
     IndexerWorkspace &operator=(IndexerWorkspace &&) noexcept;
     indexer::Buffers &buffers() { return *buffers_; }
-    IndexerPhaseSeconds &phase_seconds() { return phases_; }
-    const IndexerPhaseSeconds &phase_seconds() const { return phases_; }
+    // The wall times of this workspace's calls by phase, summed (sparrow.h; what `--dsa-stats` prints).
+    SelectionPhaseSeconds &phase_seconds() { return phases_; }
+    const SelectionPhaseSeconds &phase_seconds() const { return phases_; }
 
   private:
     std::unique_ptr<indexer::Buffers> buffers_;
-    IndexerPhaseSeconds phases_;
+    SelectionPhaseSeconds phases_;
 };
 
 void lightning_indexer_select(ThreadPool &pool, const IndexerShape &shape, IndexerPrecision precision, const float *q,

@@ -138,6 +138,21 @@ bool sampled_kth(const uint64_t *keys, int64_t n, int64_t k, uint64_t *work, uin
     return true;
 }
 
+// avx512::partition_by_key without vectors: each entry goes to its group's cursor, chosen by conditional moves
+// (swapping in place on a comparison that goes either way mispredicts).
+int64_t partition_by_key_scalar(const uint64_t *from, const uint64_t *keys, int64_t n, int64_t k, uint64_t kth,
+                                ScoredIndex *to) {
+    int64_t above = 0, below = k;  // the next free places of the keys above kth and below it
+    for (int64_t i = 0; i < n; ++i) {
+        const bool gt = keys[i] > kth, eq = keys[i] == kth;
+        std::memcpy(to + (gt ? above : (eq ? k - 1 : below)), from + i, sizeof(ScoredIndex));
+        above += gt;
+        below += !gt && !eq;
+    }
+    SPARROW_ASSERT(below == n);  // unique keys: exactly one equals kth
+    return above;
+}
+
 }  // namespace
 
 void select_best(ScoredIndex *e, int64_t n, int64_t k, std::vector<uint64_t> &scratch) {
@@ -153,46 +168,29 @@ void select_best(ScoredIndex *e, int64_t n, int64_t k, std::vector<uint64_t> &sc
         std::swap(e[worst], e[n - 1]);
         return;
     }
-    if (avx512) {
-        // Out of place: the keys, a copy the radix passes reorder, and the entries as they came.
-        grow_to(scratch, 3 * n);
-        uint64_t *keys = scratch.data(), *work = keys + n, *entries = work + n;
-        avx512::rank_keys(e, n, keys);
-        std::memcpy(entries, e, static_cast<size_t>(n) * sizeof(ScoredIndex));
-        uint64_t kth = 0;
-        if (!sampled_kth(keys, n, k, work, kth, true)) {
-            // A copy for the radix passes to reorder. (rank_keys storing each key twice instead ran 20-30% slower:
-            // 50-61 against 65-73 us at 16384, five alternating pairs.)
-            std::memcpy(work, keys, static_cast<size_t>(n) * sizeof(uint64_t));
-            kth = kth_largest(work, n, k, true);
-        }
-        const int64_t above = avx512::partition_by_key(entries, keys, n, k, kth, e);
-        SPARROW_ASSERT(above == k - 1);
-        return;
-    }
-    // The same without vectors (AVX2 and scalar levels). The partition writes each entry at its group's cursor,
-    // chosen by conditional moves (swapping in place on a comparison that goes either way mispredicts). 16384 -> 2320
-    // on the Zen 5 VM: 44 us before the sample and these moves, 39 after; a fast decode call's merge at 16K in the
-    // model (SPARROW_ISA=avx2, two alternating pairs) 92 / 80 -> 74 / 73 ms over the run's calls.
+    // Out of place: the keys, a copy the radix passes reorder, and the entries as they came. Without AVX-512 the
+    // same steps run as scalar loops (AVX2 and scalar levels): 16384 -> 2320 on the Zen 5 VM took 44 us with the
+    // radix select over all keys and a partition by swaps, 39 with the sample and the partition below; a fast
+    // decode call's merge at 16K in the model (SPARROW_ISA=avx2, two alternating pairs) 92 / 80 -> 74 / 73 ms over
+    // the run's calls.
     grow_to(scratch, 3 * n);
     uint64_t *keys = scratch.data(), *work = keys + n, *entries = work + n;
-    for (int64_t i = 0; i < n; ++i) keys[i] = rank_key(e[i]);
+    if (avx512) {
+        avx512::rank_keys(e, n, keys);
+    } else {
+        for (int64_t i = 0; i < n; ++i) keys[i] = rank_key(e[i]);
+    }
     std::memcpy(entries, e, static_cast<size_t>(n) * sizeof(ScoredIndex));
     uint64_t kth = 0;
-    if (!sampled_kth(keys, n, k, work, kth, false)) {
+    if (!sampled_kth(keys, n, k, work, kth, avx512)) {
+        // A copy for the radix passes to reorder. (rank_keys storing each key twice instead ran 20-30% slower:
+        // 50-61 against 65-73 us at 16384, five alternating pairs.)
         std::memcpy(work, keys, static_cast<size_t>(n) * sizeof(uint64_t));
-        kth = kth_largest(work, n, k, false);
+        kth = kth_largest(work, n, k, avx512);
     }
-    int64_t above = 0, below = k;  // the next free places of the keys above kth and below it
-    for (int64_t i = 0; i < n; ++i) {
-        const uint64_t key = keys[i];
-        const bool gt = key > kth, eq = key == kth;
-        const int64_t at = gt ? above : (eq ? k - 1 : below);
-        std::memcpy(e + at, entries + i, sizeof(ScoredIndex));
-        above += gt;
-        below += !gt && !eq;
-    }
-    SPARROW_ASSERT(above == k - 1 && below == n);
+    const int64_t above = avx512 ? avx512::partition_by_key(entries, keys, n, k, kth, e)
+                                 : partition_by_key_scalar(entries, keys, n, k, kth, e);
+    SPARROW_ASSERT(above == k - 1);
 }
 
 void indices_in_order(const ScoredIndex *e, int64_t n, int64_t bound, int32_t *out, std::vector<uint64_t> &scratch) {

@@ -441,12 +441,7 @@ class DsaModel final : public ArchModel {
     SparseStats sparse_stats(const ArchState &state) const override {
         const auto &s = static_cast<const DsaState &>(state);
         SparseStats st = s.stats;
-        const IndexerPhaseSeconds &ph = s.indexer_workspace.phase_seconds();
-        st.select_plan_seconds = ph.plan;
-        st.select_score_seconds = ph.score;
-        st.select_merge_seconds = ph.merge;
-        st.select_rescore_seconds = ph.rescore;
-        st.select_choose_seconds = ph.choose;
+        st.select_phases = s.indexer_workspace.phase_seconds();
         return st;
     }
 
