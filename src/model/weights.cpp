@@ -71,8 +71,15 @@ WeightMatrix WeightLoader::weight_matrix(const gguf::TensorInfo &t, int64_t n_co
     // Packed groups must not straddle two matrices of a stack (slices are whole matrices), hence rows_per_mat.
     if (!repack_ || !packs_rows8(t.type) || rows_per_mat % 8 != 0 || m.n_rows == 0) return m;
     if (const auto it = by_name_.find(t.name); it != by_name_.end()) return it->second;
-    // Not value-initialised: every byte is written by the packing, and zeroing first would touch it twice.
-    uint8_t *bytes = packed_.emplace_back(new uint8_t[static_cast<size_t>(m.n_rows * m.row_bytes)]).get();
+    if (packed_.capacity() == 0) {
+        size_t packable = 0;  // an upper bound of what this model packs: every tensor of a type it could
+        for (const gguf::TensorInfo &each : file_.tensors()) {
+            if (packs_rows8(each.type)) packable += static_cast<size_t>(each.n_bytes) + PageArena::kAlignment;
+        }
+        packed_ = PageArena(packable);
+    }
+    // Not zeroed: every byte is written by the packing (fresh pages of the arena are zero anyway).
+    uint8_t *bytes = packed_.allocate(static_cast<size_t>(m.n_rows * m.row_bytes));
     // Only a mapping's pages are released: dropping those of a caller's buffer (File::parse) would zero them.
     pack_in_parallel(t.type, t.data, m.n_rows, n_cols, bytes, file_.mapped());
     m.data = bytes;

@@ -5,11 +5,11 @@
 #include <cstdint>
 #include <deque>
 #include <map>
-#include <memory>
 #include <set>
 #include <string>
 #include <vector>
 
+#include "core/page_arena.h"
 #include "gguf/gguf.h"
 #include "kernels/ops.h"
 
@@ -47,9 +47,9 @@ class WeightLoader {
 
     const gguf::File &file_;
     const bool repack_;
-    std::deque<std::vector<float>> converted_;       // owned f32 copies; a deque keeps pointers stable
-    std::deque<std::unique_ptr<uint8_t[]>> packed_;  // packed Q8_0 / Q4_0 matrices
-    std::map<std::string, WeightMatrix> by_name_;    // matrices already packed (a tied output asks twice)
+    std::deque<std::vector<float>> converted_;  // owned f32 copies; a deque keeps pointers stable
+    PageArena packed_;  // the packed matrices; reserved at the first, for every packable tensor of the file
+    std::map<std::string, WeightMatrix> by_name_;  // matrices already packed (a tied output asks twice)
     std::set<std::string> used_;
     std::vector<std::string> matrix_types_;
     int64_t n_params_ = 0;

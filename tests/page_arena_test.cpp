@@ -1,0 +1,93 @@
+// PageArena (core/page_arena.h): the memory of the weights repacked at load.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstring>
+#include <fstream>
+#include <utility>
+
+#include "core/error.h"
+#include "core/page_arena.h"
+
+namespace sparrow {
+namespace {
+
+// This process's resident bytes (/proc/self/statm's second field, in pages).
+size_t resident_bytes() {
+    std::ifstream statm("/proc/self/statm");
+    size_t total = 0, resident = 0;
+    statm >> total >> resident;
+    return resident * static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+}
+
+bool aligned(const void *p) { return reinterpret_cast<uintptr_t>(p) % PageArena::kAlignment == 0; }
+
+TEST(PageArena, HandsOutAlignedDisjointRangesInOrder) {
+    PageArena arena(10000);
+    EXPECT_EQ(arena.capacity(), 10000u);
+    uint8_t *a = arena.allocate(100);  // awkward sizes: the next start rounds up to the alignment
+    uint8_t *b = arena.allocate(1);
+    uint8_t *c = arena.allocate(3000);
+    for (const uint8_t *p : {a, b, c}) EXPECT_TRUE(aligned(p));
+    EXPECT_GE(b, a + 100);
+    EXPECT_GE(c, b + 1);
+    EXPECT_EQ(arena.used(), static_cast<size_t>(c + 3000 - a));
+    // Each range is writable and keeps what was written when the others are written.
+    std::memset(a, 0x11, 100);
+    std::memset(b, 0x22, 1);
+    std::memset(c, 0x33, 3000);
+    EXPECT_EQ(a[99], 0x11);
+    EXPECT_EQ(b[0], 0x22);
+    EXPECT_EQ(c[0], 0x33);
+    EXPECT_EQ(c[2999], 0x33);
+}
+
+TEST(PageArena, FillsExactlyAndRefusesMore) {
+    PageArena arena(256);
+    EXPECT_NO_THROW(arena.allocate(200));
+    // 200 rounds up to 256: nothing is left, not even a byte.
+    EXPECT_THROW(arena.allocate(1), Error);
+    PageArena exact(256);
+    EXPECT_NO_THROW(exact.allocate(256));
+    EXPECT_THROW(exact.allocate(1), Error);
+    PageArena small(100);
+    EXPECT_THROW(small.allocate(101), Error);
+    EXPECT_EQ(small.used(), 0u);  // a refused allocation takes nothing
+    EXPECT_NO_THROW(small.allocate(100));
+}
+
+TEST(PageArena, ReservesAddressSpaceOnly) {
+    // 4 GiB reserved, two bytes far apart written: only the pages (huge or not) holding them become resident.
+    constexpr size_t kBig = size_t(4) << 30;
+    const size_t before = resident_bytes();
+    PageArena arena(kBig);
+    uint8_t *p = arena.allocate(kBig);
+    p[0] = 1;
+    p[kBig - 1] = 2;
+    EXPECT_EQ(p[0] + p[kBig - 1], 3);
+    EXPECT_LT(resident_bytes(), before + (size_t(64) << 20));
+}
+
+TEST(PageArena, EmptyAndMoved) {
+    PageArena none;
+    EXPECT_EQ(none.capacity(), 0u);
+    EXPECT_THROW(none.allocate(1), Error);
+    PageArena a(4096);
+    uint8_t *p = a.allocate(64);
+    p[63] = 7;
+    PageArena b(std::move(a));
+    EXPECT_EQ(a.capacity(), 0u);
+    EXPECT_EQ(b.used(), 64u);
+    EXPECT_EQ(p[63], 7);  // the memory moved with the arena, not copied
+    PageArena c;
+    c = std::move(b);
+    EXPECT_EQ(c.capacity(), 4096u);
+    EXPECT_EQ(p[63], 7);
+    EXPECT_THROW(c.allocate(4096), Error);
+}
+
+TEST(PageArena, RefusesAnImpossibleReservation) { EXPECT_THROW(PageArena(SIZE_MAX - 1), Error); }
+
+}  // namespace
+}  // namespace sparrow
