@@ -381,6 +381,34 @@ TEST(AttentionKernels, Avx512LanesMatchScalar) {
     }
 }
 
+// The moves into and out of the lane layout: the same values as the scalar loops, bit for bit (one product
+// each), for widths around the 16 x 16 block (tails of 1-15 columns) and row strides wider than the width.
+TEST(AttentionKernels, Avx512LaneTransposesMatchScalar) {
+    if (!cpu::cpu_supports(cpu::Isa::avx512)) GTEST_SKIP() << "no AVX-512";
+    std::mt19937 rng(17);
+    for (int64_t d : {1, 5, 15, 16, 17, 31, 32, 33, 100, 512, 576}) {
+        for (int64_t stride : {d, d + 3}) {
+            const auto q = test::random_floats(rng, static_cast<size_t>(16 * stride), -3, 3);
+            std::vector<float> qt_ref(static_cast<size_t>(d * 16 + 8), 9.0f), qt_got = qt_ref;
+            attn::scalar::to_lanes16(q.data(), stride, d, 0.125f, qt_ref.data());
+            attn::avx512::to_lanes16(q.data(), stride, d, 0.125f, qt_got.data());
+            ASSERT_EQ(qt_got, qt_ref) << d << " " << stride;  // includes the 8 untouched floats past the end
+            for (int64_t i = 0; i < d; ++i) ASSERT_EQ(qt_ref[i * 16 + 3], 0.125f * q[3 * stride + i]);
+
+            const auto acc = test::random_floats(rng, static_cast<size_t>(d * 16), -3, 3);
+            const auto scale = test::random_floats(rng, 16, 0.5f, 2.0f);
+            std::vector<float> out_ref(static_cast<size_t>(16 * stride), 9.0f), out_got = out_ref;
+            attn::scalar::from_lanes16(acc.data(), d, scale.data(), out_ref.data(), stride);
+            attn::avx512::from_lanes16(acc.data(), d, scale.data(), out_got.data(), stride);
+            ASSERT_EQ(out_got, out_ref) << d << " " << stride;  // the gaps between rows untouched too
+            for (int64_t c = 0; c < d; ++c) ASSERT_EQ(out_ref[5 * stride + c], acc[c * 16 + 5] * scale[5]);
+            if (stride > d) {
+                ASSERT_EQ(out_ref[d], 9.0f);
+            }
+        }
+    }
+}
+
 TEST(ConvertRow, EveryIsaMatchesDequantize) {
     std::mt19937 rng(9);
     for (const cpu::Isa isa : {cpu::Isa::scalar, cpu::Isa::avx2, cpu::Isa::avx512}) {

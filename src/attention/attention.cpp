@@ -56,17 +56,11 @@ struct LaneQuery {
         grow_to(l, group);
     }
     void reset(const float *q_group, int64_t group, int64_t Dk, int64_t Dv, float scale) {
-        for (int64_t g = 0; g < group; ++g) {
-            float *slice = qt.data() + (g / 16) * Dk * 16 + g % 16;
-            for (int64_t i = 0; i < Dk; ++i) slice[i * 16] = scale * q_group[g * Dk + i];
-        }
+        for (int64_t g = 0; g < group; g += 16)
+            attn::avx512::to_lanes16(q_group + g * Dk, Dk, Dk, scale, qt.data() + g * Dk);
         std::fill(acc.begin(), acc.begin() + group * Dv, 0.0f);
         std::fill(m.begin(), m.begin() + group, -std::numeric_limits<float>::infinity());
         std::fill(l.begin(), l.begin() + group, 0.0f);
-    }
-    // Head g's unnormalised output element i.
-    float out(int64_t g, int64_t i, int64_t Dv) const {
-        return acc[static_cast<size_t>((g / 16 * Dv + i) * 16 + g % 16)];
     }
 };
 
@@ -189,10 +183,14 @@ void attend_lanes(ThreadPool &pool, Job &job) {
             }
         };
         auto write_out = [&](const LaneQuery &a, int64_t t, int64_t kvh) {
-            for (int64_t g = 0; g < group; ++g) {
-                float *o = job.out + (t * shape.n_head + kvh * group + g) * Dv;
-                const float inv = a.l[static_cast<size_t>(g)] > 0.0f ? 1.0f / a.l[static_cast<size_t>(g)] : 0.0f;
-                for (int64_t i = 0; i < Dv; ++i) o[i] = a.out(g, i, Dv) * inv;
+            for (int64_t g = 0; g < group; g += 16) {
+                float inv[16];
+                for (int64_t h = 0; h < 16; ++h) {
+                    const float l = a.l[static_cast<size_t>(g + h)];
+                    inv[h] = l > 0.0f ? 1.0f / l : 0.0f;
+                }
+                attn::avx512::from_lanes16(a.acc.data() + g * Dv, Dv, inv,
+                                           job.out + (t * shape.n_head + kvh * group + g) * Dv, Dv);
             }
         };
         for (int64_t item = begin; item < end; ++item) {
@@ -205,9 +203,10 @@ void attend_lanes(ThreadPool &pool, Job &job) {
                 run(&qa, nullptr, list, len * split / n_split, len * (split + 1) / n_split, kvh);
                 std::copy_n(qa.m.begin(), group, job.buf.part_max.begin() + item * group);
                 std::copy_n(qa.l.begin(), group, job.buf.part_sum.begin() + item * group);
-                for (int64_t g = 0; g < group; ++g) {
-                    float *p = job.buf.part_acc.data() + (item * group + g) * Dv;
-                    for (int64_t i = 0; i < Dv; ++i) p[i] = qa.out(g, i, Dv);
+                constexpr float kOnes[16] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
+                for (int64_t g = 0; g < group; g += 16) {
+                    attn::avx512::from_lanes16(qa.acc.data() + g * Dv, Dv, kOnes,
+                                               job.buf.part_acc.data() + (item * group + g) * Dv, Dv);
                 }
                 continue;
             }

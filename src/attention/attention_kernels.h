@@ -24,6 +24,10 @@
 //   pv16:      acc[c * 16 + h] += sum_j p[j * 16 + h] * v[j * v_stride + c]     c < dv, j < n_k
 //   scores16x2, pv16x2: the same for two queries a and b over the same rows (causal prefill: a token's rows
 //              are the previous token's plus one), each row element broadcast once for both
+//   to_lanes16:   qt[i * 16 + h] = scale * q[h * q_stride + i]                 h < 16, i < d
+//                 (16 heads' query rows into the lane layout scores16 reads)
+//   from_lanes16: out[h * out_stride + c] = acc[c * 16 + h] * row_scale[h]   h < 16, c < dv
+//                 (the lane layout back to 16 rows, e.g. the output normalised by 1 / l[h])
 // scores16 and pv16 also prefetch the n_prefetch cache lines at prefetch[] (the next tile's rows, gathered from
 // anywhere in the cache), spread over their loops: issued in one burst, they would fill the core's line-fill
 // buffers and stall it until DRAM answered, so the loads and the arithmetic would not overlap.
@@ -56,7 +60,9 @@ SPARROW_ATTENTION_KERNELS
     void scores16x2(const float *qt_a, const float *qt_b, const float *k, int64_t k_stride, int64_t n_k, int64_t d, \
                     float *s_a, float *s_b, const void *const *prefetch = nullptr, int64_t n_prefetch = 0);         \
     void pv16x2(const float *p_a, const float *p_b, const float *v, int64_t v_stride, int64_t n_k, int64_t dv,      \
-                float *acc_a, float *acc_b, const void *const *prefetch = nullptr, int64_t n_prefetch = 0);
+                float *acc_a, float *acc_b, const void *const *prefetch = nullptr, int64_t n_prefetch = 0);         \
+    void to_lanes16(const float *q, int64_t q_stride, int64_t d, float scale, float *qt);                           \
+    void from_lanes16(const float *acc, int64_t dv, const float *row_scale, float *out, int64_t out_stride);
 
 namespace sparrow::attn::scalar {
 SPARROW_ATTENTION_LANE_KERNELS

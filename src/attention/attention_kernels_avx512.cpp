@@ -181,7 +181,70 @@ inline __m512 exp16(__m512 x) {
     return _mm512_maskz_mov_ps(in_range, _mm512_scalef_ps(y, k));
 }
 
+// r[j][i] = r[i][j] for a 16 x 16 block of floats, one row per register: pairs of rows interleaved (unpack),
+// then 4 x 4 blocks gathered inside each 128-bit lane (shuffle_ps), then the 128-bit lanes of four rows
+// (shuffle_f32x4, twice). 64 shuffles for 256 elements, against 512 scalar moves with strided stores.
+inline void transpose16(__m512 r[16]) {
+    __m512 t[16];
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; ++i) {
+        t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);      // lane k: r0[4k] r1[4k] r0[4k+1] r1[4k+1]
+        t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);  // lane k: the same for 4k+2, 4k+3
+    }
+    __m512 u[16];  // u[4g + c], lane k: rows 4g..4g+3 at column 4k + c
+#pragma GCC unroll 4
+    for (int g = 0; g < 4; ++g) {
+        u[4 * g + 0] = _mm512_shuffle_ps(t[4 * g], t[4 * g + 2], 0x44);
+        u[4 * g + 1] = _mm512_shuffle_ps(t[4 * g], t[4 * g + 2], 0xEE);
+        u[4 * g + 2] = _mm512_shuffle_ps(t[4 * g + 1], t[4 * g + 3], 0x44);
+        u[4 * g + 3] = _mm512_shuffle_ps(t[4 * g + 1], t[4 * g + 3], 0xEE);
+    }
+#pragma GCC unroll 4
+    for (int c = 0; c < 4; ++c) {
+        const __m512 v0 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0x44);       // lanes 0, 1 of rows 0-3, 4-7
+        const __m512 v1 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0xEE);       // lanes 2, 3
+        const __m512 v2 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0x44);  // rows 8-11, 12-15
+        const __m512 v3 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0xEE);
+        r[c] = _mm512_shuffle_f32x4(v0, v2, 0x88);  // column c: lane 0 of each group of four rows
+        r[4 + c] = _mm512_shuffle_f32x4(v0, v2, 0xDD);
+        r[8 + c] = _mm512_shuffle_f32x4(v1, v3, 0x88);
+        r[12 + c] = _mm512_shuffle_f32x4(v1, v3, 0xDD);
+    }
+}
+
 }  // namespace
+
+void to_lanes16(const float *q, int64_t q_stride, int64_t d, float scale, float *qt) {
+    const __m512 s = _mm512_set1_ps(scale);
+    int64_t i = 0;
+    for (; i + 16 <= d; i += 16) {
+        __m512 r[16];
+#pragma GCC unroll 16
+        for (int h = 0; h < 16; ++h) r[h] = _mm512_loadu_ps(q + h * q_stride + i);
+        transpose16(r);
+#pragma GCC unroll 16
+        for (int j = 0; j < 16; ++j) _mm512_storeu_ps(qt + (i + j) * 16, _mm512_mul_ps(s, r[j]));
+    }
+    for (; i < d; ++i) {
+        for (int64_t h = 0; h < 16; ++h) qt[i * 16 + h] = scale * q[h * q_stride + i];
+    }
+}
+
+void from_lanes16(const float *acc, int64_t dv, const float *row_scale, float *out, int64_t out_stride) {
+    const __m512 s = _mm512_loadu_ps(row_scale);
+    int64_t c = 0;
+    for (; c + 16 <= dv; c += 16) {
+        __m512 r[16];
+#pragma GCC unroll 16
+        for (int j = 0; j < 16; ++j) r[j] = _mm512_mul_ps(_mm512_loadu_ps(acc + (c + j) * 16), s);
+        transpose16(r);
+#pragma GCC unroll 16
+        for (int h = 0; h < 16; ++h) _mm512_storeu_ps(out + h * out_stride + c, r[h]);
+    }
+    for (; c < dv; ++c) {
+        for (int64_t h = 0; h < 16; ++h) out[h * out_stride + c] = acc[c * 16 + h] * row_scale[h];
+    }
+}
 
 void scores16(const float *qt, const float *k, int64_t k_stride, int64_t n_k, int64_t d, float *s,
               const void *const *prefetch, int64_t n_prefetch) {

@@ -86,4 +86,16 @@ void pv16x2(const float *p_a, const float *p_b, const float *v, int64_t v_stride
     pv16(p_b, v, v_stride, n_k, dv, acc_b);
 }
 
+void to_lanes16(const float *q, int64_t q_stride, int64_t d, float scale, float *qt) {
+    for (int64_t h = 0; h < 16; ++h) {
+        for (int64_t i = 0; i < d; ++i) qt[i * 16 + h] = scale * q[h * q_stride + i];
+    }
+}
+
+void from_lanes16(const float *acc, int64_t dv, const float *row_scale, float *out, int64_t out_stride) {
+    for (int64_t h = 0; h < 16; ++h) {
+        for (int64_t c = 0; c < dv; ++c) out[h * out_stride + c] = acc[c * 16 + h] * row_scale[h];
+    }
+}
+
 }  // namespace sparrow::attn::scalar
