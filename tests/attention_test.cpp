@@ -167,7 +167,7 @@ TEST(Attention, SplitListsMatchReference) {
         k_rows[cell].resize(buf.size());
         dequantize_row(c.type, k.row(cell), k_rows[cell].data(), c.dk);
     }
-    for (int64_t len : {255, 256, 513, 1000, 1200}) {
+    for (int64_t len : {100, 150, 255, 256, 513, 1000, 1200}) {
         std::vector<int32_t> all(n_cells);
         for (int32_t i = 0; i < n_cells; ++i) all[i] = i;
         std::shuffle(all.begin(), all.end(), rng);
@@ -404,6 +404,57 @@ TEST(AttentionKernels, Avx512LaneTransposesMatchScalar) {
             for (int64_t c = 0; c < d; ++c) ASSERT_EQ(out_ref[5 * stride + c], acc[c * 16 + 5] * scale[5]);
             if (stride > d) {
                 ASSERT_EQ(out_ref[d], 9.0f);
+            }
+        }
+    }
+}
+
+// Merging the pieces of a cut list: the AVX-512 merge (exp by polynomial) against the scalar one (std::exp), with
+// lanes whose pieces all are empty (m = -inf, output 0), lanes where only some pieces saw rows, and widths
+// around the 16-column block.
+TEST(AttentionKernels, Avx512MergeMatchesScalar) {
+    if (!cpu::cpu_supports(cpu::Isa::avx512)) GTEST_SKIP() << "no AVX-512";
+    std::mt19937 rng(19);
+    const float ninf = -std::numeric_limits<float>::infinity();
+    for (int64_t n_parts : {1, 2, 3, 4, 7, 70}) {
+        for (int64_t dv : {1, 15, 16, 17, 64, 512}) {
+            const int64_t part_stride = dv * 16 + 32, state_stride = 48, out_stride = dv + 5;
+            auto acc = test::random_floats(rng, static_cast<size_t>(n_parts * part_stride), -2, 2);
+            auto m = test::random_floats(rng, static_cast<size_t>(n_parts * state_stride), -20, 20);
+            auto l = test::random_floats(rng, static_cast<size_t>(n_parts * state_stride), 0.5f, 30);
+            for (int64_t p = 0; p < n_parts; ++p) {
+                for (int64_t h = 0; h < 16; ++h) {
+                    // Lanes 0-1: no piece saw a row. Lanes 2-3: only the last piece did.
+                    if (h < 2 || (h < 4 && p + 1 < n_parts)) {
+                        m[p * state_stride + h] = ninf;
+                        l[p * state_stride + h] = 0.0f;
+                        for (int64_t c = 0; c < dv; ++c) acc[p * part_stride + c * 16 + h] = 0.0f;
+                    }
+                }
+            }
+            std::vector<float> want(static_cast<size_t>(16 * out_stride), 9.0f), got = want;
+            attn::scalar::merge16(acc.data(), part_stride, m.data(), l.data(), state_stride, n_parts, dv, want.data(),
+                                  out_stride);
+            attn::avx512::merge16(acc.data(), part_stride, m.data(), l.data(), state_stride, n_parts, dv, got.data(),
+                                  out_stride);
+            for (int64_t h = 0; h < 16; ++h) {
+                for (int64_t c = 0; c < out_stride; ++c) {
+                    const size_t i = static_cast<size_t>(h * out_stride + c);
+                    if (c >= dv) {
+                        ASSERT_EQ(got[i], 9.0f) << "gap written";
+                    } else if (h < 2) {
+                        ASSERT_EQ(got[i], 0.0f);
+                        ASSERT_EQ(want[i], 0.0f);
+                    } else {
+                        ASSERT_TRUE(std::isfinite(got[i]));
+                        ASSERT_NEAR(got[i], want[i], 2e-6f * (1 + std::fabs(want[i])))
+                            << n_parts << " " << dv << " " << h << " " << c;
+                    }
+                }
+            }
+            // One piece alone is the piece's own normalised output.
+            if (n_parts == 1) {
+                for (int64_t c = 0; c < dv; ++c) ASSERT_NEAR(got[5 * out_stride + c], acc[c * 16 + 5] / l[5], 1e-6f);
             }
         }
     }

@@ -27,10 +27,11 @@ constexpr int64_t kLaneTileRows = 16;
 constexpr int64_t kMinSharedRows = 64;
 // A query's row list is cut between threads (each piece with its own running softmax, merged at the end)
 // only when every piece keeps at least this many rows: decode with MLA is one (token, KV head) pair, and
-// without the cut one thread would do all the work. 128 rows of MLA (16 heads x 1088 multiply-adds each) take
-// longer than merging the piece (16 x 512 multiply-adds), so a 2048-key selection still feeds 16 threads; at
-// 256, 16 threads got 8 pieces (a 16-thread Xeon then ran sparse decode at 16K at 1.13x dense).
-constexpr int64_t kMinSplitRows = 128;
+// without the cut one thread would do all the work. A piece costs ~3 us besides its rows on the head-lane path
+// (its query, state and merge) against ~0.27 us a row of MLA (16 heads x 1088 multiply-adds); 2-thread decode
+// calls, 4 alternating runs: 128 rows 34 -> 25 us, 255 rows 65 -> 45 us with 48 instead of 128 (at 256, four
+// pieces 46 against two 41; from 512 rows the same). Pieces come in whole rounds of the threads (below).
+constexpr int64_t kMinSplitRows = 48;
 
 struct Kernels {
     decltype(&attn::scalar::scores) scores;
@@ -201,13 +202,10 @@ void attend_lanes(ThreadPool &pool, Job &job) {
                 const int64_t len = static_cast<int64_t>(list.size());
                 qa.reset(job.q + (t * shape.n_head + kvh * group) * Dk, group, Dk, Dv, shape.scale);
                 run(&qa, nullptr, list, len * split / n_split, len * (split + 1) / n_split, kvh);
+                // The piece's state as it is, in the lane layout: merge16 reads it so.
                 std::copy_n(qa.m.begin(), group, job.buf.part_max.begin() + item * group);
                 std::copy_n(qa.l.begin(), group, job.buf.part_sum.begin() + item * group);
-                constexpr float kOnes[16] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
-                for (int64_t g = 0; g < group; g += 16) {
-                    attn::avx512::from_lanes16(qa.acc.data() + g * Dv, Dv, kOnes,
-                                               job.buf.part_acc.data() + (item * group + g) * Dv, Dv);
-                }
+                std::copy_n(qa.acc.begin(), group * Dv, job.buf.part_acc.begin() + item * group * Dv);
                 continue;
             }
             const int64_t kvh = item % shape.n_head_kv, t0 = item / shape.n_head_kv * 2, t1 = t0 + 1;
@@ -328,6 +326,7 @@ void attention(ThreadPool &pool, const AttentionShape &shape, const float *q, in
     if (n_threads > 1 && n_pairs > 0 && n_pairs < 2 * n_threads) {
         const int64_t want = (2 * n_threads + n_pairs - 1) / n_pairs;
         n_split = std::clamp<int64_t>(max_len / kMinSplitRows, 1, want);
+        if (n_split > n_threads) n_split -= n_split % n_threads;  // whole rounds: 3 pieces on 2 threads wait on one
     }
     const int64_t n_items = n_pairs * n_split;
     // K and V rows of f16/bf16 caches are converted to f32 once per tile and then shared by the group's
@@ -370,7 +369,19 @@ void attention(ThreadPool &pool, const AttentionShape &shape, const float *q, in
     }
     if (n_split == 1) return;
     const std::vector<float> &part_max = buffers.part_max, &part_sum = buffers.part_sum, &part_acc = buffers.part_acc;
-    // Merge the pieces of each (token, KV head): rescale each piece to the common maximum.
+    // Merge the pieces of each (token, KV head): rescale each piece to the common maximum. The head-lane path
+    // left its pieces in the lane layout, [pieces][group / 16][Dv][16].
+    if (lanes) {
+        for (int64_t pair = 0; pair < n_pairs; ++pair) {
+            const int64_t t = pair / shape.n_head_kv, kvh = pair % shape.n_head_kv, it0 = pair * n_split;
+            for (int64_t g = 0; g < group; g += 16) {
+                attn::avx512::merge16(part_acc.data() + it0 * group * Dv + g * Dv, group * Dv,
+                                      part_max.data() + it0 * group + g, part_sum.data() + it0 * group + g, group,
+                                      n_split, Dv, out + (t * shape.n_head + kvh * group + g) * Dv, Dv);
+            }
+        }
+        return;
+    }
     for (int64_t pair = 0; pair < n_pairs; ++pair) {
         const int64_t t = pair / shape.n_head_kv, kvh = pair % shape.n_head_kv;
         for (int64_t g = 0; g < group; ++g) {
