@@ -410,8 +410,8 @@ TEST(AttentionKernels, Avx512LaneTransposesMatchScalar) {
 }
 
 // Merging the pieces of a cut list: the AVX-512 merge (exp by polynomial) against the scalar one (std::exp), with
-// lanes whose pieces all are empty (m = -inf, output 0), lanes where only some pieces saw rows, and widths
-// around the 16-column block.
+// lanes whose pieces all are empty (m = -inf, output 0), lanes where only some pieces saw rows, a NaN lane, and
+// widths around the 16-column block.
 TEST(AttentionKernels, Avx512MergeMatchesScalar) {
     if (!cpu::cpu_supports(cpu::Isa::avx512)) GTEST_SKIP() << "no AVX-512";
     std::mt19937 rng(19);
@@ -432,6 +432,7 @@ TEST(AttentionKernels, Avx512MergeMatchesScalar) {
                     }
                 }
             }
+            m[6] = std::nanf("");  // lane 6: a piece whose scores were NaN makes the lane NaN, as unmerged
             std::vector<float> want(static_cast<size_t>(16 * out_stride), 9.0f), got = want;
             attn::scalar::merge16(acc.data(), part_stride, m.data(), l.data(), state_stride, n_parts, dv, want.data(),
                                   out_stride);
@@ -445,6 +446,9 @@ TEST(AttentionKernels, Avx512MergeMatchesScalar) {
                     } else if (h < 2) {
                         ASSERT_EQ(got[i], 0.0f);
                         ASSERT_EQ(want[i], 0.0f);
+                    } else if (h == 6) {
+                        ASSERT_TRUE(std::isnan(got[i]));
+                        ASSERT_TRUE(std::isnan(want[i]));
                     } else {
                         ASSERT_TRUE(std::isfinite(got[i]));
                         ASSERT_NEAR(got[i], want[i], 2e-6f * (1 + std::fabs(want[i])))

@@ -32,7 +32,8 @@
 //              threads), piece p's at acc + p * part_stride ([dv, 16]), m + p * state_stride and l + p *
 //              state_stride ([16]), into 16 output rows: per lane h, M = max_p m_p[h], f_p = exp(m_p[h] - M)
 //              (0 for every piece when M = -inf: no rows), L = sum_p f_p l_p[h], and
-//              out[h * out_stride + c] = (sum_p f_p acc_p[c * 16 + h]) / L (0 when L = 0)
+//              out[h * out_stride + c] = (sum_p f_p acc_p[c * 16 + h]) / L (0 when L = 0; NaN in a lane where
+//              some m_p[h] is NaN)
 // scores16 and pv16 also prefetch the n_prefetch cache lines at prefetch[] (the next tile's rows, gathered from
 // anywhere in the cache), spread over their loops: issued in one burst, they would fill the core's line-fill
 // buffers and stall it until DRAM answered, so the loads and the arithmetic would not overlap.

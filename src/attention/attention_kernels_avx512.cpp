@@ -250,8 +250,14 @@ void merge16(const float *acc, int64_t part_stride, const float *m, const float 
              int64_t n_parts, int64_t dv, float *out, int64_t out_stride) {
     constexpr int kMaxParts = 64;  // decode cuts a list into at most 2 x threads pieces; more go in rounds
     __m512 top = _mm512_set1_ps(-__builtin_inff());
-    for (int64_t p = 0; p < n_parts; ++p) top = _mm512_max_ps(top, _mm512_loadu_ps(m + p * state_stride));
-    const __mmask16 any = _mm512_cmp_ps_mask(top, _mm512_set1_ps(-__builtin_inff()), _CMP_NEQ_OQ);
+    __mmask16 nan = 0;  // lanes where a piece's maximum is NaN: they stay NaN, as without the cut
+    for (int64_t p = 0; p < n_parts; ++p) {
+        const __m512 mp = _mm512_loadu_ps(m + p * state_stride);
+        nan |= _mm512_cmp_ps_mask(mp, mp, _CMP_UNORD_Q);
+        top = _mm512_max_ps(top, mp);
+    }
+    top = _mm512_mask_mov_ps(top, nan, _mm512_set1_ps(__builtin_nanf("")));
+    const __mmask16 any = _mm512_cmp_ps_mask(top, _mm512_set1_ps(-__builtin_inff()), _CMP_NEQ_UQ);
     __m512 f[kMaxParts];
     __m512 total = _mm512_setzero_ps();
     const int64_t n_f = n_parts < kMaxParts ? n_parts : kMaxParts;

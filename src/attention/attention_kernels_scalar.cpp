@@ -102,7 +102,10 @@ void merge16(const float *acc, int64_t part_stride, const float *m, const float 
              int64_t n_parts, int64_t dv, float *out, int64_t out_stride) {
     for (int64_t h = 0; h < 16; ++h) {
         float top = -std::numeric_limits<float>::infinity();
-        for (int64_t p = 0; p < n_parts; ++p) top = std::max(top, m[p * state_stride + h]);
+        for (int64_t p = 0; p < n_parts; ++p) {
+            const float mp = m[p * state_stride + h];
+            top = std::isnan(mp) || std::isnan(top) ? mp + top : std::max(top, mp);  // a NaN piece: a NaN lane
+        }
         float total = 0.0f;
         for (int64_t c = 0; c < dv; ++c) out[h * out_stride + c] = 0.0f;
         for (int64_t p = 0; p < n_parts; ++p) {
