@@ -1,4 +1,4 @@
-// PageArena (core/page_arena.h): the memory of the weights repacked at load.
+// PageArena and ZeroedAllocator (core/page_arena.h): the memory of the weights repacked at load and of the cache rows.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -88,6 +88,43 @@ TEST(PageArena, EmptyAndMoved) {
 }
 
 TEST(PageArena, RefusesAnImpossibleReservation) { EXPECT_THROW(PageArena(SIZE_MAX - 1), Error); }
+
+TEST(ZeroedAllocator, SmallAndLargeBuffersStartZeroAndHoldWhatIsWritten) {
+    for (const size_t bytes : {size_t(1), size_t(100), (size_t(2) << 20) - 1, size_t(2) << 20, (size_t(5) << 20) + 3}) {
+        auto *p = static_cast<uint8_t *>(allocate_zeroed(bytes));
+        ASSERT_NE(p, nullptr);
+        size_t nonzero = 0;
+        for (size_t i = 0; i < bytes; ++i) nonzero += p[i] != 0;
+        EXPECT_EQ(nonzero, 0u) << bytes;
+        p[0] = 1;
+        p[bytes - 1] = 2;
+        EXPECT_EQ(p[0] + p[bytes - 1], bytes == 1 ? 4 : 3);
+        free_zeroed(p, bytes);
+    }
+    free_zeroed(nullptr, 123);  // as free(nullptr)
+}
+
+TEST(ZeroedAllocator, VectorsAreZeroAndCommittedAsWritten) {
+    // 512 MiB of floats: zero to read, and resident only where written (one element per 64 MiB).
+    constexpr size_t kCount = size_t(128) << 20;
+    const size_t before = resident_bytes();
+    ZeroedVector<float> v(kCount);
+    ASSERT_EQ(v.size(), kCount);
+    for (size_t i = 0; i < kCount; i += kCount / 8) {
+        ASSERT_EQ(v[i], 0.0f);
+        v[i] = float(i);
+    }
+    EXPECT_EQ(v[kCount / 8], float(kCount / 8));
+    EXPECT_LT(resident_bytes(), before + (size_t(64) << 20));
+    // Copies and moves are ordinary vector ones.
+    ZeroedVector<int32_t> small(1000);
+    small[7] = 7;
+    const ZeroedVector<int32_t> copy = small;
+    EXPECT_EQ(copy, small);
+    ZeroedVector<int32_t> moved = std::move(small);
+    EXPECT_EQ(moved[7], 7);
+    EXPECT_EQ(moved[8], 0);
+}
 
 }  // namespace
 }  // namespace sparrow

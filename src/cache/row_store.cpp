@@ -109,9 +109,10 @@ void RowStore::keep_int8_copy(Int8RowQuantizer quantize, int64_t dp) {
     const int64_t n_cells = row_bytes_ > 0 ? n_bytes() / row_bytes_ : 0;
     quantize_ = quantize;
     int8_width_ = dp;
-    int8_.assign(static_cast<size_t>(n_cells * dp), 0);
-    int8_scale_.assign(static_cast<size_t>(n_cells), 0.0f);
-    int8_sum_.assign(static_cast<size_t>(n_cells), 0);
+    // Fresh zeroed vectors (sized at construction: no pass over them; see ZeroedAllocator).
+    int8_ = ZeroedVector<int8_t>(static_cast<size_t>(n_cells * dp));
+    int8_scale_ = ZeroedVector<float>(static_cast<size_t>(n_cells));
+    int8_sum_ = ZeroedVector<int32_t>(static_cast<size_t>(n_cells));
     // A row of zero bytes quantises to what the assignments above hold (zeros, scale 0, sum 0): only the others
     // are quantised, so a fresh store (every row zero) costs no rotation and quantisation per cell.
     for (int64_t c = 0; c < n_cells; ++c) {

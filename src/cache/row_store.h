@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "core/page_arena.h"
 
 namespace sparrow {
 
@@ -108,13 +109,15 @@ class RowStore {
     int64_t row_bytes_ = 0;
     RowRotation rotation_;
     std::vector<float> scratch_;  // [width] the row being rotated by write() or, for its int8 copy, refresh_int8()
-    std::vector<uint8_t> data_;
+    // The rows, zero until written, in memory that is committed as it is written (core/page_arena.h): a cache
+    // sized for a long context costs neither a zeroing pass nor its full size in resident memory up front.
+    ZeroedVector<uint8_t> data_;
     // The int8 copy (keep_int8_copy): [n_cells, int8_width_] values, [n_cells] scales and sums.
     Int8RowQuantizer quantize_ = nullptr;
     int64_t int8_width_ = 0;
-    std::vector<int8_t> int8_;
-    std::vector<float> int8_scale_;
-    std::vector<int32_t> int8_sum_;
+    ZeroedVector<int8_t> int8_;
+    ZeroedVector<float> int8_scale_;
+    ZeroedVector<int32_t> int8_sum_;
     RowRotation int8_rotation_;
 
     void *row_mut(int64_t cell) { return data_.data() + cell * row_bytes_; }

@@ -5,7 +5,9 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
+#include <new>
 #include <utility>
 
 #include "core/error.h"
@@ -67,6 +69,36 @@ uint8_t *PageArena::allocate(size_t n) {
     }
     used_ = start + n;
     return base_ + start;
+}
+
+void *allocate_zeroed(size_t bytes) {
+    if (bytes < kHugePage) {
+        void *p = std::calloc(bytes > 0 ? bytes : 1, 1);
+        if (!p) throw std::bad_alloc();
+        return p;
+    }
+    if (bytes > SIZE_MAX - 2 * kHugePage) throw std::bad_alloc();
+    // Whole huge pages from a 2 MiB boundary: map one more, then give back the unaligned head and the tail.
+    const size_t len = (bytes + kHugePage - 1) / kHugePage * kHugePage;
+    void *raw =
+        ::mmap(nullptr, len + kHugePage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (raw == MAP_FAILED) throw std::bad_alloc();
+    const auto begin = reinterpret_cast<uintptr_t>(raw);
+    const uintptr_t aligned = (begin + kHugePage - 1) / kHugePage * kHugePage;
+    if (aligned > begin) ::munmap(raw, aligned - begin);
+    const uintptr_t end = begin + len + kHugePage;
+    if (end > aligned + len) ::munmap(reinterpret_cast<void *>(aligned + len), end - (aligned + len));
+    ::madvise(reinterpret_cast<void *>(aligned), len, MADV_HUGEPAGE);  // advice: ordinary pages if refused
+    return reinterpret_cast<void *>(aligned);
+}
+
+void free_zeroed(void *p, size_t bytes) {
+    if (!p) return;
+    if (bytes < kHugePage) {
+        std::free(p);
+        return;
+    }
+    ::munmap(p, (bytes + kHugePage - 1) / kHugePage * kHugePage);
 }
 
 void PageArena::release() {

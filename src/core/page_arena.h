@@ -14,6 +14,10 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <new>
+#include <type_traits>
+#include <utility>
+#include <vector>
 
 namespace sparrow {
 
@@ -48,5 +52,41 @@ class PageArena {
     size_t used_ = 0;
     bool huge_pages_ = false;
 };
+
+// Zeroed memory for big buffers that fill gradually (the cache's rows): from 2 MiB up, an anonymous mapping of
+// whole transparent huge pages, which is zero without being written, so that a cache for a long context costs
+// no zeroing pass at creation and becomes resident as its rows are written; below that, calloc.
+// free_zeroed takes the size given to allocate_zeroed.
+void *allocate_zeroed(size_t bytes);
+void free_zeroed(void *p, size_t bytes);
+
+// An allocator for std::vector on allocate_zeroed. Its construct() without arguments does nothing: the memory is
+// zero already, so value-initialising arithmetic elements writes nothing. Meant for vectors sized once, at
+// construction (vector(n)): growing one within its capacity after shrinking it would not zero the re-used
+// elements, and assign / resize with a value write every element as usual.
+template <typename T>
+struct ZeroedAllocator {
+    using value_type = T;
+    ZeroedAllocator() = default;
+    template <typename U>
+    ZeroedAllocator(const ZeroedAllocator<U> &) noexcept {}  // NOLINT: rebinding, as allocators do
+    T *allocate(size_t n) { return static_cast<T *>(allocate_zeroed(n * sizeof(T))); }
+    void deallocate(T *p, size_t n) noexcept { free_zeroed(p, n * sizeof(T)); }
+    template <typename U>
+    void construct(U *) noexcept {
+        static_assert(std::is_arithmetic_v<U>, "zero bytes are the value-initialised value of arithmetic types only");
+    }
+    template <typename U, typename... Args>
+    void construct(U *p, Args &&...args) {
+        ::new (static_cast<void *>(p)) U(std::forward<Args>(args)...);
+    }
+    template <typename U>
+    bool operator==(const ZeroedAllocator<U> &) const noexcept {
+        return true;
+    }
+};
+
+template <typename T>
+using ZeroedVector = std::vector<T, ZeroedAllocator<T>>;
 
 }  // namespace sparrow
