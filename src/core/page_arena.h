@@ -69,7 +69,7 @@ struct ZeroedAllocator {
     using value_type = T;
     ZeroedAllocator() = default;
     template <typename U>
-    ZeroedAllocator(const ZeroedAllocator<U> &) noexcept {}  // NOLINT: rebinding, as allocators do
+    ZeroedAllocator(const ZeroedAllocator<U> &) noexcept {}  // implicit on purpose: rebinding, as allocators do
     T *allocate(size_t n) { return static_cast<T *>(allocate_zeroed(n * sizeof(T))); }
     void deallocate(T *p, size_t n) noexcept { free_zeroed(p, n * sizeof(T)); }
     template <typename U>
