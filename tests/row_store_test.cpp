@@ -1,7 +1,9 @@
 // RowStore: write/read round trips per row type, exact row copies, the int8 copy kept in step.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
+#include <fstream>
 #include <vector>
 
 #include "attention/indexer_kernels.h"
@@ -102,6 +104,36 @@ TEST(RowStore, Int8CopyFollowsEveryWrite) {
     EXPECT_THROW(q8.keep_int8_copy(indexer::scalar::quantize_keys, 32), Error);
     RowStore narrow(DType::F16, 2, 32);
     EXPECT_THROW(narrow.keep_int8_copy(indexer::scalar::quantize_keys, 28), Error);
+}
+
+// This process's resident bytes (/proc/self/statm's second field, in pages).
+size_t resident_bytes() {
+    std::ifstream statm("/proc/self/statm");
+    size_t total = 0, resident = 0;
+    statm >> total >> resident;
+    return resident * static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+}
+
+// A cache for a long context is reserved, not made resident: a fresh store, its int8 copy included, reads as
+// zero and takes memory only for the rows written (here 256 MiB of f16 rows, 132 MiB of int8 copy, two rows
+// written), and the copy of a row written after keep_int8_copy follows it.
+TEST(RowStore, FreshStoresAreNotResident) {
+    const int64_t n_cells = int64_t(1) << 20, width = 128;
+    const size_t before = resident_bytes();
+    RowStore store(DType::F16, n_cells, width);
+    store.keep_int8_copy(indexer::scalar::quantize_keys, width);
+    EXPECT_EQ(store.n_bytes(), n_cells * width * 2);
+    std::vector<float> src(width, 1.5f), back(width, -1.0f);
+    store.read(n_cells / 2, back.data());
+    EXPECT_EQ(back, std::vector<float>(width, 0.0f));
+    EXPECT_EQ(store.int8_scale(n_cells / 2), 0.0f);
+    store.write(7, src.data());
+    store.write(n_cells - 1, src.data());
+    store.read(n_cells - 1, back.data());
+    EXPECT_EQ(back, src);
+    EXPECT_GT(store.int8_scale(7), 0.0f);
+    EXPECT_EQ(store.int8_sum(7), store.int8_sum(n_cells - 1));
+    EXPECT_LT(resident_bytes(), before + (size_t(64) << 20));
 }
 
 }  // namespace

@@ -76,6 +76,7 @@ void RowStore::write(int64_t cell, const float *src) {
         src = scratch_.data();
     }
     quantize_row(type_, src, data_.data() + cell * row_bytes_, width_);
+    written_ = true;
     refresh_int8(cell);
 }
 
@@ -87,6 +88,7 @@ void RowStore::read(int64_t cell, float *dst) const {
 void RowStore::copy_row(int64_t src, int64_t dst) {
     if (src == dst) return;
     std::memcpy(row_mut(dst), row(src), static_cast<size_t>(row_bytes_));
+    written_ = true;
     if (quantize_) {
         std::memcpy(int8_.data() + dst * int8_width_, int8_row(src), static_cast<size_t>(int8_width_));
         int8_scale_[static_cast<size_t>(dst)] = int8_scale(src);
@@ -96,6 +98,7 @@ void RowStore::copy_row(int64_t src, int64_t dst) {
 
 void RowStore::write_raw(int64_t cell, const void *bytes) {
     std::memcpy(row_mut(cell), bytes, static_cast<size_t>(row_bytes_));
+    written_ = true;
     refresh_int8(cell);
 }
 
@@ -113,9 +116,9 @@ void RowStore::keep_int8_copy(Int8RowQuantizer quantize, int64_t dp) {
     int8_ = ZeroedVector<int8_t>(static_cast<size_t>(n_cells * dp));
     int8_scale_ = ZeroedVector<float>(static_cast<size_t>(n_cells));
     int8_sum_ = ZeroedVector<int32_t>(static_cast<size_t>(n_cells));
-    // A row of zero bytes quantises to what the assignments above hold (zeros, scale 0, sum 0): only the others
-    // are quantised, so a fresh store (every row zero) costs no rotation and quantisation per cell.
-    for (int64_t c = 0; c < n_cells; ++c) {
+    // A row of zero bytes quantises to what the vectors above hold (zeros, scale 0, sum 0): only the others are
+    // quantised, and a store never written is not even read (reading its rows would make them resident).
+    for (int64_t c = 0; c < n_cells && written_; ++c) {
         const auto *bytes = static_cast<const uint8_t *>(row(c));
         if (std::any_of(bytes, bytes + row_bytes_, [](uint8_t b) { return b != 0; })) refresh_int8(c);
     }

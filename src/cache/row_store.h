@@ -112,6 +112,7 @@ class RowStore {
     // The rows, zero until written, in memory that is committed as it is written (core/page_arena.h): a cache
     // sized for a long context costs neither a zeroing pass nor its full size in resident memory up front.
     ZeroedVector<uint8_t> data_;
+    bool written_ = false;  // whether any row was ever stored (write, write_raw, copy_row): else all are zero
     // The int8 copy (keep_int8_copy): [n_cells, int8_width_] values, [n_cells] scales and sums.
     Int8RowQuantizer quantize_ = nullptr;
     int64_t int8_width_ = 0;
