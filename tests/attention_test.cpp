@@ -434,10 +434,19 @@ TEST(AttentionKernels, Avx512MergeMatchesScalar) {
             }
             m[6] = std::nanf("");  // lane 6: a piece whose scores were NaN makes the lane NaN, as unmerged
             std::vector<float> want(static_cast<size_t>(16 * out_stride), 9.0f), got = want;
-            attn::scalar::merge16(acc.data(), part_stride, m.data(), l.data(), state_stride, n_parts, dv, want.data(),
-                                  out_stride);
-            attn::avx512::merge16(acc.data(), part_stride, m.data(), l.data(), state_stride, n_parts, dv, got.data(),
-                                  out_stride);
+            std::vector<float> f_want = m, f_got = m;  // both overwrite m with their scale factors
+            attn::scalar::merge16(acc.data(), part_stride, f_want.data(), l.data(), state_stride, n_parts, dv,
+                                  want.data(), out_stride);
+            attn::avx512::merge16(acc.data(), part_stride, f_got.data(), l.data(), state_stride, n_parts, dv,
+                                  got.data(), out_stride);
+            for (int64_t p = 0; p < n_parts; ++p) {
+                for (int64_t h = 0; h < 16; ++h) {
+                    const size_t i = static_cast<size_t>(p * state_stride + h);
+                    if (h == 6) continue;  // NaN
+                    ASSERT_NEAR(f_got[i], f_want[i], 1e-6f) << n_parts << " piece " << p << " lane " << h;
+                    ASSERT_TRUE(f_want[i] >= 0.0f && f_want[i] <= 1.0f);
+                }
+            }
             for (int64_t h = 0; h < 16; ++h) {
                 for (int64_t c = 0; c < out_stride; ++c) {
                     const size_t i = static_cast<size_t>(h * out_stride + c);
@@ -459,6 +468,7 @@ TEST(AttentionKernels, Avx512MergeMatchesScalar) {
             // One piece alone is the piece's own normalised output.
             if (n_parts == 1) {
                 for (int64_t c = 0; c < dv; ++c) ASSERT_NEAR(got[5 * out_stride + c], acc[c * 16 + 5] / l[5], 1e-6f);
+                EXPECT_EQ(f_got[5], 1.0f);  // the piece's own maximum: exp(0)
             }
         }
     }

@@ -27,8 +27,9 @@ constexpr int64_t kLaneTileRows = 16;
 constexpr int64_t kMinSharedRows = 64;
 // A query's row list is cut between threads (each piece with its own running softmax, merged at the end)
 // only when every piece keeps at least this many rows: decode with MLA is one (token, KV head) pair, and
-// without the cut one thread would do all the work. A piece costs ~3 us besides its rows on the head-lane path
-// (its query, state and merge) against ~0.27 us a row of MLA (16 heads x 1088 multiply-adds); 2-thread decode
+// without the cut one thread would do all the work. A piece costs a few us besides its rows on the head-lane path
+// (its query, state and merge; a 16-row call took 5.9 us, a 64-row one 18.4) against ~0.27 us a row of MLA
+// (16 heads x 1088 multiply-adds); 2-thread decode
 // calls, 4 alternating runs: 128 rows 34 -> 25 us, 255 rows 65 -> 45 us with 48 instead of 128 (at 256, four
 // pieces 46 against two 41; from 512 rows the same). Pieces come in whole rounds of the threads (below).
 constexpr int64_t kMinSplitRows = 48;
@@ -368,7 +369,8 @@ void attention(ThreadPool &pool, const AttentionShape &shape, const float *q, in
         attend_blocked(pool, job);
     }
     if (n_split == 1) return;
-    const std::vector<float> &part_max = buffers.part_max, &part_sum = buffers.part_sum, &part_acc = buffers.part_acc;
+    std::vector<float> &part_max = buffers.part_max;  // merge16 leaves its scale factors there
+    const std::vector<float> &part_sum = buffers.part_sum, &part_acc = buffers.part_acc;
     // Merge the pieces of each (token, KV head): rescale each piece to the common maximum. The head-lane path
     // left its pieces in the lane layout, [pieces][group / 16][Dv][16].
     if (lanes) {

@@ -33,7 +33,7 @@
 //              state_stride ([16]), into 16 output rows: per lane h, M = max_p m_p[h], f_p = exp(m_p[h] - M)
 //              (0 for every piece when M = -inf: no rows), L = sum_p f_p l_p[h], and
 //              out[h * out_stride + c] = (sum_p f_p acc_p[c * 16 + h]) / L (0 when L = 0; NaN in a lane where
-//              some m_p[h] is NaN)
+//              some m_p[h] is NaN). m_p[h] is overwritten with f_p (the merge's scratch: no bound on n_parts)
 // scores16 and pv16 also prefetch the n_prefetch cache lines at prefetch[] (the next tile's rows, gathered from
 // anywhere in the cache), spread over their loops: issued in one burst, they would fill the core's line-fill
 // buffers and stall it until DRAM answered, so the loads and the arithmetic would not overlap.
@@ -69,7 +69,7 @@ SPARROW_ATTENTION_KERNELS
                 float *acc_a, float *acc_b, const void *const *prefetch = nullptr, int64_t n_prefetch = 0);         \
     void to_lanes16(const float *q, int64_t q_stride, int64_t d, float scale, float *qt);                           \
     void from_lanes16(const float *acc, int64_t dv, const float *row_scale, float *out, int64_t out_stride);        \
-    void merge16(const float *acc, int64_t part_stride, const float *m, const float *l, int64_t state_stride,       \
+    void merge16(const float *acc, int64_t part_stride, float *m, const float *l, int64_t state_stride,             \
                  int64_t n_parts, int64_t dv, float *out, int64_t out_stride);
 
 namespace sparrow::attn::scalar {

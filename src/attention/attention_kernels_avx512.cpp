@@ -246,9 +246,8 @@ void from_lanes16(const float *acc, int64_t dv, const float *row_scale, float *o
     }
 }
 
-void merge16(const float *acc, int64_t part_stride, const float *m, const float *l, int64_t state_stride,
-             int64_t n_parts, int64_t dv, float *out, int64_t out_stride) {
-    constexpr int kMaxParts = 64;  // decode cuts a list into at most 2 x threads pieces; more go in rounds
+void merge16(const float *acc, int64_t part_stride, float *m, const float *l, int64_t state_stride, int64_t n_parts,
+             int64_t dv, float *out, int64_t out_stride) {
     __m512 top = _mm512_set1_ps(-__builtin_inff());
     __mmask16 nan = 0;  // lanes where a piece's maximum is NaN: they stay NaN, as without the cut
     for (int64_t p = 0; p < n_parts; ++p) {
@@ -258,22 +257,16 @@ void merge16(const float *acc, int64_t part_stride, const float *m, const float 
     }
     top = _mm512_mask_mov_ps(top, nan, _mm512_set1_ps(__builtin_nanf("")));
     const __mmask16 any = _mm512_cmp_ps_mask(top, _mm512_set1_ps(-__builtin_inff()), _CMP_NEQ_UQ);
-    __m512 f[kMaxParts];
     __m512 total = _mm512_setzero_ps();
-    const int64_t n_f = n_parts < kMaxParts ? n_parts : kMaxParts;
-    for (int64_t p = 0; p < n_f; ++p) {
-        f[p] = _mm512_maskz_mov_ps(any, exp16(_mm512_sub_ps(_mm512_loadu_ps(m + p * state_stride), top)));
-        total = _mm512_fmadd_ps(f[p], _mm512_loadu_ps(l + p * state_stride), total);
-    }
-    for (int64_t p = n_f; p < n_parts; ++p) {
-        const __m512 fp = _mm512_maskz_mov_ps(any, exp16(_mm512_sub_ps(_mm512_loadu_ps(m + p * state_stride), top)));
-        total = _mm512_fmadd_ps(fp, _mm512_loadu_ps(l + p * state_stride), total);
+    for (int64_t p = 0; p < n_parts; ++p) {  // m_p becomes f_p
+        const __m512 f = _mm512_maskz_mov_ps(any, exp16(_mm512_sub_ps(_mm512_loadu_ps(m + p * state_stride), top)));
+        _mm512_storeu_ps(m + p * state_stride, f);
+        total = _mm512_fmadd_ps(f, _mm512_loadu_ps(l + p * state_stride), total);
     }
     const __mmask16 positive = _mm512_cmp_ps_mask(total, _mm512_setzero_ps(), _CMP_GT_OQ);
-    const __m512 inv = _mm512_maskz_div_ps(positive, _mm512_set1_ps(1.0f), total);
-    alignas(64) float inv_lanes[16];
-    _mm512_store_ps(inv_lanes, inv);
-    // Blocks of 16 output columns: the pieces' weighted sum in registers, then one transpose into the rows.
+    alignas(64) float inv[16];
+    _mm512_store_ps(inv, _mm512_maskz_div_ps(positive, _mm512_set1_ps(1.0f), total));
+    // Blocks of 16 output columns: the pieces' weighted sum in registers, then out of the lanes into the rows.
     alignas(64) float block[16 * 16];
     for (int64_t c0 = 0; c0 < dv; c0 += 16) {
         const int64_t nc = dv - c0 < 16 ? dv - c0 : 16;
@@ -281,24 +274,12 @@ void merge16(const float *acc, int64_t part_stride, const float *m, const float 
 #pragma GCC unroll 16
         for (int j = 0; j < 16; ++j) r[j] = _mm512_setzero_ps();
         for (int64_t p = 0; p < n_parts; ++p) {
-            const __m512 fp =
-                p < n_f ? f[p]
-                        : _mm512_maskz_mov_ps(any, exp16(_mm512_sub_ps(_mm512_loadu_ps(m + p * state_stride), top)));
+            const __m512 f = _mm512_loadu_ps(m + p * state_stride);
             const float *a = acc + p * part_stride + c0 * 16;
-            for (int64_t j = 0; j < nc; ++j) r[j] = _mm512_fmadd_ps(fp, _mm512_loadu_ps(a + j * 16), r[j]);
-        }
-        if (nc == 16) {
-#pragma GCC unroll 16
-            for (int j = 0; j < 16; ++j) r[j] = _mm512_mul_ps(r[j], inv);
-            transpose16(r);
-#pragma GCC unroll 16
-            for (int h = 0; h < 16; ++h) _mm512_storeu_ps(out + h * out_stride + c0, r[h]);
-            continue;
+            for (int64_t j = 0; j < nc; ++j) r[j] = _mm512_fmadd_ps(f, _mm512_loadu_ps(a + j * 16), r[j]);
         }
         for (int64_t j = 0; j < nc; ++j) _mm512_store_ps(block + j * 16, r[j]);
-        for (int64_t h = 0; h < 16; ++h) {
-            for (int64_t j = 0; j < nc; ++j) out[h * out_stride + c0 + j] = block[j * 16 + h] * inv_lanes[h];
-        }
+        from_lanes16(block, nc, inv, out + c0, out_stride);
     }
 }
 

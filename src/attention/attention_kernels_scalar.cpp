@@ -98,8 +98,8 @@ void from_lanes16(const float *acc, int64_t dv, const float *row_scale, float *o
     }
 }
 
-void merge16(const float *acc, int64_t part_stride, const float *m, const float *l, int64_t state_stride,
-             int64_t n_parts, int64_t dv, float *out, int64_t out_stride) {
+void merge16(const float *acc, int64_t part_stride, float *m, const float *l, int64_t state_stride, int64_t n_parts,
+             int64_t dv, float *out, int64_t out_stride) {
     for (int64_t h = 0; h < 16; ++h) {
         float top = -std::numeric_limits<float>::infinity();
         for (int64_t p = 0; p < n_parts; ++p) {
@@ -109,8 +109,8 @@ void merge16(const float *acc, int64_t part_stride, const float *m, const float 
         float total = 0.0f;
         for (int64_t c = 0; c < dv; ++c) out[h * out_stride + c] = 0.0f;
         for (int64_t p = 0; p < n_parts; ++p) {
-            const float f =
-                top == -std::numeric_limits<float>::infinity() ? 0.0f : std::exp(m[p * state_stride + h] - top);
+            float &f = m[p * state_stride + h];  // m_p becomes f_p
+            f = top == -std::numeric_limits<float>::infinity() ? 0.0f : std::exp(f - top);
             total += f * l[p * state_stride + h];
             for (int64_t c = 0; c < dv; ++c) out[h * out_stride + c] += f * acc[p * part_stride + c * 16 + h];
         }
