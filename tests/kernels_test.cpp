@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <new>
 #include <ostream>
 #include <random>
@@ -154,6 +155,8 @@ TEST(Dispatch, ScalarAlwaysAvailableAndActiveIsSupported) {
         for (DType dt : kWeightTypes) EXPECT_NE(t->dot(dt), nullptr);
         for (DType dt : {DType::F32, DType::F16, DType::BF16}) EXPECT_NE(t->axpy(dt), nullptr);
         EXPECT_NE(t->quantize_row_q8_0, nullptr);
+        EXPECT_NE(t->from_f32_f16, nullptr);
+        EXPECT_NE(t->swiglu, nullptr);
     }
     EXPECT_THROW(active.dot(DType::IQ2_XXS), Error);
     EXPECT_THROW(active.axpy(DType::Q8_0), Error);
@@ -564,6 +567,109 @@ TEST_P(IsaTest, AxpyMatchesReference) {
     }
 }
 
+TEST_P(IsaTest, FromF32F16RoundsToNearestEvenAsTheScalarConversion) {
+    // Every level's f32 -> fp16 gives the bits of core/dtype.h's f32_to_fp16 (round to nearest even): random
+    // values at every scale, the halfway points between fp16 neighbours and one ulp beside them, subnormals, the
+    // largest finite value and the first that overflows, infinities, signed zeros; NaN stays NaN. Lengths around
+    // the 8-lane vectors (tails).
+    const KernelTable *table = cpu::kernels_for(GetParam());
+    if (!table) GTEST_SKIP() << skip_message(GetParam());
+    std::mt19937 rng(17);
+    std::vector<float> x;
+    for (float s : {1.0f, 1e-3f, 3e-6f, 6e-8f, 1e-9f, 300.0f, 6.5e4f, 1e6f}) {
+        for (float v : test::random_floats(rng, 40, -s, s)) x.push_back(v);
+    }
+    for (uint32_t h : {0x0001u, 0x03ffu, 0x0400u, 0x3c00u, 0x3c01u, 0x7bfeu, 0x7bffu}) {
+        const float a = fp16_to_f32(uint16_t(h)), b = fp16_to_f32(uint16_t(h + 1));
+        const float mid = a + (b - a) / 2;  // exact in f32
+        for (float v : {mid, std::nextafter(mid, 0.0f), std::nextafter(mid, 1e30f)}) {
+            x.push_back(v);
+            x.push_back(-v);
+        }
+    }
+    for (float v : {0.0f, -0.0f, 65504.0f, 65520.0f, 65519.996f, INFINITY, -INFINITY, 1e-30f, -5.9604645e-8f})
+        x.push_back(v);
+    const float nan = std::nanf("");
+    for (int64_t n : {int64_t(0), int64_t(1), int64_t(7), int64_t(8), int64_t(9), static_cast<int64_t>(x.size())}) {
+        std::vector<uint16_t> got(static_cast<size_t>(n) + 1, 0xabcd);
+        table->from_f32_f16(x.data(), got.data(), n);
+        for (int64_t i = 0; i < n; ++i) ASSERT_EQ(got[i], f32_to_fp16(x[i])) << "x = " << x[i] << " at " << i;
+        ASSERT_EQ(got[static_cast<size_t>(n)], 0xabcd) << "written past n = " << n;
+    }
+    uint16_t h = 0;
+    table->from_f32_f16(&nan, &h, 1);
+    EXPECT_TRUE(std::isnan(fp16_to_f32(h)));
+}
+
+TEST_P(IsaTest, SwigluIsNearTheScalarFormulaAndIndependentOfPosition) {
+    // silu(g) * u within 4 ulp of the scalar level's std::exp formula over gates from -100 to 100 (both exp
+    // tails); NaN propagates. An element's result is the same bits whatever n and its position (tails run the
+    // vector code), so a token's activations do not depend on the batch around it; out may alias gate.
+    const KernelTable *table = cpu::kernels_for(GetParam());
+    if (!table) GTEST_SKIP() << skip_message(GetParam());
+    const KernelTable &scalar = *cpu::kernels_for(Isa::scalar);
+    std::mt19937 rng(23);
+    std::vector<float> gate, up;
+    for (float s : {0.01f, 1.0f, 8.0f, 30.0f, 100.0f}) {
+        for (float v : test::random_floats(rng, 37, -s, s)) gate.push_back(v);
+    }
+    gate.push_back(0.0f);
+    gate.push_back(-88.0f);
+    gate.push_back(88.0f);
+    up = test::random_floats(rng, gate.size(), -3.0f, 3.0f);
+    const auto n = static_cast<int64_t>(gate.size());
+    std::vector<float> got(gate.size()), want(gate.size());
+    table->swiglu(gate.data(), up.data(), got.data(), n);
+    scalar.swiglu(gate.data(), up.data(), want.data(), n);
+    for (int64_t i = 0; i < n; ++i) {
+        ASSERT_NEAR(got[i], want[i], 4 * std::numeric_limits<float>::epsilon() * std::fabs(want[i]) + 1e-35f)
+            << "gate " << gate[i] << ", up " << up[i];
+    }
+    for (int64_t start : {1, 5, 13}) {
+        for (int64_t len : {1, 3, 8, 15, 16, 17, 31}) {
+            std::vector<float> part(static_cast<size_t>(len));
+            table->swiglu(gate.data() + start, up.data() + start, part.data(), len);
+            ASSERT_EQ(std::memcmp(part.data(), got.data() + start, part.size() * sizeof(float)), 0)
+                << "start " << start << ", n " << len;
+        }
+    }
+    std::vector<float> in_place = gate;
+    table->swiglu(in_place.data(), up.data(), in_place.data(), n);
+    ASSERT_EQ(std::memcmp(in_place.data(), got.data(), got.size() * sizeof(float)), 0);
+    const float nan = std::nanf(""), one = 1.0f;
+    float out = 0.0f;
+    table->swiglu(&nan, &one, &out, 1);
+    EXPECT_TRUE(std::isnan(out));
+}
+
+TEST_P(IsaTest, RmsNormRowMatchesTheScalarLevel) {
+    // Each level's row within 2 ulp of the scalar level's (only the double sum's order differs), with and without
+    // weights, in place, at lengths around the vectors and the model widths; rows of large and tiny values.
+    const KernelTable *table = cpu::kernels_for(GetParam());
+    if (!table) GTEST_SKIP() << skip_message(GetParam());
+    const KernelTable &scalar = *cpu::kernels_for(Isa::scalar);
+    std::mt19937 rng(29);
+    for (int64_t n : {1, 7, 8, 9, 15, 16, 17, 128, 511, 512, 2048, 2049}) {
+        for (float s : {1.0f, 3e4f, 1e-3f}) {
+            const auto x = test::random_floats(rng, static_cast<size_t>(n), -s, s);
+            const auto w = test::random_floats(rng, static_cast<size_t>(n), -2.0f, 2.0f);
+            for (const float *wp : {w.data(), static_cast<const float *>(nullptr)}) {
+                std::vector<float> got(x.size()), want(x.size());
+                table->rms_norm_row(x.data(), wp, got.data(), n, 1e-6f);
+                scalar.rms_norm_row(x.data(), wp, want.data(), n, 1e-6f);
+                for (int64_t i = 0; i < n; ++i) {
+                    ASSERT_NEAR(got[i], want[i], 2 * std::numeric_limits<float>::epsilon() * std::fabs(want[i]))
+                        << "n " << n << ", scale " << s << (wp ? "" : ", no weights") << ", element " << i;
+                }
+                std::vector<float> in_place = x;
+                table->rms_norm_row(in_place.data(), wp, in_place.data(), n, 1e-6f);
+                ASSERT_EQ(std::memcmp(in_place.data(), got.data(), got.size() * sizeof(float)), 0)
+                    << "in place, n " << n;
+            }
+        }
+    }
+}
+
 INSTANTIATE_TEST_SUITE_P(Levels, IsaTest, ::testing::Values(Isa::scalar, Isa::avx2, Isa::avx512), isa_param_name);
 
 // --- matmul
@@ -785,6 +891,75 @@ TEST(Matmul, ManyEqualsSeparateCallsBitForBit) {
     std::vector<float> y(static_cast<size_t>(768 * 3));
     const MatmulTask bad_task{&bad, xs[0].data(), 3, y.data()};
     EXPECT_THROW(matmul_many(pool, scratch, &bad_task, 1), Error);
+}
+
+TEST(Matmul, ManyWithStridesReadsAndWritesSlicesInPlace) {
+    // MLA's per-head products read one head's slice of [T, NH, in_dim] activations and write one head's slice of
+    // [T, NH, out_dim] outputs through the tasks' strides: each slice gets the bits of a matmul over the gathered
+    // activations, and nothing outside the slices is written. Heads share a buffer (same x pointer base, different
+    // offsets); two tasks on the same x with different strides must not share quantised activations. Float,
+    // block, K-quant and packed weights; token counts across the 8-token tile; 1-3 threads.
+    std::mt19937 rng(53);
+    constexpr int64_t kHeads = 3, kIn = 64, kOut = 40, kOutSlot = 56;
+    for (const DType t : {DType::F32, DType::F16, DType::Q8_0, DType::Q4_0, DType::Q4_K})
+        for (const bool packed : {false, true}) {
+            if (packed && !packs_rows8(t)) continue;
+            const int64_t n_cols = dtype_dots_q8_k(t) ? 256 : kIn, in_slot = n_cols + 32;
+            std::vector<TestMatrix> mats;
+            std::vector<std::vector<uint8_t>> packed_bytes;
+            for (int64_t h = 0; h < kHeads; ++h) {
+                mats.emplace_back(rng, t, kOut, n_cols);
+                if (packed) {
+                    packed_bytes.emplace_back(mats.back().bytes.size());
+                    pack_rows8(t, mats.back().bytes.data(), kOut, n_cols, packed_bytes.back().data());
+                    mats.back().w.data = packed_bytes.back().data();
+                    mats.back().w.rows8 = true;
+                }
+            }
+            for (const int64_t T : {1, 4, 9}) {
+                const auto x = test::random_floats(rng, static_cast<size_t>(T * kHeads * in_slot), -2.0f, 2.0f);
+                for (int n_threads : {1, 2, 3}) {
+                    ThreadPool pool(n_threads);
+                    OpScratch scratch;
+                    std::vector<float> y(static_cast<size_t>(T * kHeads * kOutSlot), 1234.5f);
+                    std::vector<MatmulTask> tasks;
+                    for (int64_t h = 0; h < kHeads; ++h) {
+                        tasks.push_back({&mats[static_cast<size_t>(h)].w, x.data() + h * in_slot, T,
+                                         y.data() + h * kOutSlot, kHeads * in_slot, kHeads * kOutSlot});
+                    }
+                    // The first head again on the same x pointer read densely (tokens n_cols apart): other rows.
+                    std::vector<float> y_dense(static_cast<size_t>(T * kOut), NAN);
+                    tasks.push_back({&mats[0].w, x.data(), T, y_dense.data()});
+                    matmul_many(pool, scratch, tasks.data(), static_cast<int64_t>(tasks.size()));
+                    for (int64_t h = 0; h < kHeads; ++h) {
+                        std::vector<float> xg(static_cast<size_t>(T * n_cols)), yg(static_cast<size_t>(T * kOut));
+                        for (int64_t tk = 0; tk < T; ++tk)
+                            std::copy_n(x.data() + (tk * kHeads + h) * in_slot, n_cols, xg.data() + tk * n_cols);
+                        matmul(pool, scratch, mats[static_cast<size_t>(h)].w, xg.data(), T, yg.data());
+                        for (int64_t tk = 0; tk < T; ++tk) {
+                            const float *slot = y.data() + (tk * kHeads + h) * kOutSlot;
+                            ASSERT_EQ(std::memcmp(slot, yg.data() + tk * kOut, kOut * sizeof(float)), 0)
+                                << dtype_name(t) << (packed ? " packed" : "") << ", head " << h << ", token " << tk
+                                << " of " << T << ", " << n_threads << " threads";
+                            for (int64_t i = kOut; i < kOutSlot; ++i) ASSERT_EQ(slot[i], 1234.5f) << "gap written";
+                        }
+                    }
+                    std::vector<float> y_ref(y_dense.size());
+                    matmul(pool, scratch, mats[0].w, x.data(), T, y_ref.data());
+                    ASSERT_EQ(std::memcmp(y_dense.data(), y_ref.data(), y_ref.size() * sizeof(float)), 0)
+                        << dtype_name(t) << ": a dense task on the same x took the strided task's activations";
+                }
+            }
+        }
+    // A stride shorter than a row is refused.
+    ThreadPool pool(2);
+    OpScratch scratch;
+    TestMatrix m(rng, DType::Q8_0, 16, 64);
+    std::vector<float> x(256), y(256);
+    const MatmulTask short_x{&m.w, x.data(), 2, y.data(), 63, 0};
+    EXPECT_THROW(matmul_many(pool, scratch, &short_x, 1), Error);
+    const MatmulTask short_y{&m.w, x.data(), 2, y.data(), 0, 15};
+    EXPECT_THROW(matmul_many(pool, scratch, &short_y, 1), Error);
 }
 
 TEST(Matmul, RejectsBadShapes) {

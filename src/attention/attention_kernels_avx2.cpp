@@ -1,13 +1,15 @@
 // AVX2 + FMA versions of the attention inner loops (contracts in attention_kernels.h). Compiled with
 // -mavx2 -mfma -mf16c and called only when cpuid says the CPU has them.
 //
-// ODR rule (as src/kernels/cpu/kernels_avx2.cpp): this file includes only <immintrin.h>, <cstdint> and
-// attention_kernels.h, and everything but the exported kernels sits in an anonymous namespace.
+// ODR rule (as src/kernels/cpu/kernels_avx2.cpp): this file includes only <immintrin.h>, <cstdint>,
+// attention_kernels.h and simd_exp_avx2.h (internal linkage), and everything but the exported kernels sits in an
+// anonymous namespace.
 #include <immintrin.h>
 
 #include <cstdint>
 
 #include "attention/attention_kernels.h"
+#include "kernels/cpu/simd_exp_avx2.h"
 
 namespace sparrow::attn::avx2 {
 
@@ -103,29 +105,6 @@ void pv_block(const float *p, int64_t ld_p, const float *v, int64_t v_stride, in
     }
 }
 
-// exp(x) per lane: x = k ln2 + r with |r| <= ln2 / 2 (ln2 split in two so that k ln2 is exact enough),
-// e^r by its degree-6 polynomial, 2^k put into the exponent bits. Lanes below -87.3 (where 2^k would leave
-// the normal range) give 0; NaN stays NaN (min/max return their second operand when it is NaN, and the
-// final mask is true for unordered lanes).
-inline __m256 exp8(__m256 x) {
-    const __m256 lo = _mm256_set1_ps(-87.33654f), hi = _mm256_set1_ps(88.37626f);
-    const __m256 in_range = _mm256_cmp_ps(x, lo, _CMP_NLT_UQ);
-    x = _mm256_max_ps(lo, _mm256_min_ps(hi, x));
-    const __m256 k = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
-                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m256 r = _mm256_fnmadd_ps(k, _mm256_set1_ps(0.693359375f), x);
-    r = _mm256_fnmadd_ps(k, _mm256_set1_ps(-2.12194440e-4f), r);
-    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
-    const __m256 y = _mm256_add_ps(_mm256_fmadd_ps(_mm256_mul_ps(p, r), r, r), _mm256_set1_ps(1.0f));
-    const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(k), _mm256_set1_epi32(127)), 23);
-    return _mm256_and_ps(_mm256_mul_ps(y, _mm256_castsi256_ps(e)), in_range);
-}
-
 }  // namespace
 
 float exp_sum(float *s, int64_t n, float m) {
@@ -133,7 +112,7 @@ float exp_sum(float *s, int64_t n, float m) {
     __m256 acc = _mm256_setzero_ps();
     int64_t j = 0;
     for (; j + 8 <= n; j += 8) {
-        const __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(s + j), mv));
+        const __m256 e = cpu::simd::exp8(_mm256_sub_ps(_mm256_loadu_ps(s + j), mv));
         _mm256_storeu_ps(s + j, e);
         acc = _mm256_add_ps(acc, e);
     }
@@ -142,7 +121,7 @@ float exp_sum(float *s, int64_t n, float m) {
         alignas(32) float buf[8];
         const int64_t r = n - j;
         for (int64_t i = 0; i < 8; ++i) buf[i] = i < r ? s[j + i] - m : -__builtin_inff();
-        const __m256 e = exp8(_mm256_load_ps(buf));
+        const __m256 e = cpu::simd::exp8(_mm256_load_ps(buf));
         _mm256_store_ps(buf, e);
         for (int64_t i = 0; i < r; ++i) s[j + i] = buf[i];
         acc = _mm256_add_ps(acc, e);

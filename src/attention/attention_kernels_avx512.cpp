@@ -9,14 +9,16 @@
 // 8 elements of a row in a vector and 4 heads in registers, which needs horizontal sums and, at 512 bits, ran
 // slower than at 256 (28 against 35-37 G multiply-adds/s on a 2-vCPU Xeon whose 512-bit FMA peak is 88).
 //
-// ODR rule (as src/kernels/cpu/kernels_avx2.cpp): this file includes only <immintrin.h>, <cstdint> and
-// attention_kernels.h, and everything but the exported kernels sits in an anonymous namespace.
+// ODR rule (as src/kernels/cpu/kernels_avx2.cpp): this file includes only <immintrin.h>, <cstdint>,
+// attention_kernels.h and simd_exp_avx512.h (internal linkage), and everything but the exported kernels sits in an
+// anonymous namespace.
 
 #include "kernels/cpu/avx512_intrinsics.h"  // <immintrin.h> without GCC 12's false warnings
 
 #include <cstdint>
 
 #include "attention/attention_kernels.h"
+#include "kernels/cpu/simd_exp_avx512.h"
 
 namespace sparrow::attn::avx512 {
 
@@ -161,26 +163,6 @@ inline void over_row_blocks(int64_t n_k, F &&f) {
     }
 }
 
-// exp(x) per lane, the AVX2 exp8 at 16 lanes (same reduction and polynomial) with 2^k applied by vscalefps:
-// lanes below -87.3 give 0 (no subnormals reach the FMAs), NaN stays NaN.
-inline __m512 exp16(__m512 x) {
-    const __m512 lo = _mm512_set1_ps(-87.33654f), hi = _mm512_set1_ps(88.37626f);
-    const __mmask16 in_range = _mm512_cmp_ps_mask(x, lo, _CMP_NLT_UQ);
-    x = _mm512_max_ps(lo, _mm512_min_ps(hi, x));
-    const __m512 k = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 r = _mm512_fnmadd_ps(k, _mm512_set1_ps(0.693359375f), x);
-    r = _mm512_fnmadd_ps(k, _mm512_set1_ps(-2.12194440e-4f), r);
-    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
-    const __m512 y = _mm512_add_ps(_mm512_fmadd_ps(_mm512_mul_ps(p, r), r, r), _mm512_set1_ps(1.0f));
-    return _mm512_maskz_mov_ps(in_range, _mm512_scalef_ps(y, k));
-}
-
 // r[j][i] = r[i][j] for a 16 x 16 block of floats, one row per register: pairs of rows interleaved (unpack),
 // then 4 x 4 blocks gathered inside each 128-bit lane (shuffle_ps), then the 128-bit lanes of four rows
 // (shuffle_f32x4, twice). 64 shuffles for 256 elements, against 512 scalar moves with strided stores.
@@ -259,7 +241,8 @@ void merge16(const float *acc, int64_t part_stride, float *m, const float *l, in
     const __mmask16 any = _mm512_cmp_ps_mask(top, _mm512_set1_ps(-__builtin_inff()), _CMP_NEQ_UQ);
     __m512 total = _mm512_setzero_ps();
     for (int64_t p = 0; p < n_parts; ++p) {  // m_p becomes f_p
-        const __m512 f = _mm512_maskz_mov_ps(any, exp16(_mm512_sub_ps(_mm512_loadu_ps(m + p * state_stride), top)));
+        const __m512 f =
+            _mm512_maskz_mov_ps(any, cpu::simd::exp16(_mm512_sub_ps(_mm512_loadu_ps(m + p * state_stride), top)));
         _mm512_storeu_ps(m + p * state_stride, f);
         total = _mm512_fmadd_ps(f, _mm512_loadu_ps(l + p * state_stride), total);
     }
@@ -298,7 +281,7 @@ void softmax16(float *s, int64_t n, float *m, float *l, float *acc, int64_t dv) 
     const __mmask16 grew = _mm512_cmp_ps_mask(t, mv, _CMP_GT_OQ);
     if (grew) {
         // Lanes that did not grow keep factor 1; m = -inf (the first tile) gives exp(-inf) = 0.
-        const __m512 f = _mm512_mask_blend_ps(grew, _mm512_set1_ps(1.0f), exp16(_mm512_sub_ps(mv, t)));
+        const __m512 f = _mm512_mask_blend_ps(grew, _mm512_set1_ps(1.0f), cpu::simd::exp16(_mm512_sub_ps(mv, t)));
         for (int64_t c = 0; c < dv; ++c)
             _mm512_storeu_ps(acc + c * 16, _mm512_mul_ps(f, _mm512_loadu_ps(acc + c * 16)));
         lv = _mm512_mul_ps(lv, f);
@@ -306,7 +289,7 @@ void softmax16(float *s, int64_t n, float *m, float *l, float *acc, int64_t dv) 
     }
     __m512 sum = _mm512_setzero_ps();
     for (int64_t j = 0; j < n; ++j) {
-        const __m512 e = exp16(_mm512_sub_ps(_mm512_loadu_ps(s + j * 16), mv));
+        const __m512 e = cpu::simd::exp16(_mm512_sub_ps(_mm512_loadu_ps(s + j * 16), mv));
         _mm512_storeu_ps(s + j * 16, e);
         sum = _mm512_add_ps(sum, e);
     }

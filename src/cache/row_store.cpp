@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "core/error.h"
+#include "kernels/cpu/dispatch.h"
 #include "kernels/ops.h"
 
 namespace sparrow {
@@ -75,7 +76,14 @@ void RowStore::write(int64_t cell, const float *src) {
         rotation_.apply(scratch_.data(), 1);
         src = scratch_.data();
     }
-    quantize_row(type_, src, data_.data() + cell * row_bytes_, width_);
+    // F16 (the default cache type) through the table's conversion: decode writes every layer's row of every
+    // token on one thread, and F16C converts 8 floats per instruction where the portable conversion branches per
+    // element (a 4-sequence decode profile: 65 samples in it against 38 in F16C's, over the same 300 steps).
+    if (type_ == DType::F16) {
+        cpu::kernels().from_f32_f16(src, data_.data() + cell * row_bytes_, width_);
+    } else {
+        quantize_row(type_, src, data_.data() + cell * row_bytes_, width_);
+    }
     written_ = true;
     refresh_int8(cell);
 }

@@ -20,12 +20,14 @@ struct MatmulJob {
     cpu::DotTileFn dot = nullptr;
     cpu::DotRowsFn dot_rows = nullptr;  // the multi-row kernel where the level has one for the type, else null
     const cpu::KernelTable *kernels = nullptr;
-    const float *x = nullptr;     // [n_tokens, n_cols] f32
+    const float *x = nullptr;  // [n_tokens, n_cols] f32, rows x_stride floats apart
+    int64_t x_stride = 0;
     const uint8_t *xd = nullptr;  // activations in the dot type: n_tokens rows, xd_stride bytes apart
     size_t xd_stride = 0;
     uint8_t *xq = nullptr;  // where quantised activations are written (scratch), or null for float weights
     int64_t n_tokens = 0;
-    float *y = nullptr;  // [n_tokens, n_rows]
+    float *y = nullptr;  // [n_tokens, n_rows], rows y_stride floats apart
+    int64_t y_stride = 0;
     // matmul_many only: where the job's quantised activations sit in the scratch, whether this job writes them
     // (else an earlier job with the same activations does), and the rows per chunk.
     size_t xd_offset = 0;
@@ -57,15 +59,15 @@ void matmul_rows(const MatmulJob &job, int64_t r0, int64_t r1) {
     for (int64_t t0 = 0; t0 < job.n_tokens; t0 += tile) {
         const int n_x = static_cast<int>(std::min<int64_t>(tile, job.n_tokens - t0));
         const uint8_t *xt = job.xd + t0 * static_cast<int64_t>(job.xd_stride);
-        float *yt = job.y + t0 * w.n_rows;
+        float *yt = job.y + t0 * job.y_stride;
         if (job.dot_rows) {
             job.dot_rows(w.row(r0), static_cast<size_t>(w.row_bytes), r1 - r0, xt, job.xd_stride, n_x, w.n_cols,
-                         yt + r0, static_cast<size_t>(w.n_rows));
+                         yt + r0, static_cast<size_t>(job.y_stride));
             continue;
         }
         for (int64_t r = r0; r < r1; ++r) {
             job.dot(w.row(r), xt, job.xd_stride, n_x, w.n_cols, out);
-            for (int j = 0; j < n_x; ++j) yt[j * w.n_rows + r] = out[j];
+            for (int j = 0; j < n_x; ++j) yt[j * job.y_stride + r] = out[j];
         }
     }
 }
@@ -119,22 +121,31 @@ constexpr int64_t kMinParallelWork = int64_t(256) << 10;  // weight bytes x toke
 
 // The job of one product, checked, with its kernels; float weights read x in place, quantised ones get their
 // activation stride (the caller places the quantised rows).
-MatmulJob make_job(const cpu::KernelTable &k, const WeightMatrix &w, const float *x, int64_t n_tokens, float *y) {
+// Strides are in floats, 0 for packed rows.
+MatmulJob make_job(const cpu::KernelTable &k, const WeightMatrix &w, const float *x, int64_t n_tokens, float *y,
+                   int64_t x_stride = 0, int64_t y_stride = 0) {
     check_weights(w);
     if (n_tokens < 0) throw_error("matmul: n_tokens = %lld", (long long)n_tokens);
+    if (x_stride < 0 || (x_stride > 0 && x_stride < w.n_cols) || y_stride < 0 ||
+        (y_stride > 0 && y_stride < w.n_rows)) {
+        throw_error("matmul: strides %lld and %lld are shorter than a row of [%lld, %lld] weights", (long long)x_stride,
+                    (long long)y_stride, (long long)w.n_rows, (long long)w.n_cols);
+    }
     MatmulJob job;
     job.w = &w;
     job.dot = k.dot(w.type);
     job.dot_rows = w.rows8 ? k.dot_rows8(w.type) : k.dot_rows(w.type);
     job.kernels = &k;
     job.x = x;
+    job.x_stride = x_stride > 0 ? x_stride : w.n_cols;
     job.n_tokens = n_tokens;
     job.y = y;
+    job.y_stride = y_stride > 0 ? y_stride : w.n_rows;
     if (dtype_is_quantized(w.type)) {
         job.xd_stride = static_cast<size_t>(cpu::KernelTable::dot_x_row_bytes(w.type, w.n_cols));
     } else {
         job.xd = reinterpret_cast<const uint8_t *>(x);
-        job.xd_stride = static_cast<size_t>(w.n_cols) * sizeof(float);
+        job.xd_stride = static_cast<size_t>(job.x_stride) * sizeof(float);
     }
     return job;
 }
@@ -142,7 +153,7 @@ MatmulJob make_job(const cpu::KernelTable &k, const WeightMatrix &w, const float
 // Quantises tokens [t0, t1) of the job's activations into job.xq.
 void quantize_tokens(const MatmulJob &job, int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
-        job.kernels->quantize_dot_x(job.w->type, job.x + t * job.w->n_cols,
+        job.kernels->quantize_dot_x(job.w->type, job.x + t * job.x_stride,
                                     job.xq + t * static_cast<int64_t>(job.xd_stride), job.w->n_cols);
     }
 }
@@ -178,13 +189,13 @@ void matmul_many(ThreadPool &pool, OpScratch &scratch, const MatmulTask *tasks, 
     int64_t work = 0;  // weight bytes x tokens
     for (int64_t i = 0; i < n_tasks; ++i) {
         const MatmulTask &t = tasks[i];
-        MatmulJob job = make_job(k, *t.w, t.x, t.n_tokens, t.y);
+        MatmulJob job = make_job(k, *t.w, t.x, t.n_tokens, t.y, t.x_stride, t.y_stride);
         if (t.n_tokens == 0 || t.w->n_rows == 0) continue;
         if (dtype_is_quantized(t.w->type)) {
             job.quantize = true;
             for (const MatmulJob &o : jobs) {
-                if (o.quantize && o.x == t.x && o.n_tokens == t.n_tokens && o.w->type == t.w->type &&
-                    o.w->n_cols == t.w->n_cols) {
+                if (o.quantize && o.x == t.x && o.x_stride == job.x_stride && o.n_tokens == t.n_tokens &&
+                    o.w->type == t.w->type && o.w->n_cols == t.w->n_cols) {
                     job.xd_offset = o.xd_offset;
                     job.quantize = false;
                     break;

@@ -179,16 +179,8 @@ void get_rows(const WeightMatrix &table, const int32_t *ids, int64_t n, float *o
 }
 
 void rms_norm(const float *x, const float *w, float *y, int64_t n_rows, int64_t n, float eps) {
-    for (int64_t r = 0; r < n_rows; ++r) {
-        const float *xr = x + r * n;
-        float *yr = y + r * n;
-        const float scale = static_cast<float>(1.0 / std::sqrt(sum_of_squares(xr, n, 0.0) / double(n) + eps));
-        if (w) {
-            for (int64_t i = 0; i < n; ++i) yr[i] = xr[i] * scale * w[i];
-        } else {
-            for (int64_t i = 0; i < n; ++i) yr[i] = xr[i] * scale;
-        }
-    }
+    const cpu::RmsNormRowFn row = cpu::kernels().rms_norm_row;
+    for (int64_t r = 0; r < n_rows; ++r) row(x + r * n, w, y + r * n, n, eps);
 }
 
 void layer_norm(const float *x, const float *w, const float *b, float *y, int64_t n_rows, int64_t n, float eps) {
@@ -288,10 +280,7 @@ void softmax(float *x, int64_t n, float scale) {
 }
 
 void swiglu(const float *gate, const float *up, float *out, int64_t n) {
-    for (int64_t i = 0; i < n; ++i) {
-        const float g = gate[i];
-        out[i] = g / (1.0f + std::exp(-g)) * up[i];
-    }
+    if (n > 0) cpu::kernels().swiglu(gate, up, out, n);
 }
 
 void hadamard(float *x, int64_t n_rows, int64_t n) {

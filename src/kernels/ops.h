@@ -61,19 +61,23 @@ struct OpScratch {
 // read once per tile, not once per token.
 void matmul(ThreadPool &pool, OpScratch &scratch, const WeightMatrix &w, const float *x, int64_t n_tokens, float *y);
 
-// One product of matmul_many: y = matmul(w, x, n_tokens).
+// One product of matmul_many: y = matmul(w, x, n_tokens), with token t's activations at x + t * x_stride and its
+// outputs at y + t * y_stride (in floats; 0: packed, w.n_cols and w.n_rows). Strides let a product read one
+// head's slice of a [tokens, heads, dim] tensor and write into another without gathering copies.
 struct MatmulTask {
     const WeightMatrix *w = nullptr;
     const float *x = nullptr;
     int64_t n_tokens = 0;
     float *y = nullptr;
+    int64_t x_stride = 0;
+    int64_t y_stride = 0;
 };
 // Several independent products in one parallel section, each output bit-identical to its own matmul call.
 // The tasks' row chunks are handed to the threads from one list: the experts of a MoE layer (a few tokens
 // each, bound by memory bandwidth) or the heads of MLA's per-head products then share one wake-up and one
 // barrier instead of one per matrix, and one thread can stream a memory-bound task while another computes.
-// No task's y may overlap another task's x or y. Tasks with the same x, n_tokens, weight type and width
-// quantise their activations once.
+// No task's y may overlap another task's x or y. Tasks with the same x, x_stride, n_tokens, weight type and
+// width quantise their activations once.
 void matmul_many(ThreadPool &pool, OpScratch &scratch, const MatmulTask *tasks, int64_t n_tasks);
 
 // out[t, :] = dequantised row ids[t] of table (an embedding lookup, ggml get_rows).

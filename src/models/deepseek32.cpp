@@ -84,7 +84,7 @@ struct DsaState final : ArchState {
     // Scratch. x is the residual stream of the whole ubatch [n_ubatch, n_embd]; h and ffn_out hold one FFN
     // chunk ([kFfnChunk, n_embd]); gate/up one FFN chunk of the dense FFN; everything else one attention
     // chunk (kAttnChunk tokens).
-    std::vector<float> x, h, qa, q, kv, q_abs, pe, nope_in, lat_out, head_out, o, ffn_out, gate, up;
+    std::vector<float> x, h, qa, q, kv, q_abs, pe, lat_out, o, ffn_out, gate, up;
     std::vector<float> iq, ik, iw;
     VisibleRows visible;
     // The last full layer's selection: per ubatch token when shared layers reuse it (IndexShare), else per
@@ -309,10 +309,8 @@ class DsaModel final : public ArchModel {
         s->q.resize(n * hp_.n_head * qk);
         s->kv.resize(n * lat);
         s->q_abs.resize(n * hp_.n_head * lat);
-        s->pe.resize(n * hp_.n_head * hp_.n_rot);
-        s->nope_in.resize(n * hp_.n_head * std::max(hp_.nope, hp_.kv_lora));
+        s->pe.resize(n * hp_.n_rot);
         s->lat_out.resize(n * hp_.n_head * hp_.kv_lora);
-        s->head_out.resize(n * hp_.n_head * std::max(hp_.kv_lora, hp_.v_head));
         s->o.resize(n * hp_.n_head * hp_.v_head);
         s->ffn_out.resize(nf * hp_.n_embd);
         s->gate.resize(nf * hp_.n_ff);
@@ -640,28 +638,17 @@ class DsaModel final : public ArchModel {
         const int64_t NH = hp_.n_head, R = hp_.n_rot, C = hp_.kv_lora, N = hp_.nope, V = hp_.v_head;
         const int64_t qk = N + R, lat = C + R;
 
-        // Query: per head [W_UK q_nope | rope(q_pe)]  -> q_abs [T, NH, C + R]
-        matmul(pool, s.op, L.q_b, s.qa.data(), T, s.q.data());  // [T, NH * (N + R)]
+        // Query: per head [W_UK q_nope | rope(q_pe)] -> q_abs [T, NH, C + R]. The heads' W_UK products read q_nope in
+        // place and write the c part of q_abs (one parallel section: one head's block is too small to split well,
+        // and 16 sections of their own cost more in wake-ups and barriers than the products); then each head's
+        // q_pe goes behind it and is rotated there.
+        matmul(pool, s.op, L.q_b, s.qa.data(), T, s.q.data());  // [T, NH, N + R]
+        per_head_products(s, pool, L.k_b, s.q.data(), qk, T, s.q_abs.data(), lat);
         for (int64_t t = 0; t < T; ++t) {
             for (int64_t hd = 0; hd < NH; ++hd)
-                std::copy_n(s.q.data() + (t * NH + hd) * qk + N, R, s.pe.data() + (t * NH + hd) * R);
+                std::copy_n(s.q.data() + (t * NH + hd) * qk + N, R, s.q_abs.data() + (t * NH + hd) * lat + C);
         }
-        rope(s.pe.data(), T, NH, R, ub.pos.data() + c0, hp_.rope);
-        // Per head W_UK: the heads' products in one parallel section (one head's block is too small to split
-        // well: 16 sections of their own cost more in wake-ups and barriers than the products). nope_in holds
-        // [NH, T, N] (the heads' q_nope gathered), head_out [NH, T, C].
-        for (int64_t hd = 0; hd < NH; ++hd) {
-            for (int64_t t = 0; t < T; ++t)
-                std::copy_n(s.q.data() + (t * NH + hd) * qk, N, s.nope_in.data() + (hd * T + t) * N);
-        }
-        per_head_products(s, pool, L.k_b, C, s.nope_in.data(), N, T, s.head_out.data());
-        for (int64_t hd = 0; hd < NH; ++hd) {
-            for (int64_t t = 0; t < T; ++t) {
-                float *dst = s.q_abs.data() + (t * NH + hd) * lat;
-                std::copy_n(s.head_out.data() + (hd * T + t) * C, C, dst);
-                std::copy_n(s.pe.data() + (t * NH + hd) * R, R, dst + C);
-            }
-        }
+        rope(s.q_abs.data() + C, T, NH, lat, ub.pos.data() + c0, hp_.rope);  // the k_pe part of every head
 
         // Attention over the latent rows: MQA with K = [c_kv | k_pe] and V = c_kv. A rotated cache holds
         // [H c_kv | H k_pe]: queries are rotated alike, and the output (a sum of H c_kv) rotated back.
@@ -675,31 +662,29 @@ class DsaModel final : public ArchModel {
         s.ckv_rotation.apply(s.lat_out.data(), T * NH);
 
         // Per head W_UV back to v_head (one section, as W_UK), then the output projection.
-        for (int64_t hd = 0; hd < NH; ++hd) {
-            for (int64_t t = 0; t < T; ++t)
-                std::copy_n(s.lat_out.data() + (t * NH + hd) * C, C, s.nope_in.data() + (hd * T + t) * C);
-        }
-        per_head_products(s, pool, L.v_b, V, s.nope_in.data(), C, T, s.head_out.data());
-        for (int64_t hd = 0; hd < NH; ++hd) {
-            for (int64_t t = 0; t < T; ++t)
-                std::copy_n(s.head_out.data() + (hd * T + t) * V, V, s.o.data() + (t * NH + hd) * V);
-        }
-        matmul(pool, s.op, L.wo, s.o.data(), T, s.ffn_out.data());  // [T, n_embd]
+        per_head_products(s, pool, L.v_b, s.lat_out.data(), C, T, s.o.data(), V);  // [T, NH, V]
+        matmul(pool, s.op, L.wo, s.o.data(), T, s.ffn_out.data());                 // [T, n_embd]
         float *xc = s.x.data() + c0 * hp_.n_embd;
         for (int64_t i = 0; i < T * hp_.n_embd; ++i) xc[i] += s.ffn_out[i];
     }
 
-    // out[hd] = in[hd] W_hd^T for every head hd, W_hd the hd-th block of n_rows rows of `stack`; in is
-    // [NH, T, n_in], out [NH, T, n_rows]; all heads in one matmul_many section.
-    void per_head_products(DsaState &s, ThreadPool &pool, const WeightMatrix &stack, int64_t n_rows, const float *in,
-                           int64_t n_in, int64_t T, float *out) const {
-        const int64_t NH = hp_.n_head;
+    // For every head hd and token t: out[t, hd, :n_rows] = W_hd in[t, hd, :n_in], W_hd the hd-th block of the
+    // stack's rows (n_rows = its n_rows / NH, n_in its n_cols); in is [T, NH, in_dim] and out [T, NH, out_dim]
+    // (a head's slot may be wider than what is read or written). All heads in one matmul_many section, reading
+    // and writing in place through the tasks' strides.
+    void per_head_products(DsaState &s, ThreadPool &pool, const WeightMatrix &stack, const float *in, int64_t in_dim,
+                           int64_t T, float *out, int64_t out_dim) const {
+        const int64_t NH = hp_.n_head, n_rows = stack.n_rows / NH;
         s.head_blocks.resize(static_cast<size_t>(NH));
         s.head_tasks.resize(static_cast<size_t>(NH));
         for (int64_t hd = 0; hd < NH; ++hd) {
             s.head_blocks[static_cast<size_t>(hd)] = head_block(stack, hd, n_rows);
-            s.head_tasks[static_cast<size_t>(hd)] = {&s.head_blocks[static_cast<size_t>(hd)], in + hd * T * n_in, T,
-                                                     out + hd * T * n_rows};
+            s.head_tasks[static_cast<size_t>(hd)] = {&s.head_blocks[static_cast<size_t>(hd)],
+                                                     in + hd * in_dim,
+                                                     T,
+                                                     out + hd * out_dim,
+                                                     NH * in_dim,
+                                                     NH * out_dim};
         }
         matmul_many(pool, s.op, s.head_tasks.data(), NH);
     }

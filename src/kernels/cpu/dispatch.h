@@ -67,6 +67,18 @@ using AxpyFn = void (*)(const void *row, float a, float *y, int64_t n);
 // (quantize_row(DType::Q8_0, ...) in core/dtype.h).
 using QuantizeQ8Fn = void (*)(const float *x, BlockQ8_0 *y, int64_t n);
 using ToF32Fn = void (*)(const void *row, float *y, int64_t n);
+// x[0..n) to fp16 in row, rounded to nearest even (overflow to inf, NaN stays NaN): every level the same bits
+// for every non-NaN input.
+using FromF32Fn = void (*)(const float *x, void *row, int64_t n);
+// out[i] = gate[i] / (1 + exp(-gate[i])) * up[i] (SwiGLU's gating; out may alias gate or up). The scalar level
+// uses std::exp; the vector levels their polynomial exp (the attention softmax's), within a few ulp of it. Each
+// element's result depends on its inputs alone, not on its position or n (tails run the vector code on padded or
+// masked lanes), so a token's activations do not change with the batch around it.
+using SwigluFn = void (*)(const float *gate, const float *up, float *out, int64_t n);
+// One row of rms_norm (ops.h): y = x * scale * w (w may be null: 1), scale = 1 / sqrt(sum(x^2) / n + eps) with
+// the sum in double. The levels differ only in the order of that sum (so scale may differ in its last bit); the
+// product is x * scale, then * w, on every level. y may alias x.
+using RmsNormRowFn = void (*)(const float *x, const float *w, float *y, int64_t n, float eps);
 
 struct KernelTable {
     Isa isa = Isa::scalar;
@@ -123,6 +135,9 @@ struct KernelTable {
     ToF32Fn to_f32_bf16 = nullptr;
     ToF32Fn to_f32_q8_0 = nullptr;  // quantised cache rows (n % 32 == 0)
     ToF32Fn to_f32_q4_0 = nullptr;
+    FromF32Fn from_f32_f16 = nullptr;
+    SwigluFn swiglu = nullptr;
+    RmsNormRowFn rms_norm_row = nullptr;
 
     // The dot for weights of type t (a supported type), or throws sparrow::Error.
     DotTileFn dot(DType t) const;

@@ -19,6 +19,9 @@
 //   axpy_<t>:      y[0..n) += a * row[0..n)
 //   quantize_row_q8_0: n floats (n % 32 == 0) to n/32 Q8_0 blocks, bit-exactly as ggml's reference
 //   to_f32_<t>:    y[0..n) = row[0..n) converted exactly (the AVX-512 table uses the AVX2 versions)
+//   from_f32_f16:  row[0..n) = x[0..n) as fp16, rounded to nearest even (the AVX-512 table uses the AVX2 one)
+//   swiglu:        out[i] = silu(gate[i]) * up[i] (dispatch.h: the vector levels' exp within a few ulp)
+//   rms_norm_row:  y = x * (1 / sqrt(sum(x^2) / n + eps)) * w, the sum in double (the AVX-512 table uses AVX2's)
 // The AVX-512 table also takes the AVX2 Q8_0 and Q4_0 dot kernels (dispatch.cpp says why), except the packed-row
 // ones where the CPU has VNNI (kernels_vnni.cpp).
 #pragma once
@@ -46,6 +49,9 @@ void axpy_bf16(const void *row, float a, float *y, int64_t n);
 void quantize_row_q8_0(const float *x, BlockQ8_0 *y, int64_t n);
 void to_f32_f16(const void *row, float *y, int64_t n);
 void to_f32_bf16(const void *row, float *y, int64_t n);
+void from_f32_f16(const float *x, void *row, int64_t n);
+void swiglu(const float *gate, const float *up, float *out, int64_t n);
+void rms_norm_row(const float *x, const float *w, float *y, int64_t n, float eps);
 }  // namespace sparrow::cpu::scalar
 
 namespace sparrow::cpu::avx2 {
@@ -68,6 +74,9 @@ void axpy_bf16(const void *row, float a, float *y, int64_t n);
 void quantize_row_q8_0(const float *x, BlockQ8_0 *y, int64_t n);
 void to_f32_f16(const void *row, float *y, int64_t n);
 void to_f32_bf16(const void *row, float *y, int64_t n);
+void from_f32_f16(const float *x, void *row, int64_t n);
+void swiglu(const float *gate, const float *up, float *out, int64_t n);
+void rms_norm_row(const float *x, const float *w, float *y, int64_t n, float eps);
 }  // namespace sparrow::cpu::avx2
 
 namespace sparrow::cpu::avx512 {
@@ -78,6 +87,7 @@ void axpy_f32(const void *row, float a, float *y, int64_t n);
 void axpy_f16(const void *row, float a, float *y, int64_t n);
 void axpy_bf16(const void *row, float a, float *y, int64_t n);
 void quantize_row_q8_0(const float *x, BlockQ8_0 *y, int64_t n);
+void swiglu(const float *gate, const float *up, float *out, int64_t n);
 }  // namespace sparrow::cpu::avx512
 
 // AVX512-VNNI (kernels_vnni.cpp): the packed-row Q8_0 and Q4_0 products, for the avx512 level when cpuid has

@@ -2,9 +2,9 @@
 // cpuid says the CPU has them (dispatch.cpp).
 //
 // ODR rule for this file: it includes only <immintrin.h>, <cstddef>, <cstdint>, <cstring>, core/blocks.h
-// (plain data) and isa_kernels.h (declarations only), and everything but the exported kernels sits in an
-// anonymous namespace (templates included: internal linkage). A shared inline function compiled here
-// could otherwise be the copy the linker keeps, and crash on a CPU without AVX2.
+// (plain data), isa_kernels.h (declarations only) and simd_exp_avx2.h (its exp in an anonymous namespace), and
+// everything but the exported kernels sits in an anonymous namespace (templates included: internal linkage). A shared
+// inline function compiled here could otherwise be the copy the linker keeps, and crash on a CPU without AVX2.
 #include <immintrin.h>
 
 #include <cstddef>
@@ -13,6 +13,7 @@
 
 #include "core/blocks.h"
 #include "kernels/cpu/isa_kernels.h"
+#include "kernels/cpu/simd_exp_avx2.h"  // internal linkage: this file's own copy
 
 namespace sparrow::cpu::avx2 {
 
@@ -667,6 +668,61 @@ void to_f32_bf16(const void *row, float *y, int64_t n) {
     int64_t i = 0;
     for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, load8<FloatKind::bf16>(row, i));
     for (; i < n; ++i) y[i] = load1<FloatKind::bf16>(row, i);
+}
+
+void from_f32_f16(const float *x, void *row, int64_t n) {
+    auto *h = static_cast<uint16_t *>(row);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        _mm_storeu_si128(reinterpret_cast<__m128i *>(h + i),
+                         _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    }
+    for (; i < n; ++i) h[i] = _cvtss_sh(x[i], _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+}
+
+namespace {
+inline __m256 swiglu8(__m256 g, __m256 u) {
+    const __m256 e = simd::exp8(_mm256_sub_ps(_mm256_setzero_ps(), g));
+    return _mm256_mul_ps(_mm256_div_ps(g, _mm256_add_ps(_mm256_set1_ps(1.0f), e)), u);
+}
+}  // namespace
+
+void swiglu(const float *gate, const float *up, float *out, int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, swiglu8(_mm256_loadu_ps(gate + i), _mm256_loadu_ps(up + i)));
+    if (i < n) {  // the tail through zero-padded lanes: the same code, so an element's result never depends on i
+        alignas(32) float g[8] = {}, u[8] = {}, o[8];
+        for (int64_t k = 0; k < n - i; ++k) g[k] = gate[i + k], u[k] = up[i + k];
+        _mm256_store_ps(o, swiglu8(_mm256_load_ps(g), _mm256_load_ps(u)));
+        for (int64_t k = 0; k < n - i; ++k) out[i + k] = o[k];
+    }
+}
+
+void rms_norm_row(const float *x, const float *w, float *y, int64_t n, float eps) {
+    // The squares in double, eight floats widened per step into two accumulators of four.
+    __m256d acc0 = _mm256_setzero_pd(), acc1 = _mm256_setzero_pd();
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256 v = _mm256_loadu_ps(x + i);
+        const __m256d lo = _mm256_cvtps_pd(_mm256_castps256_ps128(v)),
+                      hi = _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1));
+        acc0 = _mm256_fmadd_pd(lo, lo, acc0);
+        acc1 = _mm256_fmadd_pd(hi, hi, acc1);
+    }
+    const __m256d acc = _mm256_add_pd(acc0, acc1);
+    __m128d s2 = _mm_add_pd(_mm256_castpd256_pd128(acc), _mm256_extractf128_pd(acc, 1));
+    s2 = _mm_add_sd(s2, _mm_unpackhi_pd(s2, s2));
+    double sum = _mm_cvtsd_f64(s2);
+    for (; i < n; ++i) sum += double(x[i]) * double(x[i]);
+    const __m128d mean = _mm_set_sd(sum / double(n) + double(eps));
+    const auto scale = static_cast<float>(1.0 / _mm_cvtsd_f64(_mm_sqrt_sd(mean, mean)));
+    const __m256 sv = _mm256_set1_ps(scale);
+    int64_t k = 0;
+    for (; k + 8 <= n; k += 8) {
+        const __m256 v = _mm256_mul_ps(_mm256_loadu_ps(x + k), sv);
+        _mm256_storeu_ps(y + k, w ? _mm256_mul_ps(v, _mm256_loadu_ps(w + k)) : v);
+    }
+    for (; k < n; ++k) y[k] = w ? x[k] * scale * w[k] : x[k] * scale;
 }
 
 }  // namespace sparrow::cpu::avx2

@@ -2,9 +2,9 @@
 // F16C; CMakeLists.txt) and called only after cpuid says the CPU has them (dispatch.cpp).
 //
 // ODR rule for this file: it includes only <immintrin.h>, <cstddef>, <cstdint>, <cstring>, core/blocks.h
-// (plain data) and isa_kernels.h (declarations only), and everything but the exported kernels sits in an
-// anonymous namespace (templates included: internal linkage). A shared inline function compiled here
-// could otherwise be the copy the linker keeps, and crash on a CPU without AVX-512.
+// (plain data), isa_kernels.h (declarations only) and simd_exp_avx512.h (its exp in an anonymous namespace), and
+// everything but the exported kernels sits in an anonymous namespace (templates included: internal linkage). A shared
+// inline function compiled here could otherwise be the copy the linker keeps, and crash on a CPU without AVX-512.
 //
 // Tails use masked loads (lanes past the end are neither read nor faulted), so no scalar clean-up loops.
 // Q8_0 and Q4_0 products use the AVX2 kernels (dispatch.cpp says why).
@@ -17,6 +17,7 @@
 
 #include "core/blocks.h"
 #include "kernels/cpu/isa_kernels.h"
+#include "kernels/cpu/simd_exp_avx512.h"  // internal linkage: this file's own copy
 
 namespace sparrow::cpu::avx512 {
 
@@ -167,6 +168,15 @@ void quantize_row_q8_0(const float *x, BlockQ8_0 *y, int64_t n) {
             _mm_storeu_si128(reinterpret_cast<__m128i *>(y[b].qs + 16 * k),
                              _mm512_cvtepi32_epi8(_mm512_cvttps_epi32(r)));
         }
+    }
+}
+
+void swiglu(const float *gate, const float *up, float *out, int64_t n) {
+    for (int64_t i = 0; i < n; i += 16) {
+        const __mmask16 m = n - i >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (n - i)) - 1);  // tails: masked lanes
+        const __m512 g = _mm512_maskz_loadu_ps(m, gate + i), u = _mm512_maskz_loadu_ps(m, up + i);
+        const __m512 e = simd::exp16(_mm512_sub_ps(_mm512_setzero_ps(), g));
+        _mm512_mask_storeu_ps(out + i, m, _mm512_mul_ps(_mm512_div_ps(g, _mm512_add_ps(_mm512_set1_ps(1.0f), e)), u));
     }
 }
 

@@ -194,4 +194,31 @@ void to_f32_bf16(const void *row, float *y, int64_t n) {
     for (int64_t i = 0; i < n; ++i) y[i] = bf16_to_f32(h[i]);
 }
 
+void from_f32_f16(const float *x, void *row, int64_t n) {
+    auto *h = static_cast<uint16_t *>(row);
+    for (int64_t i = 0; i < n; ++i) h[i] = f32_to_fp16(x[i]);
+}
+
+void rms_norm_row(const float *x, const float *w, float *y, int64_t n, float eps) {
+    // Eight independent double partial sums (the compiler vectorises them without reassociating).
+    constexpr int kLanes = 8;
+    double lanes[kLanes] = {};
+    int64_t i = 0;
+    for (; i + kLanes <= n; i += kLanes) {
+        for (int l = 0; l < kLanes; ++l) lanes[l] += double(x[i + l]) * double(x[i + l]);
+    }
+    double sum = 0.0;
+    for (int l = 0; l < kLanes; ++l) sum += lanes[l];
+    for (; i < n; ++i) sum += double(x[i]) * double(x[i]);
+    const float scale = static_cast<float>(1.0 / std::sqrt(sum / double(n) + eps));
+    for (int64_t k = 0; k < n; ++k) y[k] = w ? x[k] * scale * w[k] : x[k] * scale;
+}
+
+void swiglu(const float *gate, const float *up, float *out, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) {
+        const float g = gate[i];
+        out[i] = g / (1.0f + std::exp(-g)) * up[i];
+    }
+}
+
 }  // namespace sparrow::cpu::scalar
