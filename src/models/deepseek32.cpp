@@ -340,15 +340,18 @@ class DsaModel final : public ArchModel {
         get_rows(tok_embd_, ub.tokens.data(), T, x);  // [T, n_embd]
         for (int64_t il = 0; il < hp_.n_layer; ++il) {
             const DsaLayer &L = layers_[il];
-            // Every token's cache rows first: a query of one chunk may see tokens of a later chunk.
+            // Every token's cache rows first: a query of one chunk may see tokens of a later chunk. A ubatch of
+            // one chunk (decode, short prompts) also takes its query's first products from the same normed
+            // input there, in the same parallel section.
+            const bool one_chunk = T <= kAttnChunk;
             for (int64_t c0 = 0; c0 < T; c0 += kAttnChunk)
-                write_cache_rows(s, L, il, ub, pool, c0, std::min(kAttnChunk, T - c0));
+                write_cache_rows(s, L, il, ub, pool, c0, std::min(kAttnChunk, T - c0), select, one_chunk);
             if (s.record_selections) {
                 s.debug_selections[static_cast<size_t>(il)].layer = il;
                 s.debug_selections[static_cast<size_t>(il)].dense = !select;
             }
             for (int64_t c0 = 0; c0 < T; c0 += kAttnChunk)
-                attention_chunk(s, L, il, cells, ub, pool, select, c0, std::min(kAttnChunk, T - c0));
+                attention_chunk(s, L, il, cells, ub, pool, select, c0, std::min(kAttnChunk, T - c0), one_chunk);
             for (int64_t c0 = 0; c0 < T; c0 += kFfnChunk) {
                 const int64_t n = std::min(kFfnChunk, T - c0);
                 float *xc = x + c0 * E, *h = s.h.data();
@@ -526,14 +529,26 @@ class DsaModel final : public ArchModel {
         return L;
     }
 
-    // The cache rows of tokens [c0, c0 + n): the latent [c_kv | k_pe] and, on full layers, the indexer key.
+    // The cache rows of tokens [c0, c0 + n): the latent [c_kv | k_pe] and, on full layers, the indexer key. With
+    // `with_query` (a ubatch of one attention chunk) the products of the chunk's query that read the same normed
+    // input join the cache's in one matmul_many section, sharing its quantised activations: q_a into s.qa and, on
+    // full layers when selecting, the indexer's head weights into s.iw (unscaled); attention_chunk then skips
+    // them, and the norm, whose output s.h still holds.
     void write_cache_rows(DsaState &s, const DsaLayer &L, int64_t il, const UBatch &ub, ThreadPool &pool, int64_t c0,
-                          int64_t n) const {
+                          int64_t n, bool select, bool with_query) const {
         const int64_t C = hp_.kv_lora, R = hp_.n_rot, lat = C + R, D = hp_.idx_head_dim;
         const auto t0 = std::chrono::steady_clock::now();
         float *h = s.h.data();
         rms_norm(s.x.data() + c0 * hp_.n_embd, L.attn_norm, h, n, hp_.n_embd, hp_.rms_eps);
-        matmul(pool, s.op, L.kv_a_mqa, h, n, s.kv.data());  // [n, C + R]
+        MatmulTask tasks[4];
+        int64_t n_tasks = 0;
+        tasks[n_tasks++] = {&L.kv_a_mqa, h, n, s.kv.data()};                         // [n, C + R]
+        if (hp_.indexer_full[il]) tasks[n_tasks++] = {&L.idx_k, h, n, s.ik.data()};  // [n, D]
+        if (with_query) {
+            tasks[n_tasks++] = {&L.q_a, h, n, s.qa.data()};                                           // [n, q_lora]
+            if (select && hp_.indexer_full[il]) tasks[n_tasks++] = {&L.idx_proj, h, n, s.iw.data()};  // [n, H]
+        }
+        matmul_many(pool, s.op, tasks, n_tasks);  // --dsa-stats counts the whole section as attention's time
         for (int64_t t = 0; t < n; ++t) {
             float *row = s.kv.data() + t * lat;
             rms_norm(row, L.kv_a_norm, row, 1, C, hp_.rms_eps);
@@ -546,7 +561,6 @@ class DsaModel final : public ArchModel {
         }
         const auto t1 = std::chrono::steady_clock::now();
         if (hp_.indexer_full[il]) {
-            matmul(pool, s.op, L.idx_k, h, n, s.ik.data());  // [n, D]
             layer_norm(s.ik.data(), L.idx_k_norm_w, L.idx_k_norm_b, s.ik.data(), n, D, 1e-6f);
             rope(s.ik.data(), n, 1, D, ub.pos.data() + c0, hp_.rope_indexer);  // rope part first: [rope | nope]
             for (int64_t t = 0; t < n; ++t) s.indexer_key[il].write(ub.cells[c0 + t], s.ik.data() + t * D);
@@ -560,22 +574,29 @@ class DsaModel final : public ArchModel {
     // with selection on, the indexer picks each token's top-k cells (kept per token in s.selected for the
     // following shared layers); then absorbed MLA over the selected (or all visible) cells, added to s.x.
     void attention_chunk(DsaState &s, const DsaLayer &L, int64_t il, const KvCells &cells, const UBatch &ub,
-                         ThreadPool &pool, bool select, int64_t c0, int64_t n) const {
+                         ThreadPool &pool, bool select, int64_t c0, int64_t n, bool query_started) const {
         const int64_t E = hp_.n_embd;
         float *h = s.h.data();
-        rms_norm(s.x.data() + c0 * E, L.attn_norm, h, n, E, hp_.rms_eps);
-        matmul(pool, s.op, L.q_a, h, n, s.qa.data());  // [n, q_lora]
+        if (!query_started) {  // else write_cache_rows left h, q_a's product and (selecting) the head weights
+            rms_norm(s.x.data() + c0 * E, L.attn_norm, h, n, E, hp_.rms_eps);
+            matmul(pool, s.op, L.q_a, h, n, s.qa.data());  // [n, q_lora]
+        }
         rms_norm(s.qa.data(), L.q_a_norm, s.qa.data(), n, hp_.q_lora, hp_.rms_eps);
         const auto visible = s.visible.rows().subspan(static_cast<size_t>(c0), static_cast<size_t>(n));
         std::span<const std::span<const int32_t>> rows = visible;
         const int64_t sel0 = hp_.any_shared ? c0 : 0;  // the chunk's first entry in s.selected
         const auto t0 = std::chrono::steady_clock::now();
+        bool q_ready = false;  // MLA's q_b product done with the indexer's
         if (select && hp_.indexer_full[il]) {
             const int64_t H = hp_.idx_n_head, D = hp_.idx_head_dim;
-            matmul(pool, s.op, L.idx_q_b, s.qa.data(), n, s.iq.data());  // [n, H * D]
+            // The indexer's queries and MLA's (both from the q latent) in one section, quantised once.
+            const MatmulTask from_qa[2] = {{&L.idx_q_b, s.qa.data(), n, s.iq.data()},  // [n, H * D]
+                                           {&L.q_b, s.qa.data(), n, s.q.data()}};      // [n, NH * (N + R)]
+            matmul_many(pool, s.op, from_qa, 2);
+            q_ready = true;
             rope(s.iq.data(), n, H, D, ub.pos.data() + c0, hp_.rope_indexer);
             s.indexer_key[il].rotation().apply(s.iq.data(), n * H);  // as the stored keys (identity if none)
-            matmul(pool, s.op, L.idx_proj, h, n, s.iw.data());       // [n, H]
+            if (!query_started) matmul(pool, s.op, L.idx_proj, h, n, s.iw.data());  // [n, H]
             const float w_scale = 1.0f / std::sqrt(static_cast<float>(D * H));
             for (int64_t i = 0; i < n * H; ++i) s.iw[i] *= w_scale;
             const auto ts = std::chrono::steady_clock::now();
@@ -594,7 +615,7 @@ class DsaModel final : public ArchModel {
         }
         if (select) rows = std::span<const std::span<const int32_t>>(s.selected_rows).subspan(sel0, n);
         const auto t1 = std::chrono::steady_clock::now();
-        mla_attention(s, L, il, ub, pool, rows, c0);  // x += attention output
+        mla_attention(s, L, il, ub, pool, rows, c0, q_ready);  // x += attention output
         const auto t2 = std::chrono::steady_clock::now();
         s.stats.indexer_seconds += std::chrono::duration<double>(t1 - t0).count();
         s.stats.attention_seconds += std::chrono::duration<double>(t2 - t1).count();
@@ -631,9 +652,9 @@ class DsaModel final : public ArchModel {
     }
 
     // Absorbed MLA of tokens [c0, c0 + |rows|) over `rows` (each token's selected or visible cells), with
-    // s.qa holding their q latent; adds the output to s.x.
+    // s.qa holding their q latent (and s.q its q_b product when q_ready); adds the output to s.x.
     void mla_attention(DsaState &s, const DsaLayer &L, int64_t il, const UBatch &ub, ThreadPool &pool,
-                       std::span<const std::span<const int32_t>> rows, int64_t c0) const {
+                       std::span<const std::span<const int32_t>> rows, int64_t c0, bool q_ready) const {
         const int64_t T = static_cast<int64_t>(rows.size());
         const int64_t NH = hp_.n_head, R = hp_.n_rot, C = hp_.kv_lora, N = hp_.nope, V = hp_.v_head;
         const int64_t qk = N + R, lat = C + R;
@@ -642,7 +663,7 @@ class DsaModel final : public ArchModel {
         // place and write the c part of q_abs (one parallel section: one head's block is too small to split well,
         // and 16 sections of their own cost more in wake-ups and barriers than the products); then each head's
         // q_pe goes behind it and is rotated there.
-        matmul(pool, s.op, L.q_b, s.qa.data(), T, s.q.data());  // [T, NH, N + R]
+        if (!q_ready) matmul(pool, s.op, L.q_b, s.qa.data(), T, s.q.data());  // [T, NH, N + R]
         per_head_products(s, pool, L.k_b, s.q.data(), qk, T, s.q_abs.data(), lat);
         for (int64_t t = 0; t < T; ++t) {
             for (int64_t hd = 0; hd < NH; ++hd)
