@@ -692,7 +692,10 @@ void swiglu(const float *gate, const float *up, float *out, int64_t n) {
     for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, swiglu8(_mm256_loadu_ps(gate + i), _mm256_loadu_ps(up + i)));
     if (i < n) {  // the tail through zero-padded lanes: the same code, so an element's result never depends on i
         alignas(32) float g[8] = {}, u[8] = {}, o[8];
-        for (int64_t k = 0; k < n - i; ++k) g[k] = gate[i + k], u[k] = up[i + k];
+        for (int64_t k = 0; k < n - i; ++k) {
+            g[k] = gate[i + k];
+            u[k] = up[i + k];
+        }
         _mm256_store_ps(o, swiglu8(_mm256_load_ps(g), _mm256_load_ps(u)));
         for (int64_t k = 0; k < n - i; ++k) out[i + k] = o[k];
     }
