@@ -1,6 +1,11 @@
-// The thread pool: run() calls every thread once, parallel_for covers each index exactly once whatever the
-// sizes, and both survive many back-to-back jobs (the spin path) and jobs after idle pauses (the sleep path).
+// The thread pool: run() calls every index once, parallel_for covers each index exactly once whatever the
+// sizes, both survive many back-to-back jobs (the spin path) and jobs after idle pauses (the sleep path), and a
+// worker that is not running (frozen here by a signal handler) does not hold up a job.
 #include <gtest/gtest.h>
+#include <pthread.h>
+
+#include <csignal>
+#include <future>
 
 #include <algorithm>
 #include <atomic>
@@ -14,6 +19,15 @@
 
 namespace sparrow {
 namespace {
+
+// A SIGUSR1 handler that parks the thread it interrupts until released: a worker the OS does not run.
+// Signal handlers can only reach statics; these are touched by this one test.
+std::atomic<bool> g_parked{false};
+std::atomic<bool> g_release{false};
+void park_thread(int) {
+    g_parked.store(true);
+    while (!g_release.load()) std::this_thread::sleep_for(std::chrono::microseconds(200));
+}
 
 TEST(ThreadPool, RunCallsEveryThreadOnce) {
     for (int n_threads : {1, 2, 3, 8}) {
@@ -117,6 +131,54 @@ TEST(ThreadPool, ResultsVisibleToTheCaller) {
         });
         for (int64_t i = 0; i < 1000; ++i) ASSERT_EQ(out[static_cast<size_t>(i)], i * round);
     }
+}
+
+TEST(ThreadPool, RunDoesNotWaitForAWorkerThatIsNotRunning) {
+    ThreadPool pool(2);
+    // Find the worker thread: with each index taking a while, the worker claims one of them.
+    const pthread_t caller = pthread_self();
+    pthread_t worker{};
+    bool found = false;
+    for (int attempt = 0; attempt < 200 && !found; ++attempt) {
+        std::mutex m;
+        pool.run([&](int, int) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(5));
+            std::lock_guard<std::mutex> lock(m);
+            if (!pthread_equal(pthread_self(), caller)) {
+                worker = pthread_self();
+                found = true;
+            }
+        });
+    }
+    ASSERT_TRUE(found) << "the worker never took part in a job";
+    // Idle long enough that the worker sleeps on its condition variable (holding no lock), then park it.
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    struct sigaction action {};
+    struct sigaction previous {};
+    action.sa_handler = park_thread;
+    sigemptyset(&action.sa_mask);
+    ASSERT_EQ(sigaction(SIGUSR1, &action, &previous), 0);
+    g_parked.store(false);
+    g_release.store(false);
+    ASSERT_EQ(pthread_kill(worker, SIGUSR1), 0);
+    while (!g_parked.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+
+    // Both indices must run, on the caller, while the worker stays parked.
+    std::vector<int> calls(2, 0);
+    auto job = std::async(std::launch::async, [&] {
+        pool.run([&](int ith, int) { calls[static_cast<size_t>(ith)] += 1; });
+        pool.parallel_for(100, 1, [&](int64_t, int64_t) {});
+    });
+    const bool finished = job.wait_for(std::chrono::seconds(20)) == std::future_status::ready;
+    g_release.store(true);  // let the worker go either way, so that a failure does not hang the test
+    job.wait();
+    sigaction(SIGUSR1, &previous, nullptr);
+    EXPECT_TRUE(finished) << "run() waited for a worker that was not running";
+    EXPECT_EQ(calls, (std::vector<int>{1, 1}));
+    // And the pool works normally once the worker is back.
+    std::atomic<int64_t> total{0};
+    for (int i = 0; i < 100; ++i) pool.parallel_for(12, 1, [&](int64_t b, int64_t e) { total.fetch_add(e - b); });
+    EXPECT_EQ(total.load(), 1200);
 }
 
 TEST(ThreadPool, DestroysCleanlyWhileIdle) {

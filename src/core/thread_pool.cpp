@@ -39,43 +39,59 @@ bool spin_until(const Done &done) {
 
 int ThreadPool::hardware_threads() { return static_cast<int>(std::max(1u, std::thread::hardware_concurrency())); }
 
-ThreadPool::ThreadPool(int n_threads) : n_threads_(std::max(1, n_threads)) {
+namespace {
+constexpr uint64_t kIndexMask = 0xffffffffu;
+inline uint64_t generation_of(uint64_t claims) { return claims >> 32; }
+}  // namespace
+
+ThreadPool::ThreadPool(int n_threads)
+    : n_threads_(std::max(1, n_threads)), claims_(static_cast<uint64_t>(n_threads_)) {  // generation 0: exhausted
     workers_.reserve(static_cast<size_t>(n_threads_ - 1));
-    for (int i = 1; i < n_threads_; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
+    for (int i = 1; i < n_threads_; ++i) workers_.emplace_back([this] { worker_loop(); });
 }
 
 ThreadPool::~ThreadPool() {
-    {
-        std::lock_guard<std::mutex> lock(mutex_);
-        stop_ = true;
-        generation_.fetch_add(1, std::memory_order_release);
-    }
+    stop_.store(true, std::memory_order_seq_cst);
+    const uint64_t gen = generation_of(claims_.load(std::memory_order_relaxed)) + 1;
+    claims_.store((gen << 32) | static_cast<uint64_t>(n_threads_), std::memory_order_seq_cst);  // nothing to claim
+    { std::lock_guard<std::mutex> lock(mutex_); }
     wake_.notify_all();
     for (auto &t : workers_) t.join();
 }
 
-void ThreadPool::worker_loop(int ith) {
-    uint64_t seen = 0;
+uint64_t ThreadPool::run_claims() {
+    uint64_t claims = claims_.load(std::memory_order_acquire);
     for (;;) {
-        uint64_t gen = seen;
-        spin_until([&] { return (gen = generation_.load(std::memory_order_acquire)) != seen; });
-        if (gen == seen) {
-            std::unique_lock<std::mutex> lock(mutex_);
-            wake_.wait(lock, [&] { return generation_.load(std::memory_order_acquire) != seen; });
-            gen = generation_.load(std::memory_order_acquire);
+        const uint64_t ith = claims & kIndexMask;
+        if (ith >= static_cast<uint64_t>(n_threads_)) return generation_of(claims);
+        if (!claims_.compare_exchange_weak(claims, claims + 1, std::memory_order_acq_rel, std::memory_order_acquire)) {
+            continue;  // another thread claimed first (claims now holds the new state)
         }
-        seen = gen;
-        const std::function<void(int, int)> *job;
-        {
-            std::lock_guard<std::mutex> lock(mutex_);
-            if (stop_) return;
-            job = job_;
-        }
-        (*job)(ith, n_threads_);
-        if (n_pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+        // The claim succeeded in this generation, whose job stays in place until all its indices are done.
+        (*job_.load(std::memory_order_relaxed))(static_cast<int>(ith), n_threads_);
+        if (completed_.fetch_add(1, std::memory_order_seq_cst) + 1 == n_threads_ &&
+            caller_sleeping_.load(std::memory_order_seq_cst)) {
             std::lock_guard<std::mutex> lock(mutex_);
             done_cv_.notify_one();
         }
+        claims = claims_.load(std::memory_order_acquire);
+    }
+}
+
+void ThreadPool::worker_loop() {
+    uint64_t seen = 0;  // the generation whose indices this worker last found all claimed
+    auto has_news = [&] {
+        return generation_of(claims_.load(std::memory_order_seq_cst)) != seen || stop_.load(std::memory_order_seq_cst);
+    };
+    for (;;) {
+        if (!spin_until(has_news)) {
+            std::unique_lock<std::mutex> lock(mutex_);
+            n_sleeping_.fetch_add(1, std::memory_order_seq_cst);
+            wake_.wait(lock, has_news);
+            n_sleeping_.fetch_sub(1, std::memory_order_seq_cst);
+        }
+        if (stop_.load(std::memory_order_acquire)) return;
+        seen = run_claims();
     }
 }
 
@@ -84,20 +100,24 @@ void ThreadPool::run(const std::function<void(int, int)> &fn) {
         fn(0, 1);
         return;
     }
-    {
-        std::lock_guard<std::mutex> lock(mutex_);
-        job_ = &fn;
-        n_pending_.store(n_threads_ - 1, std::memory_order_release);
-        generation_.fetch_add(1, std::memory_order_release);
+    job_.store(&fn, std::memory_order_relaxed);
+    completed_.store(0, std::memory_order_relaxed);
+    const uint64_t gen = generation_of(claims_.load(std::memory_order_relaxed)) + 1;
+    claims_.store(gen << 32, std::memory_order_seq_cst);  // publishes job_ and completed_ with the generation
+    if (n_sleeping_.load(std::memory_order_seq_cst) > 0) {
+        { std::lock_guard<std::mutex> lock(mutex_); }
+        wake_.notify_all();
     }
-    wake_.notify_all();
-    fn(0, n_threads_);
-    if (!spin_until([&] { return n_pending_.load(std::memory_order_acquire) == 0; })) {
+    run_claims();
+    // Every index is claimed now; wait for those still running on workers.
+    auto done = [&] { return completed_.load(std::memory_order_seq_cst) == n_threads_; };
+    if (!spin_until(done)) {
         std::unique_lock<std::mutex> lock(mutex_);
-        done_cv_.wait(lock, [&] { return n_pending_.load(std::memory_order_acquire) == 0; });
+        caller_sleeping_.store(true, std::memory_order_seq_cst);
+        done_cv_.wait(lock, done);
+        caller_sleeping_.store(false, std::memory_order_relaxed);
     }
-    std::lock_guard<std::mutex> lock(mutex_);
-    job_ = nullptr;
+    job_.store(nullptr, std::memory_order_relaxed);
 }
 
 void ThreadPool::parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)> &fn) {
