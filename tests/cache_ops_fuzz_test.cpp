@@ -158,10 +158,20 @@ TEST_P(CacheOpsFuzz, RandomOperationsMatchFreshRunsOfEachSequencesHistory) {
             const int dst = uniform(0, kSeqs - 1);
             if (dst != s) ctx.seq_rm(dst, 0, -1);
             ctx.seq_rm(s, 0, -1);
-            ctx.state_seq_load(dst, file);
             const History saved = oracle[s];
             oracle[s].clear();
-            oracle[dst] = saved;
+            oracle[dst].clear();
+            // The removed cells may still hold other sequences (seq_cp shares them): the load can find the
+            // cache short of free cells, and must then refuse it and leave the cache as it was.
+            const uint64_t before = ctx.cache_digest();
+            try {
+                ctx.state_seq_load(dst, file);
+                oracle[dst] = saved;
+            } catch (const Error &e) {
+                ++n_refused;
+                ASSERT_EQ(e.code(), ErrorCode::context_full) << what << ": " << e.what();
+                ASSERT_EQ(ctx.cache_digest(), before) << what << ": a refused load changed the cache";
+            }
         } else {  // probe: the next token's logits against a fresh run of the history
             if (oracle[s].empty()) continue;
             const int32_t probe = uniform(0, n_vocab - 1), pos = max_pos(s) + 1;
@@ -180,7 +190,7 @@ TEST_P(CacheOpsFuzz, RandomOperationsMatchFreshRunsOfEachSequencesHistory) {
         }
     }
     EXPECT_GT(n_probes, 20);
-    std::printf("%d probes (worst relative error %.2e), %d refused shifts\n", n_probes, worst, n_refused);
+    std::printf("%d probes (worst relative error %.2e), %d refused shifts or loads\n", n_probes, worst, n_refused);
     std::filesystem::remove_all(dir);
 }
 
