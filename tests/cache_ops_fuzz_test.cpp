@@ -164,11 +164,14 @@ TEST_P(CacheOpsFuzz, RandomOperationsMatchFreshRunsOfEachSequencesHistory) {
             // The removed cells may still hold other sequences (seq_cp shares them): the load can find the
             // cache short of free cells, and must then refuse it and leave the cache as it was.
             const uint64_t before = ctx.cache_digest();
+            const bool room = static_cast<int64_t>(saved.size()) <= kCells - ctx.n_cells_used();
             try {
                 ctx.state_seq_load(dst, file);
+                ASSERT_TRUE(room) << what << ": " << saved.size() << " tokens loaded into fewer free cells";
                 oracle[dst] = saved;
             } catch (const Error &e) {
                 ++n_refused;
+                ASSERT_FALSE(room) << what << ": a load with room for it was refused: " << e.what();
                 ASSERT_EQ(e.code(), ErrorCode::context_full) << what << ": " << e.what();
                 ASSERT_EQ(ctx.cache_digest(), before) << what << ": a refused load changed the cache";
             }

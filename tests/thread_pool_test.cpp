@@ -165,8 +165,13 @@ TEST(ThreadPool, RunDoesNotWaitForAWorkerThatIsNotRunning) {
 
     // Both indices must run, on the caller, while the worker stays parked.
     std::vector<int> calls(2, 0);
+    bool all_on_caller = true;
     auto job = std::async(std::launch::async, [&] {
-        pool.run([&](int ith, int) { calls[static_cast<size_t>(ith)] += 1; });
+        const pthread_t self = pthread_self();
+        pool.run([&](int ith, int) {
+            calls[static_cast<size_t>(ith)] += 1;
+            all_on_caller = all_on_caller && pthread_equal(pthread_self(), self);
+        });
         pool.parallel_for(100, 1, [&](int64_t, int64_t) {});
     });
     const bool finished = job.wait_for(std::chrono::seconds(20)) == std::future_status::ready;
@@ -175,6 +180,7 @@ TEST(ThreadPool, RunDoesNotWaitForAWorkerThatIsNotRunning) {
     sigaction(SIGUSR1, &previous, nullptr);
     EXPECT_TRUE(finished) << "run() waited for a worker that was not running";
     EXPECT_EQ(calls, (std::vector<int>{1, 1}));
+    EXPECT_TRUE(all_on_caller);
     // And the pool works normally once the worker is back.
     std::atomic<int64_t> total{0};
     for (int i = 0; i < 100; ++i) pool.parallel_for(12, 1, [&](int64_t b, int64_t e) { total.fetch_add(e - b); });

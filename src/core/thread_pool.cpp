@@ -42,18 +42,19 @@ int ThreadPool::hardware_threads() { return static_cast<int>(std::max(1u, std::t
 namespace {
 constexpr uint64_t kIndexMask = 0xffffffffu;
 inline uint64_t generation_of(uint64_t claims) { return claims >> 32; }
+// A generation with no index left to claim.
+inline uint64_t exhausted(uint64_t gen, int n_threads) { return (gen << 32) | static_cast<uint64_t>(n_threads); }
 }  // namespace
 
-ThreadPool::ThreadPool(int n_threads)
-    : n_threads_(std::max(1, n_threads)), claims_(static_cast<uint64_t>(n_threads_)) {  // generation 0: exhausted
+ThreadPool::ThreadPool(int n_threads) : n_threads_(std::max(1, n_threads)), claims_(exhausted(0, n_threads_)) {
     workers_.reserve(static_cast<size_t>(n_threads_ - 1));
     for (int i = 1; i < n_threads_; ++i) workers_.emplace_back([this] { worker_loop(); });
 }
 
 ThreadPool::~ThreadPool() {
     stop_.store(true, std::memory_order_seq_cst);
-    const uint64_t gen = generation_of(claims_.load(std::memory_order_relaxed)) + 1;
-    claims_.store((gen << 32) | static_cast<uint64_t>(n_threads_), std::memory_order_seq_cst);  // nothing to claim
+    claims_.store(exhausted(generation_of(claims_.load(std::memory_order_relaxed)) + 1, n_threads_),
+                  std::memory_order_seq_cst);
     { std::lock_guard<std::mutex> lock(mutex_); }
     wake_.notify_all();
     for (auto &t : workers_) t.join();
