@@ -5,8 +5,10 @@ Starts the server itself (or uses --url), then for each client count runs that m
 streaming /v1/completions requests (distinct prompts, a fixed number of tokens) until it has sent --requests or
 the phase's --time-limit passes. Prompts are --prompt-tokens token ids (distinct per request, the same length
 whatever the model's tokenizer), or with --prompt-tokens 0 text of --prompt-words words; --shared-prefix N puts
-the same N token ids (a system prompt) before every prompt. Reports per phase: requests, generated tokens,
-aggregate tokens/s, time to first token and per-request latency (median and p90), the server's time per decode
+the same N token ids (a system prompt) before every prompt; --long-prompt N sends one more request per phase, of
+N prompt tokens, while the clients stream (how long the running streams stall while the server reads it). Reports
+per phase: requests, generated tokens, aggregate tokens/s, time to first token and per-request latency (median and
+p90), each request's longest wait between two tokens (median and the phase's longest), the server's time per decode
 call and its share of the phase (from /metrics: how much the steps slow down, and how long the scheduler waits
 between them), the prompt tokens the server evaluated against those sent (a shared prefix is read once), and the
 speed-up over one client (the ratio of the medians over rounds, and the median of each round's ratio to its own
@@ -53,7 +55,8 @@ def model_vocab(host, port):
 
 
 def stream_one(host, port, body, timeout):
-    """One streaming request; returns (ttft_s, latency_s, completion_tokens)."""
+    """One streaming request; returns (ttft_s, latency_s, completion_tokens, stall_s): stall_s is the longest wait
+    between two events that carried text, after the first (0 with fewer than two)."""
     t0 = time.perf_counter()
     conn = http.client.HTTPConnection(host, port, timeout=timeout)
     try:
@@ -63,6 +66,8 @@ def stream_one(host, port, body, timeout):
             raise RuntimeError(f"HTTP {resp.status}: {resp.read()[:200]!r}")
         ttft = None
         tokens = 0
+        last_text = None
+        stall = 0.0
         while True:
             line = resp.fp.readline()
             if not line:
@@ -75,12 +80,17 @@ def stream_one(host, port, body, timeout):
             event = json.loads(payload)
             if "error" in event:
                 raise RuntimeError(f"stream error: {event['error']}")
-            if ttft is None and event["choices"] and event["choices"][0].get("text"):
-                ttft = time.perf_counter() - t0
+            if event["choices"] and event["choices"][0].get("text"):
+                now = time.perf_counter()
+                if ttft is None:
+                    ttft = now - t0
+                else:
+                    stall = max(stall, now - last_text)
+                last_text = now
             if "usage" in event:
                 tokens = event["usage"]["completion_tokens"]
         latency = time.perf_counter() - t0
-        return (ttft if ttft is not None else latency), latency, tokens
+        return (ttft if ttft is not None else latency), latency, tokens, stall
     finally:
         conn.close()
 
@@ -122,9 +132,24 @@ def run_phase(host, port, n_clients, args, first_index):
                 with lock:
                     errors.append(str(e))
 
+    long_result = []
+
+    def long_client():
+        # After the streams have started: one request whose prompt the server reads while they run.
+        time.sleep(args.long_prompt_delay)
+        body = {"prompt": prompt_ids(2 * 10 ** 6 + first_index, args.long_prompt, args.n_vocab), "max_tokens": 4,
+                "temperature": 0, "stream": True}
+        try:
+            long_result.append(stream_one(host, port, body, timeout=args.time_limit + 600))
+        except Exception as e:  # counted and reported
+            with lock:
+                errors.append(f"long prompt: {e}")
+
     before = server_counters(host, port)
     t0 = time.perf_counter()
     threads = [threading.Thread(target=client, args=(c,)) for c in range(n_clients)]
+    if args.long_prompt > 0:
+        threads.append(threading.Thread(target=long_client))
     for t in threads:
         t.start()
     for t in threads:
@@ -159,6 +184,10 @@ def run_phase(host, port, n_clients, args, first_index):
         "ttft_p90_s": q([r[0] for r in results], 0.9),
         "latency_median_s": statistics.median([r[1] for r in results]) if results else float("nan"),
         "latency_p90_s": q([r[1] for r in results], 0.9),
+        # Each request's longest wait between two tokens: the median request's, and the longest in the phase.
+        "stall_median_s": statistics.median([r[3] for r in results]) if results else float("nan"),
+        "stall_max_s": max([r[3] for r in results], default=float("nan")),
+        "long_prompt_ttft_s": long_result[0][0] if long_result else None,
     }
 
 
@@ -167,6 +196,8 @@ def start_server(args):
     cmd = [args.bin, "serve", "-m", args.model, "--port", "0", "-np", str(args.parallel), "-c", str(args.ctx)]
     if args.threads:
         cmd += ["-t", str(args.threads)]
+    if args.prefill_chunk:
+        cmd += ["--prefill-chunk", str(args.prefill_chunk)]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log)
     deadline = time.time() + 300
     while time.time() < deadline:
@@ -196,6 +227,10 @@ def main():
     ap.add_argument("--prompt-words", type=int, default=24, help="words per text prompt (with --prompt-tokens 0)")
     ap.add_argument("--shared-prefix", type=int, default=0,
                     help="token ids every prompt begins with (a system prompt; needs --prompt-tokens > 0)")
+    ap.add_argument("--long-prompt", type=int, default=0,
+                    help="token ids of one more request per phase, sent while the clients stream (needs --prompt-tokens > 0)")
+    ap.add_argument("--long-prompt-delay", type=float, default=0.5, help="seconds into a phase the long prompt is sent")
+    ap.add_argument("--prefill-chunk", type=int, default=0, help="the server's --prefill-chunk (0: its default)")
     ap.add_argument("--time-limit", type=float, default=240, help="seconds per phase after which no request starts")
     ap.add_argument("-np", "--parallel", type=int, default=8, help="server slots")
     ap.add_argument("-c", "--ctx", type=int, default=2048, help="server context")
@@ -206,6 +241,8 @@ def main():
         ap.error("give -m MODEL or --url")
     if args.shared_prefix < 0 or (args.shared_prefix > 0 and args.prompt_tokens <= 0):
         ap.error("--shared-prefix takes a count >= 0 and token-id prompts (--prompt-tokens > 0)")
+    if args.long_prompt < 0 or (args.long_prompt > 0 and args.prompt_tokens <= 0):
+        ap.error("--long-prompt takes a count >= 0 and token-id prompts (--prompt-tokens > 0)")
 
     proc = None
     if args.url:
@@ -229,7 +266,11 @@ def main():
             print(f"{n} clients: {res['requests']} requests, {res['tokens']} tokens in {res['wall_s']:.1f} s = "
                   f"{res['tokens_per_s']:.2f} tokens/s; first token median {res['ttft_median_s']:.2f} s "
                   f"(p90 {res['ttft_p90_s']:.2f}); request median {res['latency_median_s']:.2f} s "
-                  f"(p90 {res['latency_p90_s']:.2f}); {res['tokens_per_batch']:.2f} tokens per batch; "
+                  f"(p90 {res['latency_p90_s']:.2f}); longest stall between tokens median {res['stall_median_s']:.3f} s "
+                  f"(max {res['stall_max_s']:.3f})"
+                  + (f"; long prompt first token {res['long_prompt_ttft_s']:.2f} s"
+                     if res["long_prompt_ttft_s"] is not None else "")
+                  + f"; {res['tokens_per_batch']:.2f} tokens per batch; "
                   f"{res['decode_ms_per_call']:.2f} ms per decode call, {100 * res['decode_share']:.0f}% of the time "
                   f"in decode; prompt tokens evaluated {res['prompt_tokens_evaluated']:.0f} of "
                   f"{res['prompt_tokens']:.0f}; errors {res['errors']}"
@@ -244,7 +285,8 @@ def main():
                             "tokens_per_batch": med("tokens_per_batch"),
                             "decode_ms_per_call": med("decode_ms_per_call"), "decode_share": med("decode_share"),
                             "ttft_median_s": med("ttft_median_s"), "ttft_p90_s": med("ttft_p90_s"),
-                            "latency_median_s": med("latency_median_s"), "latency_p90_s": med("latency_p90_s")})
+                            "latency_median_s": med("latency_median_s"), "latency_p90_s": med("latency_p90_s"),
+                            "stall_median_s": med("stall_median_s"), "stall_max_s": med("stall_max_s")})
         base = next((p["tokens_per_s"] for p in summary if p["clients"] == 1), None)
         # Each round's speed-up over the same round's one-client phase, which ran minutes apart at most: on a
         # shared machine whose speed drifts, the median of these paired ratios is steadier than the ratio of
@@ -261,8 +303,8 @@ def main():
         print(f"\nmedians over {args.rounds} round(s):")
         print("| clients | requests | tokens | tokens/s | vs 1 client | vs 1 client, per round (median) "
               "| tokens per batch | ms per decode call (time in decode) | first token (median, p90) "
-              "| request (median, p90) |")
-        print("|---|---|---|---|---|---|---|---|---|---|")
+              "| request (median, p90) | longest stall (median, max) |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|")
         for p in summary:
             ratio = f"{p['tokens_per_s'] / base:.2f}x" if base else "-"
             rounds = p["speedup_per_round"]
@@ -271,7 +313,8 @@ def main():
             print(f"| {p['clients']} | {p['requests']} | {p['tokens']} | {p['tokens_per_s']:.2f} | {ratio} | {paired} | "
                   f"{p['tokens_per_batch']:.2f} | {p['decode_ms_per_call']:.2f} ({100 * p['decode_share']:.0f}%) | "
                   f"{p['ttft_median_s']:.2f} s, {p['ttft_p90_s']:.2f} s | "
-                  f"{p['latency_median_s']:.2f} s, {p['latency_p90_s']:.2f} s |")
+                  f"{p['latency_median_s']:.2f} s, {p['latency_p90_s']:.2f} s | "
+                  f"{p['stall_median_s']:.3f} s, {p['stall_max_s']:.3f} s |")
         if args.json:
             with open(args.json, "w") as f:
                 json.dump({"args": vars(args), "phases": phases, "summary": summary}, f, indent=2)

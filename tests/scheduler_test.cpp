@@ -340,10 +340,51 @@ TEST_P(SchedulerSharing, ARiderFinishesAloneWhenItsLeaderIsCancelled) {
 
 INSTANTIATE_TEST_SUITE_P(Archs, SchedulerSharing, ::testing::Values("llama", "deepseek32"));
 
+// While a slot generates, a long prompt is read a prefill chunk per step: the generating slot gets a token after
+// each step, and both outputs stay those of each request alone. Without the cap the prompt goes in one step (it
+// fits n_batch) and the running task gains a token or two meanwhile.
+TEST_F(SchedulerTest, ALongPromptIsReadInChunksWhileSlotsGenerate) {
+    Task running = greedy({1, 2, 3}, 400);
+    running.sampling.presence_penalty = running.sampling.frequency_penalty = -2;  // loops: no early end
+    std::vector<int32_t> long_prompt;
+    for (int j = 0; j < 200; ++j) long_prompt.push_back((j * 13 + 7) % 500 + 1);  // shares no prefix with {1, 2, 3}
+    const Task newcomer = greedy(long_prompt, 4);
+    std::string want_running, want_newcomer;
+    {
+        Scheduler solo(model_, context(1024), {1, 4});
+        want_running = finish(*solo.submit(running)).first;
+        want_newcomer = finish(*solo.submit(newcomer)).first;
+    }
+    Scheduler s(model_, context(1024), {2, 4, 16});
+    ASSERT_EQ(s.prefill_chunk(), 16);
+    auto ca = s.submit(running);
+    std::string text_a;
+    TaskUpdate ua;
+    do {
+        ua = ca->wait(1000ms);
+        text_a += ua.text;
+    } while (!ua.done && ua.n_generated == 0);
+    ASSERT_FALSE(ua.done);
+    const int64_t generated_before = ua.n_generated;  // at most what the running task had when the newcomer came
+    const auto [text_b, ub] = finish(*s.submit(newcomer));
+    ua = ca->wait(0ms);
+    text_a += ua.text;
+    // 200 prompt tokens, 15 per step beside the running task's token: 14 steps, each giving it a token.
+    EXPECT_GE(ua.n_generated - generated_before, 14);
+    EXPECT_EQ(ub.n_prompt, 200);
+    EXPECT_EQ(ub.n_cached, 0);
+    EXPECT_EQ(text_b, want_newcomer);
+    EXPECT_EQ(finish(*ca, text_a).first, want_running);
+}
+
 TEST_F(SchedulerTest, RefusesBadOptions) {
     const auto make = [](int64_t n_ctx, int n_slots) { Scheduler s(model_, context(n_ctx), {n_slots, 4}); };
     EXPECT_THROW(make(512, 0), Error);
     EXPECT_THROW(make(16, 4), Error);  // 4 cells per slot
+    EXPECT_THROW(Scheduler(model_, context(512), {1, 4, -1}), Error);
+    // The prefill chunk defaults to the ubatch size (512, or n_batch when that is smaller).
+    EXPECT_EQ(Scheduler(model_, context(2048), {1, 4}).prefill_chunk(), 512);
+    EXPECT_EQ(Scheduler(model_, context(64), {1, 4}).prefill_chunk(), 64);
 }
 
 }  // namespace

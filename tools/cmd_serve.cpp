@@ -25,6 +25,7 @@ struct ServeFlags {
     std::string chat_format;  // empty: recognised from tokenizer.chat_template
     std::string alias;        // the model id clients see; default: the file name
     int64_t max_queue = 64;
+    int64_t prefill_chunk = 0;  // 0: the ubatch size
     int64_t max_body_bytes = 1 << 20;
     int http_threads = 0;  // 0: enough for every slot and queued request
     bool verbose = false;
@@ -42,11 +43,13 @@ int serve(const ServeFlags &f) {
 
     auto model = load_model_verbose(f.model);
     const sparrow::server::ChatFormat chat_format = choose_chat_format(f.chat_format, *model, "serve");
-    sparrow::server::Scheduler scheduler(model, f.model.context_params(), {f.n_parallel, f.max_queue});
-    std::fprintf(stderr, "serve: %d slots of %lld tokens (context %lld), batch %lld, queue %lld, chat format %s%s\n",
+    sparrow::server::Scheduler scheduler(model, f.model.context_params(), {f.n_parallel, f.max_queue, f.prefill_chunk});
+    std::fprintf(stderr,
+                 "serve: %d slots of %lld tokens (context %lld), batch %lld (%lld while generating), queue %lld, "
+                 "chat format %s%s\n",
                  scheduler.n_slots(), (long long)scheduler.n_ctx_per_slot(), (long long)scheduler.n_ctx(),
-                 (long long)f.model.n_batch, (long long)f.max_queue, sparrow::server::chat_format_name(chat_format),
-                 f.api_key.empty() ? "" : ", API key required");
+                 (long long)f.model.n_batch, (long long)scheduler.prefill_chunk(), (long long)f.max_queue,
+                 sparrow::server::chat_format_name(chat_format), f.api_key.empty() ? "" : ", API key required");
 
     http::ApiConfig config;
     config.model_id = f.alias.empty() ? std::filesystem::path(f.model.model_path).filename().string() : f.alias;
@@ -102,6 +105,10 @@ Command register_serve(CLI::App &app) {
     cmd->add_option("--alias", f->alias, "Model id shown to clients (default: the file name)");
     cmd->add_option("--max-queue", f->max_queue, "Requests that may wait for a slot; more get HTTP 429")
         ->check(CLI::Range(int64_t(0), int64_t(4096)));
+    cmd->add_option("--prefill-chunk", f->prefill_chunk,
+                    "Most tokens per step while requests generate (0 = the ubatch size): a long prompt is read in "
+                    "chunks and the running streams get a token after each")
+        ->check(CLI::Range(int64_t(0), int64_t(1) << 20));
     cmd->add_option("--max-body", f->max_body_bytes, "Largest request body in bytes")
         ->check(CLI::Range(int64_t(1024), int64_t(1) << 30));
     cmd->add_option("--http-threads", f->http_threads, "HTTP worker threads (0 = slots + queue + 8)")

@@ -159,6 +159,7 @@ Scheduler::Scheduler(std::shared_ptr<const Model> model, const ContextParams &pa
     : model_(std::move(model)), tokenizer_(model_tokenizer(*model_)), options_(options) {
     if (options_.n_slots < 1 || options_.n_slots > 64) throw_error("the number of slots must be in [1, 64]");
     if (options_.max_queue < 0) throw_error("the queue limit must not be negative");
+    if (options_.prefill_chunk < 0) throw_error("the prefill chunk must not be negative");
     ContextParams p = params;
     p.embeddings = true;
     ctx_ = std::make_unique<Context>(model_, p);
@@ -169,6 +170,7 @@ Scheduler::Scheduler(std::shared_ptr<const Model> model, const ContextParams &pa
                     (long long)n_ctx_, (long long)n_ctx_per_slot_, options_.n_slots);
     }
     n_batch_ = ctx_->params().n_batch;
+    prefill_chunk_ = options_.prefill_chunk > 0 ? options_.prefill_chunk : ctx_->params().n_ubatch;
     n_embd_ = model_info(*model_).n_embd;
     slots_.resize(static_cast<size_t>(options_.n_slots));
     for (size_t i = 0; i < slots_.size(); ++i) slots_[i].seq_id = static_cast<int32_t>(i);
@@ -384,7 +386,11 @@ bool Scheduler::step() {
         batch.push_back({s.next_token, static_cast<int32_t>(s.cache.size()), s.seq_id, true});
         entries.push_back({&s, true});
     }
-    // Then prompt chunks, oldest task first, within the batch size.
+    // Then prompt chunks, oldest task first, within the batch size; while slots generate, within the prefill
+    // chunk too (at least one prompt token), so that their next tokens wait for one short step, not for a
+    // whole long prompt.
+    const auto n_decode = static_cast<int64_t>(batch.size());
+    const int64_t step_limit = n_decode == 0 ? n_batch_ : std::min(n_batch_, std::max(prefill_chunk_, n_decode + 1));
     // Slots riding along with a leader add nothing of their own: the leader's tokens carry their sequence too.
     std::vector<Slot *> readers, followers;
     for (Slot &s : slots_) {
@@ -396,7 +402,7 @@ bool Scheduler::step() {
     }
     std::sort(readers.begin(), readers.end(), [](const Slot *a, const Slot *b) { return a->admitted < b->admitted; });
     for (Slot *s : readers) {
-        int64_t budget = n_batch_ - static_cast<int64_t>(batch.size());
+        int64_t budget = step_limit - static_cast<int64_t>(batch.size());
         if (budget <= 0) break;
         const bool all_outputs =
             (s->task.kind == TaskKind::embedding && s->task.pooling != Pooling::last) || s->task.prompt_logprobs;

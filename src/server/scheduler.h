@@ -3,7 +3,9 @@
 //
 // Each of the n slots is one sequence id of the context. A step gathers one batch: the next token of every
 // generating slot, then prompt tokens of slots still reading their prompts (up to n_batch in all), so a new
-// request joins the running batch at the next step (continuous batching). A slot keeps its sequence's
+// request joins the running batch at the next step (continuous batching). While any slot generates, a step
+// holds at most the prefill chunk (one ubatch by default): a long prompt is read over several steps, and the
+// running streams get a token after each of them instead of waiting for the whole prompt. A slot keeps its sequence's
 // cache rows after a task and reuses the longest prefix it shares with the next prompt; when another slot
 // holds a longer one, the slot shares that slot's cells instead (no rows copied, nothing evaluated twice), and
 // while another slot is still reading a prompt that begins like this one, the slot rides along: the other's
@@ -129,6 +131,9 @@ class Scheduler {
     struct Options {
         int n_slots = 4;
         int64_t max_queue = 64;  // tasks waiting for a slot; submit() refuses more
+        // Most tokens in a step while any slot generates (decode tokens included; at least one prompt token
+        // goes in): 0 means the context's ubatch size, so such a step is one forward pass.
+        int64_t prefill_chunk = 0;
     };
     // Creates the context (ContextParams::embeddings is switched on) and starts the scheduler thread.
     // Throws sparrow::Error when the options do not fit the context.
@@ -147,6 +152,7 @@ class Scheduler {
     int64_t n_ctx() const { return n_ctx_; }
     int n_slots() const { return options_.n_slots; }
     int64_t max_queue() const { return options_.max_queue; }
+    int64_t prefill_chunk() const { return prefill_chunk_; }
 
   private:
     struct Slot;
@@ -169,6 +175,7 @@ class Scheduler {
     int64_t n_ctx_ = 0;
     int64_t n_ctx_per_slot_ = 0;
     int64_t n_batch_ = 0;
+    int64_t prefill_chunk_ = 0;  // Options::prefill_chunk resolved
     int64_t n_embd_ = 0;
     std::vector<Slot> slots_;  // scheduler thread only
     uint64_t admissions_ = 0;  // scheduler thread only: admission counter (order of prompt processing, LRU)

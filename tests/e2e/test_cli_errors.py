@@ -26,6 +26,7 @@ for args in (["run", "-m", model, "--bogus-flag"], ["run", "-m", model, "--temp"
     checks.check(code == 2, f"usage error {args[3:] or args or 'no subcommand'} exits 2 (got {code})")
 checks.check(harness.run(["run", "--help"], check=False).returncode == 0, "--help exits 0")
 expect_error(["serve", "-m", model, "--dsa-stats"], "--dsa-stats", "serve has no --dsa-stats (no end of run to print at)")
+expect_error(["serve", "-m", model, "--prefill-chunk", "-1"], "--prefill-chunk", "negative prefill chunk")
 expect_error([], "subcommand", "no subcommand")
 expect_error(["run", "-m", os.path.join(tmp, "missing.gguf"), "-p", "x"], "cannot open", "missing model file")
 expect_error(["run", "-m", model, "-p", "x", "--temp", "-1"], "temp", "negative temperature")

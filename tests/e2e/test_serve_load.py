@@ -2,7 +2,8 @@
 1 and 2 streaming clients with token-id prompts and with text prompts, and writes a JSON summary whose counts
 add up (every request answered, tokens as requested, a speed for each client count, and with two rounds each
 round's speed-up over its own one-client phase); with --shared-prefix the server reads the common prompt start
-once per phase, not once per request."""
+once per phase, not once per request; with --long-prompt one more request per phase is answered and counted apart,
+and every phase reports each request's longest stall between tokens."""
 import json
 import os
 import subprocess
@@ -18,7 +19,9 @@ script = os.path.join(harness.REPO, "scripts", "serve_load.py")
 
 for mode, rounds, extra in [("ids", 2, ["--prompt-tokens", "12"]),
                             ("text", 1, ["--prompt-tokens", "0", "--prompt-words", "5"]),
-                            ("shared", 1, ["--prompt-tokens", "4", "--shared-prefix", "40"])]:
+                            ("shared", 1, ["--prompt-tokens", "4", "--shared-prefix", "40"]),
+                            ("long", 1, ["--prompt-tokens", "4", "--long-prompt", "60", "--long-prompt-delay", "0",
+                                         "--prefill-chunk", "8"])]:
     out = os.path.join(tmp, f"load-{mode}.json")
     proc = subprocess.run([sys.executable, script, "-m", model, "--bin", harness.BIN, "--clients", "1,2", "--requests",
                            "2", "--max-tokens", "6", "-np", "2", "-c", "256", "-t", "2", "--rounds", str(rounds), "--json", out] + extra,
@@ -51,5 +54,15 @@ for mode, rounds, extra in [("ids", 2, ["--prompt-tokens", "12"]),
         n_requests = sum(ph["requests"] for ph in result["phases"])
         checks.check(sent == 44 * n_requests and evaluated <= sent - 40 * (n_requests - 1),
                      f"{mode}: {evaluated:.0f} of {sent:.0f} prompt tokens evaluated over {n_requests} requests")
+    for ph in result["phases"]:  # each request's longest wait between two tokens, under its whole time
+        checks.check(0 <= ph["stall_median_s"] <= ph["stall_max_s"] <= ph["latency_p90_s"] + 60,
+                     f"{mode}: {ph['clients']} clients: stalls {ph['stall_median_s']:.3f} s, {ph['stall_max_s']:.3f} s")
+        long_ttft = ph["long_prompt_ttft_s"]
+        if mode == "long":  # the extra request was answered (and counted apart from the clients' requests)
+            checks.check(long_ttft is not None and long_ttft > 0, f"{mode}: the long prompt's first token ({long_ttft})")
+            checks.check(ph["prompt_tokens"] == 4 * ph["requests"] + 60,
+                         f"{mode}: {ph['prompt_tokens']:.0f} prompt tokens sent with the long prompt")
+        else:
+            checks.check(long_ttft is None, f"{mode}: no long prompt ({long_ttft})")
     checks.check("| clients |" in proc.stdout and "vs 1 client" in proc.stdout, f"{mode}: prints the table")
 checks.finish()
