@@ -1,11 +1,15 @@
 // The thread pool: run() calls every index once, parallel_for covers each index exactly once whatever the
 // sizes, both survive many back-to-back jobs (the spin path) and jobs after idle pauses (the sleep path), and a
-// worker that is not running (frozen here by a signal handler) does not hold up a job.
+// worker that is not running (frozen here by a signal handler while it sleeps) does not hold up a job.
 #include <gtest/gtest.h>
 #include <pthread.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <csignal>
+#include <fstream>
 #include <future>
+#include <string>
 
 #include <algorithm>
 #include <atomic>
@@ -27,6 +31,16 @@ std::atomic<bool> g_release{false};
 void park_thread(int) {
     g_parked.store(true);
     while (!g_release.load()) std::this_thread::sleep_for(std::chrono::microseconds(200));
+}
+
+// The scheduler state of one of this process's threads ('R' running, 'S' asleep in a system call, ...), from
+// /proc/self/task/TID/stat, whose state field follows the ')' that ends the thread's name.
+char thread_state(long tid) {
+    std::ifstream f("/proc/self/task/" + std::to_string(tid) + "/stat");
+    std::string stat;
+    std::getline(f, stat);
+    const size_t close = stat.rfind(')');
+    return close != std::string::npos && close + 2 < stat.size() ? stat[close + 2] : '?';
 }
 
 TEST(ThreadPool, RunCallsEveryThreadOnce) {
@@ -138,6 +152,7 @@ TEST(ThreadPool, RunDoesNotWaitForAWorkerThatIsNotRunning) {
     // Find the worker thread: with each index taking a while, the worker claims one of them.
     const pthread_t caller = pthread_self();
     pthread_t worker{};
+    long worker_tid = 0;
     bool found = false;
     for (int attempt = 0; attempt < 200 && !found; ++attempt) {
         std::mutex m;
@@ -146,13 +161,21 @@ TEST(ThreadPool, RunDoesNotWaitForAWorkerThatIsNotRunning) {
             std::lock_guard<std::mutex> lock(m);
             if (!pthread_equal(pthread_self(), caller)) {
                 worker = pthread_self();
+                worker_tid = syscall(SYS_gettid);
                 found = true;
             }
         });
     }
     ASSERT_TRUE(found) << "the worker never took part in a job";
-    // Idle long enough that the worker sleeps on its condition variable (holding no lock), then park it.
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    // Park it once it sleeps on its condition variable: asleep in the futex wait, which it entered after
+    // releasing the pool's mutex (nothing else holds that mutex now, so the wait is not for the mutex). Parked
+    // while it still held the mutex (between taking it and waiting), it would block run()'s wake-up.
+    int asleep = 0;
+    for (int i = 0; i < 5000 && asleep < 5; ++i) {
+        asleep = thread_state(worker_tid) == 'S' ? asleep + 1 : 0;
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    ASSERT_EQ(asleep, 5) << "the worker did not go to sleep (state " << thread_state(worker_tid) << ")";
     struct sigaction action {};
     struct sigaction previous {};
     action.sa_handler = park_thread;
