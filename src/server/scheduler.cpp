@@ -28,6 +28,13 @@ size_t common_prefix(const std::vector<int32_t> &a, const std::vector<int32_t> &
 }
 }  // namespace
 
+void LatencyHistogram::add(double seconds) {
+    const auto bucket = std::lower_bound(kBounds.begin(), kBounds.end(), seconds) - kBounds.begin();
+    ++counts[static_cast<size_t>(bucket)];
+    sum += seconds;
+    ++count;
+}
+
 const char *finish_reason_name(FinishReason r) {
     switch (r) {
         case FinishReason::none: return "none";
@@ -124,7 +131,8 @@ struct Scheduler::Slot {
     std::shared_ptr<TaskChannel> channel;
     Task task;
     uint64_t admitted = 0;
-    size_t n_prompt_done = 0;  // prompt tokens in the cache
+    Clock::time_point submitted, last_token;  // when the task was queued, and when its latest token was sampled
+    size_t n_prompt_done = 0;                 // prompt tokens in the cache
     std::optional<Sampler> sampler;
     int32_t next_token = -1;  // sampled, to be decoded at the next step
     int64_t n_generated = 0;
@@ -205,7 +213,8 @@ std::vector<std::shared_ptr<TaskChannel>> Scheduler::submit_all(std::vector<Task
     {
         std::lock_guard lock(mu_);
         if (stop_ || static_cast<int64_t>(queue_.size() + tasks.size()) > options_.max_queue) return {};
-        for (size_t i = 0; i < tasks.size(); ++i) queue_.push_back({std::move(tasks[i]), channels[i]});
+        const auto now = Clock::now();
+        for (size_t i = 0; i < tasks.size(); ++i) queue_.push_back({std::move(tasks[i]), channels[i], now});
         metrics_.queue_depth = static_cast<int64_t>(queue_.size());
     }
     cv_.notify_all();
@@ -295,6 +304,7 @@ void Scheduler::loop() {
 void Scheduler::start_task(Slot &slot, Queued &queued) {
     slot.task = std::move(queued.task);
     slot.channel = std::move(queued.channel);
+    slot.submitted = queued.submitted;
     slot.admitted = slot.last_used = ++admissions_;
     const std::vector<int32_t> &prompt = slot.task.prompt;
     // Reuse a cached prefix, but evaluate at least the last prompt token (its logits start generation);
@@ -502,14 +512,14 @@ bool Scheduler::step() {
             release(s, FinishReason::length);
             continue;
         }
-        handle_output(s, ctx_->logits(i));
+        handle_output(s, ctx_->logits(i), t1);
     }
     const int64_t n_new = counters_.generated_tokens - generated_before;
     recent_.emplace_back(t1, n_new);
     return true;
 }
 
-void Scheduler::handle_output(Slot &s, std::span<const float> logits) {
+void Scheduler::handle_output(Slot &s, std::span<const float> logits, Clock::time_point step_end) {
     const SamplingOptions &so = s.task.sampling;
     const std::span<const float> model_logits = logits;
     if (so.presence_penalty != 0.0f || so.frequency_penalty != 0.0f) {
@@ -522,6 +532,12 @@ void Scheduler::handle_output(Slot &s, std::span<const float> logits) {
     const int32_t token = s.sampler->sample(logits);
     ++s.n_generated;
     ++counters_.generated_tokens;
+    if (s.n_generated == 1) {
+        counters_.time_to_first_token.add(std::chrono::duration<double>(step_end - s.submitted).count());
+    } else {
+        counters_.inter_token.add(std::chrono::duration<double>(step_end - s.last_token).count());
+    }
+    s.last_token = step_end;
     // Hands the channel text[n_sent, end) with the log probabilities of the tokens whose text ends in it, or,
     // when the task ends here (last), of every token whose text begins before `end` (a stop string may cut
     // the last one; tokens wholly inside the stop string are not reported).

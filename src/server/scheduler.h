@@ -12,6 +12,7 @@
 // prompt tokens carry both sequences until the prompts part.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -108,6 +109,17 @@ class TaskChannel {
     std::atomic<bool> cancelled_{false};
 };
 
+// Latencies counted into fixed buckets (seconds), as a Prometheus histogram exposes them: counts[i] holds the
+// observations in (kBounds[i - 1], kBounds[i]], the last entry those above every bound.
+struct LatencyHistogram {
+    static constexpr std::array<double, 12> kBounds = {0.005, 0.01, 0.025, 0.05, 0.1,  0.25,
+                                                       0.5,   1.0,  2.5,   5.0,  10.0, 30.0};
+    std::array<int64_t, kBounds.size() + 1> counts{};
+    double sum = 0;
+    int64_t count = 0;
+    void add(double seconds);
+};
+
 struct SchedulerMetrics {
     int64_t n_slots = 0;
     int64_t slots_busy = 0;
@@ -124,6 +136,11 @@ struct SchedulerMetrics {
     int64_t decode_calls = 0;
     double decode_seconds = 0;
     double tokens_per_second = 0;  // generated tokens per second over the last 10 s
+    // Per completion task, from its submission to its first sampled token (queue wait and prompt included),
+    // and between each two of its sampled tokens (how long a stream stalls: a step, or one that reads a
+    // prompt chunk beside it).
+    LatencyHistogram time_to_first_token;
+    LatencyHistogram inter_token;
 };
 
 class Scheduler {
@@ -159,12 +176,14 @@ class Scheduler {
     struct Queued {
         Task task;
         std::shared_ptr<TaskChannel> channel;
+        std::chrono::steady_clock::time_point submitted;
     };
 
     void loop();
     void start_task(Slot &slot, Queued &queued);  // moves the task out of `queued`
     bool step();                                  // one batch; false when nothing ran
-    void handle_output(Slot &slot, std::span<const float> logits);
+    // Samples the slot's next token from logits computed by the step that ended at step_end.
+    void handle_output(Slot &slot, std::span<const float> logits, std::chrono::steady_clock::time_point step_end);
     void release(Slot &slot, FinishReason reason, const std::string &error = {});
     void publish_metrics();
 

@@ -56,6 +56,16 @@ with serve_util.Server(model, "-np", 4, "-c", 1024) as srv:
     checks.check(d_prompt == sent_prompt, f"/metrics prompt tokens {d_prompt} = sum of usage {sent_prompt}")
     checks.check(d_gen == sent_gen, f"/metrics generated tokens {d_gen} = sum of usage {sent_gen}")
     checks.check(after['sparrow_tasks_total{result="completed"}'] == 2 * N_CLIENTS, "every task completed")
+    # The latency histograms: one first token per request, every later token one inter-token time, and the
+    # cumulative buckets end at the count.
+    d_first = after["sparrow_time_to_first_token_seconds_count"] - before["sparrow_time_to_first_token_seconds_count"]
+    d_inter = after["sparrow_inter_token_seconds_count"] - before["sparrow_inter_token_seconds_count"]
+    checks.check(d_first == N_CLIENTS and d_first + d_inter == sent_gen,
+                 f"/metrics latency counts: {d_first} first tokens, {d_inter} inter-token times, {sent_gen} tokens")
+    for name in ("sparrow_time_to_first_token_seconds", "sparrow_inter_token_seconds"):
+        buckets = [v for k, v in after.items() if k.startswith(name + "_bucket")]
+        checks.check(buckets == sorted(buckets) and buckets[-1] == after[name + "_count"] and after[name + "_sum"] > 0,
+                     f"{name}: cumulative buckets {buckets}")
     d_calls = after["sparrow_decode_calls_total"] - before["sparrow_decode_calls_total"]
     checks.check(d_calls < sent_gen, f"slots decoded together: {d_calls} batches for {sent_gen} tokens")
     checks.check(after["sparrow_slots_busy"] == 0 and after["sparrow_queue_depth"] == 0, "all slots idle again")

@@ -305,6 +305,21 @@ void Api::metrics(const httplib::Request &, httplib::Response &res) {
     metric("sparrow_kv_cells_used", "gauge",
            "KV cache cells holding rows (cached prefixes included; a shared cell once).", m.kv_cells_used);
     metric("sparrow_kv_cells_total", "gauge", "KV cache cells.", m.kv_cells_total);
+    const auto histogram = [&](const char *name, const char *help, const server::LatencyHistogram &h) {
+        out << "# HELP " << name << ' ' << help << "\n# TYPE " << name << " histogram\n";
+        int64_t cumulative = 0;
+        for (size_t i = 0; i < h.kBounds.size(); ++i) {
+            cumulative += h.counts[i];
+            out << name << "_bucket{le=\"" << h.kBounds[i] << "\"} " << cumulative << '\n';
+        }
+        out << name << "_bucket{le=\"+Inf\"} " << h.count << '\n'
+            << name << "_sum " << h.sum << '\n'
+            << name << "_count " << h.count << '\n';
+    };
+    histogram("sparrow_time_to_first_token_seconds",
+              "Completion tasks: from the request's arrival to its first sampled token.", m.time_to_first_token);
+    histogram("sparrow_inter_token_seconds", "Completion tasks: time between two sampled tokens of one task.",
+              m.inter_token);
     res.status = 200;
     res.set_content(out.str(), "text/plain; version=0.0.4");
 }
