@@ -228,7 +228,8 @@ def main():
     ap.add_argument("--shared-prefix", type=int, default=0,
                     help="token ids every prompt begins with (a system prompt; needs --prompt-tokens > 0)")
     ap.add_argument("--long-prompt", type=int, default=0,
-                    help="token ids of one more request per phase, sent while the clients stream (needs --prompt-tokens > 0)")
+                    help="token ids of one more request per phase, sent while the clients stream "
+                         "(needs --prompt-tokens > 0)")
     ap.add_argument("--long-prompt-delay", type=float, default=0.5, help="seconds into a phase the long prompt is sent")
     ap.add_argument("--prefill-chunk", type=int, default=0, help="the server's --prefill-chunk (0: its default)")
     ap.add_argument("--time-limit", type=float, default=240, help="seconds per phase after which no request starts")
@@ -266,7 +267,8 @@ def main():
             print(f"{n} clients: {res['requests']} requests, {res['tokens']} tokens in {res['wall_s']:.1f} s = "
                   f"{res['tokens_per_s']:.2f} tokens/s; first token median {res['ttft_median_s']:.2f} s "
                   f"(p90 {res['ttft_p90_s']:.2f}); request median {res['latency_median_s']:.2f} s "
-                  f"(p90 {res['latency_p90_s']:.2f}); longest stall between tokens median {res['stall_median_s']:.3f} s "
+                  f"(p90 {res['latency_p90_s']:.2f}); longest stall between tokens median "
+                  f"{res['stall_median_s']:.3f} s "
                   f"(max {res['stall_max_s']:.3f})"
                   + (f"; long prompt first token {res['long_prompt_ttft_s']:.2f} s"
                      if res["long_prompt_ttft_s"] is not None else "")

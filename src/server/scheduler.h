@@ -5,8 +5,8 @@
 // generating slot, then prompt tokens of slots still reading their prompts (up to n_batch in all), so a new
 // request joins the running batch at the next step (continuous batching). While any slot generates, a step
 // holds at most the prefill chunk (one ubatch by default): a long prompt is read over several steps, and the
-// running streams get a token after each of them instead of waiting for the whole prompt. A slot keeps its sequence's
-// cache rows after a task and reuses the longest prefix it shares with the next prompt; when another slot
+// running streams get a token after each of them instead of waiting for the whole prompt. A slot keeps its
+// sequence's cache rows after a task and reuses the longest prefix it shares with the next prompt; when another slot
 // holds a longer one, the slot shares that slot's cells instead (no rows copied, nothing evaluated twice), and
 // while another slot is still reading a prompt that begins like this one, the slot rides along: the other's
 // prompt tokens carry both sequences until the prompts part.

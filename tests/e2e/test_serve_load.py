@@ -59,7 +59,8 @@ for mode, rounds, extra in [("ids", 2, ["--prompt-tokens", "12"]),
                      f"{mode}: {ph['clients']} clients: stalls {ph['stall_median_s']:.3f} s, {ph['stall_max_s']:.3f} s")
         long_ttft = ph["long_prompt_ttft_s"]
         if mode == "long":  # the extra request was answered (and counted apart from the clients' requests)
-            checks.check(long_ttft is not None and long_ttft > 0, f"{mode}: the long prompt's first token ({long_ttft})")
+            checks.check(long_ttft is not None and long_ttft > 0,
+                         f"{mode}: the long prompt's first token ({long_ttft})")
             checks.check(ph["prompt_tokens"] == 4 * ph["requests"] + 60,
                          f"{mode}: {ph['prompt_tokens']:.0f} prompt tokens sent with the long prompt")
         else:
