@@ -407,6 +407,7 @@ TEST_F(SchedulerTest, RefusesBadOptions) {
     // The prefill chunk defaults to the ubatch size (512, or n_batch when that is smaller).
     EXPECT_EQ(Scheduler(model_, context(2048), {1, 4}).prefill_chunk(), 512);
     EXPECT_EQ(Scheduler(model_, context(64), {1, 4}).prefill_chunk(), 64);
+    EXPECT_EQ(Scheduler(model_, context(64), {1, 4}).n_batch(), 64);  // n_batch is clamped to the context
 }
 
 }  // namespace

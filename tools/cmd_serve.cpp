@@ -48,7 +48,7 @@ int serve(const ServeFlags &f) {
                  "serve: %d slots of %lld tokens (context %lld), batch %lld (%lld while generating), queue %lld, "
                  "chat format %s%s\n",
                  scheduler.n_slots(), (long long)scheduler.n_ctx_per_slot(), (long long)scheduler.n_ctx(),
-                 (long long)f.model.n_batch, (long long)scheduler.prefill_chunk(), (long long)f.max_queue,
+                 (long long)scheduler.n_batch(), (long long)scheduler.prefill_chunk(), (long long)f.max_queue,
                  sparrow::server::chat_format_name(chat_format), f.api_key.empty() ? "" : ", API key required");
 
     http::ApiConfig config;

@@ -169,6 +169,7 @@ class Scheduler {
     int64_t n_ctx() const { return n_ctx_; }
     int n_slots() const { return options_.n_slots; }
     int64_t max_queue() const { return options_.max_queue; }
+    int64_t n_batch() const { return n_batch_; }  // the context's, after its clamp to n_ctx
     int64_t prefill_chunk() const { return prefill_chunk_; }
 
   private:
