@@ -79,22 +79,17 @@ TEST_F(SchedulerTest, BatchingDoesNotChangeGreedyOutputs) {
     EXPECT_EQ(m.tasks_completed, 12);
     EXPECT_EQ(m.slots_busy, 0);
     EXPECT_LT(m.decode_calls, m.generated_tokens);  // tokens of several slots shared batches
-    // Every task's first token counts once in the time to first token, every later one in the inter-token time;
-    // the buckets hold every observation.
-    EXPECT_EQ(m.time_to_first_token.count, 12);
-    EXPECT_EQ(m.time_to_first_token.count + m.inter_token.count, m.generated_tokens);
-    for (const LatencyHistogram *h : {&m.time_to_first_token, &m.inter_token}) {
-        int64_t in_buckets = 0;
-        for (const int64_t c : h->counts) in_buckets += c;
-        EXPECT_EQ(in_buckets, h->count);
-        EXPECT_GT(h->sum, 0.0);
-    }
+    // Every task's first token counts once in the time to first token, every later one in the inter-token time.
+    EXPECT_EQ(m.time_to_first_token.count(), 12);
+    EXPECT_EQ(m.time_to_first_token.count() + m.inter_token.count(), m.generated_tokens);
+    EXPECT_GT(m.time_to_first_token.sum, 0.0);
+    EXPECT_GT(m.inter_token.sum, 0.0);
 }
 
 TEST(LatencyHistogram, BucketsByUpperBound) {
     LatencyHistogram h;
     for (const double s : {0.0, 0.005, 0.0051, 0.3, 30.0, 31.0}) h.add(s);
-    EXPECT_EQ(h.count, 6);
+    EXPECT_EQ(h.count(), 6);
     EXPECT_DOUBLE_EQ(h.sum, 0.0 + 0.005 + 0.0051 + 0.3 + 30.0 + 31.0);
     EXPECT_EQ(h.counts[0], 2);   // (-inf, 0.005]: the bound itself belongs to its bucket
     EXPECT_EQ(h.counts[1], 1);   // (0.005, 0.01]

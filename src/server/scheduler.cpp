@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <numeric>
 #include <optional>
 #include <unordered_map>
 
@@ -32,8 +33,9 @@ void LatencyHistogram::add(double seconds) {
     const auto bucket = std::lower_bound(kBounds.begin(), kBounds.end(), seconds) - kBounds.begin();
     ++counts[static_cast<size_t>(bucket)];
     sum += seconds;
-    ++count;
 }
+
+int64_t LatencyHistogram::count() const { return std::accumulate(counts.begin(), counts.end(), int64_t(0)); }
 
 const char *finish_reason_name(FinishReason r) {
     switch (r) {

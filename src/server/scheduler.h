@@ -110,14 +110,14 @@ class TaskChannel {
 };
 
 // Latencies counted into fixed buckets (seconds), as a Prometheus histogram exposes them: counts[i] holds the
-// observations in (kBounds[i - 1], kBounds[i]], the last entry those above every bound.
+// observations in (kBounds[i - 1], kBounds[i]], the last entry those above every bound; count() is their total.
 struct LatencyHistogram {
     static constexpr std::array<double, 12> kBounds = {0.005, 0.01, 0.025, 0.05, 0.1,  0.25,
                                                        0.5,   1.0,  2.5,   5.0,  10.0, 30.0};
     std::array<int64_t, kBounds.size() + 1> counts{};
     double sum = 0;
-    int64_t count = 0;
     void add(double seconds);
+    int64_t count() const;
 };
 
 struct SchedulerMetrics {

@@ -54,8 +54,8 @@ for mode, rounds, extra in [("ids", 2, ["--prompt-tokens", "12"]),
         n_requests = sum(ph["requests"] for ph in result["phases"])
         checks.check(sent == 44 * n_requests and evaluated <= sent - 40 * (n_requests - 1),
                      f"{mode}: {evaluated:.0f} of {sent:.0f} prompt tokens evaluated over {n_requests} requests")
-    for ph in result["phases"]:  # each request's longest wait between two tokens, under its whole time
-        checks.check(0 <= ph["stall_median_s"] <= ph["stall_max_s"] <= ph["latency_p90_s"] + 60,
+    for ph in result["phases"]:  # each request's longest wait between two tokens, within the phase's wall time
+        checks.check(0 <= ph["stall_median_s"] <= ph["stall_max_s"] < ph["wall_s"],
                      f"{mode}: {ph['clients']} clients: stalls {ph['stall_median_s']:.3f} s, {ph['stall_max_s']:.3f} s")
         long_ttft = ph["long_prompt_ttft_s"]
         if mode == "long":  # the extra request was answered (and counted apart from the clients' requests)

@@ -275,6 +275,7 @@ void Api::embeddings(const httplib::Request &req, httplib::Response &res) {
 void Api::metrics(const httplib::Request &, httplib::Response &res) {
     const auto m = scheduler_.metrics();
     std::ostringstream out;
+    out.precision(12);  // counters in seconds keep sub-millisecond resolution after days of uptime
     const auto metric = [&](const char *name, const char *type, const char *help, auto value) {
         out << "# HELP " << name << ' ' << help << "\n# TYPE " << name << ' ' << type << '\n'
             << name << ' ' << value << '\n';
@@ -312,9 +313,9 @@ void Api::metrics(const httplib::Request &, httplib::Response &res) {
             cumulative += h.counts[i];
             out << name << "_bucket{le=\"" << h.kBounds[i] << "\"} " << cumulative << '\n';
         }
-        out << name << "_bucket{le=\"+Inf\"} " << h.count << '\n'
+        out << name << "_bucket{le=\"+Inf\"} " << h.count() << '\n'
             << name << "_sum " << h.sum << '\n'
-            << name << "_count " << h.count << '\n';
+            << name << "_count " << h.count() << '\n';
     };
     histogram("sparrow_time_to_first_token_seconds",
               "Completion tasks: from the request's arrival to its first sampled token.", m.time_to_first_token);
