@@ -97,10 +97,11 @@ double run_pass(ModeRun &m, int64_t depth, int64_t n_prompt, int64_t n_gen) {
 // One test in every mode. The modes' contexts exist together, each warmed by one pass, and the repetitions go
 // round the modes (rep 1 of each, then rep 2 ...): a ratio between two modes then compares passes made seconds
 // apart, where running one mode's repetitions after the other's let a shared machine's drift (10-25% within
-// minutes on the VMs these figures come from) into the ratio.
+// minutes on the VMs these figures come from) into the ratio. most_cache_bytes: raised to the bytes the test's
+// caches hold together, for the peak-memory line.
 std::vector<BenchResult> run_test(const std::shared_ptr<const Model> &model, const BenchFlags &f,
                                   const std::vector<std::pair<bool, std::string>> &modes, int64_t depth,
-                                  int64_t n_prompt, int64_t n_gen) {
+                                  int64_t n_prompt, int64_t n_gen, int64_t &most_cache_bytes) {
     std::vector<ModeRun> runs(modes.size());
     for (size_t i = 0; i < modes.size(); ++i) {
         ModeRun &m = runs[i];
@@ -115,6 +116,9 @@ std::vector<BenchResult> run_test(const std::shared_ptr<const Model> &model, con
         if (depth > 0) m.ctx->fill_synthetic(0, depth, 1234);
         run_pass(m, depth, n_prompt, n_gen);  // warms caches and page tables
     }
+    int64_t cache_bytes = 0;
+    for (const ModeRun &m : runs) cache_bytes += m.ctx->cache_bytes();
+    most_cache_bytes = std::max(most_cache_bytes, cache_bytes);
     for (int rep = 0; rep < f.reps; ++rep) {
         for (ModeRun &m : runs) m.speeds.push_back(run_pass(m, depth, n_prompt, n_gen));
     }
@@ -180,22 +184,28 @@ int bench(const BenchFlags &f) {
         for (const std::string &precision : precisions) modes.emplace_back(dsa, precision);
     }
     std::vector<BenchResult> results;
+    int64_t most_cache_bytes = 0;
     for (const int64_t depth : f.depths) {
         for (const int64_t p : f.n_prompt) {
             if (p > 0) {
-                for (BenchResult &r : run_test(model, f, modes, depth, p, 0)) results.push_back(std::move(r));
+                for (BenchResult &r : run_test(model, f, modes, depth, p, 0, most_cache_bytes))
+                    results.push_back(std::move(r));
             }
         }
         for (const int64_t n : f.n_gen) {
             if (n > 0) {
-                for (BenchResult &r : run_test(model, f, modes, depth, 0, n)) results.push_back(std::move(r));
+                for (BenchResult &r : run_test(model, f, modes, depth, 0, n, most_cache_bytes))
+                    results.push_back(std::move(r));
             }
         }
         std::fprintf(stderr, "done: depth %lld\n", (long long)depth);
     }
     // Peak memory before the bandwidth test (whose buffers would otherwise count).
-    std::fprintf(stderr, "peak resident memory %.1f MiB (weights %.1f MiB, %.1f MiB of them repacked)\n",
-                 peak_rss_bytes() / 1048576.0, info.n_weight_bytes / 1048576.0, info.n_repacked_bytes / 1048576.0);
+    std::fprintf(stderr,
+                 "peak resident memory %.1f MiB (weights %.1f MiB, %.1f MiB of them repacked; KV caches %.1f MiB, "
+                 "the most one test held)\n",
+                 peak_rss_bytes() / 1048576.0, info.n_weight_bytes / 1048576.0, info.n_repacked_bytes / 1048576.0,
+                 most_cache_bytes / 1048576.0);
     ThreadPool pool(n_threads);
     const double copy_bw = measure_copy_bandwidth(pool);
     std::fprintf(stderr, "threads %d; memory copy bandwidth %.1f GB/s (read + write)\n", n_threads, copy_bw / 1e9);

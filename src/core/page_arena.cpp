@@ -43,6 +43,16 @@ void *map_huge_pages(size_t bytes) {
 
 void unmap_huge_pages(void *p, size_t bytes) { ::munmap(p, whole_huge_pages(bytes)); }
 
+// Fresh zero memory in ordinary 4 KiB pages, address space only until written; null with errno set when it cannot
+// be had. (mmap and munmap round the length to whole pages themselves.) Huge pages are refused even where the
+// system gives them unasked (THP "always"), so that resident memory follows the rows written on every machine.
+void *map_zero_pages(size_t bytes) {
+    void *p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) return nullptr;
+    ::madvise(p, bytes, MADV_NOHUGEPAGE);
+    return p;
+}
+
 }  // namespace
 
 PageArena::PageArena(size_t capacity) {
@@ -87,7 +97,7 @@ void PageArena::release() {
 }
 
 void *allocate_zeroed(size_t bytes) {
-    void *p = bytes < kHugePage ? std::calloc(bytes > 0 ? bytes : 1, 1) : map_huge_pages(bytes);
+    void *p = bytes < kHugePage ? std::calloc(bytes > 0 ? bytes : 1, 1) : map_zero_pages(bytes);
     if (!p) throw std::bad_alloc();
     return p;
 }
@@ -97,7 +107,7 @@ void free_zeroed(void *p, size_t bytes) {
     if (bytes < kHugePage) {
         std::free(p);
     } else {
-        unmap_huge_pages(p, bytes);
+        ::munmap(p, bytes);
     }
 }
 

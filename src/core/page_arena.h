@@ -49,8 +49,11 @@ class PageArena {
 };
 
 // Zeroed memory for big buffers that fill gradually (the cache's rows): from 2 MiB up, an anonymous mapping of
-// whole transparent huge pages, which is zero without being written, so that a cache for a long context costs
-// no zeroing pass at creation and becomes resident as its rows are written; below that, calloc.
+// ordinary pages, which is zero without being written, so that a cache for a long context costs no zeroing pass
+// at creation and becomes resident as its rows are written; below that, calloc. Not huge pages: each of a
+// context's stores (three a layer with an indexer) would round up to a whole 2 MiB page, 42 MiB more resident
+// on the bench model at 16K (+4% of its weights and caches), and huge pages made cache rows no faster to read
+// (sessions 16 and 19; session 27: tg at 16384 within noise, five alternating pairs).
 // free_zeroed takes the size given to allocate_zeroed.
 void *allocate_zeroed(size_t bytes);
 void free_zeroed(void *p, size_t bytes);
