@@ -14,6 +14,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <random>
@@ -201,6 +202,7 @@ TEST_P(StateFuzz, DamagedFilesWithValidChecksumsLoadOrAreRefusedCleanly) {
     EXPECT_GE(loaded, iterations / 10) << "too few damaged files loaded to test anything past the checks";
     EXPECT_GE(refused, iterations / 2);
     std::printf("%s: %d damaged state files loaded, %d refused\n", v.name, loaded, refused);
+    std::filesystem::remove_all(dir);
 }
 
 INSTANTIATE_TEST_SUITE_P(Archs, StateFuzz,

@@ -1,6 +1,8 @@
 """Shared helpers for the end-to-end tests: locate the binary, the references and ../shared/data, run
 sparrow, compare arrays. Tests exit 0 on success, 1 on failure, 77 when skipped."""
+import atexit
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -39,7 +41,12 @@ def sanitized():
 
 
 def temp_dir():
-    return tempfile.mkdtemp(prefix="sparrow-e2e-")
+    """A fresh directory, removed when the test's process exits (SPARROW_KEEP_TEMP=1 keeps it, for a look at
+    what a failing test wrote): the suite makes ~500 of them a run, and models of up to 850 MiB."""
+    path = tempfile.mkdtemp(prefix="sparrow-e2e-")
+    if not os.environ.get("SPARROW_KEEP_TEMP"):
+        atexit.register(shutil.rmtree, path, True)
+    return path
 
 
 def rel_error(a, b):
