@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <cstring>
 #include <fstream>
+#include <string>
 #include <utility>
 
 #include "core/error.h"
@@ -102,6 +103,36 @@ TEST(ZeroedAllocator, SmallAndLargeBuffersStartZeroAndHoldWhatIsWritten) {
         free_zeroed(p, bytes);
     }
     free_zeroed(nullptr, 123);  // as free(nullptr)
+}
+
+// The end of the mapping (/proc/self/maps) that holds address p, or 0.
+uintptr_t mapping_end(const void *p) {
+    std::ifstream maps("/proc/self/maps");
+    std::string line;
+    const auto a = reinterpret_cast<uintptr_t>(p);
+    while (std::getline(maps, line)) {
+        const size_t dash = line.find('-');
+        const uintptr_t lo = std::stoull(line.substr(0, dash), nullptr, 16);
+        const uintptr_t hi = std::stoull(line.substr(dash + 1), nullptr, 16);
+        if (lo <= a && a < hi) return hi;
+    }
+    return 0;
+}
+
+TEST(ZeroedAllocator, ALargeBufferEndsAtItsLastPageNotAtAWholeHugePage) {
+    // A large buffer asks for transparent huge pages, but its mapping ends at its last 4 KiB page: the kernel puts
+    // a huge page only where a whole 2 MiB range lies inside the mapping, so the part past the last whole 2 MiB is
+    // in ordinary pages, and a filled buffer is resident to its size. A mapping rounded up to whole huge pages kept
+    // up to 2 MiB more a buffer resident: 42 MiB over a 16K context's 24 cache stores on the bench model.
+    constexpr uintptr_t kSmall = 4096;
+    for (const size_t bytes : {(size_t(2) << 20) + 4096 + 100, (size_t(6) << 20) + (size_t(300) << 10)}) {
+        auto *p = static_cast<uint8_t *>(allocate_zeroed(bytes));
+        std::memset(p, 1, bytes);
+        const uintptr_t end = reinterpret_cast<uintptr_t>(p) + bytes;
+        EXPECT_EQ(mapping_end(p), (end + kSmall - 1) / kSmall * kSmall) << bytes;
+        EXPECT_EQ(p[bytes - 1], 1);
+        free_zeroed(p, bytes);
+    }
 }
 
 TEST(ZeroedAllocator, VectorsAreZeroAndCommittedAsWritten) {

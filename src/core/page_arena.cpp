@@ -17,19 +17,22 @@ namespace sparrow {
 namespace {
 
 constexpr size_t kHugePage = size_t(2) << 20;  // x86-64's transparent huge page
+constexpr size_t kPage = 4096;                 // an ordinary page
 
-size_t whole_huge_pages(size_t bytes) { return (bytes + kHugePage - 1) / kHugePage * kHugePage; }
+size_t round_up(size_t bytes, size_t to) { return (bytes + to - 1) / to * to; }
 
-// whole_huge_pages(bytes) of fresh zero memory from a 2 MiB boundary (huge pages only back aligned 2 MiB ranges),
+// round_up(bytes, granule) bytes (granule: kHugePage or kPage) of fresh zero memory from a 2 MiB boundary,
 // address space only until written, advised to use transparent huge pages (ordinary pages where refused); null
-// with errno set when the address space cannot be had. One page more is mapped, and the unaligned head and the
-// tail given back.
-void *map_huge_pages(size_t bytes) {
+// with errno set when the address space cannot be had. One huge page more is mapped, and the unaligned head and
+// the tail given back. The kernel backs a 2 MiB range with a huge page only when the whole range lies inside the
+// mapping, so with granule kPage the part past the last whole 2 MiB stays in ordinary pages: memory filled to its
+// end is resident to the byte, not rounded up to the next 2 MiB.
+void *map_huge_pages(size_t bytes, size_t granule) {
     if (bytes > SIZE_MAX - 2 * kHugePage) {
         errno = ENOMEM;
         return nullptr;
     }
-    const size_t len = whole_huge_pages(bytes);
+    const size_t len = round_up(bytes, granule);
     void *raw =
         ::mmap(nullptr, len + kHugePage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (raw == MAP_FAILED) return nullptr;
@@ -41,23 +44,13 @@ void *map_huge_pages(size_t bytes) {
     return reinterpret_cast<void *>(aligned);
 }
 
-void unmap_huge_pages(void *p, size_t bytes) { ::munmap(p, whole_huge_pages(bytes)); }
-
-// Fresh zero memory in ordinary 4 KiB pages, address space only until written; null with errno set when it cannot
-// be had. (mmap and munmap round the length to whole pages themselves.) Huge pages are refused even where the
-// system gives them unasked (THP "always"), so that resident memory follows the rows written on every machine.
-void *map_zero_pages(size_t bytes) {
-    void *p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (p == MAP_FAILED) return nullptr;
-    ::madvise(p, bytes, MADV_NOHUGEPAGE);
-    return p;
-}
+void unmap_huge_pages(void *p, size_t bytes, size_t granule) { ::munmap(p, round_up(bytes, granule)); }
 
 }  // namespace
 
 PageArena::PageArena(size_t capacity) {
     if (capacity == 0) return;
-    void *p = map_huge_pages(capacity);
+    void *p = map_huge_pages(capacity, kHugePage);
     if (!p) throw_error("page arena: cannot reserve %zu bytes: %s", capacity, std::strerror(errno));
     base_ = static_cast<uint8_t *>(p);
     capacity_ = capacity;
@@ -91,13 +84,13 @@ uint8_t *PageArena::allocate(size_t n) {
 }
 
 void PageArena::release() {
-    if (base_) unmap_huge_pages(base_, capacity_);
+    if (base_) unmap_huge_pages(base_, capacity_, kHugePage);
     base_ = nullptr;
     capacity_ = used_ = 0;
 }
 
 void *allocate_zeroed(size_t bytes) {
-    void *p = bytes < kHugePage ? std::calloc(bytes > 0 ? bytes : 1, 1) : map_zero_pages(bytes);
+    void *p = bytes < kHugePage ? std::calloc(bytes > 0 ? bytes : 1, 1) : map_huge_pages(bytes, kPage);
     if (!p) throw std::bad_alloc();
     return p;
 }
@@ -107,7 +100,7 @@ void free_zeroed(void *p, size_t bytes) {
     if (bytes < kHugePage) {
         std::free(p);
     } else {
-        ::munmap(p, bytes);
+        unmap_huge_pages(p, bytes, kPage);
     }
 }
 

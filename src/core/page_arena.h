@@ -48,12 +48,14 @@ class PageArena {
     size_t used_ = 0;
 };
 
-// Zeroed memory for big buffers that fill gradually (the cache's rows): from 2 MiB up, an anonymous mapping of
-// ordinary pages, which is zero without being written, so that a cache for a long context costs no zeroing pass
-// at creation and becomes resident as its rows are written; below that, calloc. Not huge pages: each of a
-// context's stores (three a layer with an indexer) would round up to a whole 2 MiB page, 42 MiB more resident
-// on the bench model at 16K (+4% of its weights and caches), and huge pages made cache rows no faster to read
-// (sessions 16 and 19; session 27: tg at 16384 within noise, five alternating pairs).
+// Zeroed memory for big buffers that fill gradually (the cache's rows): from 2 MiB up, an anonymous mapping from a
+// 2 MiB boundary that asks for transparent huge pages, which is zero without being written, so that a cache for a
+// long context costs no zeroing pass at creation and becomes resident as its rows are written; below that, calloc.
+// The mapping ends at the buffer's last 4 KiB page, not at a whole huge page: its last part (less than 2 MiB) is in
+// ordinary pages, so a filled buffer is resident to its size. Rounding each of a context's stores up to whole huge
+// pages held 42 MiB more on the bench model at 16K (24 stores; +4% of its weights and caches, over issue 3's 10%
+// bound); ordinary pages throughout made the attention kernel at 65536 take 1.6-2.2x as long (the 2048 rows it
+// gathers per layer from 75 MB stores each missed the TLB). Session 27 measured both.
 // free_zeroed takes the size given to allocate_zeroed.
 void *allocate_zeroed(size_t bytes);
 void free_zeroed(void *p, size_t bytes);

@@ -5,7 +5,7 @@ held, so the bound follows the model's cache layout.
 
 What the margin holds: the process itself (~30 MiB of code, libraries and small buffers), the 512-token
 ubatch's scratch (~37 MiB, mostly the MoE's per-slot rows) and the cache stores' page rounding. Session 27 measured
-+6.5%; with each store rounded to whole 2 MiB pages (session 26's code) the same run read +9.4% to +10.8%.
++5.4%; with each store rounded to whole 2 MiB pages (session 26's code) the same run read +9.4% to +10.8%.
 Named _slow so that the sanitizer pass leaves it out (shadow memory makes resident memory meaningless there)."""
 import os
 import re
