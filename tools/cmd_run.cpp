@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdint>
 #include <cstdio>
 #include <iostream>
 #include <optional>
@@ -66,10 +67,21 @@ std::vector<int32_t> read_prompt_ids(const std::string &path) {
         }
         size_t j = i;
         while (j < text.size() && std::isdigit(static_cast<unsigned char>(text[j]))) ++j;
-        if (j == i || j - i > 9) {
-            throw_error("%s: expected a token id at byte %zu, found '%s'", path.c_str(), i, text.substr(i, 12).c_str());
+        if (j == i) {
+            size_t end = i;  // the offending word, up to the next separator (at most 32 bytes shown)
+            while (end < text.size() && end - i < 32 && !std::isspace(static_cast<unsigned char>(text[end])) &&
+                   text[end] != ',')
+                ++end;
+            throw_error("%s: expected a token id at byte %zu, found '%s'", path.c_str(), i,
+                        text.substr(i, end - i).c_str());
         }
-        ids.push_back(static_cast<int32_t>(std::stol(text.substr(i, j - i))));
+        // More than ten digits cannot be an int32 (stoll could overflow); ten or fewer convert exactly to int64.
+        const std::string digits = text.substr(i, j - i);
+        if (digits.size() > 10 || std::stoll(digits) > INT32_MAX) {
+            throw_error("%s: token id %s at byte %zu is too large", path.c_str(),
+                        (digits.size() > 32 ? digits.substr(0, 32) + "..." : digits).c_str(), i);
+        }
+        ids.push_back(static_cast<int32_t>(std::stoll(digits)));
         i = j;
     }
     return ids;

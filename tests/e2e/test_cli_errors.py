@@ -65,7 +65,22 @@ if not harness.sanitized():
 ids = os.path.join(tmp, "ids.txt")
 with open(ids, "w") as f:
     f.write("1, 2, abc")
-expect_error(["run", "-m", model, "--prompt-ids", ids, "-n", 0], "expected a token id", "malformed prompt ids")
+expect_error(["run", "-m", model, "--prompt-ids", ids, "-n", 0], "expected a token id at byte 6, found 'abc'",
+             "malformed prompt ids")
+with open(ids, "w") as f:
+    f.write("1 2 -3")
+expect_error(["run", "-m", model, "--prompt-ids", ids, "-n", 0], "found '-3'", "negative prompt id")
+with open(ids, "w") as f:
+    f.write("1 2 99999999999999999999999")
+expect_error(["run", "-m", model, "--prompt-ids", ids, "-n", 0], "token id 99999999999999999999999 at byte 4 is too large",
+             "prompt id beyond int32")
+with open(ids, "w") as f:
+    f.write("1 2147483648")
+expect_error(["run", "-m", model, "--prompt-ids", ids, "-n", 0], "token id 2147483648 at byte 2 is too large",
+             "prompt id 2^31")
+with open(ids, "w") as f:
+    f.write("1 2147483647")
+expect_error(["run", "-m", model, "--prompt-ids", ids, "-n", 0], "outside the vocabulary", "prompt id 2^31 - 1")
 with open(ids, "w") as f:
     f.write("1 2 999999")
 expect_error(["run", "-m", model, "--prompt-ids", ids, "-n", 0], "outside the vocabulary", "token id out of range")
