@@ -63,27 +63,22 @@ if not harness.sanitized():
     expect_error(["run", "-m", model, "-c", 2**31 - 1, "-b", 1, "-p", "x"], "context of 2147483647 cells",
                  "context too large for memory")
 ids = os.path.join(tmp, "ids.txt")
-with open(ids, "w") as f:
-    f.write("1, 2, abc")
-expect_error(["run", "-m", model, "--prompt-ids", ids, "-n", 0], "expected a token id at byte 6, found 'abc'",
-             "malformed prompt ids")
-with open(ids, "w") as f:
-    f.write("1 2 -3")
-expect_error(["run", "-m", model, "--prompt-ids", ids, "-n", 0], "found '-3'", "negative prompt id")
-with open(ids, "w") as f:
-    f.write("1 2 99999999999999999999999")
-expect_error(["run", "-m", model, "--prompt-ids", ids, "-n", 0], "token id 99999999999999999999999 at byte 4 is too large",
-             "prompt id beyond int32")
-with open(ids, "w") as f:
-    f.write("1 2147483648")
-expect_error(["run", "-m", model, "--prompt-ids", ids, "-n", 0], "token id 2147483648 at byte 2 is too large",
-             "prompt id 2^31")
-with open(ids, "w") as f:
-    f.write("1 2147483647")
-expect_error(["run", "-m", model, "--prompt-ids", ids, "-n", 0], "outside the vocabulary", "prompt id 2^31 - 1")
-with open(ids, "w") as f:
-    f.write("1 2 999999")
-expect_error(["run", "-m", model, "--prompt-ids", ids, "-n", 0], "outside the vocabulary", "token id out of range")
+
+
+def expect_ids_error(content, needle, what):
+    """`run --prompt-ids` over a file holding `content` fails naming `needle`."""
+    with open(ids, "w") as f:
+        f.write(content)
+    expect_error(["run", "-m", model, "--prompt-ids", ids, "-n", 0], needle, what)
+
+
+expect_ids_error("1, 2, abc", "expected a token id at byte 6, found 'abc'", "malformed prompt ids")
+expect_ids_error("1 2 -3", "found '-3'", "negative prompt id")
+expect_ids_error("1 2 99999999999999999999999", "token id 99999999999999999999999 at byte 4 is too large",
+                 "prompt id beyond int32")
+expect_ids_error("1 2147483648", "token id 2147483648 at byte 2 is too large", "prompt id 2^31")
+expect_ids_error("1 2147483647", "outside the vocabulary", "prompt id 2^31 - 1")
+expect_ids_error("1 2 999999", "outside the vocabulary", "token id out of range")
 expect_error(["make-model", "--arch", "llama", "-o", os.path.join(tmp, "x.gguf"), "--n-embd", 66, "--n-head", 4],
              "head size", "make-model with inconsistent sizes")
 expect_error(["make-model", "--arch", "llama", "-o", os.path.join(tmp, "x.gguf"), "--type", "mxfp4_moe"],
