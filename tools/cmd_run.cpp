@@ -4,10 +4,12 @@
 
 #include <algorithm>
 #include <cctype>
+#include <charconv>
 #include <cstdint>
 #include <cstdio>
 #include <iostream>
 #include <optional>
+#include <system_error>
 #include <vector>
 
 #include "commands.h"
@@ -58,10 +60,11 @@ void write_selection_json(const std::string &path, const std::vector<LayerSelect
 // Token ids separated by whitespace and/or commas.
 std::vector<int32_t> read_prompt_ids(const std::string &path) {
     const std::string text = read_file(path);
+    const auto is_separator = [](char c) { return std::isspace(static_cast<unsigned char>(c)) || c == ','; };
     std::vector<int32_t> ids;
     size_t i = 0;
     while (i < text.size()) {
-        if (std::isspace(static_cast<unsigned char>(text[i])) || text[i] == ',') {
+        if (is_separator(text[i])) {
             ++i;
             continue;
         }
@@ -69,19 +72,17 @@ std::vector<int32_t> read_prompt_ids(const std::string &path) {
         while (j < text.size() && std::isdigit(static_cast<unsigned char>(text[j]))) ++j;
         if (j == i) {
             size_t end = i;  // the offending word, up to the next separator (at most 32 bytes shown)
-            while (end < text.size() && end - i < 32 && !std::isspace(static_cast<unsigned char>(text[end])) &&
-                   text[end] != ',')
-                ++end;
+            while (end < text.size() && end - i < 32 && !is_separator(text[end])) ++end;
             throw_error("%s: expected a token id at byte %zu, found '%s'", path.c_str(), i,
                         text.substr(i, end - i).c_str());
         }
-        // More than ten digits cannot be an int32 (stoll could overflow); ten or fewer convert exactly to int64.
-        const std::string digits = text.substr(i, j - i);
-        if (digits.size() > 10 || std::stoll(digits) > INT32_MAX) {
-            throw_error("%s: token id %s at byte %zu is too large", path.c_str(),
-                        (digits.size() > 32 ? digits.substr(0, 32) + "..." : digits).c_str(), i);
+        int32_t id = 0;  // digits only, so the one failure left is a value beyond int32 (leading zeros are fine)
+        if (std::from_chars(text.data() + i, text.data() + j, id).ec != std::errc()) {
+            const std::string digits = text.substr(i, std::min<size_t>(j - i, 32));
+            throw_error("%s: token id %s%s at byte %zu is too large", path.c_str(), digits.c_str(),
+                        j - i > 32 ? "..." : "", i);
         }
-        ids.push_back(static_cast<int32_t>(std::stoll(digits)));
+        ids.push_back(id);
         i = j;
     }
     return ids;

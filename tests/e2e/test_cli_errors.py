@@ -78,6 +78,7 @@ expect_ids_error("1 2 99999999999999999999999", "token id 9999999999999999999999
                  "prompt id beyond int32")
 expect_ids_error("1 2147483648", "token id 2147483648 at byte 2 is too large", "prompt id 2^31")
 expect_ids_error("1 2147483647", "outside the vocabulary", "prompt id 2^31 - 1")
+expect_ids_error("1 0000000000000999999", "outside the vocabulary", "a zero-padded prompt id is read as its value")
 expect_ids_error("1 2 999999", "outside the vocabulary", "token id out of range")
 expect_error(["make-model", "--arch", "llama", "-o", os.path.join(tmp, "x.gguf"), "--n-embd", 66, "--n-head", 4],
              "head size", "make-model with inconsistent sizes")
