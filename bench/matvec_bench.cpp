@@ -162,6 +162,25 @@ void bm_cached(benchmark::State &state, CachedMatvec *data) {
                                                      benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
 }
 
+// Quantising one activation row of n floats for the weight type's dot (KernelTable::quantize_dot_x): every matmul
+// of a decode step does it once per token before its rows start, on the calling thread. The bench preset's widths:
+// 128 (a head's no-rope query, W_UK's input), 768 (q-lora, an expert's down), 2048 (n_embd).
+void bm_quantize_dot_x(benchmark::State &state, DType t, int64_t n) {
+    std::mt19937 rng(4);
+    std::normal_distribution<float> dist(0.0f, 1.0f);
+    std::vector<float> x(static_cast<size_t>(n));
+    for (auto &v : x) v = dist(rng);
+    std::vector<uint8_t> y(static_cast<size_t>(cpu::KernelTable::dot_x_row_bytes(t, n)));
+    const cpu::KernelTable &k = cpu::kernels();
+    for (auto _ : state) {
+        k.quantize_dot_x(t, x.data(), y.data(), n);
+        benchmark::DoNotOptimize(y.data());
+        benchmark::ClobberMemory();
+    }
+    state.counters["ns_per_block"] = benchmark::Counter(double(n / 32) * double(state.iterations()) * 1e-9,
+                                                        benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+}
+
 // Matmul of T = 1, 2, 4, 8 tokens against one matrix: the cost of small batches (parallel generation runs 8
 // sequences per step) relative to one token. One thread, CPU time, as the compute figures above: on a machine
 // shared with other jobs the wall time of 2 threads scattered these ratios by 2x between runs. Shapes: n_cols x n_rows
@@ -390,6 +409,12 @@ int main(int argc, char **argv) {
             cached.push_back(std::make_unique<CachedMatvec>(t, n_tok, packed));
             const std::string name = "cached/" + layout_name(cached.back()->w) + "/tokens:" + std::to_string(n_tok);
             benchmark::RegisterBenchmark(name.c_str(), bm_cached, cached.back().get())->Unit(benchmark::kMicrosecond);
+        }
+    }
+    for (DType t : {DType::Q8_0, DType::Q4_0}) {
+        for (int64_t n : {128, 768, 2048}) {
+            const std::string name = "quantize/" + std::string(dtype_name(t)) + "/" + std::to_string(n);
+            benchmark::RegisterBenchmark(name.c_str(), bm_quantize_dot_x, t, n)->Unit(benchmark::kNanosecond);
         }
     }
     std::vector<std::unique_ptr<TokensMatmul>> token_mats;

@@ -545,6 +545,48 @@ TEST_P(IsaTest, QuantizeDotXWritesQ8_0AndForQ4_0PairedRecords) {
     EXPECT_THROW(KernelTable::dot_x_row_bytes(DType::F32, 64), Error);
 }
 
+TEST_P(IsaTest, QuantizeDotXQ8_0IsTheScalarLevelsBytesAtEveryLength) {
+    // The AVX-512 level writes Q8_0 dot-x rows sixteen blocks at a time (a padded copy for the last n / 32 % 16):
+    // every length from 1 to 40 blocks, and the bench preset's widths, against the scalar level's bytes, with the
+    // values QuantizeRowQ8_0IsBitExact uses (scales from 1e-8 to 6e4, zero blocks, exact and near halves) placed
+    // at different blocks of the row.
+    const KernelTable *table = cpu::kernels_for(GetParam());
+    if (!table) GTEST_SKIP() << skip_message(GetParam());
+    const KernelTable *scalar = cpu::kernels_for(Isa::scalar);
+    std::mt19937 rng(11);
+    std::vector<float> pool;
+    for (float s : {1.0f, 1e-3f, 3e-6f, 1e-8f, 50.0f, 6e4f}) {
+        for (float v : test::random_floats(rng, 64, -s, s)) pool.push_back(v);
+    }
+    for (int j = 0; j < 32; ++j) pool.push_back(0.0f);
+    for (int j = 0; j < 32; ++j) {
+        const float v = j == 0 ? 127.0f : float(j % 8) - 3.5f;
+        pool.push_back(j % 2 ? -v : v);
+    }
+    for (int j = 0; j < 32; ++j) {
+        const float v = j == 0 ? 127.0f : std::nextafter(float(j % 5) + 0.5f, j % 2 ? 0.0f : 100.0f);
+        pool.push_back(j % 3 ? -v : v);
+    }
+    for (int j = 0; j < 32; ++j) pool.push_back(-127.0f);  // the extreme sum
+    const int64_t pool_blocks = static_cast<int64_t>(pool.size()) / QK8_0;
+    std::vector<int64_t> block_counts;
+    for (int64_t nb = 1; nb <= 40; ++nb) block_counts.push_back(nb);
+    for (int64_t nb : {48, 64, 129, 192}) block_counts.push_back(nb);  // 1536, 2048, 4128, 6144 wide
+    for (const int64_t nb : block_counts) {
+        const int64_t n = nb * QK8_0;
+        std::vector<float> x(static_cast<size_t>(n));
+        for (int64_t b = 0; b < nb; ++b) {  // the pool's blocks in a rotated order, so each lands at many positions
+            const int64_t from = (b + nb) % pool_blocks;
+            std::copy_n(pool.begin() + from * QK8_0, QK8_0, x.begin() + b * QK8_0);
+        }
+        const auto bytes = static_cast<size_t>(KernelTable::dot_x_row_bytes(DType::Q8_0, n));
+        std::vector<uint8_t> want(bytes + 3, 0xCD), got(bytes + 3, 0xCD);  // 1 byte off alignment, 2 past the end
+        scalar->quantize_dot_x(DType::Q8_0, x.data(), want.data() + 1, n);
+        table->quantize_dot_x(DType::Q8_0, x.data(), got.data() + 1, n);
+        for (size_t i = 0; i < want.size(); ++i) ASSERT_EQ(got[i], want[i]) << "nb " << nb << " byte " << i;
+    }
+}
+
 TEST_P(IsaTest, AxpyMatchesReference) {
     const KernelTable *table = cpu::kernels_for(GetParam());
     if (!table) GTEST_SKIP() << skip_message(GetParam());

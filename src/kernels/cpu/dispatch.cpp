@@ -169,6 +169,7 @@ constexpr KernelTable kAvx512Table = {
     .axpy_f16 = avx512::axpy_f16,
     .axpy_bf16 = avx512::axpy_bf16,
     .quantize_row_q8_0 = avx512::quantize_row_q8_0,
+    .quantize_q8_0_dot_x = avx512::quantize_q8_0_dot_x,
     .to_f32_f16 = avx2::to_f32_f16,  // AVX-512 machines run the AVX2 conversion: it is bound by memory
     .to_f32_bf16 = avx2::to_f32_bf16,
     .to_f32_q8_0 = avx512::to_f32_q8_0,
@@ -298,6 +299,10 @@ void KernelTable::quantize_dot_x(DType t, const float *x, void *y, int64_t n) co
     if (dtype_dots_q8_k(t)) {
         // core/kquants.h: one quantiser for the kernels and the references (it refuses n % 256 != 0).
         quantize_row(DType::Q8_K, x, y, n);
+        return;
+    }
+    if (t != DType::Q4_0 && quantize_q8_0_dot_x) {
+        quantize_q8_0_dot_x(x, y, n);
         return;
     }
     if (t != DType::Q4_0) {

@@ -66,6 +66,11 @@ using AxpyFn = void (*)(const void *row, float a, float *y, int64_t n);
 // n floats (n % 32 == 0) to n/32 Q8_0 blocks, bit-identical to ggml's reference quantiser
 // (quantize_row(DType::Q8_0, ...) in core/dtype.h).
 using QuantizeQ8Fn = void (*)(const float *x, BlockQ8_0 *y, int64_t n);
+// n floats (n % 32 == 0) to the activation row Q8_0 weights dot with (q8_0_dot_x_row_bytes above: blocks, f32
+// scales, 128 x sums; y unaligned), the blocks bit-identical to QuantizeQ8Fn's. Why a kernel of its own: every
+// matmul of a decode step quantises each token's row on the calling thread while the others wait, and a block at a
+// time (a horizontal max, two scalar divisions, then a scalar conversion and sum per block) took ~10 ns a block.
+using QuantizeDotXFn = void (*)(const float *x, void *y, int64_t n);
 using ToF32Fn = void (*)(const void *row, float *y, int64_t n);
 // x[0..n) to fp16 in row, rounded to nearest even (overflow to inf, NaN stays NaN): every level the same bits
 // for every non-NaN input.
@@ -131,6 +136,7 @@ struct KernelTable {
     AxpyFn axpy_f16 = nullptr;
     AxpyFn axpy_bf16 = nullptr;
     QuantizeQ8Fn quantize_row_q8_0 = nullptr;
+    QuantizeDotXFn quantize_q8_0_dot_x = nullptr;  // null: quantize_dot_x builds the row from quantize_row_q8_0
     ToF32Fn to_f32_f16 = nullptr;
     ToF32Fn to_f32_bf16 = nullptr;
     ToF32Fn to_f32_q8_0 = nullptr;  // quantised cache rows (n % 32 == 0)

@@ -18,6 +18,7 @@
 //                  gives the same bits (dispatch.h)
 //   axpy_<t>:      y[0..n) += a * row[0..n)
 //   quantize_row_q8_0: n floats (n % 32 == 0) to n/32 Q8_0 blocks, bit-exactly as ggml's reference
+//   quantize_q8_0_dot_x: (AVX-512 only) n floats to the Q8_0 dot-x row (dispatch.h), blocks 16 at a time
 //   to_f32_<t>:    y[0..n) = row[0..n) converted exactly (the AVX-512 table uses the AVX2 versions)
 //   from_f32_f16:  row[0..n) = x[0..n) as fp16, rounded to nearest even (the AVX-512 table uses the AVX2 one)
 //   swiglu:        out[i] = silu(gate[i]) * up[i] (dispatch.h: the vector levels' exp within a few ulp)
@@ -87,6 +88,7 @@ void axpy_f32(const void *row, float a, float *y, int64_t n);
 void axpy_f16(const void *row, float a, float *y, int64_t n);
 void axpy_bf16(const void *row, float a, float *y, int64_t n);
 void quantize_row_q8_0(const float *x, BlockQ8_0 *y, int64_t n);
+void quantize_q8_0_dot_x(const float *x, void *y, int64_t n);
 void swiglu(const float *gate, const float *up, float *out, int64_t n);
 }  // namespace sparrow::cpu::avx512
 

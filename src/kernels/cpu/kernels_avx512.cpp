@@ -171,6 +171,98 @@ void quantize_row_q8_0(const float *x, BlockQ8_0 *y, int64_t n) {
     }
 }
 
+namespace {
+
+// Lane b of the result = op over the 16 lanes of v[b]: sixteen horizontal reductions in 15 x 2 shuffles and 15
+// ops, where one at a time takes 4 shuffles and 4 ops each and a chain of their latencies. Each level halves
+// the vectors and the lanes each block's partial occupies: whole 256-bit halves, then 128-bit quarters, then
+// pairs, then single lanes, leaving block 4j + k in lane 4k + j, which the last permute puts in order. op is
+// given floats; integer ops reinterpret them (the shuffles only move bits).
+template <typename Op>
+inline __m512 reduce16(const __m512 *v, Op op) {
+    __m512 halves[8], quarters[4], pairs[2];
+    for (int i = 0; i < 8; ++i) {
+        halves[i] = op(_mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                       _mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+    }
+    for (int i = 0; i < 4; ++i) {
+        quarters[i] = op(_mm512_shuffle_f32x4(halves[2 * i], halves[2 * i + 1], _MM_SHUFFLE(2, 0, 2, 0)),
+                         _mm512_shuffle_f32x4(halves[2 * i], halves[2 * i + 1], _MM_SHUFFLE(3, 1, 3, 1)));
+    }
+    for (int i = 0; i < 2; ++i) {
+        pairs[i] = op(_mm512_shuffle_ps(quarters[2 * i], quarters[2 * i + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                      _mm512_shuffle_ps(quarters[2 * i], quarters[2 * i + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+    }
+    const __m512 mixed = op(_mm512_shuffle_ps(pairs[0], pairs[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                            _mm512_shuffle_ps(pairs[0], pairs[1], _MM_SHUFFLE(3, 1, 3, 1)));
+    const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    return _mm512_permutexvar_ps(order, mixed);
+}
+
+// Blocks [0, count) (count <= 16; 32 floats each at x) of a Q8_0 dot-x row: their BlockQ8_0s at blocks
+// (unaligned), their scales as f32 at scales and 128 x their quants' sums at offsets; nothing past count is read or
+// written. Per block the same arithmetic as quantize_row_q8_0 (d = amax / 127 and id = 1 / d, exact IEEE division
+// either way; round half away from zero), so the same bits. Lanes past count reduce zeros.
+void quantize_blocks(const float *x, int count, uint8_t *blocks, uint8_t *scales, uint8_t *offsets) {
+    const __m512 half = _mm512_set1_ps(0.5f), one = _mm512_set1_ps(1.0f);
+    const __m512i sign_bit = _mm512_set1_epi32(int32_t(0x80000000u));
+    __m512 acc[16];
+    for (int b = 0; b < count; ++b) {
+        acc[b] =
+            _mm512_max_ps(_mm512_abs_ps(_mm512_loadu_ps(x + 32 * b)), _mm512_abs_ps(_mm512_loadu_ps(x + 32 * b + 16)));
+    }
+    for (int b = count; b < 16; ++b) acc[b] = _mm512_setzero_ps();
+    const __m512 amax = reduce16(acc, [](__m512 a, __m512 b) { return _mm512_max_ps(a, b); });
+    const __m512 d = _mm512_div_ps(amax, _mm512_set1_ps(127.0f));
+    // d != 0 as the scalar code asks it (a NaN d is "not zero", as there).
+    const __m512 id = _mm512_maskz_div_ps(_mm512_cmp_ps_mask(d, _mm512_setzero_ps(), _CMP_NEQ_UQ), one, d);
+    const __m256i d16 = _mm512_cvtps_ph(d, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __mmask16 lanes = first_lanes(count);
+    _mm512_mask_storeu_ps(scales, lanes, _mm512_cvtph_ps(d16));
+    alignas(64) float ids[16];
+    alignas(32) uint16_t ds[16];
+    _mm512_store_ps(ids, id);
+    _mm256_store_si256(reinterpret_cast<__m256i *>(ds), d16);
+    for (int b = 0; b < count; ++b) {
+        uint8_t *block = blocks + b * static_cast<int64_t>(sizeof(BlockQ8_0));
+        std::memcpy(block + offsetof(BlockQ8_0, d), &ds[b], sizeof ds[b]);
+        const __m512 idv = _mm512_set1_ps(ids[b]);
+        __m512i sum = _mm512_setzero_si512();
+        for (int k = 0; k < 2; ++k) {
+            const __m512 s = _mm512_mul_ps(_mm512_loadu_ps(x + 32 * b + 16 * k), idv);
+            const __m512 t = _mm512_roundscale_ps(s, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+            const __mmask16 round_up = _mm512_cmp_ps_mask(_mm512_abs_ps(_mm512_sub_ps(s, t)), half, _CMP_GE_OQ);
+            const __m512 step = _mm512_castsi512_ps(
+                _mm512_or_si512(_mm512_castps_si512(one), _mm512_and_si512(_mm512_castps_si512(s), sign_bit)));
+            const __m512i q = _mm512_cvttps_epi32(_mm512_mask_add_ps(t, round_up, t, step));
+            _mm_storeu_si128(reinterpret_cast<__m128i *>(block + offsetof(BlockQ8_0, qs) + 16 * k),
+                             _mm512_cvtepi32_epi8(q));
+            sum = _mm512_add_epi32(sum, q);
+        }
+        acc[b] = _mm512_castsi512_ps(sum);
+    }
+    for (int b = count; b < 16; ++b) acc[b] = _mm512_setzero_ps();
+    const __m512 sums = reduce16(acc, [](__m512 a, __m512 b) {
+        return _mm512_castsi512_ps(_mm512_add_epi32(_mm512_castps_si512(a), _mm512_castps_si512(b)));
+    });
+    _mm512_mask_storeu_epi32(offsets, lanes, _mm512_slli_epi32(_mm512_castps_si512(sums), 7));  // x 128
+}
+
+}  // namespace
+
+void quantize_q8_0_dot_x(const float *x, void *y, int64_t n) {
+    const int64_t nb = n / QK8_0;
+    auto *blocks = static_cast<uint8_t *>(y);
+    uint8_t *scales = blocks + nb * static_cast<int64_t>(sizeof(BlockQ8_0));
+    uint8_t *offsets = scales + nb * static_cast<int64_t>(sizeof(float));
+    for (int64_t b0 = 0; b0 < nb; b0 += 16) {
+        const int count = nb - b0 < 16 ? static_cast<int>(nb - b0) : 16;
+        quantize_blocks(x + b0 * QK8_0, count, blocks + b0 * static_cast<int64_t>(sizeof(BlockQ8_0)),
+                        scales + b0 * static_cast<int64_t>(sizeof(float)),
+                        offsets + b0 * static_cast<int64_t>(sizeof(int32_t)));
+    }
+}
+
 void swiglu(const float *gate, const float *up, float *out, int64_t n) {
     for (int64_t i = 0; i < n; i += 16) {
         const __mmask16 m = n - i >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (n - i)) - 1);  // tails: masked lanes
