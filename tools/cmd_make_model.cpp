@@ -113,6 +113,10 @@ Command register_make_model(CLI::App &app) {
                                       "multiplier 0.1), as V3.2 files carry them (factor 40 of 4096 there)");
     auto no_bias = std::make_shared<bool>(false);  // owned by the returned command, which CLI11 writes into
     cmd->add_flag("--no-probs-bias", *no_bias, "deepseek32 / glm-dsa: no exp_probs_b.bias");
+    auto fuse = std::make_shared<bool>(false);
+    cmd->add_flag("--fuse-gate-up-exps", *fuse,
+                  "deepseek32 / glm-dsa: the experts' gate and up in one ffn_gate_up_exps tensor (llama.cpp's "
+                  "converter flag of that name), with the values the separate tensors would have");
 
     return [=] {
         SyntheticParams p = synthetic_defaults(*arch, *preset);
@@ -123,6 +127,11 @@ Command register_make_model(CLI::App &app) {
         if (tied->count()) p.tied_output = true;
         if (yarn->count()) p.yarn = true;
         if (*no_bias) p.probs_bias = false;
+        if (*fuse) {
+            if (p.arch == "llama")
+                throw_error("make-model: --fuse-gate-up-exps needs an MoE architecture (deepseek32, glm-dsa)");
+            p.fuse_gate_up_exps = true;
+        }
         if (*type == "mxfp4_moe") {
             if (p.arch == "llama")
                 throw_error("make-model: --type mxfp4_moe needs an MoE architecture (deepseek32, glm-dsa)");

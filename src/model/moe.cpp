@@ -79,8 +79,13 @@ void moe_check(const MoeParams &p, const MoeWeights &w) {
         }
     }
     check_stack("ffn_gate_inp", w.router, p.n_expert, p.n_embd);
-    check_stack("ffn_gate_exps", w.gate_exps, p.n_expert * p.n_ff_exp, p.n_embd);
-    check_stack("ffn_up_exps", w.up_exps, p.n_expert * p.n_ff_exp, p.n_embd);
+    if (w.gate_up_fused) {
+        check_stack("ffn_gate_up_exps", w.gate_exps, 2 * p.n_expert * p.n_ff_exp, p.n_embd);
+        if (w.up_exps.data != w.gate_exps.data) throw_error("moe: a fused gate/up stack must be both gate and up");
+    } else {
+        check_stack("ffn_gate_exps", w.gate_exps, p.n_expert * p.n_ff_exp, p.n_embd);
+        check_stack("ffn_up_exps", w.up_exps, p.n_expert * p.n_ff_exp, p.n_embd);
+    }
     check_stack("ffn_down_exps", w.down_exps, p.n_expert * p.n_embd, p.n_ff_exp);
     const int64_t n_sh = w.gate_shexp.n_rows;
     if (n_sh > 0 || w.up_shexp.n_rows > 0 || w.down_shexp.n_rows > 0) {
@@ -190,12 +195,13 @@ void moe_ffn(ThreadPool &pool, OpScratch &op, MoeScratch &s, const MoeParams &p,
     tasks.clear();
     blocks.clear();
     blocks.reserve(static_cast<size_t>(3 * E));  // no reallocation: tasks point into it
+    const int64_t per_expert = w.gate_up_fused ? 2 : 1, up_part = w.gate_up_fused ? 1 : 0;  // blocks of F rows
     for (int64_t e = 0; e < E; ++e) {
         const int64_t b = begin[e], n = begin[e + 1] - b;
         if (n == 0) continue;
-        blocks.push_back(moe_expert_block(w.gate_exps, e, F));
+        blocks.push_back(moe_expert_block(w.gate_exps, per_expert * e, F));
         tasks.push_back({&blocks.back(), xg + b * D, n, gate + b * F});
-        blocks.push_back(moe_expert_block(w.up_exps, e, F));
+        blocks.push_back(moe_expert_block(w.up_exps, per_expert * e + up_part, F));
         tasks.push_back({&blocks.back(), xg + b * D, n, up + b * F});
     }
     if (n_sh > 0) {

@@ -44,7 +44,11 @@ struct MoeWeights {
     const float *probs_bias = nullptr;  // exp_probs_b.bias [n_expert], or null
     // The 3-D GGUF tensors seen as stacks of per-expert row blocks:
     WeightMatrix gate_exps, up_exps;  // {n_embd, n_ff_exp, n_expert} as [n_expert*n_ff_exp rows, n_embd cols]
-    WeightMatrix down_exps;           // {n_ff_exp, n_embd, n_expert} as [n_expert*n_embd rows, n_ff_exp cols]
+    // Or llama.cpp's fused ffn_gate_up_exps {n_embd, 2 * n_ff_exp, n_expert} (its converter's --fuse-gate-up-exps) in
+    // both gate_exps and up_exps, as [2 * n_expert * n_ff_exp rows, n_embd cols]: expert e's gate is row block 2e of
+    // n_ff_exp rows, its up block 2e + 1.
+    bool gate_up_fused = false;
+    WeightMatrix down_exps;  // {n_ff_exp, n_embd, n_expert} as [n_expert*n_embd rows, n_ff_exp cols]
     // Shared expert(s): [n_ff_sh rows, n_embd cols] x2 and [n_embd rows, n_ff_sh cols]; n_rows == 0 if absent.
     WeightMatrix gate_shexp, up_shexp, down_shexp;
 };

@@ -228,34 +228,67 @@ class StreamSink {
         add(name, DType::F32, {n}, n, 1, mean, spread, std::move(scaled));
     }
 
+    // The experts' gate and up stacks (GGUF dims {n_embd, n_ff, n_expert} each, named gate_name and up_name) fused
+    // into one tensor `name` of dims {n_embd, 2 * n_ff, n_expert}: per expert its gate rows, then its up rows, with
+    // the values `weight` would give the two tensors (the same seeds), so a fused file is the separate one's twin.
+    void fused_stack(const std::string &name, const std::string &gate_name, const std::string &up_name,
+                     std::vector<int64_t> ne, float gain) {
+        const int64_t n_cols = ne[0], n_ff = ne[1], n_expert = ne[2];
+        const DType t = storage_type(n_expert > 1 ? stack_type_ : type_, n_cols);  // as weight() types a stack
+        const float stddev = gain / std::sqrt(static_cast<float>(n_cols));
+        const uint64_t gate_seed = name_seed(seed_, gate_name), up_seed = name_seed(seed_, up_name);
+        w_.add_tensor(name, t, {n_cols, 2 * n_ff, n_expert}, [=](uint8_t *dst, size_t) {
+            const int64_t row_bytes = dtype_row_size(t, n_cols), rows_per_chunk = chunk_rows(n_cols);
+            std::vector<float> x(static_cast<size_t>(rows_per_chunk * n_cols));
+            const int64_t n_rows = n_ff * n_expert;  // of each separate stack
+            for (int part = 0; part < 2; ++part) {
+                for (int64_t c = 0; c * rows_per_chunk < n_rows; ++c) {
+                    const int64_t r0 = c * rows_per_chunk, r1 = std::min(n_rows, r0 + rows_per_chunk);
+                    fill_chunk(x.data(), part == 0 ? gate_seed : up_seed, c, r0, r1, n_cols, 0.0f, stddev, {});
+                    for (int64_t r = r0; r < r1; ++r) {  // row r of the part: expert r / n_ff, its row r % n_ff
+                        const int64_t out = (r / n_ff * 2 + part) * n_ff + r % n_ff;
+                        quantize_row(t, x.data() + (r - r0) * n_cols, dst + out * row_bytes, n_cols);
+                    }
+                }
+            }
+        });
+    }
+
   private:
+    // Rows per chunk of generated values (each chunk has its own seed, so chunks can be made in any order).
+    static int64_t chunk_rows(int64_t n_cols) { return std::max<int64_t>(1, (int64_t(1) << 16) / n_cols); }
+
+    // The values of rows [r0, r1) (chunk c of the tensor whose seed is `seed`) into x, row-major.
+    static void fill_chunk(float *x, uint64_t seed, int64_t c, int64_t r0, int64_t r1, int64_t n_cols, float mean,
+                           float stddev, const Scaled &scaled) {
+        uint64_t state = splitmix64(seed + static_cast<uint64_t>(c));
+        const int64_t n = (r1 - r0) * n_cols;
+        for (int64_t i = 0; i < n; ++i) {
+            state += 0x9e3779b97f4a7c15ull;
+            x[i] = mean + stddev * approx_normal(splitmix64(state));
+        }
+        for (int64_t r = r0; r < r1; ++r) {
+            float *row = x + (r - r0) * n_cols;
+            for (const int64_t col : scaled.cols) row[col] *= scaled.factor;
+            if (std::find(scaled.rows.begin(), scaled.rows.end(), r % scaled.row_period) != scaled.rows.end()) {
+                for (int64_t col = 0; col < n_cols; ++col) row[col] *= scaled.factor;
+            }
+        }
+    }
+
     // The random values do not depend on `scaled`: it multiplies some of them afterwards.
     void add(const std::string &name, DType t, std::vector<int64_t> ne, int64_t n_cols, int64_t n_rows, float mean,
              float stddev, Scaled scaled) {
         const uint64_t seed = name_seed(seed_, name);
         ThreadPool *pool = &pool_;
         w_.add_tensor(name, t, std::move(ne), [=](uint8_t *dst, size_t) {
-            const int64_t row_bytes = dtype_row_size(t, n_cols);
-            const int64_t rows_per_chunk = std::max<int64_t>(1, (int64_t(1) << 16) / n_cols);
+            const int64_t row_bytes = dtype_row_size(t, n_cols), rows_per_chunk = chunk_rows(n_cols);
             const int64_t n_chunks = (n_rows + rows_per_chunk - 1) / rows_per_chunk;
             pool->parallel_for(n_chunks, 1, [&](int64_t c0, int64_t c1) {
                 std::vector<float> x(static_cast<size_t>(rows_per_chunk * n_cols));
                 for (int64_t c = c0; c < c1; ++c) {
                     const int64_t r0 = c * rows_per_chunk, r1 = std::min(n_rows, r0 + rows_per_chunk);
-                    uint64_t state = splitmix64(seed + static_cast<uint64_t>(c));
-                    const int64_t n = (r1 - r0) * n_cols;
-                    for (int64_t i = 0; i < n; ++i) {
-                        state += 0x9e3779b97f4a7c15ull;
-                        x[static_cast<size_t>(i)] = mean + stddev * approx_normal(splitmix64(state));
-                    }
-                    for (int64_t r = r0; r < r1; ++r) {
-                        float *row = x.data() + (r - r0) * n_cols;
-                        for (const int64_t col : scaled.cols) row[col] *= scaled.factor;
-                        if (std::find(scaled.rows.begin(), scaled.rows.end(), r % scaled.row_period) !=
-                            scaled.rows.end()) {
-                            for (int64_t col = 0; col < n_cols; ++col) row[col] *= scaled.factor;
-                        }
-                    }
+                    fill_chunk(x.data(), seed, c, r0, r1, n_cols, mean, stddev, scaled);
                     for (int64_t r = r0; r < r1; ++r) {
                         quantize_row(t, x.data() + (r - r0) * n_cols, dst + r * row_bytes, n_cols);
                     }
@@ -409,8 +442,13 @@ void write_dsa(const SyntheticParams &p, gguf::Writer &w, ThreadPool &pool) {
         } else {
             s.weight(b + "ffn_gate_inp.weight", {E, p.n_expert}, kGainRouter, /*keep_f32=*/true);
             if (p.probs_bias) s.vector(b + "exp_probs_b.bias", p.n_expert, 0.0f, 0.2f);
-            s.weight(b + "ffn_gate_exps.weight", {E, p.n_ff_exp, p.n_expert}, 1.0f);
-            s.weight(b + "ffn_up_exps.weight", {E, p.n_ff_exp, p.n_expert}, 1.0f);
+            if (p.fuse_gate_up_exps) {
+                s.fused_stack(b + "ffn_gate_up_exps.weight", b + "ffn_gate_exps.weight", b + "ffn_up_exps.weight",
+                              {E, p.n_ff_exp, p.n_expert}, 1.0f);
+            } else {
+                s.weight(b + "ffn_gate_exps.weight", {E, p.n_ff_exp, p.n_expert}, 1.0f);
+                s.weight(b + "ffn_up_exps.weight", {E, p.n_ff_exp, p.n_expert}, 1.0f);
+            }
             s.weight(b + "ffn_down_exps.weight", {p.n_ff_exp, E, p.n_expert}, kGainDown);
             const int64_t ns = p.n_ff_exp * p.n_expert_shared;
             s.weight(b + "ffn_gate_shexp.weight", {E, ns}, 1.0f);

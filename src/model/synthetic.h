@@ -39,6 +39,9 @@ struct SyntheticParams {
     std::optional<DType> stack_type;
     uint64_t seed = 42;
     bool tied_output = false;
+    // deepseek32 / glm-dsa: the routed experts' gate and up in one ffn_gate_up_exps {n_embd, 2 * n_ff_exp, n_expert}
+    // (llama.cpp's converter with --fuse-gate-up-exps), holding the values the two separate tensors would hold.
+    bool fuse_gate_up_exps = false;
 
     // deepseek32 / glm-dsa (MLA + lightning indexer + MoE); GGUF keys as llama.cpp's converter writes them
     int64_t n_dense_lead = 1;  // leading_dense_block_count

@@ -97,6 +97,12 @@ WeightMatrix WeightLoader::matrix_stack(const std::string &name, int64_t n_cols,
     return weight_matrix(take(name, {n_cols, n_rows, n_mats}), n_cols, n_rows, n_mats);
 }
 
+WeightMatrix WeightLoader::matrix_stack_parts(const std::string &name, int64_t n_cols, int64_t n_rows, int64_t n_parts,
+                                              int64_t n_mats) {
+    // Packing keeps each part's rows in groups of their own (rows_per_mat = n_rows), so a part is a whole slice.
+    return weight_matrix(take(name, {n_cols, n_parts * n_rows, n_mats}), n_cols, n_rows, n_parts * n_mats);
+}
+
 const float *WeightLoader::vector(const std::string &name, int64_t n) {
     const gguf::TensorInfo &t = take(name, {n});
     if (t.type == DType::F32 && reinterpret_cast<uintptr_t>(t.data) % alignof(float) == 0) {

@@ -27,6 +27,11 @@ class WeightLoader {
     // A stack of n_mats matrices [n_rows, n_cols] (GGUF ne = {n_cols, n_rows, n_mats}), returned as one
     // matrix of n_mats * n_rows rows: matrix m is the row block [m * n_rows, (m + 1) * n_rows).
     WeightMatrix matrix_stack(const std::string &name, int64_t n_cols, int64_t n_rows, int64_t n_mats);
+    // A stack of n_mats matrices each made of n_parts matrices [n_rows, n_cols] one after the other (GGUF ne =
+    // {n_cols, n_parts * n_rows, n_mats}: llama.cpp's fused ffn_gate_up_exps, gate rows then up rows per expert),
+    // returned as one matrix of n_mats * n_parts * n_rows rows: part p of matrix m is row block m * n_parts + p.
+    WeightMatrix matrix_stack_parts(const std::string &name, int64_t n_cols, int64_t n_rows, int64_t n_parts,
+                                    int64_t n_mats);
     bool has(const std::string &name) const { return file_.find_tensor(name) != nullptr; }
     // A vector of n floats: used in place when stored as f32, else converted once into owned memory.
     const float *vector(const std::string &name, int64_t n);

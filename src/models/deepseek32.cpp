@@ -404,8 +404,9 @@ class DsaModel final : public ArchModel {
             } else {  // the router, the routed share of the experts, the shared expert
                 const double routed = double(hp_.moe.n_expert_used) / double(hp_.moe.n_expert);
                 bytes += mat(L.moe.router) + mat(L.moe.gate_shexp) + mat(L.moe.up_shexp) + mat(L.moe.down_shexp);
-                bytes += static_cast<int64_t>(routed *
-                                              double(mat(L.moe.gate_exps) + mat(L.moe.up_exps) + mat(L.moe.down_exps)));
+                const int64_t gate_up = L.moe.gate_up_fused ? mat(L.moe.gate_exps)  // one stack holds both
+                                                            : mat(L.moe.gate_exps) + mat(L.moe.up_exps);
+                bytes += static_cast<int64_t>(routed * double(gate_up + mat(L.moe.down_exps)));
             }
             if (sparse && hp_.indexer_full[il]) {
                 bytes += mat(L.idx_q_b) + mat(L.idx_k) + mat(L.idx_proj) + n_kv * s.indexer_key[il].row_bytes();
@@ -501,8 +502,15 @@ class DsaModel final : public ArchModel {
             const MoeParams &m = hp_.moe;
             L.moe.router = w.matrix(p + "ffn_gate_inp.weight", hp_.n_embd, m.n_expert);
             L.moe.probs_bias = w.has(p + "exp_probs_b.bias") ? w.vector(p + "exp_probs_b.bias", m.n_expert) : nullptr;
-            L.moe.gate_exps = w.matrix_stack(p + "ffn_gate_exps.weight", hp_.n_embd, m.n_ff_exp, m.n_expert);
-            L.moe.up_exps = w.matrix_stack(p + "ffn_up_exps.weight", hp_.n_embd, m.n_ff_exp, m.n_expert);
+            if (w.has(p + "ffn_gate_up_exps.weight")) {  // llama.cpp's fused form, which it also prefers
+                L.moe.gate_exps =
+                    w.matrix_stack_parts(p + "ffn_gate_up_exps.weight", hp_.n_embd, m.n_ff_exp, 2, m.n_expert);
+                L.moe.up_exps = L.moe.gate_exps;
+                L.moe.gate_up_fused = true;
+            } else {
+                L.moe.gate_exps = w.matrix_stack(p + "ffn_gate_exps.weight", hp_.n_embd, m.n_ff_exp, m.n_expert);
+                L.moe.up_exps = w.matrix_stack(p + "ffn_up_exps.weight", hp_.n_embd, m.n_ff_exp, m.n_expert);
+            }
             L.moe.down_exps = w.matrix_stack(p + "ffn_down_exps.weight", m.n_ff_exp, hp_.n_embd, m.n_expert);
             if (hp_.n_expert_shared > 0) {
                 const int64_t n_sh = m.n_ff_exp * hp_.n_expert_shared;

@@ -341,8 +341,11 @@ class DsaModel:
                 for n in ("ffn_gate", "ffn_up", "ffn_down"):
                     need(p + n + ".weight")
             else:
-                for n in ("ffn_gate_inp", "ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"):
+                for n in ("ffn_gate_inp", "ffn_down_exps"):
                     need(p + n + ".weight")
+                if p + "ffn_gate_up_exps.weight" not in self.tensors:  # llama.cpp's fused form, else both
+                    need(p + "ffn_gate_exps.weight")
+                    need(p + "ffn_up_exps.weight")
             idx = [p + n for n in ("indexer.attn_q_b.weight", "indexer.attn_k.weight",
                                    "indexer.k_norm.weight", "indexer.k_norm.bias", "indexer.proj.weight")]
             if hp.idx_full[il]:
@@ -369,8 +372,11 @@ class DsaModel:
                 self._expect(p + "indexer.proj.weight", (hp.idx_n_head, hp.n_embd))
             if il >= hp.n_dense_lead:
                 self._expect(p + "ffn_gate_inp.weight", (hp.n_expert, hp.n_embd))
-                self._expect(p + "ffn_gate_exps.weight", (hp.n_expert, hp.n_ff_exp, hp.n_embd))
-                self._expect(p + "ffn_up_exps.weight", (hp.n_expert, hp.n_ff_exp, hp.n_embd))
+                if p + "ffn_gate_up_exps.weight" in self.tensors:
+                    self._expect(p + "ffn_gate_up_exps.weight", (hp.n_expert, 2 * hp.n_ff_exp, hp.n_embd))
+                else:
+                    self._expect(p + "ffn_gate_exps.weight", (hp.n_expert, hp.n_ff_exp, hp.n_embd))
+                    self._expect(p + "ffn_up_exps.weight", (hp.n_expert, hp.n_ff_exp, hp.n_embd))
                 self._expect(p + "ffn_down_exps.weight", (hp.n_expert, hp.n_embd, hp.n_ff_exp))
 
     def _expect(self, name: str, shape: tuple) -> None:
@@ -557,8 +563,12 @@ def ffn_block(model: DsaModel, il: int, h: np.ndarray) -> np.ndarray:
         return linear(swiglu(linear(h, model.w(p + "ffn_gate.weight")), linear(h, model.w(p + "ffn_up.weight"))),
                       model.w(p + "ffn_down.weight"))
     experts, weights = moe_route(model, il, h)
-    gate, up, down = (model.w(p + "ffn_gate_exps.weight"), model.w(p + "ffn_up_exps.weight"),
-                      model.w(p + "ffn_down_exps.weight"))
+    fused = model.w(p + "ffn_gate_up_exps.weight")  # per expert: n_ff_exp gate rows, then n_ff_exp up rows
+    if fused is not None:
+        gate, up = fused[:, :hp.n_ff_exp, :], fused[:, hp.n_ff_exp:, :]
+    else:
+        gate, up = model.w(p + "ffn_gate_exps.weight"), model.w(p + "ffn_up_exps.weight")
+    down = model.w(p + "ffn_down_exps.weight")
     out = np.zeros_like(h)
     for e in np.unique(experts):
         rows, slot = np.nonzero(experts == e)
