@@ -1,6 +1,7 @@
 """`sparrow serve`: every endpoint in shape and content on tiny synthetic models. Greedy completions equal
 `sparrow run --temp 0`; embeddings equal the numpy reference's final normed hidden states; stop strings,
 seeds and the chat format behave; switching between embeddings and completions is safe."""
+import base64
 import os
 
 import numpy as np
@@ -28,6 +29,9 @@ with serve_util.Server(llama, "-np", 2, "-c", 1024, "--chat-format", "llama2", "
     status, body = srv.request("GET", "/v1/models")
     checks.check(status == 200 and body["object"] == "list" and body["data"][0]["id"] == "llama.gguf",
                  f"/v1/models lists the model by file name: {body}")
+    status, body = srv.request("GET", "/v1/models/llama.gguf")
+    checks.check(status == 200 and body["object"] == "model" and body["id"] == "llama.gguf",
+                 f"GET /v1/models/{{id}} (openai-python's models.retrieve): {status} {body}")
 
     # --- completions: equal to `sparrow run --temp 0` -------------------------------------------------------
     want = serve_util.run_greedy(llama, PROMPT, N, "-ctk", "f32", "-ctv", "f32")
@@ -55,6 +59,10 @@ with serve_util.Server(llama, "-np", 2, "-c", 1024, "--chat-format", "llama2", "
     status, events, done = srv.stream("/v1/completions", dict(req, stream_options={"include_usage": True}))
     checks.check(done and events[-1]["choices"] == [] and events[-1]["usage"]["prompt_tokens"] == n_prompt,
                  "stream_options.include_usage adds a usage chunk")
+    # OpenAI's shape: every other chunk has usage null, so a client adding usage up per chunk counts it once.
+    checks.check(all("usage" in e and e["usage"] is None for e in events[:-1])
+                 and sum(1 for e in events if e.get("usage")) == 1,
+                 "with include_usage, usage is null on every chunk but the last")
 
     # Token ids as the prompt; the cached prefix is reused.
     status, body = srv.request("POST", "/v1/completions", dict(req, prompt=tok["tokens"]))
@@ -148,6 +156,18 @@ with serve_util.Server(llama, "-np", 2, "-c", 1024, "--chat-format", "llama2", "
     status, last = srv.request("POST", "/v1/embeddings", {"input": tok["tokens"], "pooling": "last"})
     checks.check(harness.rel_error(last["data"][0]["embedding"], unit(hidden[-1])) < 1e-4,
                  "pooling last: the normalised last row")
+    # encoding_format base64 (openai-python's default): the float32 little-endian bytes of the same vector.
+    status, b64 = srv.request("POST", "/v1/embeddings", {"input": PROMPT, "encoding_format": "base64"})
+    decoded = np.frombuffer(base64.b64decode(b64["data"][0]["embedding"]), dtype="<f4")
+    checks.check(status == 200 and np.array_equal(decoded, np.asarray(mean["data"][0]["embedding"], dtype=np.float32)),
+                 "encoding_format base64 carries the float vector's bytes")
+    # More inputs than the queue holds (-np 2, queue 16 by default) run in waves, each index in place.
+    many = [f"item {i}" for i in range(70)]
+    status, batch = srv.request("POST", "/v1/embeddings", {"input": many})
+    status1, one_69 = srv.request("POST", "/v1/embeddings", {"input": many[69]})
+    checks.check(status == 200 and [d["index"] for d in batch["data"]] == list(range(70))
+                 and batch["data"][69]["embedding"] == one_69["data"][0]["embedding"],
+                 f"70 inputs in one request ({status}): 70 embeddings in order")
     # Completions, embeddings and completions again in turn: the text never changes.
     for i in range(2):
         srv.request("POST", "/v1/embeddings", {"input": PROMPT + " again", "pooling": "mean"})
@@ -192,6 +212,12 @@ with serve_util.Server(llama, "-np", 2, "-c", 1024, "--chat-format", "llama2", "
                  and events[-1]["choices"] == [] and events[-1]["usage"]["completion_tokens"]
                  == body["usage"]["completion_tokens"],
                  f"chat n = 2 streamed: each index's deltas are that choice's message, one finish each, one usage")
+    # Clients writing back an empty tool_calls list, and Python's json writing max_tokens as 3.0, are served.
+    history = [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b", "tool_calls": []},
+               {"role": "user", "content": "c"}]
+    status, body = srv.request("POST", "/v1/chat/completions", {"messages": history, "max_tokens": 3.0})
+    checks.check(status == 200 and 0 < body["usage"]["completion_tokens"] <= 3,
+                 f"an empty tool_calls list and max_tokens 3.0 are accepted: {status}")
 
 
     # --- metrics ----------------------------------------------------------------------------------------------

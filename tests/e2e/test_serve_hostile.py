@@ -18,7 +18,8 @@ CTX = 512  # one slot: the whole context per request
 
 def error_shape(body):
     e = body.get("error") if isinstance(body, dict) else None
-    return isinstance(e, dict) and all(isinstance(e.get(k), str) for k in ("message", "type", "code"))
+    return (isinstance(e, dict) and all(isinstance(e.get(k), str) for k in ("message", "type", "code"))
+            and "param" in e)
 
 
 with serve_util.Server(model, "-np", 1, "-c", CTX, "--api-key", KEY, "--max-queue", 1, "--max-body", 65536) as srv:
@@ -99,7 +100,14 @@ with serve_util.Server(model, "-np", 1, "-c", CTX, "--api-key", KEY, "--max-queu
         ("embeddings: no input", "POST", "/v1/embeddings", AUTH, {}, None, 400),
         ("embeddings: pooling max", "POST", "/v1/embeddings", AUTH, {"input": "a", "pooling": "max"}, None, 400),
         ("embeddings: input a number", "POST", "/v1/embeddings", AUTH, {"input": 7}, None, 400),
-        ("embeddings: base64", "POST", "/v1/embeddings", AUTH, {"input": "a", "encoding_format": "base64"}, None, 400),
+        ("embeddings: encoding binary", "POST", "/v1/embeddings", AUTH, {"input": "a", "encoding_format": "binary"},
+         None, 400),
+        ("embeddings: 2049 inputs", "POST", "/v1/embeddings", AUTH, {"input": ["a"] * 2049}, None, 400),
+        ("chat: a tool call in the history", "POST", "/v1/chat/completions", AUTH,
+         {"messages": [{"role": "user", "content": "a"},
+                       {"role": "assistant", "content": "b", "tool_calls": [{"id": "1", "type": "function"}]},
+                       {"role": "user", "content": "c"}]}, None, 400),
+        ("GET /v1/models/{another}", "GET", "/v1/models/gpt-4o", AUTH, None, None, 404),
     ]
     for what, method, path, headers, body, raw, expect in cases:
         status, reply = srv.request(method, path, body=body, headers=headers, raw=raw, timeout=60)
@@ -108,6 +116,10 @@ with serve_util.Server(model, "-np", 1, "-c", CTX, "--api-key", KEY, "--max-queu
         if not srv.alive():
             checks.check(False, f"the server died on: {what}")
             break
+
+    # The scheme's name is case-insensitive (RFC 9110): "bearer KEY" is accepted.
+    status, reply = srv.request("POST", C, body=good, headers={"Authorization": "bearer " + KEY}, timeout=60)
+    checks.check(status == 200, f"a lower-case 'bearer' scheme is accepted: {status}")
 
     # Below the HTTP layer: garbage request lines and huge headers get an HTTP error or a closed connection.
     def raw_exchange(data):

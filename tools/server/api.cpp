@@ -1,6 +1,11 @@
 #include "server/api.h"
 
+#include <algorithm>
+#include <cctype>
 #include <cmath>
+#include <cstring>
+#include <iterator>
+#include <span>
 #include <sstream>
 
 #include "core/error.h"
@@ -15,8 +20,39 @@ using sparrow::server::Pooling;
 using sparrow::server::TaskKind;
 using sparrow::server::TaskUpdate;
 
-// Most inputs one embeddings request may carry (each runs as its own task).
-constexpr size_t kMaxEmbeddingInputs = 64;
+// Most inputs one embeddings request may carry, as OpenAI's API (LangChain sends up to 1000 at a time). Each runs as
+// its own task; they are queued in waves of at most the queue's size, so one request never asks for more room than
+// the queue has.
+constexpr size_t kMaxEmbeddingInputs = 2048;
+
+// The standard base64 alphabet, with padding (RFC 4648), of n bytes at p.
+std::string base64(const uint8_t *p, size_t n) {
+    static constexpr char kDigits[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    std::string out;
+    out.reserve((n + 2) / 3 * 4);
+    for (size_t i = 0; i < n; i += 3) {
+        const uint32_t a = p[i], b = i + 1 < n ? p[i + 1] : 0, c = i + 2 < n ? p[i + 2] : 0;
+        const uint32_t v = (a << 16) | (b << 8) | c;
+        out += kDigits[(v >> 18) & 63];
+        out += kDigits[(v >> 12) & 63];
+        out += i + 1 < n ? kDigits[(v >> 6) & 63] : '=';
+        out += i + 2 < n ? kDigits[v & 63] : '=';
+    }
+    return out;
+}
+
+// An embedding as encoding_format asks: a JSON array of floats, or base64 of its float32 little-endian bytes (what
+// openai-python asks for by default, and decodes).
+json encode_embedding(std::span<const float> v, bool as_base64) {
+    if (!as_base64) return json(std::vector<float>(v.begin(), v.end()));
+    std::vector<uint8_t> bytes(v.size() * sizeof(float));
+    for (size_t i = 0; i < v.size(); ++i) {
+        uint32_t u;
+        std::memcpy(&u, &v[i], sizeof u);
+        for (int k = 0; k < 4; ++k) bytes[4 * i + static_cast<size_t>(k)] = static_cast<uint8_t>(u >> (8 * k));
+    }
+    return base64(bytes.data(), bytes.size());
+}
 
 // Compares in time that depends only on the length of `expected`, not on where the strings differ.
 bool constant_time_equal(std::string_view given, std::string_view expected) {
@@ -36,6 +72,7 @@ std::string path_label(const std::string &path) {
     for (const char *p : kPaths) {
         if (path == p) return p;
     }
+    if (path.starts_with("/v1/models/")) return "/v1/models/{id}";
     return "other";
 }
 }  // namespace
@@ -79,9 +116,13 @@ void Api::install(httplib::Server &server) {
     server.set_pre_routing_handler([this](const httplib::Request &req, httplib::Response &res) {
         if (config_.api_key.empty() || req.path == "/health") return httplib::Server::HandlerResponse::Unhandled;
         const std::string auth = req.get_header_value("Authorization");
-        constexpr std::string_view scheme = "Bearer ";
-        const bool ok = auth.size() >= scheme.size() && auth.compare(0, scheme.size(), scheme) == 0 &&
-                        constant_time_equal(std::string_view(auth).substr(scheme.size()), config_.api_key);
+        // The scheme's name is case-insensitive (RFC 9110 11.1): "bearer KEY" is as good as "Bearer KEY".
+        constexpr std::string_view scheme = "bearer ";
+        bool scheme_ok = auth.size() >= scheme.size();
+        for (size_t i = 0; scheme_ok && i < scheme.size(); ++i) {
+            scheme_ok = std::tolower(static_cast<unsigned char>(auth[i])) == scheme[i];
+        }
+        const bool ok = scheme_ok && constant_time_equal(std::string_view(auth).substr(scheme.size()), config_.api_key);
         if (ok) return httplib::Server::HandlerResponse::Unhandled;
         send_error(res, 401, "missing or invalid API key (send 'Authorization: Bearer KEY')", "invalid_api_key");
         counters_.add(req.path, 401);
@@ -113,6 +154,7 @@ void Api::install(httplib::Server &server) {
     });
     server.Get("/health", route("/health", &Api::health));
     server.Get("/v1/models", route("/v1/models", &Api::models));
+    server.Get(R"(/v1/models/(.+))", route("/v1/models/{id}", &Api::model));
     server.Get("/metrics", route("/metrics", &Api::metrics));
     server.Post("/tokenize", route("/tokenize", &Api::tokenize));
     server.Post("/detokenize", route("/detokenize", &Api::detokenize));
@@ -146,6 +188,19 @@ void Api::health(const httplib::Request &, httplib::Response &res) {
 }
 
 void Api::models(const httplib::Request &, httplib::Response &res) {
+    send_json(res, {{"object", "list"}, {"data", json::array({model_object()})}});
+}
+
+void Api::model(const httplib::Request &req, httplib::Response &res) {
+    const std::string id = req.matches.size() > 1 ? std::string(req.matches[1]) : std::string();
+    if (id != config_.model_id) {
+        throw ApiError(404, "the model '" + id + "' does not exist; this server serves '" + config_.model_id + "'",
+                       "model_not_found");
+    }
+    send_json(res, model_object());
+}
+
+json Api::model_object() const {
     const ModelInfo &info = model_info(model_);
     json model = {{"id", config_.model_id},
                   {"object", "model"},
@@ -160,7 +215,7 @@ void Api::models(const httplib::Request &, httplib::Response &res) {
                     {"n_ctx_per_slot", scheduler_.n_ctx_per_slot()},
                     {"slots", scheduler_.n_slots()},
                     {"chat_format", sparrow::server::chat_format_name(config_.chat_format)}}}};
-    send_json(res, {{"object", "list"}, {"data", json::array({model})}});
+    return model;
 }
 
 void Api::tokenize(const httplib::Request &req, httplib::Response &res) {
@@ -215,9 +270,11 @@ void Api::embeddings(const httplib::Request &req, httplib::Response &res) {
     } else if (pooling_name != "mean") {
         throw ApiError(400, "'pooling' must be none, mean or last", "invalid_value");
     }
-    if (get_string(body, "encoding_format").value_or("float") != "float") {
-        throw ApiError(400, "only encoding_format 'float' is supported", "invalid_value");
+    const std::string encoding = get_string(body, "encoding_format").value_or("float");
+    if (encoding != "float" && encoding != "base64") {
+        throw ApiError(400, "'encoding_format' must be float or base64", "invalid_value");
     }
+    const bool as_base64 = encoding == "base64";
     const bool normalize = get_bool(body, "normalize").value_or(true);
     // One input (a string or an array of ids) or an array of inputs.
     std::vector<json> inputs;
@@ -244,27 +301,35 @@ void Api::embeddings(const httplib::Request &req, httplib::Response &res) {
         n_prompt += static_cast<int64_t>(t.prompt.size());
         tasks.push_back(std::move(t));
     }
-    const std::vector<std::shared_ptr<sparrow::server::TaskChannel>> channels = submit_all(std::move(tasks));
     json data = json::array();
     const int64_t n_embd = model_info(model_).n_embd;
-    for (size_t i = 0; i < channels.size(); ++i) {
-        TaskUpdate u;
-        while (!(u = channels[i]->wait(std::chrono::milliseconds(1000))).done) {}
-        if (u.finish == FinishReason::error) {
-            for (auto &c : channels) c->cancel();
-            throw ApiError(500, u.error, "server_error");
-        }
-        json embedding;
-        if (pooling == Pooling::none) {
-            embedding = json::array();
-            for (int64_t r = 0; r < u.n_embd_rows; ++r) {
-                embedding.push_back(
-                    std::vector<float>(u.embedding.begin() + r * n_embd, u.embedding.begin() + (r + 1) * n_embd));
+    const size_t wave = std::max<size_t>(1, static_cast<size_t>(scheduler_.max_queue()));
+    for (size_t w0 = 0; w0 < tasks.size(); w0 += wave) {
+        const size_t w1 = std::min(tasks.size(), w0 + wave);
+        const std::vector<std::shared_ptr<sparrow::server::TaskChannel>> channels =
+            submit_all(std::vector<Task>(std::make_move_iterator(tasks.begin() + static_cast<std::ptrdiff_t>(w0)),
+                                         std::make_move_iterator(tasks.begin() + static_cast<std::ptrdiff_t>(w1))));
+        for (size_t i = 0; i < channels.size(); ++i) {
+            TaskUpdate u;
+            while (!(u = channels[i]->wait(std::chrono::milliseconds(1000))).done) {}
+            if (u.finish == FinishReason::error) {
+                for (auto &c : channels) c->cancel();
+                throw ApiError(500, u.error, "server_error");
             }
-        } else {
-            embedding = u.embedding;
+            json embedding;
+            if (pooling == Pooling::none) {
+                embedding = json::array();
+                for (int64_t r = 0; r < u.n_embd_rows; ++r) {
+                    embedding.push_back(
+                        encode_embedding(std::span<const float>(u.embedding)
+                                             .subspan(static_cast<size_t>(r * n_embd), static_cast<size_t>(n_embd)),
+                                         as_base64));
+                }
+            } else {
+                embedding = encode_embedding(u.embedding, as_base64);
+            }
+            data.push_back({{"object", "embedding"}, {"index", w0 + i}, {"embedding", std::move(embedding)}});
         }
-        data.push_back({{"object", "embedding"}, {"index", i}, {"embedding", std::move(embedding)}});
     }
     send_json(res, {{"object", "list"},
                     {"model", config_.model_id},

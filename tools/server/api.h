@@ -59,6 +59,8 @@ class Api {
 
     void health(const httplib::Request &req, httplib::Response &res);
     void models(const httplib::Request &req, httplib::Response &res);
+    void model(const httplib::Request &req, httplib::Response &res);  // GET /v1/models/{id}
+    json model_object() const;                                        // the entry /v1/models lists
     void tokenize(const httplib::Request &req, httplib::Response &res);
     void detokenize(const httplib::Request &req, httplib::Response &res);
     void metrics(const httplib::Request &req, httplib::Response &res);

@@ -20,7 +20,9 @@ const char *error_type_for_status(int status) {
 }
 
 json error_body(int status, const std::string &message, const std::string &code) {
-    return {{"error", {{"message", message}, {"type", error_type_for_status(status)}, {"code", code}}}};
+    // OpenAI's error object: message, type, param (the offending field; null here, the message names it), code.
+    return {
+        {"error", {{"message", message}, {"type", error_type_for_status(status)}, {"param", nullptr}, {"code", code}}}};
 }
 
 void send_error(httplib::Response &res, int status, const std::string &message, const std::string &code) {
@@ -80,6 +82,9 @@ std::optional<int64_t> get_int(const json &obj, const char *key, int64_t lo, int
     } else if (v->is_number_unsigned()) {
         const uint64_t u = v->get<uint64_t>();
         x = u > static_cast<uint64_t>(INT64_MAX) ? INT64_MAX : static_cast<int64_t>(u);
+    } else if (v->is_number_float() && std::isfinite(v->get<double>()) &&
+               v->get<double>() == std::trunc(v->get<double>()) && std::fabs(v->get<double>()) < 9.0e15) {
+        x = static_cast<int64_t>(v->get<double>());  // 3.0: what Python's json writes for an integer-valued float
     } else {
         throw ApiError(400, strprintf("'%s' must be an integer", key), "invalid_type");
     }

@@ -189,11 +189,13 @@ std::string choice_events(StreamState &st, size_t k, const TaskUpdate &u) {
     const auto chunk = [&](json choice_fields, const char *finish) {
         json choice = {{"index", k}, {"logprobs", nullptr}, {"finish_reason", finish ? json(finish) : json()}};
         if (choice_fields.is_object()) choice.update(choice_fields);
-        return json{{"id", st.id},
-                    {"object", d == Dialect::chat ? "chat.completion.chunk" : "text_completion"},
-                    {"created", st.created},
-                    {"model", st.model},
-                    {"choices", json::array({choice})}};
+        json event = {{"id", st.id},
+                      {"object", d == Dialect::chat ? "chat.completion.chunk" : "text_completion"},
+                      {"created", st.created},
+                      {"model", st.model},
+                      {"choices", json::array({choice})}};
+        if (st.include_usage) event["usage"] = nullptr;
+        return event;
     };
     std::string out;
     if (d == Dialect::chat && !c.sent_role) {
@@ -251,16 +253,21 @@ std::string choice_events(StreamState &st, size_t k, const TaskUpdate &u) {
         if (other.last.done) ends.push_back(&other.last);
     }
     if (ends.size() == st.choices.size()) {
-        last["usage"] = usage_of(ends);
-        out += sse(last);
-        if (st.include_usage) {
-            json usage = chunk(json::object(), nullptr);
-            usage["choices"] = json::array();
-            usage["usage"] = last["usage"];
-            out += sse(usage);
+        // With stream_options.include_usage, OpenAI's shape: usage null on every chunk but one more, with no
+        // choices, before [DONE] (a client that adds up usage per chunk, as LangChain does, counts it once).
+        // Without it, the last chunk carries the usage, as llama.cpp's server sends it.
+        if (!st.include_usage) {
+            last["usage"] = usage_of(ends);
+            return out + sse(last);
         }
-        return out;
+        last["usage"] = nullptr;
+        out += sse(last);
+        json usage = chunk(json::object(), nullptr);
+        usage["choices"] = json::array();
+        usage["usage"] = usage_of(ends);
+        return out + sse(usage);
     }
+    if (st.include_usage) last["usage"] = nullptr;
     return out + sse(last);
 }
 

@@ -161,7 +161,9 @@ std::vector<ChatMessage> read_messages(const json &body) {
             throw ApiError(400, "'content' must be a string or an array of text parts", "invalid_type");
         }
         msg.reasoning_content = get_string(m, "reasoning_content");
-        if (m.contains("tool_calls") && !m["tool_calls"].is_null()) {
+        // An empty list is what several clients write back for "no tool calls".
+        if (m.contains("tool_calls") && !m["tool_calls"].is_null() &&
+            !(m["tool_calls"].is_array() && m["tool_calls"].empty())) {
             throw ApiError(400, "tool calls are not supported", "invalid_value");
         }
         out.push_back(std::move(msg));
