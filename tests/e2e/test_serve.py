@@ -174,6 +174,27 @@ with serve_util.Server(llama, "-np", 2, "-c", 1024, "--chat-format", "llama2", "
         got = norm(srv.request("POST", "/v1/completions", req)[1]["choices"][0]["text"])
         checks.check(got == want, f"completion after embeddings (round {i}) is unchanged")
 
+    # Several prompts in one request (OpenAI's API; LangChain's completions client batches so): choice
+    # p * n + k is prompt p's k-th, each equal to that prompt alone; usage counts every prompt once.
+    prompts = ["The first prompt", "A second one, longer than the first", [5, 6, 7, 8]]
+    alone = [srv.request("POST", "/v1/completions", {"prompt": p, "max_tokens": N, "temperature": 0})[1]
+             for p in prompts]
+    status, body = srv.request("POST", "/v1/completions", {"prompt": prompts, "max_tokens": N, "temperature": 0,
+                                                          "n": 2, "echo": True})
+    texts = [c["text"] for c in body.get("choices", [])]
+    want_texts = [(p if isinstance(p, str) else "") for p in prompts]
+    checks.check(status == 200 and [c["index"] for c in body["choices"]] == list(range(6))
+                 and all(texts[2 * i + k].endswith(alone[i]["choices"][0]["text"]) for i in range(3) for k in range(2))
+                 and all(texts[2 * i].startswith(want_texts[i]) for i in range(2)),
+                 f"three prompts x n = 2: each choice is its prompt's completion, echoed ({status})")
+    checks.check(body["usage"]["prompt_tokens"] == sum(a["usage"]["prompt_tokens"] for a in alone)
+                 and body["usage"]["completion_tokens"] == 2 * sum(a["usage"]["completion_tokens"] for a in alone),
+                 f"several prompts: usage counts each prompt once, every completion: {body['usage']}")
+    status, events, done = srv.stream("/v1/completions", {"prompt": prompts, "max_tokens": N, "temperature": 0})
+    streamed = ["".join(e["choices"][0]["text"] for e in events if e["choices"][0]["index"] == i) for i in range(3)]
+    checks.check(done and streamed == [a["choices"][0]["text"] for a in alone],
+                 "several prompts streamed: each index's text is its prompt's completion")
+
     # n choices: queued together (the third waits for a slot), each its own task with seed, seed + 1, ...; the
     # prompt is read once (the choices ride along, then each reads its last token), usage counts it once.
     fresh = "A prompt no slot has seen, for choices"

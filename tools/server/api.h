@@ -69,10 +69,11 @@ class Api {
     void chat_completions(const httplib::Request &req, httplib::Response &res);  // /v1/chat/completions
     void completion(const httplib::Request &req, httplib::Response &res);        // llama.cpp's /completion
 
-    // Shared by the three generation endpoints (api_generate.cpp): one task per choice of the reply (`n`), the
-    // same prompt. echo: the text each choice starts with (completions' echo), before the generated text.
+    // Shared by the three generation endpoints (api_generate.cpp): one task per choice of the reply, `per_prompt`
+    // choices (`n`) of each prompt in turn (0: all of them share one prompt), so choice k reads prompt
+    // k / per_prompt. echo: empty, or per choice the text it starts with (completions' echo).
     void generate(httplib::Response &res, std::vector<Task> tasks, Dialect dialect, bool stream, bool include_usage,
-                  std::optional<std::string> echo = std::nullopt);
+                  std::vector<std::optional<std::string>> echo = {}, size_t per_prompt = 0);
     void check_model(const json &body) const;
     // Queues the tasks together (all or none: 429 when the queue cannot take them all).
     std::vector<std::shared_ptr<sparrow::server::TaskChannel>> submit_all(std::vector<Task> tasks);

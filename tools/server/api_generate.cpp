@@ -129,21 +129,29 @@ struct ReplyInfo {
     std::string id;
     std::string model;
     int64_t created = 0;
-    bool logprobs = false;            // the request asked for log probabilities
-    std::optional<std::string> echo;  // completions' echo: the prompt text each choice starts with
-    int32_t first_prompt_token = -1;  // echo with logprobs: the prompt's first token (no log probability)
+    bool logprobs = false;  // the request asked for log probabilities
+    // Per choice: completions' echo, the prompt text it starts with; and its prompt's first token (echo with
+    // logprobs: no log probability).
+    std::vector<std::optional<std::string>> echo;
+    std::vector<int32_t> first_prompt_token;
+    size_t per_prompt = 1;  // choices of each prompt (choice k reads prompt k / per_prompt)
 
     void cancel_all() const {
         for (const auto &c : channels) c->cancel();
     }
 };
 
-// A request's usage from its choices' last updates: the prompt once (the choices share it), the completion
-// tokens of them all.
-json usage_of(const std::vector<const TaskUpdate *> &last) {
-    TaskUpdate u = *last.front();
-    u.n_generated = 0;
-    for (const TaskUpdate *c : last) u.n_generated += c->n_generated;
+// A request's usage from its choices' last updates: each prompt once (its per_prompt choices share it), the
+// completion tokens of them all.
+json usage_of(const std::vector<const TaskUpdate *> &last, size_t per_prompt) {
+    TaskUpdate u;
+    for (size_t k = 0; k < last.size(); ++k) {
+        if (k % per_prompt == 0) {
+            u.n_prompt += last[k]->n_prompt;
+            u.n_cached += last[k]->n_cached;
+        }
+        u.n_generated += last[k]->n_generated;
+    }
     return usage_json(u);
 }
 
@@ -204,11 +212,12 @@ std::string choice_events(StreamState &st, size_t k, const TaskUpdate &u) {
     }
     // The echoed prompt goes first (and once), with its tokens' log probabilities when asked for (they come
     // when the prompt has been evaluated).
-    if (st.echo && !c.echo_sent && (!st.logprobs || u.prompt_logprobs || u.done)) {
-        json fields = {{"text", *st.echo}};
+    const std::optional<std::string> &echo = k < st.echo.size() ? st.echo[k] : std::nullopt;
+    if (echo && !c.echo_sent && (!st.logprobs || u.prompt_logprobs || u.done)) {
+        json fields = {{"text", *echo}};
         if (st.logprobs) {
             fields["logprobs"] =
-                completion_logprobs(*st.tokenizer, st.first_prompt_token,
+                completion_logprobs(*st.tokenizer, st.first_prompt_token[k],
                                     u.prompt_logprobs.value_or(std::vector<TokenLogprob>{}), c.text_offset);
         }
         out += sse(chunk(fields, nullptr));
@@ -257,14 +266,14 @@ std::string choice_events(StreamState &st, size_t k, const TaskUpdate &u) {
         // choices, before [DONE] (a client that adds up usage per chunk, as LangChain does, counts it once).
         // Without it, the last chunk carries the usage, as llama.cpp's server sends it.
         if (!st.include_usage) {
-            last["usage"] = usage_of(ends);
+            last["usage"] = usage_of(ends, st.per_prompt);
             return out + sse(last);
         }
         last["usage"] = nullptr;
         out += sse(last);
         json usage = chunk(json::object(), nullptr);
         usage["choices"] = json::array();
-        usage["usage"] = usage_of(ends);
+        usage["usage"] = usage_of(ends, st.per_prompt);
         return out + sse(usage);
     }
     if (st.include_usage) last["usage"] = nullptr;
@@ -374,13 +383,14 @@ std::pair<int, json> final_reply(const PendingReply &r) {
             choice["message"] = {{"role", "assistant"}, {"content", c.text}};
             if (r.logprobs) choice["logprobs"] = chat_logprobs(*r.tokenizer, c.token_logprobs);
         } else {
-            choice["text"] = r.echo.value_or("") + c.text;
+            const std::optional<std::string> &echo = k < r.echo.size() ? r.echo[k] : std::nullopt;
+            choice["text"] = echo.value_or("") + c.text;
             if (r.logprobs) {  // an echoed prompt's entries first
-                std::vector<TokenLogprob> entries = r.echo ? c.prompt_logprobs : std::vector<TokenLogprob>{};
+                std::vector<TokenLogprob> entries = echo ? c.prompt_logprobs : std::vector<TokenLogprob>{};
                 entries.insert(entries.end(), c.token_logprobs.begin(), c.token_logprobs.end());
                 size_t offset = 0;
                 choice["logprobs"] = completion_logprobs(
-                    *r.tokenizer, r.echo ? std::optional<int32_t>(r.first_prompt_token) : std::nullopt, entries,
+                    *r.tokenizer, echo ? std::optional<int32_t>(r.first_prompt_token[k]) : std::nullopt, entries,
                     offset);
             }
         }
@@ -392,7 +402,7 @@ std::pair<int, json> final_reply(const PendingReply &r) {
              {"created", r.created},
              {"model", r.model},
              {"choices", std::move(choices)},
-             {"usage", usage_of(ends)}}};
+             {"usage", usage_of(ends, r.per_prompt)}}};
 }
 
 // One call of the content provider of a long non-streamed reply: the reply when the request is done, else a
@@ -447,26 +457,45 @@ void Api::completions(const httplib::Request &req, httplib::Response &res) {
     (void)get_int(body, "best_of", 1, 1);  // one candidate per request
     const auto prompt = body.find("prompt");
     if (prompt == body.end() || prompt->is_null()) throw ApiError(400, "'prompt' is required", "missing_field");
-    Task task;
-    task.prompt = read_prompt(*prompt, "prompt", tokenizer_, limits_);
+    const std::vector<std::vector<int32_t>> prompts = read_prompts(*prompt, "prompt", tokenizer_, limits_);
     // echo: the reply's text starts with the prompt (as sent, or its token ids' text); then max_tokens may be
     // 0, which only scores the prompt
     const bool echo = get_bool(body, "echo").value_or(false);
-    task.sampling = read_sampling(
-        body, {.temperature = 1.0f, .top_p = 1.0f, .top_k = 0, .max_tokens = 16, .min_max_tokens = echo ? 0 : 1},
-        {"max_tokens"}, static_cast<int64_t>(task.prompt.size()), limits_);
-    // logprobs: null (none) or N, the alternatives reported per token with each token's own log probability
-    task.sampling.logprobs = static_cast<int>(get_int(body, "logprobs", 0, kMaxTopLogprobs).value_or(-1));
-    task.prompt_logprobs = echo && task.sampling.logprobs >= 0;
-    std::optional<std::string> echo_text;
-    if (echo) {
-        const json &p = prompt->is_array() && prompt->size() == 1 && (*prompt)[0].is_string() ? (*prompt)[0] : *prompt;
-        echo_text = p.is_string() ? p.get<std::string>() : tokenizer_.decode(task.prompt);
+    const int64_t n = get_int(body, "n", 1, kMaxChoices).value_or(1);
+    if (static_cast<int64_t>(prompts.size()) * n > scheduler_.max_queue()) {
+        throw ApiError(400,
+                       strprintf("%zu prompts x 'n' %lld choices; this server queues at most %lld tasks at a time "
+                                 "(--max-queue)",
+                                 prompts.size(), (long long)n, (long long)scheduler_.max_queue()),
+                       "invalid_value");
+    }
+    std::vector<Task> tasks;
+    std::vector<std::optional<std::string>> echo_texts;
+    for (size_t i = 0; i < prompts.size(); ++i) {
+        Task task;
+        task.prompt = prompts[i];
+        task.sampling = read_sampling(
+            body, {.temperature = 1.0f, .top_p = 1.0f, .top_k = 0, .max_tokens = 16, .min_max_tokens = echo ? 0 : 1},
+            {"max_tokens"}, static_cast<int64_t>(task.prompt.size()), limits_);
+        // logprobs: null (none) or N, the alternatives reported per token with each token's own log probability
+        task.sampling.logprobs = static_cast<int>(get_int(body, "logprobs", 0, kMaxTopLogprobs).value_or(-1));
+        task.prompt_logprobs = echo && task.sampling.logprobs >= 0;
+        std::optional<std::string> echo_text;
+        if (echo) {
+            const json &p = prompts.size() > 1                                                      ? (*prompt)[i]
+                            : prompt->is_array() && prompt->size() == 1 && (*prompt)[0].is_string() ? (*prompt)[0]
+                                                                                                    : *prompt;
+            echo_text = p.is_string() ? p.get<std::string>() : tokenizer_.decode(task.prompt);
+        }
+        for (Task &t : choices(body, std::move(task), scheduler_.max_queue())) {
+            tasks.push_back(std::move(t));
+            echo_texts.push_back(echo_text);
+        }
     }
     const bool stream = get_bool(body, "stream").value_or(false);
     const bool include_usage = read_include_usage(body);
-    generate(res, choices(body, std::move(task), scheduler_.max_queue()), Dialect::completion, stream, include_usage,
-             std::move(echo_text));
+    generate(res, std::move(tasks), Dialect::completion, stream, include_usage,
+             echo ? std::move(echo_texts) : std::vector<std::optional<std::string>>{}, static_cast<size_t>(n));
 }
 
 void Api::chat_completions(const httplib::Request &req, httplib::Response &res) {
@@ -520,7 +549,9 @@ void Api::completion(const httplib::Request &req, httplib::Response &res) {
 }
 
 void Api::generate(httplib::Response &res, std::vector<Task> tasks, Dialect dialect, bool stream, bool include_usage,
-                   std::optional<std::string> echo) {
+                   std::vector<std::optional<std::string>> echo, size_t per_prompt) {
+    std::vector<int32_t> first_tokens;
+    for (const Task &t : tasks) first_tokens.push_back(t.prompt.front());  // prompts are never empty
     const uint64_t n = next_id_.fetch_add(1);
     ReplyInfo info{.channels = {},
                    .tokenizer = &tokenizer_,
@@ -530,7 +561,8 @@ void Api::generate(httplib::Response &res, std::vector<Task> tasks, Dialect dial
                    .created = unix_time(),
                    .logprobs = tasks.front().sampling.logprobs >= 0,
                    .echo = std::move(echo),
-                   .first_prompt_token = tasks.front().prompt.front()};  // prompts are never empty
+                   .first_prompt_token = std::move(first_tokens),
+                   .per_prompt = per_prompt > 0 ? per_prompt : tasks.size()};
     const size_t n_choices = tasks.size();
     info.channels = submit_all(std::move(tasks));
 

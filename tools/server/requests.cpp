@@ -39,6 +39,22 @@ void check_prompt_fits(size_t n_prompt, const RequestLimits &lim) {
     }
 }
 
+std::vector<std::vector<int32_t>> read_prompts(const json &value, const char *key, const Tokenizer &tok,
+                                               const RequestLimits &lim) {
+    std::vector<std::vector<int32_t>> out;
+    if (value.is_array() && value.size() > 1 && (value[0].is_string() || value[0].is_array())) {
+        for (const json &p : value) {
+            if (!p.is_string() && !(p.is_array() && !p.empty() && p[0].is_number())) {
+                throw ApiError(400, strprintf("'%s' must hold strings or arrays of token ids", key), "invalid_type");
+            }
+            out.push_back(read_prompt(p, key, tok, lim));
+        }
+    } else {
+        out.push_back(read_prompt(value, key, tok, lim));
+    }
+    return out;
+}
+
 std::vector<int32_t> read_prompt(const json &value, const char *key, const Tokenizer &tok, const RequestLimits &lim) {
     std::vector<int32_t> ids;
     if (value.is_string()) {
@@ -48,7 +64,7 @@ std::vector<int32_t> read_prompt(const json &value, const char *key, const Token
     } else if (value.is_array() && !value.empty() && value[0].is_number()) {
         ids = read_ids(value, key, lim);
     } else if (value.is_array() && value.size() > 1) {
-        throw ApiError(400, strprintf("'%s': only one prompt per request is supported", key), "invalid_value");
+        throw ApiError(400, strprintf("'%s': only one prompt per request is supported here", key), "invalid_value");
     } else if (value.is_array() && value.empty()) {
         throw ApiError(400, strprintf("'%s' is empty", key), "invalid_value");
     } else {

@@ -28,6 +28,10 @@ struct RequestLimits {
 // A prompt: a string (tokenized with the model's BOS and special tokens parsed, like `sparrow run`), an
 // array of token ids, or a one-element array of either. Empty prompts are refused.
 std::vector<int32_t> read_prompt(const json &value, const char *key, const Tokenizer &tok, const RequestLimits &lim);
+// The prompts of /v1/completions: one prompt as read_prompt takes it, or an array of several (strings or arrays of
+// token ids), as OpenAI's API allows (LangChain's completions client batches its prompts so).
+std::vector<std::vector<int32_t>> read_prompts(const json &value, const char *key, const Tokenizer &tok,
+                                               const RequestLimits &lim);
 
 // Defaults that differ between the OpenAI endpoints and llama.cpp's /completion.
 struct SamplingDefaults {
