@@ -221,6 +221,13 @@ TEST(ChatFormat, ExplicitReasoningContent) {
 TEST(ChatFormat, RejectsWhatTheFormatCannotExpress) {
     const std::vector<ChatMessage> two_users = {{"user", "a", {}}, {"user", "b", {}}};
     EXPECT_THROW(apply_chat_format(ChatFormat::llama2, two_users, {}), Error);
+    // A system message alone: the template has no user turn to put it in (said so, not "the prompt is empty").
+    try {
+        apply_chat_format(ChatFormat::llama2, {{"system", "S", {}}}, {});
+        ADD_FAILURE() << "a system message alone was rendered";
+    } catch (const Error &e) {
+        EXPECT_NE(std::string(e.what()).find("needs a user message"), std::string::npos) << e.what();
+    }
     const std::vector<ChatMessage> tool = {{"tool", "x", {}}};
     for (ChatFormat f : {ChatFormat::deepseek3, ChatFormat::deepseek4, ChatFormat::glm, ChatFormat::llama2}) {
         EXPECT_THROW(apply_chat_format(f, tool, {}), Error) << chat_format_name(f);

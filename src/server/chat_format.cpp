@@ -177,6 +177,8 @@ std::string render_llama2(const std::vector<ChatMessage> &messages, const ChatOp
         has_system = true;
         first = 1;
     }
+    // The template renders a system message only inside the first user turn: without one, nothing would be said.
+    if (first == messages.size()) throw_error("the llama2 chat format needs a user message after the system message");
     std::string out;
     for (size_t i = first; i < messages.size(); ++i) {
         const std::string role = normalized_role(messages[i]);

@@ -84,6 +84,13 @@ with serve_util.Server(llama, "-np", 2, "-c", 1024, "--chat-format", "llama2", "
     status, events, _ = srv.stream("/completion", {"prompt": PROMPT, "n_predict": N, "temperature": 0})
     checks.check(status == 200 and norm("".join(e["content"] for e in events)) == want and events[-1]["stop"] is True,
                  "streamed /completion equals run")
+    # n_predict 0 only evaluates the prompt (llama.cpp's cache warming): a later request finds it cached.
+    warm = "A prompt warmed by n_predict 0, then asked again"
+    status, body = srv.request("POST", "/completion", {"prompt": warm, "n_predict": 0})
+    status2, again = srv.request("POST", "/completion", {"prompt": warm, "n_predict": 1, "temperature": 0})
+    checks.check(status == 200 and body["tokens_predicted"] == 0 and body["content"] == ""
+                 and again["tokens_cached"] == again["tokens_evaluated"] - 1,
+                 f"/completion n_predict 0 reads the prompt only, which the next request reuses: {body} {again}")
 
     # --- stop strings -----------------------------------------------------------------------------------------
     windows = [i for i in range(2, len(want) - 3) if "\ufffd" not in want[i:i + 3]]
