@@ -22,8 +22,9 @@ struct ServeFlags {
     int port = 8080;
     int n_parallel = 4;
     std::string api_key;
-    std::string chat_format;  // empty: recognised from tokenizer.chat_template
-    std::string alias;        // the model id clients see; default: the file name
+    std::string chat_format;                    // empty: recognised from tokenizer.chat_template
+    std::string alias;                          // the model id clients see; default: the file name
+    std::string reasoning_format = "deepseek";  // deepseek: thinking replies split into reasoning_content; none
     int64_t max_queue = 64;
     int64_t prefill_chunk = 0;  // 0: the ubatch size
     int64_t max_body_bytes = 1 << 20;
@@ -55,6 +56,7 @@ int serve(const ServeFlags &f) {
     config.model_id = f.alias.empty() ? std::filesystem::path(f.model.model_path).filename().string() : f.alias;
     config.api_key = f.api_key;
     config.chat_format = chat_format;
+    config.split_reasoning = f.reasoning_format == "deepseek";
     http::Api api(*model, scheduler, config);
 
     httplib::Server http;
@@ -103,6 +105,10 @@ Command register_serve(CLI::App &app) {
     cmd->add_option("--api-key", f->api_key, "Require 'Authorization: Bearer KEY' on every endpoint but /health");
     add_chat_format_option(*cmd, f->chat_format);
     cmd->add_option("--alias", f->alias, "Model id shown to clients (default: the file name)");
+    cmd->add_option("--reasoning-format", f->reasoning_format,
+                    "Chat replies of a thinking prompt: deepseek (the reasoning in reasoning_content, the answer in "
+                    "content; default) or none (all of it in content)")
+        ->check(CLI::IsMember({"deepseek", "none"}));
     cmd->add_option("--max-queue", f->max_queue, "Requests that may wait for a slot; more get HTTP 429")
         ->check(CLI::Range(int64_t(0), int64_t(4096)));
     cmd->add_option("--prefill-chunk", f->prefill_chunk,

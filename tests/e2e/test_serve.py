@@ -292,5 +292,27 @@ if template:
             "max_tokens": 4, "temperature": 0})
         checks.check(status == 200 and body["usage"]["prompt_tokens"] == len(ids),
                      f"deepseek3 chat prompt: {body.get('usage')} tokens, rendering has {len(ids)}")
+        # Thinking off (the default): no reasoning field. On: the reply's reasoning (before "</think>") goes to
+        # message.reasoning_content, streamed as delta.reasoning_content (ReasoningSplitter; its unit test cuts the
+        # tag across pieces); the streamed parts join to the plain reply's.
+        checks.check("reasoning_content" not in body["choices"][0]["message"], "thinking off: no reasoning_content")
+        think = {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 12, "temperature": 0,
+                 "chat_template_kwargs": {"enable_thinking": True}}
+        status, body = srv.request("POST", "/v1/chat/completions", think)
+        message = body["choices"][0]["message"]
+        status_s, events, done = srv.stream("/v1/chat/completions", think)
+        parts = {k: "".join(e["choices"][0]["delta"].get(k, "") for e in events if e.get("choices"))
+                 for k in ("reasoning_content", "content")}
+        checks.check(status == 200 and "reasoning_content" in message and done
+                     and parts == {"reasoning_content": message["reasoning_content"], "content": message["content"]}
+                     and len(message["reasoning_content"] + message["content"]) > 0,
+                     f"thinking on: reasoning_content and content, streamed alike: {message}")
+    with serve_util.Server(ds_tmpl, "-np", 1, "-c", 512, "--reasoning-format", "none") as srv:
+        status, body = srv.request("POST", "/v1/chat/completions", think)
+        raw = body["choices"][0]["message"]
+        split = message["reasoning_content"] + ("</think>" if message["content"] else "") + message["content"]
+        checks.check(status == 200 and "reasoning_content" not in raw and raw["content"].startswith(split[:8])
+                     and (message["content"] or raw["content"] == message["reasoning_content"]),
+                     f"--reasoning-format none: the whole reply in content: {raw}")
 
 checks.finish()

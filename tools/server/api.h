@@ -33,6 +33,10 @@ struct ApiConfig {
     std::string model_id;  // the name /v1/models lists and requests may give as "model"
     std::string api_key;   // empty: no authentication
     ChatFormat chat_format = ChatFormat::llama2;
+    // Chat replies of a thinking generation prompt: the reasoning in message.reasoning_content (delta.reasoning_content
+    // when streamed) and the answer in content, as DeepSeek's API and llama.cpp's --reasoning-format deepseek; false:
+    // all of it in content.
+    bool split_reasoning = true;
 };
 
 // HTTP replies by path and status, counted before the reply is sent.
@@ -73,7 +77,8 @@ class Api {
     // choices (`n`) of each prompt in turn (0: all of them share one prompt), so choice k reads prompt
     // k / per_prompt. echo: empty, or per choice the text it starts with (completions' echo).
     void generate(httplib::Response &res, std::vector<Task> tasks, Dialect dialect, bool stream, bool include_usage,
-                  std::vector<std::optional<std::string>> echo = {}, size_t per_prompt = 0);
+                  std::vector<std::optional<std::string>> echo = {}, size_t per_prompt = 0,
+                  bool split_reasoning = false);
     void check_model(const json &body) const;
     // Queues the tasks together (all or none: 429 when the queue cannot take them all).
     std::vector<std::shared_ptr<sparrow::server::TaskChannel>> submit_all(std::vector<Task> tasks);

@@ -8,6 +8,7 @@
 #include "model/model.h"
 #include "runtime/tokenizer.h"
 #include "server/api.h"
+#include "server/reasoning_split.h"
 
 namespace sparrow::tools::http {
 
@@ -134,7 +135,8 @@ struct ReplyInfo {
     // logprobs: no log probability).
     std::vector<std::optional<std::string>> echo;
     std::vector<int32_t> first_prompt_token;
-    size_t per_prompt = 1;  // choices of each prompt (choice k reads prompt k / per_prompt)
+    size_t per_prompt = 1;         // choices of each prompt (choice k reads prompt k / per_prompt)
+    bool split_reasoning = false;  // chat: the reply's reasoning goes to reasoning_content (ReasoningSplitter)
 
     void cancel_all() const {
         for (const auto &c : channels) c->cancel();
@@ -174,7 +176,8 @@ void wait_choices(const ReplyInfo &info, const std::vector<Choice> &choices, std
 
 // One choice of a streamed reply.
 struct StreamChoice {
-    size_t text_offset = 0;  // completions: bytes of text sent so far (logprobs' text_offset)
+    sparrow::server::ReasoningSplitter reasoning;  // split_reasoning: where the text goes
+    size_t text_offset = 0;                        // completions: bytes of text sent so far (logprobs' text_offset)
     bool sent_role = false;
     bool echo_sent = false;
     TaskUpdate last;  // the latest update (counters, done)
@@ -229,9 +232,19 @@ std::string choice_events(StreamState &st, size_t k, const TaskUpdate &u) {
             if (st.logprobs) event["completion_probabilities"] = llama_probabilities(*st.tokenizer, u.logprobs);
             out += sse(event);
         } else if (d == Dialect::chat) {
-            json fields = {{"delta", {{"content", u.text}}}};
-            if (st.logprobs) fields["logprobs"] = chat_logprobs(*st.tokenizer, u.logprobs);
-            out += sse(chunk(fields, nullptr));
+            json delta = json::object();
+            if (st.split_reasoning) {
+                const sparrow::server::ReasoningParts parts = c.reasoning.push(u.text);
+                if (!parts.reasoning.empty()) delta["reasoning_content"] = parts.reasoning;
+                if (!parts.content.empty()) delta["content"] = parts.content;
+            } else {
+                delta["content"] = u.text;
+            }
+            if (!delta.empty() || st.logprobs) {
+                json fields = {{"delta", std::move(delta)}};
+                if (st.logprobs) fields["logprobs"] = chat_logprobs(*st.tokenizer, u.logprobs);
+                out += sse(chunk(fields, nullptr));
+            }
         } else {
             json fields = {{"text", u.text}};
             if (st.logprobs) {
@@ -247,6 +260,10 @@ std::string choice_events(StreamState &st, size_t k, const TaskUpdate &u) {
                                     "server_error"));
     }
     const char *finish = sparrow::server::finish_reason_name(u.finish);
+    if (d == Dialect::chat && st.split_reasoning) {  // what the splitter held back (an unfinished tag is reasoning)
+        const sparrow::server::ReasoningParts rest = c.reasoning.finish();
+        if (!rest.reasoning.empty()) out += sse(chunk({{"delta", {{"reasoning_content", rest.reasoning}}}}, nullptr));
+    }
     if (d == Dialect::llama) {
         return out + sse({{"content", ""},
                           {"stop", true},
@@ -381,6 +398,11 @@ std::pair<int, json> final_reply(const PendingReply &r) {
             {"index", k}, {"logprobs", nullptr}, {"finish_reason", sparrow::server::finish_reason_name(c.last.finish)}};
         if (r.dialect == Dialect::chat) {
             choice["message"] = {{"role", "assistant"}, {"content", c.text}};
+            if (r.split_reasoning) {
+                sparrow::server::ReasoningParts parts = sparrow::server::split_reasoning(c.text);
+                choice["message"]["content"] = std::move(parts.content);
+                choice["message"]["reasoning_content"] = std::move(parts.reasoning);
+            }
             if (r.logprobs) choice["logprobs"] = chat_logprobs(*r.tokenizer, c.token_logprobs);
         } else {
             const std::optional<std::string> &echo = k < r.echo.size() ? r.echo[k] : std::nullopt;
@@ -526,7 +548,8 @@ void Api::chat_completions(const httplib::Request &req, httplib::Response &res) 
     if (logprobs) task.sampling.logprobs = static_cast<int>(top_logprobs.value_or(0));
     const bool stream = get_bool(body, "stream").value_or(false);
     const bool include_usage = read_include_usage(body);
-    generate(res, choices(body, std::move(task), scheduler_.max_queue()), Dialect::chat, stream, include_usage);
+    generate(res, choices(body, std::move(task), scheduler_.max_queue()), Dialect::chat, stream, include_usage, {}, 0,
+             config_.split_reasoning && sparrow::server::opens_thinking(config_.chat_format, opts));
 }
 
 void Api::completion(const httplib::Request &req, httplib::Response &res) {
@@ -551,7 +574,7 @@ void Api::completion(const httplib::Request &req, httplib::Response &res) {
 }
 
 void Api::generate(httplib::Response &res, std::vector<Task> tasks, Dialect dialect, bool stream, bool include_usage,
-                   std::vector<std::optional<std::string>> echo, size_t per_prompt) {
+                   std::vector<std::optional<std::string>> echo, size_t per_prompt, bool split_reasoning) {
     std::vector<int32_t> first_tokens;
     for (const Task &t : tasks) first_tokens.push_back(t.prompt.front());  // prompts are never empty
     const uint64_t n = next_id_.fetch_add(1);
@@ -564,7 +587,8 @@ void Api::generate(httplib::Response &res, std::vector<Task> tasks, Dialect dial
                    .logprobs = tasks.front().sampling.logprobs >= 0,
                    .echo = std::move(echo),
                    .first_prompt_token = std::move(first_tokens),
-                   .per_prompt = per_prompt > 0 ? per_prompt : tasks.size()};
+                   .per_prompt = per_prompt > 0 ? per_prompt : tasks.size(),
+                   .split_reasoning = split_reasoning};
     const size_t n_choices = tasks.size();
     info.channels = submit_all(std::move(tasks));
 
