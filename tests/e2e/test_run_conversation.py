@@ -82,7 +82,8 @@ def server_conversation(srv, system, n_turns):
 
 
 def compare_with_server(model, name, *extra, system=None):
-    with serve_util.Server(model, "-np", 1, "-c", 1024, *extra) as srv:
+    # The whole reply in content, as `run` prints it (a thinking format would otherwise split off its reasoning).
+    with serve_util.Server(model, "-np", 1, "-c", 1024, "--reasoning-format", "none", *extra) as srv:
         lines, want = server_conversation(srv, system, 3)
     checks.check(len(lines) == 3, f"{name}: the server found three turns with valid UTF-8 replies: {lines}")
     sys_args = ["--system-prompt", system] if system else []
