@@ -433,13 +433,12 @@ TEST_P(IsaTest, DotQuantExtremesStayExact) {
     }
 }
 
-TEST_P(IsaTest, QuantizeRowQ8_0IsBitExact) {
-    const KernelTable *table = cpu::kernels_for(GetParam());
-    if (!table) GTEST_SKIP() << skip_message(GetParam());
-    std::mt19937 rng(5);
+// Blocks of 32 floats that test a Q8_0 quantiser's rounding: random blocks at scales from subnormal-half to large,
+// an all-zero block, and blocks where x * id lands exactly on (or one ulp beside) a half, which must round away from
+// zero like std::round.
+std::vector<float> awkward_q8_0_blocks(unsigned seed) {
+    std::mt19937 rng(seed);
     std::vector<float> x;
-    // Random blocks at scales from subnormal-half to large, an all-zero block, and blocks where x * id
-    // lands exactly on (or one ulp beside) a half, which must round away from zero like std::round.
     for (float s : {1.0f, 1e-3f, 3e-6f, 1e-8f, 50.0f, 6e4f}) {
         for (float v : test::random_floats(rng, 64, -s, s)) x.push_back(v);
     }
@@ -453,6 +452,13 @@ TEST_P(IsaTest, QuantizeRowQ8_0IsBitExact) {
         const float v = j == 0 ? 127.0f : std::nextafter(float(j % 5) + 0.5f, j % 2 ? 0.0f : 100.0f);
         x.push_back(j % 3 ? -v : v);
     }
+    return x;
+}
+
+TEST_P(IsaTest, QuantizeRowQ8_0IsBitExact) {
+    const KernelTable *table = cpu::kernels_for(GetParam());
+    if (!table) GTEST_SKIP() << skip_message(GetParam());
+    const std::vector<float> x = awkward_q8_0_blocks(5);
     const int64_t n = static_cast<int64_t>(x.size());
     std::vector<BlockQ8_0> expected(static_cast<size_t>(n / QK8_0)), got(expected.size());
     ref::quantize_row_q8_0(x.data(), expected.data(), n);
@@ -546,27 +552,14 @@ TEST_P(IsaTest, QuantizeDotXWritesQ8_0AndForQ4_0PairedRecords) {
 }
 
 TEST_P(IsaTest, QuantizeDotXQ8_0IsTheScalarLevelsBytesAtEveryLength) {
-    // The AVX-512 level writes Q8_0 dot-x rows sixteen blocks at a time (a padded copy for the last n / 32 % 16):
+    // The AVX-512 level writes Q8_0 dot-x rows sixteen blocks at a time (the last n / 32 % 16 as a partial group):
     // every length from 1 to 40 blocks, and the bench preset's widths, against the scalar level's bytes, with the
-    // values QuantizeRowQ8_0IsBitExact uses (scales from 1e-8 to 6e4, zero blocks, exact and near halves) placed
-    // at different blocks of the row.
+    // awkward blocks (scales from 1e-8 to 6e4, zero blocks, exact and near halves, the extreme sum) placed at
+    // different blocks of the row.
     const KernelTable *table = cpu::kernels_for(GetParam());
     if (!table) GTEST_SKIP() << skip_message(GetParam());
     const KernelTable *scalar = cpu::kernels_for(Isa::scalar);
-    std::mt19937 rng(11);
-    std::vector<float> pool;
-    for (float s : {1.0f, 1e-3f, 3e-6f, 1e-8f, 50.0f, 6e4f}) {
-        for (float v : test::random_floats(rng, 64, -s, s)) pool.push_back(v);
-    }
-    for (int j = 0; j < 32; ++j) pool.push_back(0.0f);
-    for (int j = 0; j < 32; ++j) {
-        const float v = j == 0 ? 127.0f : float(j % 8) - 3.5f;
-        pool.push_back(j % 2 ? -v : v);
-    }
-    for (int j = 0; j < 32; ++j) {
-        const float v = j == 0 ? 127.0f : std::nextafter(float(j % 5) + 0.5f, j % 2 ? 0.0f : 100.0f);
-        pool.push_back(j % 3 ? -v : v);
-    }
+    std::vector<float> pool = awkward_q8_0_blocks(11);
     for (int j = 0; j < 32; ++j) pool.push_back(-127.0f);  // the extreme sum
     const int64_t pool_blocks = static_cast<int64_t>(pool.size()) / QK8_0;
     std::vector<int64_t> block_counts;
