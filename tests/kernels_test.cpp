@@ -551,7 +551,7 @@ TEST_P(IsaTest, QuantizeDotXWritesQ8_0AndForQ4_0PairedRecords) {
     EXPECT_THROW(KernelTable::dot_x_row_bytes(DType::F32, 64), Error);
 }
 
-TEST_P(IsaTest, QuantizeDotXQ8_0IsTheScalarLevelsBytesAtEveryLength) {
+TEST_P(IsaTest, QuantizeDotXIsTheScalarLevelsBytesAtEveryLength) {
     // The AVX-512 level writes Q8_0 dot-x rows sixteen blocks at a time (the last n / 32 % 16 as a partial group):
     // every length from 1 to 40 blocks, and the bench preset's widths, against the scalar level's bytes, with the
     // awkward blocks (scales from 1e-8 to 6e4, zero blocks, exact and near halves, the extreme sum) placed at
@@ -572,11 +572,15 @@ TEST_P(IsaTest, QuantizeDotXQ8_0IsTheScalarLevelsBytesAtEveryLength) {
             const int64_t from = (b + nb) % pool_blocks;
             std::copy_n(pool.begin() + from * QK8_0, QK8_0, x.begin() + b * QK8_0);
         }
-        const auto bytes = static_cast<size_t>(KernelTable::dot_x_row_bytes(DType::Q8_0, n));
-        std::vector<uint8_t> want(bytes + 3, 0xCD), got(bytes + 3, 0xCD);  // 1 byte off alignment, 2 past the end
-        scalar->quantize_dot_x(DType::Q8_0, x.data(), want.data() + 1, n);
-        table->quantize_dot_x(DType::Q8_0, x.data(), got.data() + 1, n);
-        for (size_t i = 0; i < want.size(); ++i) ASSERT_EQ(got[i], want[i]) << "nb " << nb << " byte " << i;
+        for (DType t : {DType::Q8_0, DType::Q4_0}) {  // Q4_0's records are built from the same quantisation
+            const auto bytes = static_cast<size_t>(KernelTable::dot_x_row_bytes(t, n));
+            std::vector<uint8_t> want(bytes + 3, 0xCD), got(bytes + 3, 0xCD);  // 1 byte off alignment, 2 past the end
+            scalar->quantize_dot_x(t, x.data(), want.data() + 1, n);
+            table->quantize_dot_x(t, x.data(), got.data() + 1, n);
+            for (size_t i = 0; i < want.size(); ++i) {
+                ASSERT_EQ(got[i], want[i]) << dtype_name(t) << " nb " << nb << " byte " << i;
+            }
+        }
     }
 }
 

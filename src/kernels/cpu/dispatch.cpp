@@ -337,9 +337,28 @@ void KernelTable::quantize_dot_x(DType t, const float *x, void *y, int64_t n) co
     constexpr int kHalf = QK8_0 / 2;
     constexpr int64_t kChunk = 64;  // even: pairs never straddle two chunks
     BlockQ8_0 q[kChunk];
+    float d[kChunk];
+    int32_t sums[kChunk];
+    // Where the level has the Q8_0 dot-x kernel, a chunk of a whole group of 16 blocks or more goes through it
+    // (blocks, f32 scales and 128 x sums, the same bytes) and is read back from a Q8_0 dot-x row on the stack; else,
+    // and for short rows (a head's 128 floats, where the copies cost more than the kernel saves), block by block.
+    uint8_t row[kChunk * (sizeof(BlockQ8_0) + sizeof(float) + sizeof(int32_t))];
     for (int64_t b0 = 0; b0 < nb; b0 += kChunk) {
         const int64_t nq = nb - b0 < kChunk ? nb - b0 : kChunk;
-        quantize_row_q8_0(x + b0 * QK8_0, q, nq * QK8_0);
+        if (quantize_q8_0_dot_x && nq >= 16) {
+            quantize_q8_0_dot_x(x + b0 * QK8_0, row, nq * QK8_0);
+            std::memcpy(q, row, static_cast<size_t>(nq) * sizeof(BlockQ8_0));
+            std::memcpy(d, row + nq * static_cast<int64_t>(sizeof(BlockQ8_0)), static_cast<size_t>(nq) * sizeof(float));
+            std::memcpy(sums, row + nq * static_cast<int64_t>(sizeof(BlockQ8_0) + sizeof(float)),
+                        static_cast<size_t>(nq) * sizeof(int32_t));
+            for (int64_t i = 0; i < nq; ++i) sums[i] /= 128;
+        } else {
+            quantize_row_q8_0(x + b0 * QK8_0, q, nq * QK8_0);
+            for (int64_t i = 0; i < nq; ++i) {
+                d[i] = fp16_to_f32(q[i].d);
+                sums[i] = block_sum(q[i].qs);
+            }
+        }
         for (int64_t i = 0; i < nq; i += 2) {
             const int n_here = i + 1 < nq ? 2 : 1;
             BlockQ8_0x2 r{};
@@ -347,9 +366,8 @@ void KernelTable::quantize_dot_x(DType t, const float *x, void *y, int64_t n) co
                 const BlockQ8_0 &blk = q[i + h];
                 std::memcpy(r.lo + h * kHalf, blk.qs, kHalf);
                 std::memcpy(r.hi + h * kHalf, blk.qs + kHalf, kHalf);
-                const int32_t sum = block_sum(blk.qs);
-                for (int l = 0; l < 4; ++l) r.sums[4 * h + l] = 2 * sum;
-                r.d[h] = fp16_to_f32(blk.d);
+                for (int l = 0; l < 4; ++l) r.sums[4 * h + l] = 2 * sums[i + h];
+                r.d[h] = d[i + h];
             }
             std::memcpy(static_cast<uint8_t *>(y) + (b0 + i) / 2 * static_cast<int64_t>(sizeof r), &r, sizeof r);
         }
