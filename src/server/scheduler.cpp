@@ -81,6 +81,7 @@ void TaskChannel::start(int64_t n_prompt, int64_t n_cached) {
     std::lock_guard lock(mu_);
     state_.n_prompt = n_prompt;
     state_.n_cached = n_cached;
+    started_ = std::chrono::steady_clock::now();
 }
 
 void TaskChannel::push(std::string_view text, int64_t n_generated, std::span<const TokenLogprob> logprobs) {
@@ -88,6 +89,12 @@ void TaskChannel::push(std::string_view text, int64_t n_generated, std::span<con
         std::lock_guard lock(mu_);
         state_.text.append(text);
         state_.logprobs.insert(state_.logprobs.end(), logprobs.begin(), logprobs.end());
+        const auto now = std::chrono::steady_clock::now();
+        if (state_.n_generated == 0 && n_generated > 0) {
+            first_token_ = now;
+            state_.prompt_seconds = std::chrono::duration<double>(now - started_).count();
+        }
+        if (n_generated > 0) state_.generation_seconds = std::chrono::duration<double>(now - first_token_).count();
         state_.n_generated = n_generated;
         news_ = true;
     }
@@ -113,6 +120,9 @@ void TaskChannel::finish(FinishReason reason, const std::string &error) {
     {
         std::lock_guard lock(mu_);
         if (state_.done) return;
+        if (state_.n_generated == 0 && started_ != std::chrono::steady_clock::time_point{}) {  // a prompt-only task
+            state_.prompt_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
+        }
         state_.done = true;
         state_.finish = reason;
         state_.error = error;

@@ -83,6 +83,10 @@ struct TaskUpdate {
     int64_t n_generated = 0;       // tokens sampled so far (an end-of-generation token included)
     int64_t n_embd_rows = 0;       // embeddings: rows in `embedding` (1 when pooled)
     std::vector<float> embedding;  // embeddings, when done: [n_embd_rows, n_embd]
+    // From the task's start in a slot to its first sampled token (the prompt's evaluation), and from there to its
+    // latest token (llama.cpp's /completion reports them as timings).
+    double prompt_seconds = 0;
+    double generation_seconds = 0;
 };
 
 // One task's link between the scheduler (writer) and the HTTP thread (reader).
@@ -105,6 +109,7 @@ class TaskChannel {
     std::mutex mu_;
     std::condition_variable cv_;
     TaskUpdate state_;  // pending text and the latest counters, guarded by mu_
+    std::chrono::steady_clock::time_point started_, first_token_;  // guarded by mu_
     bool news_ = false;
     std::atomic<bool> cancelled_{false};
 };

@@ -81,6 +81,11 @@ with serve_util.Server(llama, "-np", 2, "-c", 1024, "--chat-format", "llama2", "
     status, body = srv.request("POST", "/completion", {"prompt": PROMPT, "n_predict": N, "temperature": 0})
     checks.check(status == 200 and norm(body.get("content", "")) == want and body.get("stop") is True
                  and body.get("tokens_evaluated") == n_prompt, f"/completion: {body}")
+    t = body.get("timings", {})
+    checks.check(t.get("predicted_n") == body.get("tokens_predicted")
+                 and t.get("prompt_n") == body["tokens_evaluated"] - body["tokens_cached"]
+                 and t.get("prompt_ms", -1) > 0 and t.get("predicted_ms", -1) >= 0
+                 and t.get("predicted_per_second", -1) >= 0, f"/completion timings (llama.cpp's): {t}")
     status, events, _ = srv.stream("/completion", {"prompt": PROMPT, "n_predict": N, "temperature": 0})
     checks.check(status == 200 and norm("".join(e["content"] for e in events)) == want and events[-1]["stop"] is True,
                  "streamed /completion equals run")
@@ -89,6 +94,7 @@ with serve_util.Server(llama, "-np", 2, "-c", 1024, "--chat-format", "llama2", "
     status, body = srv.request("POST", "/completion", {"prompt": warm, "n_predict": 0})
     status2, again = srv.request("POST", "/completion", {"prompt": warm, "n_predict": 1, "temperature": 0})
     checks.check(status == 200 and body["tokens_predicted"] == 0 and body["content"] == ""
+                 and body["timings"]["prompt_ms"] > 0
                  and again["tokens_cached"] == again["tokens_evaluated"] - 1,
                  f"/completion n_predict 0 reads the prompt only, which the next request reuses: {body} {again}")
 

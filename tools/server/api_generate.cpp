@@ -27,6 +27,20 @@ constexpr std::chrono::seconds kKeepAlive{5};
 constexpr std::chrono::seconds kDirectReplyWait{2};
 constexpr std::chrono::milliseconds kProbeInterval{500};
 
+// llama.cpp's /completion timings: the prompt's evaluation (to the first token) and the generation after it.
+json timings_json(const TaskUpdate &u) {
+    const int64_t evaluated = u.n_prompt - u.n_cached;
+    const double prompt_ms = 1e3 * u.prompt_seconds, predicted_ms = 1e3 * u.generation_seconds;
+    return {{"prompt_n", evaluated},
+            {"prompt_ms", prompt_ms},
+            {"prompt_per_token_ms", evaluated > 0 ? prompt_ms / double(evaluated) : 0.0},
+            {"prompt_per_second", prompt_ms > 0 ? 1e3 * double(evaluated) / prompt_ms : 0.0},
+            {"predicted_n", u.n_generated},
+            {"predicted_ms", predicted_ms},
+            {"predicted_per_token_ms", u.n_generated > 0 ? predicted_ms / double(u.n_generated) : 0.0},
+            {"predicted_per_second", predicted_ms > 0 ? 1e3 * double(u.n_generated) / predicted_ms : 0.0}};
+}
+
 json usage_json(const TaskUpdate &u) {
     return {{"prompt_tokens", u.n_prompt},
             {"completion_tokens", u.n_generated},
@@ -271,7 +285,8 @@ std::string choice_events(StreamState &st, size_t k, const TaskUpdate &u) {
                           {"finish_reason", finish},
                           {"tokens_predicted", u.n_generated},
                           {"tokens_evaluated", u.n_prompt},
-                          {"tokens_cached", u.n_cached}});
+                          {"tokens_cached", u.n_cached},
+                          {"timings", timings_json(u)}});
     }
     json last = chunk(d == Dialect::chat ? json{{"delta", json::object()}} : json{{"text", ""}}, finish);
     std::vector<const TaskUpdate *> ends;
@@ -385,7 +400,8 @@ std::pair<int, json> final_reply(const PendingReply &r) {
                      {"finish_reason", sparrow::server::finish_reason_name(u.finish)},
                      {"tokens_predicted", u.n_generated},
                      {"tokens_evaluated", u.n_prompt},
-                     {"tokens_cached", u.n_cached}};
+                     {"tokens_cached", u.n_cached},
+                     {"timings", timings_json(u)}};
         if (r.logprobs) body["completion_probabilities"] = llama_probabilities(*r.tokenizer, c.token_logprobs);
         return {200, body};
     }
