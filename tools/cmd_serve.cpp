@@ -25,6 +25,7 @@ struct ServeFlags {
     std::string chat_format;                    // empty: recognised from tokenizer.chat_template
     std::string alias;                          // the model id clients see; default: the file name
     std::string reasoning_format = "deepseek";  // deepseek: thinking replies split into reasoning_content; none
+    std::string cors_origin;                    // empty: no CORS
     int64_t max_queue = 64;
     int64_t prefill_chunk = 0;  // 0: the ubatch size
     int64_t max_body_bytes = 1 << 20;
@@ -57,6 +58,7 @@ int serve(const ServeFlags &f) {
     config.api_key = f.api_key;
     config.chat_format = chat_format;
     config.split_reasoning = f.reasoning_format == "deepseek";
+    config.cors_origin = f.cors_origin;
     http::Api api(*model, scheduler, config);
 
     httplib::Server http;
@@ -105,6 +107,9 @@ Command register_serve(CLI::App &app) {
     cmd->add_option("--api-key", f->api_key, "Require 'Authorization: Bearer KEY' on every endpoint but /health");
     add_chat_format_option(*cmd, f->chat_format);
     cmd->add_option("--alias", f->alias, "Model id shown to clients (default: the file name)");
+    cmd->add_option("--cors-origin", f->cors_origin,
+                    "Let browser pages of this origin ('*': any) call the API (CORS headers, preflights answered); "
+                    "off by default, as any page the user opens could then drive the server");
     cmd->add_option("--reasoning-format", f->reasoning_format,
                     "Chat replies of a thinking prompt: deepseek (the reasoning in reasoning_content, the answer in "
                     "content; default) or none (all of it in content)")

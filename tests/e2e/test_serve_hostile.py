@@ -1,5 +1,6 @@
 """`sparrow serve` against malformed and hostile requests: each gets the right 4xx in OpenAI's error shape
 (or a clean HTTP error from the protocol layer) and the server keeps serving everyone else."""
+import http.client
 import json
 import os
 import socket
@@ -14,6 +15,20 @@ model = serve_util.make_model("llama", os.path.join(tmp, "llama.gguf"))
 KEY = "s3cret-key"
 AUTH = {"Authorization": "Bearer " + KEY}
 CTX = 512  # one slot: the whole context per request
+
+
+def exchange(port, method, path, headers, body=None):
+    """One request; returns (status, {lower-case header name: value})."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    try:
+        data = json.dumps(body).encode() if body is not None else None
+        conn.request(method, path, body=data, headers=dict(headers, **({"Content-Type": "application/json"}
+                                                                         if data else {})))
+        reply = conn.getresponse()
+        reply.read()
+        return reply.status, {k.lower(): v for k, v in reply.getheaders()}
+    finally:
+        conn.close()
 
 
 def error_shape(body):
@@ -172,6 +187,28 @@ with serve_util.Server(model, "-np", 1, "-c", CTX, "--api-key", KEY, "--max-queu
     status, body = srv.request("POST", C, good, headers=AUTH)
     checks.check(status == 200 and body["choices"][0]["finish_reason"] in ("stop", "length"),
                  "a good request is served after all of that")
+    # Without --cors-origin, no CORS: a preflight is an unknown endpoint and replies carry no CORS header.
+    status, headers = exchange(srv.port, "OPTIONS", C, {"Origin": "http://page.example",
+                                                        "Access-Control-Request-Method": "POST"})
+    checks.check(status in (401, 404) and "access-control-allow-origin" not in headers,
+                 f"no CORS unless asked for: OPTIONS {status}, headers {sorted(headers)}")
     checks.check(srv.close() == 0, "the server stops cleanly")
+
+
+# --cors-origin: preflights are answered without the key (browsers send none on them), every reply carries the
+# origin, and the key is still required on the request itself.
+with serve_util.Server(model, "-np", 1, "-c", CTX, "--api-key", KEY, "--cors-origin", "http://page.example") as srv:
+    status, headers = exchange(srv.port, "OPTIONS", C, {"Origin": "http://page.example",
+                                                        "Access-Control-Request-Method": "POST",
+                                                        "Access-Control-Request-Headers": "authorization"})
+    checks.check(status == 204 and headers.get("access-control-allow-origin") == "http://page.example"
+                 and "authorization" in headers.get("access-control-allow-headers", "").lower(),
+                 f"--cors-origin: a preflight gets 204 with the CORS headers: {status} {headers}")
+    status, headers = exchange(srv.port, "POST", C, dict(AUTH, Origin="http://page.example"), good)
+    checks.check(status == 200 and headers.get("access-control-allow-origin") == "http://page.example",
+                 f"--cors-origin: a request with the key is served with the origin header: {status}")
+    status, headers = exchange(srv.port, "POST", C, {"Origin": "http://page.example"}, good)
+    checks.check(status == 401 and headers.get("access-control-allow-origin") == "http://page.example",
+                 f"--cors-origin: without the key still 401 (readable by the page): {status}")
 
 checks.finish()

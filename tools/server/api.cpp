@@ -113,7 +113,18 @@ httplib::Server::Handler Api::route(const std::string &path, Handler handler) {
 }
 
 void Api::install(httplib::Server &server) {
+    if (!config_.cors_origin.empty()) {
+        server.set_default_headers({{"Access-Control-Allow-Origin", config_.cors_origin},
+                                    {"Access-Control-Allow-Headers", "Authorization, Content-Type"},
+                                    {"Access-Control-Allow-Methods", "GET, POST, OPTIONS"},
+                                    {"Access-Control-Max-Age", "600"}});
+    }
     server.set_pre_routing_handler([this](const httplib::Request &req, httplib::Response &res) {
+        if (!config_.cors_origin.empty() && req.method == "OPTIONS") {  // a preflight: the headers are the answer
+            res.status = 204;
+            counters_.add(req.path, 204);
+            return httplib::Server::HandlerResponse::Handled;
+        }
         if (config_.api_key.empty() || req.path == "/health") return httplib::Server::HandlerResponse::Unhandled;
         const std::string auth = req.get_header_value("Authorization");
         // The scheme's name is case-insensitive (RFC 9110 11.1): "bearer KEY" is as good as "Bearer KEY".

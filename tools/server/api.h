@@ -37,6 +37,9 @@ struct ApiConfig {
     // when streamed) and the answer in content, as DeepSeek's API and llama.cpp's --reasoning-format deepseek; false:
     // all of it in content.
     bool split_reasoning = true;
+    // Browser pages of this origin ("*": any) may call the API: CORS headers on every reply, and preflight OPTIONS
+    // requests answered (204, without the API key, which browsers do not send on them). Empty: no CORS.
+    std::string cors_origin;
 };
 
 // HTTP replies by path and status, counted before the reply is sent.
