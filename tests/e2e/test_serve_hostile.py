@@ -50,7 +50,7 @@ with serve_util.Server(model, "-np", 1, "-c", CTX, "--api-key", KEY, "--max-queu
         ("metrics need the key", "GET", "/metrics", {}, None, None, 401),
         ("unknown path without a key", "GET", "/admin", {}, None, None, 401),
         ("unknown path", "GET", "/v1/nothing", AUTH, None, None, 404),
-        ("wrong method", "GET", C, AUTH, None, None, 404),
+        ("wrong method", "GET", C, AUTH, None, None, 405),
         ("bad JSON", "POST", C, AUTH, None, b'{"prompt": "Hi", ', 400),
         ("empty body", "POST", C, AUTH, None, b"", 400),
         ("body is an array", "POST", C, AUTH, [1, 2, 3], None, 400),
@@ -124,6 +124,8 @@ with serve_util.Server(model, "-np", 1, "-c", CTX, "--api-key", KEY, "--max-queu
                        {"role": "assistant", "content": "b", "tool_calls": [{"id": "1", "type": "function"}]},
                        {"role": "user", "content": "c"}]}, None, 400),
         ("GET /v1/models/{another}", "GET", "/v1/models/gpt-4o", AUTH, None, None, 404),
+        ("GET on a POST endpoint", "GET", "/v1/chat/completions", AUTH, None, None, 405),
+        ("POST on a GET endpoint", "POST", "/v1/models", AUTH, {}, None, 405),
     ]
     for what, method, path, headers, body, raw, expect in cases:
         status, reply = srv.request(method, path, body=body, headers=headers, raw=raw, timeout=60)

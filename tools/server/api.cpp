@@ -68,6 +68,17 @@ bool constant_time_equal(std::string_view given, std::string_view expected) {
 const char *const kPaths[] = {"/health",   "/v1/models",  "/v1/completions", "/v1/chat/completions", "/completion",
                               "/tokenize", "/detokenize", "/v1/embeddings",  "/embeddings",          "/metrics"};
 
+// The method a known endpoint takes, or null (an unknown path).
+const char *method_of(const std::string &path) {
+    if (path == "/health" || path == "/v1/models" || path == "/metrics" || path.starts_with("/v1/models/")) {
+        return "GET";
+    }
+    for (const char *p : kPaths) {
+        if (path == p) return "POST";
+    }
+    return nullptr;
+}
+
 std::string path_label(const std::string &path) {
     for (const char *p : kPaths) {
         if (path == p) return p;
@@ -143,10 +154,17 @@ void Api::install(httplib::Server &server) {
     server.set_error_handler(
         httplib::Server::HandlerWithResponse([this](const httplib::Request &req, httplib::Response &res) {
             if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;  // ours, already counted
-            const int status = res.status;
+            int status = res.status;
             std::string message = strprintf("HTTP %d", status);
             std::string code = "invalid_request";
-            if (status == 404) {
+            // A known endpoint asked with the wrong method: 405 with the method it takes (RFC 9110 15.5.6).
+            const char *allowed = status == 404 ? method_of(req.path) : nullptr;
+            if (allowed) {
+                status = 405;
+                res.set_header("Allow", allowed);
+                message = strprintf("%s takes %s, not %s", req.path.c_str(), allowed, req.method.c_str());
+                code = "method_not_allowed";
+            } else if (status == 404) {
                 message = "unknown endpoint: " + req.method + " " + req.path;
                 code = "not_found";
             } else if (status == 413) {
