@@ -208,17 +208,6 @@ std::string render_llama2(const std::vector<ChatMessage> &messages, const ChatOp
 
 }  // namespace
 
-bool opens_thinking(ChatFormat f, const ChatOptions &opts) {
-    if (!opts.add_generation_prompt) return false;
-    switch (f) {
-        case ChatFormat::deepseek3:
-        case ChatFormat::deepseek4: return opts.enable_thinking.value_or(false);
-        case ChatFormat::glm: return opts.enable_thinking.value_or(true);
-        case ChatFormat::llama2: return false;
-    }
-    return false;
-}
-
 ChatOptions chat_options_for(const Tokenizer &tok) {
     ChatOptions opts;
     if (tok.bos_id() >= 0) opts.bos_text = std::string(tok.token_text(tok.bos_id()));

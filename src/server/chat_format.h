@@ -48,8 +48,5 @@ const char *chat_format_name(ChatFormat f);
 // The prompt text for the conversation. Throws sparrow::Error for a conversation the format cannot express
 // (an unknown role; llama2: roles that do not alternate user/assistant after an optional system message).
 std::string apply_chat_format(ChatFormat f, const std::vector<ChatMessage> &messages, const ChatOptions &opts);
-// Whether the generation prompt apply_chat_format writes opens a thinking block ("...<think>"), so that the reply is
-// reasoning, "</think>", then the answer: deepseek3/4 when enable_thinking is set, glm unless it is unset to false.
-bool opens_thinking(ChatFormat f, const ChatOptions &opts);
 
 }  // namespace sparrow::server

@@ -313,6 +313,13 @@ if template:
                      and parts == {"reasoning_content": message["reasoning_content"], "content": message["content"]}
                      and len(message["reasoning_content"] + message["content"]) > 0,
                      f"thinking on: reasoning_content and content, streamed alike: {message}")
+        # An assistant turn last: the prompt opens no thinking block (the template writes none after it), so
+        # nothing is split off even with thinking on.
+        prefill = dict(think, messages=[{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Sure"}])
+        status, body = srv.request("POST", "/v1/chat/completions", prefill)
+        checks.check(status == 200 and "reasoning_content" not in body["choices"][0]["message"]
+                     and body["choices"][0]["message"]["content"],
+                     f"thinking on after an assistant turn: no block opened, no split: {body}")
     with serve_util.Server(ds_tmpl, "-np", 1, "-c", 512, "--reasoning-format", "none") as srv:
         status, body = srv.request("POST", "/v1/chat/completions", think)
         raw = body["choices"][0]["message"]

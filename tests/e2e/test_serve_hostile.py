@@ -124,6 +124,7 @@ with serve_util.Server(model, "-np", 1, "-c", CTX, "--api-key", KEY, "--max-queu
                        {"role": "assistant", "content": "b", "tool_calls": [{"id": "1", "type": "function"}]},
                        {"role": "user", "content": "c"}]}, None, 400),
         ("GET /v1/models/{another}", "GET", "/v1/models/gpt-4o", AUTH, None, None, 404),
+        ("GET /v1/models/ (no id)", "GET", "/v1/models/", AUTH, None, None, 404),
         ("GET on a POST endpoint", "GET", "/v1/chat/completions", AUTH, None, None, 405),
         ("POST on a GET endpoint", "POST", "/v1/models", AUTH, {}, None, 405),
     ]
@@ -195,6 +196,15 @@ with serve_util.Server(model, "-np", 1, "-c", CTX, "--api-key", KEY, "--max-queu
     checks.check(status in (401, 404) and "access-control-allow-origin" not in headers,
                  f"no CORS unless asked for: OPTIONS {status}, headers {sorted(headers)}")
     checks.check(srv.close() == 0, "the server stops cleanly")
+
+
+# A prompt nested 100000 one-element lists deep (200 KB, under the default body limit): a 400, not a stack overflow
+# (read_prompt unwraps one level only).
+with serve_util.Server(model, "-np", 1, "-c", CTX) as srv:
+    nested = b'{"prompt": ' + b"[" * 100000 + b'"a"' + b"]" * 100000 + b', "max_tokens": 2}'
+    status, reply = srv.request("POST", C, raw=nested, headers={"Content-Type": "application/json"}, timeout=60)
+    checks.check(status == 400 and error_shape(reply) and srv.alive(),
+                 f"a prompt nested 100000 lists deep: {status}, the server alive")
 
 
 # --cors-origin: preflights are answered without the key (browsers send none on them), every reply carries the

@@ -4,9 +4,9 @@
 #include <cctype>
 #include <cmath>
 #include <cstring>
-#include <iterator>
 #include <span>
 #include <sstream>
+#include <thread>
 
 #include "core/error.h"
 #include "model/model.h"
@@ -21,9 +21,10 @@ using sparrow::server::TaskKind;
 using sparrow::server::TaskUpdate;
 
 // Most inputs one embeddings request may carry, as OpenAI's API (LangChain sends up to 1000 at a time). Each runs as
-// its own task; they are queued in waves of at most the queue's size, so one request never asks for more room than
-// the queue has.
+// its own task; they are queued in waves of half the queue, so one request never asks for the whole queue, and a
+// wave after the first waits for room (up to kWaveWait) rather than failing a request already partly computed.
 constexpr size_t kMaxEmbeddingInputs = 2048;
+constexpr auto kWaveWait = std::chrono::seconds(60);
 
 // The standard base64 alphabet, with padding (RFC 4648), of n bytes at p.
 std::string base64(const uint8_t *p, size_t n) {
@@ -64,27 +65,30 @@ bool constant_time_equal(std::string_view given, std::string_view expected) {
     return diff == 0;
 }
 
-// The routes, for the metrics' path label (anything else counts as "other").
-const char *const kPaths[] = {"/health",   "/v1/models",  "/v1/completions", "/v1/chat/completions", "/completion",
-                              "/tokenize", "/detokenize", "/v1/embeddings",  "/embeddings",          "/metrics"};
+// The routes and their methods: the metrics' path label (anything else counts as "other") and the 405 for a known
+// path asked with another method. /v1/models/{id} stands for every /v1/models/<name>.
+struct Endpoint {
+    const char *path;
+    const char *method;
+};
+constexpr Endpoint kEndpoints[] = {
+    {"/health", "GET"},         {"/v1/models", "GET"},       {"/v1/models/{id}", "GET"},
+    {"/metrics", "GET"},        {"/v1/completions", "POST"}, {"/v1/chat/completions", "POST"},
+    {"/completion", "POST"},    {"/tokenize", "POST"},       {"/detokenize", "POST"},
+    {"/v1/embeddings", "POST"}, {"/embeddings", "POST"}};
 
-// The method a known endpoint takes, or null (an unknown path).
-const char *method_of(const std::string &path) {
-    if (path == "/health" || path == "/v1/models" || path == "/metrics" || path.starts_with("/v1/models/")) {
-        return "GET";
-    }
-    for (const char *p : kPaths) {
-        if (path == p) return "POST";
+const Endpoint *endpoint_of(const std::string &path) {
+    const std::string_view models = "/v1/models/";
+    const std::string key = path.size() > models.size() && path.starts_with(models) ? "/v1/models/{id}" : path;
+    for (const Endpoint &e : kEndpoints) {
+        if (key == e.path) return &e;
     }
     return nullptr;
 }
 
 std::string path_label(const std::string &path) {
-    for (const char *p : kPaths) {
-        if (path == p) return p;
-    }
-    if (path.starts_with("/v1/models/")) return "/v1/models/{id}";
-    return "other";
+    const Endpoint *e = endpoint_of(path);
+    return e ? e->path : "other";
 }
 }  // namespace
 
@@ -157,12 +161,12 @@ void Api::install(httplib::Server &server) {
             int status = res.status;
             std::string message = strprintf("HTTP %d", status);
             std::string code = "invalid_request";
-            // A known endpoint asked with the wrong method: 405 with the method it takes (RFC 9110 15.5.6).
-            const char *allowed = status == 404 ? method_of(req.path) : nullptr;
-            if (allowed) {
+            // A known endpoint asked with another method: 405 with the method it takes (RFC 9110 15.5.6).
+            const Endpoint *e = status == 404 ? endpoint_of(req.path) : nullptr;
+            if (e && req.method != e->method && !(req.method == "HEAD" && std::string_view(e->method) == "GET")) {
                 status = 405;
-                res.set_header("Allow", allowed);
-                message = strprintf("%s takes %s, not %s", req.path.c_str(), allowed, req.method.c_str());
+                res.set_header("Allow", e->method);
+                message = strprintf("%s takes %s, not %s", req.path.c_str(), e->method, req.method.c_str());
                 code = "method_not_allowed";
             } else if (status == 404) {
                 message = "unknown endpoint: " + req.method + " " + req.path;
@@ -195,9 +199,12 @@ void Api::install(httplib::Server &server) {
 }
 
 void Api::check_model(const json &body) const {
-    const std::optional<std::string> name = get_string(body, "model");
-    if (name && *name != config_.model_id) {
-        throw ApiError(404, "the model '" + *name + "' does not exist; this server serves '" + config_.model_id + "'",
+    if (const std::optional<std::string> name = get_string(body, "model")) check_model_id(*name);
+}
+
+void Api::check_model_id(const std::string &name) const {
+    if (name != config_.model_id) {
+        throw ApiError(404, "the model '" + name + "' does not exist; this server serves '" + config_.model_id + "'",
                        "model_not_found");
     }
 }
@@ -221,11 +228,7 @@ void Api::models(const httplib::Request &, httplib::Response &res) {
 }
 
 void Api::model(const httplib::Request &req, httplib::Response &res) {
-    const std::string id = req.matches.size() > 1 ? std::string(req.matches[1]) : std::string();
-    if (id != config_.model_id) {
-        throw ApiError(404, "the model '" + id + "' does not exist; this server serves '" + config_.model_id + "'",
-                       "model_not_found");
-    }
+    check_model_id(req.matches.size() > 1 ? std::string(req.matches[1]) : std::string());
     send_json(res, model_object());
 }
 
@@ -332,12 +335,17 @@ void Api::embeddings(const httplib::Request &req, httplib::Response &res) {
     }
     json data = json::array();
     const int64_t n_embd = model_info(model_).n_embd;
-    const size_t wave = std::max<size_t>(1, static_cast<size_t>(scheduler_.max_queue()));
+    const size_t wave = std::max<size_t>(1, static_cast<size_t>(scheduler_.max_queue()) / 2);
     for (size_t w0 = 0; w0 < tasks.size(); w0 += wave) {
-        const size_t w1 = std::min(tasks.size(), w0 + wave);
-        const std::vector<std::shared_ptr<sparrow::server::TaskChannel>> channels =
-            submit_all(std::vector<Task>(std::make_move_iterator(tasks.begin() + static_cast<std::ptrdiff_t>(w0)),
-                                         std::make_move_iterator(tasks.begin() + static_cast<std::ptrdiff_t>(w1))));
+        const auto first = tasks.begin() + static_cast<std::ptrdiff_t>(w0);
+        const std::vector<Task> these(first, first + static_cast<std::ptrdiff_t>(std::min(wave, tasks.size() - w0)));
+        std::vector<std::shared_ptr<sparrow::server::TaskChannel>> channels = scheduler_.submit_all(these);
+        for (const auto give_up = std::chrono::steady_clock::now() + kWaveWait;
+             channels.empty() && w0 > 0 && std::chrono::steady_clock::now() < give_up;) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(5));
+            channels = scheduler_.submit_all(these);
+        }
+        if (channels.empty()) channels = submit_all(these);  // a last try, or the 429
         for (size_t i = 0; i < channels.size(); ++i) {
             TaskUpdate u;
             while (!(u = channels[i]->wait(std::chrono::milliseconds(1000))).done) {}

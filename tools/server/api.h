@@ -83,6 +83,7 @@ class Api {
                   std::vector<std::optional<std::string>> echo = {}, size_t per_prompt = 0,
                   bool split_reasoning = false);
     void check_model(const json &body) const;
+    void check_model_id(const std::string &name) const;  // 404 unless name is the served model
     // Queues the tasks together (all or none: 429 when the queue cannot take them all).
     std::vector<std::shared_ptr<sparrow::server::TaskChannel>> submit_all(std::vector<Task> tasks);
 

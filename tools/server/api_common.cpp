@@ -82,9 +82,9 @@ std::optional<int64_t> get_int(const json &obj, const char *key, int64_t lo, int
     } else if (v->is_number_unsigned()) {
         const uint64_t u = v->get<uint64_t>();
         x = u > static_cast<uint64_t>(INT64_MAX) ? INT64_MAX : static_cast<int64_t>(u);
-    } else if (v->is_number_float() && std::isfinite(v->get<double>()) &&
-               v->get<double>() == std::trunc(v->get<double>()) && std::fabs(v->get<double>()) < 9.0e15) {
-        x = static_cast<int64_t>(v->get<double>());  // 3.0: what Python's json writes for an integer-valued float
+    } else if (const double d = v->is_number_float() ? v->get<double>() : 0.5;
+               d == std::trunc(d) && std::fabs(d) < 9.0e15) {
+        x = static_cast<int64_t>(d);  // 3.0: what Python's json writes for an integer-valued float (inf and NaN fail)
     } else {
         throw ApiError(400, strprintf("'%s' must be an integer", key), "invalid_type");
     }

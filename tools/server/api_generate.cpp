@@ -495,7 +495,7 @@ void Api::completions(const httplib::Request &req, httplib::Response &res) {
     (void)get_int(body, "best_of", 1, 1);  // one candidate per request
     const auto prompt = body.find("prompt");
     if (prompt == body.end() || prompt->is_null()) throw ApiError(400, "'prompt' is required", "missing_field");
-    const std::vector<std::vector<int32_t>> prompts = read_prompts(*prompt, "prompt", tokenizer_, limits_);
+    const std::vector<Prompt> prompts = read_prompts(*prompt, "prompt", tokenizer_, limits_);
     // echo: the reply's text starts with the prompt (as sent, or its token ids' text); then max_tokens may be
     // 0, which only scores the prompt
     const bool echo = get_bool(body, "echo").value_or(false);
@@ -511,7 +511,7 @@ void Api::completions(const httplib::Request &req, httplib::Response &res) {
     std::vector<std::optional<std::string>> echo_texts;
     for (size_t i = 0; i < prompts.size(); ++i) {
         Task task;
-        task.prompt = prompts[i];
+        task.prompt = prompts[i].ids;
         task.sampling = read_sampling(
             body, {.temperature = 1.0f, .top_p = 1.0f, .top_k = 0, .max_tokens = 16, .min_max_tokens = echo ? 0 : 1},
             {"max_tokens"}, static_cast<int64_t>(task.prompt.size()), limits_);
@@ -520,10 +520,8 @@ void Api::completions(const httplib::Request &req, httplib::Response &res) {
         task.prompt_logprobs = echo && task.sampling.logprobs >= 0;
         std::optional<std::string> echo_text;
         if (echo) {
-            const json &p = prompts.size() > 1                                                      ? (*prompt)[i]
-                            : prompt->is_array() && prompt->size() == 1 && (*prompt)[0].is_string() ? (*prompt)[0]
-                                                                                                    : *prompt;
-            echo_text = p.is_string() ? p.get<std::string>() : tokenizer_.decode(task.prompt);
+            const json &source = *prompts[i].source;
+            echo_text = source.is_string() ? source.get<std::string>() : tokenizer_.decode(task.prompt);
         }
         for (Task &t : choices(body, std::move(task), scheduler_.max_queue())) {
             tasks.push_back(std::move(t));
@@ -565,7 +563,8 @@ void Api::chat_completions(const httplib::Request &req, httplib::Response &res) 
     const bool stream = get_bool(body, "stream").value_or(false);
     const bool include_usage = read_include_usage(body);
     generate(res, choices(body, std::move(task), scheduler_.max_queue()), Dialect::chat, stream, include_usage, {}, 0,
-             config_.split_reasoning && sparrow::server::opens_thinking(config_.chat_format, opts));
+             // the rendered prompt says whether it opened a thinking block (every format's closed one ends "</think>")
+             config_.split_reasoning && text.ends_with("<think>"));
 }
 
 void Api::completion(const httplib::Request &req, httplib::Response &res) {

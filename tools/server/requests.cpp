@@ -39,28 +39,31 @@ void check_prompt_fits(size_t n_prompt, const RequestLimits &lim) {
     }
 }
 
-std::vector<std::vector<int32_t>> read_prompts(const json &value, const char *key, const Tokenizer &tok,
-                                               const RequestLimits &lim) {
-    std::vector<std::vector<int32_t>> out;
+std::vector<Prompt> read_prompts(const json &value, const char *key, const Tokenizer &tok, const RequestLimits &lim) {
+    std::vector<Prompt> out;
     if (value.is_array() && value.size() > 1 && (value[0].is_string() || value[0].is_array())) {
         for (const json &p : value) {
             if (!p.is_string() && !(p.is_array() && !p.empty() && p[0].is_number())) {
                 throw ApiError(400, strprintf("'%s' must hold strings or arrays of token ids", key), "invalid_type");
             }
-            out.push_back(read_prompt(p, key, tok, lim));
+            out.push_back({read_prompt(p, key, tok, lim), &p});
         }
     } else {
-        out.push_back(read_prompt(value, key, tok, lim));
+        out.push_back({read_prompt(value, key, tok, lim), &prompt_source(value)});
     }
     return out;
 }
 
-std::vector<int32_t> read_prompt(const json &value, const char *key, const Tokenizer &tok, const RequestLimits &lim) {
+const json &prompt_source(const json &value) {
+    return value.is_array() && value.size() == 1 && (value[0].is_string() || value[0].is_array()) ? value[0] : value;
+}
+
+std::vector<int32_t> read_prompt(const json &given, const char *key, const Tokenizer &tok, const RequestLimits &lim) {
+    // One level of one-element list is unwrapped, no more: a deeper nest is a type error, not a recursion.
+    const json &value = prompt_source(given);
     std::vector<int32_t> ids;
     if (value.is_string()) {
         ids = tok.encode(value.get<std::string>(), /*add_special=*/true, /*parse_special=*/true);
-    } else if (value.is_array() && value.size() == 1 && (value[0].is_string() || value[0].is_array())) {
-        return read_prompt(value[0], key, tok, lim);
     } else if (value.is_array() && !value.empty() && value[0].is_number()) {
         ids = read_ids(value, key, lim);
     } else if (value.is_array() && value.size() > 1) {

@@ -28,10 +28,16 @@ struct RequestLimits {
 // A prompt: a string (tokenized with the model's BOS and special tokens parsed, like `sparrow run`), an
 // array of token ids, or a one-element array of either. Empty prompts are refused.
 std::vector<int32_t> read_prompt(const json &value, const char *key, const Tokenizer &tok, const RequestLimits &lim);
+// A prompt's token ids and the JSON it was read from (a string, or an array of token ids).
+struct Prompt {
+    std::vector<int32_t> ids;
+    const json *source = nullptr;
+};
 // The prompts of /v1/completions: one prompt as read_prompt takes it, or an array of several (strings or arrays of
 // token ids), as OpenAI's API allows (LangChain's completions client batches its prompts so).
-std::vector<std::vector<int32_t>> read_prompts(const json &value, const char *key, const Tokenizer &tok,
-                                               const RequestLimits &lim);
+std::vector<Prompt> read_prompts(const json &value, const char *key, const Tokenizer &tok, const RequestLimits &lim);
+// The prompt inside a one-element list (["text"], [[ids]]), else value itself.
+const json &prompt_source(const json &value);
 
 // Defaults that differ between the OpenAI endpoints and llama.cpp's /completion.
 struct SamplingDefaults {
