@@ -434,12 +434,13 @@ TEST_P(IsaTest, DotQuantExtremesStayExact) {
 }
 
 // Blocks of 32 floats that test a Q8_0 quantiser's rounding: random blocks at scales from subnormal-half to large,
-// an all-zero block, and blocks where x * id lands exactly on (or one ulp beside) a half, which must round away from
-// zero like std::round.
+// an all-zero block, blocks where x * id lands exactly on (or one ulp beside) a half, which must round away from
+// zero like std::round, and non-finite cases: blocks whose d is subnormal and whose id = 1 / d overflows to inf
+// (scales 1e-38, 2e-37), NaNs before, after and at the block's largest value, an all-NaN block and infinities.
 std::vector<float> awkward_q8_0_blocks(unsigned seed) {
     std::mt19937 rng(seed);
     std::vector<float> x;
-    for (float s : {1.0f, 1e-3f, 3e-6f, 1e-8f, 50.0f, 6e4f}) {
+    for (float s : {1.0f, 1e-3f, 3e-6f, 1e-8f, 50.0f, 6e4f, 1e-38f, 2e-37f}) {
         for (float v : test::random_floats(rng, 64, -s, s)) x.push_back(v);
     }
     for (int j = 0; j < 32; ++j) x.push_back(0.0f);
@@ -452,6 +453,12 @@ std::vector<float> awkward_q8_0_blocks(unsigned seed) {
         const float v = j == 0 ? 127.0f : std::nextafter(float(j % 5) + 0.5f, j % 2 ? 0.0f : 100.0f);
         x.push_back(j % 3 ? -v : v);
     }
+    const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+    for (int nan_at : {0, 5, 16, 17, 31}) {  // the block's largest value (9.0) sits at 16
+        for (int j = 0; j < 32; ++j) x.push_back(j == nan_at ? nan : (j == 16 ? 9.0f : float(j % 7) - 3.0f));
+    }
+    for (int j = 0; j < 32; ++j) x.push_back(nan);
+    for (int j = 0; j < 32; ++j) x.push_back(j == 3 ? inf : (j == 20 ? -inf : (j == 9 ? nan : float(j))));
     return x;
 }
 

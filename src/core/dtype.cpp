@@ -39,11 +39,19 @@ bool iequals(std::string_view a, std::string_view b) {
 void quantize_q8_0(const float *x, BlockQ8_0 *out, int64_t n) {
     for (int64_t b = 0; b < n / QK8_0; ++b, x += QK8_0) {
         float amax = 0.0f;
+        // std::max(amax, NaN) keeps amax: a NaN does not set the scale.
         for (int j = 0; j < QK8_0; ++j) amax = std::max(amax, std::fabs(x[j]));
         const float d = amax / 127.0f;
-        const float id = d != 0.0f ? 1.0f / d : 0.0f;
         out[b].d = f32_to_fp16(d);
-        for (int j = 0; j < QK8_0; ++j) out[b].qs[j] = static_cast<int8_t>(std::round(x[j] * id));
+        // Every kernel level writes the same quants, all in [-127, 127] (which the integer products rely on), also
+        // for non-finite values: a d so small that 1 / d overflows (its f16 is 0 anyway) gives id = 0, and a NaN
+        // product (a NaN input, or an infinite one times id = 0) the quant 0.
+        const float inv = d != 0.0f ? 1.0f / d : 0.0f;
+        const float id = std::isinf(inv) ? 0.0f : inv;
+        for (int j = 0; j < QK8_0; ++j) {
+            const float s = x[j] * id;
+            out[b].qs[j] = s == s ? static_cast<int8_t>(std::round(s)) : int8_t(0);
+        }
     }
 }
 

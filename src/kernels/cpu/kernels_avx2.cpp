@@ -7,6 +7,7 @@
 // inline function compiled here could otherwise be the copy the linker keeps, and crash on a CPU without AVX2.
 #include <immintrin.h>
 
+#include <cfloat>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -629,19 +630,39 @@ void quantize_row_q8_0(const float *x, BlockQ8_0 *y, int64_t n) {
     for (int64_t b = 0; b < n / QK8_0; ++b, x += QK8_0) {
         __m256 v[4];
         for (int k = 0; k < 4; ++k) v[k] = _mm256_loadu_ps(x + 8 * k);
-        __m256 amax8 = _mm256_andnot_ps(sign_bit, v[0]);
-        for (int k = 1; k < 4; ++k) amax8 = _mm256_max_ps(amax8, _mm256_andnot_ps(sign_bit, v[k]));
-        __m128 m = _mm_max_ps(_mm256_castps256_ps128(amax8), _mm256_extractf128_ps(amax8, 1));
-        m = _mm_max_ps(m, _mm_movehl_ps(m, m));
-        m = _mm_max_ss(m, _mm_movehdup_ps(m));
-        const float amax = _mm_cvtss_f32(m);
+        // The maximum of |x| on the bits (non-negative floats order as their bit patterns, and a NaN's bits exceed
+        // infinity's): non-finite values, rare in activations, are found once per block, and only then the slower
+        // steps give the scalar quantiser's results (a NaN does not set the scale, a NaN product quantises to 0).
+        __m256i bits8 = _mm256_castps_si256(_mm256_andnot_ps(sign_bit, v[0]));
+        for (int k = 1; k < 4; ++k)
+            bits8 = _mm256_max_epu32(bits8, _mm256_castps_si256(_mm256_andnot_ps(sign_bit, v[k])));
+        __m128i m = _mm_max_epu32(_mm256_castsi256_si128(bits8), _mm256_extracti128_si256(bits8, 1));
+        m = _mm_max_epu32(m, _mm_shuffle_epi32(m, _MM_SHUFFLE(1, 0, 3, 2)));
+        m = _mm_max_epu32(m, _mm_shuffle_epi32(m, _MM_SHUFFLE(2, 3, 0, 1)));
+        const auto amax_bits = static_cast<uint32_t>(_mm_cvtsi128_si32(m));
+        const bool non_finite = amax_bits >= 0x7F800000u;
+        float amax;
+        std::memcpy(&amax, &amax_bits, sizeof amax);
+        if (non_finite) {
+            // max_ps returns its second operand when either is NaN: with the running maximum second (and 0 to start
+            // it), a NaN does not set the scale.
+            __m256 amax8 = _mm256_setzero_ps();
+            for (int k = 0; k < 4; ++k) amax8 = _mm256_max_ps(_mm256_andnot_ps(sign_bit, v[k]), amax8);
+            alignas(32) float lanes[8];
+            _mm256_store_ps(lanes, amax8);
+            amax = 0.0f;
+            for (const float l : lanes) amax = amax < l ? l : amax;
+        }
         const float d = amax / 127.0f;
-        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        const float inv = d != 0.0f ? 1.0f / d : 0.0f;
+        const float id = inv <= FLT_MAX ? inv : 0.0f;  // a d too small for 1 / d quantises to zeros, as in scalar
         y[b].d = static_cast<uint16_t>(_cvtss_sh(d, _MM_FROUND_TO_NEAREST_INT));
         const __m256 idv = _mm256_set1_ps(id);
         __m256i q[4];
         for (int k = 0; k < 4; ++k) {
-            const __m256 s = _mm256_mul_ps(v[k], idv);
+            // A NaN product quantises to 0 (cvttps would give INT_MIN, packed to -128).
+            const __m256 prod = _mm256_mul_ps(v[k], idv);
+            const __m256 s = non_finite ? _mm256_and_ps(_mm256_cmp_ps(prod, prod, _CMP_ORD_Q), prod) : prod;
             const __m256 t = _mm256_round_ps(s, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
             const __m256 frac = _mm256_andnot_ps(sign_bit, _mm256_sub_ps(s, t));
             const __m256 step = _mm256_or_ps(one, _mm256_and_ps(sign_bit, s));  // +-1 with the sign of s

@@ -11,6 +11,7 @@
 
 #include "kernels/cpu/avx512_intrinsics.h"  // <immintrin.h> without GCC 12's false warnings
 
+#include <cfloat>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -143,30 +144,58 @@ void axpy_f32(const void *row, float a, float *y, int64_t n) { axpy<FloatKind::f
 void axpy_f16(const void *row, float a, float *y, int64_t n) { axpy<FloatKind::f16>(row, a, y, n); }
 void axpy_bf16(const void *row, float a, float *y, int64_t n) { axpy<FloatKind::bf16>(row, a, y, n); }
 
+namespace {
+
+// Non-finite values are rare in activations, so the quantisers below look for them once per group of blocks and
+// only then take the slower steps that give the scalar quantiser's results (a NaN does not set a block's scale,
+// and a NaN product quantises to 0). The look: block maxima of |x| taken on the bits (non-negative floats order as
+// their bit patterns, and a NaN's bits exceed infinity's), compared with infinity's bits after the reduction.
+inline __m512i abs_bits(__m512 v) { return _mm512_castps_si512(_mm512_abs_ps(v)); }
+inline bool any_non_finite(__m512i max_abs_bits) {
+    return _mm512_cmpge_epu32_mask(max_abs_bits, _mm512_set1_epi32(0x7F800000)) != 0;
+}
+
+// |v|, or 0 where v is NaN: vmaxps returns its second operand when either is NaN, so a block's maximum taken as
+// max(|x1|, abs_or_zero(x0)) ignores NaNs, as the scalar quantiser's does.
+inline __m512 abs_or_zero(__m512 v) { return _mm512_max_ps(_mm512_abs_ps(v), _mm512_setzero_ps()); }
+
+// The quants of prod = x * id as int32: round half away from zero (std::round), which the SIMD rounding modes lack:
+// truncate, then step one away from zero when the exact remainder prod - trunc(prod) reaches 0.5. With
+// mask_nan, a NaN product (a NaN input, or an infinite one times id = 0) gives 0, as in the scalar quantiser
+// (cvttps gives INT_MIN).
+inline __m512i round_to_quant(__m512 prod, bool mask_nan) {
+    const __m512 t = _mm512_roundscale_ps(prod, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+    const __mmask16 round_up =
+        _mm512_cmp_ps_mask(_mm512_abs_ps(_mm512_sub_ps(prod, t)), _mm512_set1_ps(0.5f), _CMP_GE_OQ);
+    const __m512 step = _mm512_castsi512_ps(_mm512_or_si512(  // +-1 with the sign of prod
+        _mm512_castps_si512(_mm512_set1_ps(1.0f)),
+        _mm512_and_si512(_mm512_castps_si512(prod), _mm512_set1_epi32(int32_t(0x80000000u)))));
+    const __mmask16 keep = mask_nan ? _mm512_cmp_ps_mask(prod, prod, _CMP_ORD_Q) : __mmask16(0xFFFF);
+    return _mm512_maskz_cvttps_epi32(keep, _mm512_mask_add_ps(t, round_up, t, step));
+}
+
+}  // namespace
+
 // Bit-identical to ggml's reference quantiser: d = amax / 127 (f32 division), id = 1 / d, q = round(x * id)
-// with halves away from zero (std::round), which the SIMD rounding modes lack: truncate, then step one
-// away from zero when the exact remainder x - trunc(x) reaches 0.5.
+// (round_to_quant).
 void quantize_row_q8_0(const float *x, BlockQ8_0 *y, int64_t n) {
-    const __m512i sign_bit = _mm512_set1_epi32(int32_t(0x80000000u));
-    const __m512 half = _mm512_set1_ps(0.5f);
-    const __m512 one = _mm512_set1_ps(1.0f);
     for (int64_t b = 0; b < n / QK8_0; ++b, x += QK8_0) {
         const __m512 v[2] = {_mm512_loadu_ps(x), _mm512_loadu_ps(x + 16)};
-        const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v[0]), _mm512_abs_ps(v[1])));
+        const __m512i max_bits = _mm512_max_epu32(abs_bits(v[0]), abs_bits(v[1]));
+        const bool non_finite = any_non_finite(max_bits);
+        const uint32_t amax_bits = _mm512_reduce_max_epu32(max_bits);
+        float amax;
+        std::memcpy(&amax, &amax_bits, sizeof amax);
+        if (non_finite) amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v[1]), abs_or_zero(v[0])));
         const float d = amax / 127.0f;
-        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        const float inv = d != 0.0f ? 1.0f / d : 0.0f;
+        const float id = inv <= FLT_MAX ? inv : 0.0f;  // a d too small for 1 / d quantises to zeros, as in scalar
         y[b].d = static_cast<uint16_t>(_cvtss_sh(d, _MM_FROUND_TO_NEAREST_INT));
         const __m512 idv = _mm512_set1_ps(id);
         for (int k = 0; k < 2; ++k) {
-            const __m512 s = _mm512_mul_ps(v[k], idv);
-            const __m512 t = _mm512_roundscale_ps(s, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
-            const __mmask16 round_up = _mm512_cmp_ps_mask(_mm512_abs_ps(_mm512_sub_ps(s, t)), half, _CMP_GE_OQ);
-            const __m512 step = _mm512_castsi512_ps(_mm512_or_si512(  // +-1 with the sign of s
-                _mm512_castps_si512(one), _mm512_and_si512(_mm512_castps_si512(s), sign_bit)));
-            const __m512 r = _mm512_mask_add_ps(t, round_up, t, step);
             // Values are integers in [-127, 127]: vpmovdb's truncation to 8 bits is exact.
             _mm_storeu_si128(reinterpret_cast<__m128i *>(y[b].qs + 16 * k),
-                             _mm512_cvtepi32_epi8(_mm512_cvttps_epi32(r)));
+                             _mm512_cvtepi32_epi8(round_to_quant(_mm512_mul_ps(v[k], idv), non_finite)));
         }
     }
 }
@@ -204,18 +233,29 @@ inline __m512 reduce16(const __m512 *v, Op op) {
 // written. Per block the same arithmetic as quantize_row_q8_0 (d = amax / 127 and id = 1 / d, exact IEEE division
 // either way; round half away from zero), so the same bits. Lanes past count reduce zeros.
 void quantize_blocks(const float *x, int count, uint8_t *blocks, uint8_t *scales, uint8_t *offsets) {
-    const __m512 half = _mm512_set1_ps(0.5f), one = _mm512_set1_ps(1.0f);
-    const __m512i sign_bit = _mm512_set1_epi32(int32_t(0x80000000u));
+    const __m512 one = _mm512_set1_ps(1.0f);
     __m512 acc[16];
     for (int b = 0; b < count; ++b) {
-        acc[b] =
-            _mm512_max_ps(_mm512_abs_ps(_mm512_loadu_ps(x + 32 * b)), _mm512_abs_ps(_mm512_loadu_ps(x + 32 * b + 16)));
+        acc[b] = _mm512_castsi512_ps(
+            _mm512_max_epu32(abs_bits(_mm512_loadu_ps(x + 32 * b)), abs_bits(_mm512_loadu_ps(x + 32 * b + 16))));
     }
     for (int b = count; b < 16; ++b) acc[b] = _mm512_setzero_ps();
-    const __m512 amax = reduce16(acc, [](__m512 a, __m512 b) { return _mm512_max_ps(a, b); });
+    __m512 amax = reduce16(acc, [](__m512 a, __m512 b) {
+        return _mm512_castsi512_ps(_mm512_max_epu32(_mm512_castps_si512(a), _mm512_castps_si512(b)));
+    });
+    const bool non_finite = any_non_finite(_mm512_castps_si512(amax));
+    if (non_finite) {
+        for (int b = 0; b < count; ++b) {
+            acc[b] = _mm512_max_ps(_mm512_abs_ps(_mm512_loadu_ps(x + 32 * b + 16)),
+                                   abs_or_zero(_mm512_loadu_ps(x + 32 * b)));
+        }
+        for (int b = count; b < 16; ++b) acc[b] = _mm512_setzero_ps();
+        amax = reduce16(acc, [](__m512 a, __m512 b) { return _mm512_max_ps(a, b); });
+    }
     const __m512 d = _mm512_div_ps(amax, _mm512_set1_ps(127.0f));
-    // d != 0 as the scalar code asks it (a NaN d is "not zero", as there).
-    const __m512 id = _mm512_maskz_div_ps(_mm512_cmp_ps_mask(d, _mm512_setzero_ps(), _CMP_NEQ_UQ), one, d);
+    // id = 1 / d where d != 0 and 1 / d is finite, else 0, as the scalar code decides it.
+    const __m512 inv = _mm512_maskz_div_ps(_mm512_cmp_ps_mask(d, _mm512_setzero_ps(), _CMP_NEQ_UQ), one, d);
+    const __m512 id = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(inv, _mm512_set1_ps(FLT_MAX), _CMP_LE_OQ), inv);
     const __m256i d16 = _mm512_cvtps_ph(d, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     const __mmask16 lanes = first_lanes(count);
     _mm512_mask_storeu_ps(scales, lanes, _mm512_cvtph_ps(d16));
@@ -229,12 +269,7 @@ void quantize_blocks(const float *x, int count, uint8_t *blocks, uint8_t *scales
         const __m512 idv = _mm512_set1_ps(ids[b]);
         __m512i sum = _mm512_setzero_si512();
         for (int k = 0; k < 2; ++k) {
-            const __m512 s = _mm512_mul_ps(_mm512_loadu_ps(x + 32 * b + 16 * k), idv);
-            const __m512 t = _mm512_roundscale_ps(s, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
-            const __mmask16 round_up = _mm512_cmp_ps_mask(_mm512_abs_ps(_mm512_sub_ps(s, t)), half, _CMP_GE_OQ);
-            const __m512 step = _mm512_castsi512_ps(
-                _mm512_or_si512(_mm512_castps_si512(one), _mm512_and_si512(_mm512_castps_si512(s), sign_bit)));
-            const __m512i q = _mm512_cvttps_epi32(_mm512_mask_add_ps(t, round_up, t, step));
+            const __m512i q = round_to_quant(_mm512_mul_ps(_mm512_loadu_ps(x + 32 * b + 16 * k), idv), non_finite);
             _mm_storeu_si128(reinterpret_cast<__m128i *>(block + offsetof(BlockQ8_0, qs) + 16 * k),
                              _mm512_cvtepi32_epi8(q));
             sum = _mm512_add_epi32(sum, q);
