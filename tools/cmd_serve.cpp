@@ -115,7 +115,7 @@ Command register_serve(CLI::App &app) {
                     "content; default) or none (all of it in content)")
         ->check(CLI::IsMember({"deepseek", "none"}));
     cmd->add_option("--max-queue", f->max_queue, "Requests that may wait for a slot; more get HTTP 429")
-        ->check(CLI::Range(int64_t(0), int64_t(4096)));
+        ->check(CLI::Range(int64_t(1), int64_t(4096)));
     cmd->add_option("--prefill-chunk", f->prefill_chunk,
                     "Most tokens per step while requests generate (0 = the ubatch size): a long prompt is read in "
                     "chunks and the running streams get a token after each")

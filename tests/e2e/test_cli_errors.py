@@ -27,6 +27,7 @@ for args in (["run", "-m", model, "--bogus-flag"], ["run", "-m", model, "--temp"
 checks.check(harness.run(["run", "--help"], check=False).returncode == 0, "--help exits 0")
 expect_error(["serve", "-m", model, "--dsa-stats"], "--dsa-stats", "serve has no --dsa-stats (no end of run to print at)")
 expect_error(["serve", "-m", model, "--prefill-chunk", "-1"], "--prefill-chunk", "negative prefill chunk")
+expect_error(["serve", "-m", model, "--max-queue", "0"], "--max-queue", "a queue of 0 (nothing could be served)")
 expect_error([], "subcommand", "no subcommand")
 expect_error(["run", "-m", os.path.join(tmp, "missing.gguf"), "-p", "x"], "cannot open", "missing model file")
 expect_error(["run", "-m", model, "-p", "x", "--temp", "-1"], "temp", "negative temperature")

@@ -216,6 +216,14 @@ with serve_util.Server(model, "-np", 1, "-c", CTX, "--api-key", KEY, "--cors-ori
     checks.check(status == 204 and headers.get("access-control-allow-origin") == "http://page.example"
                  and "authorization" in headers.get("access-control-allow-headers", "").lower(),
                  f"--cors-origin: a preflight gets 204 with the CORS headers: {status} {headers}")
+    # A client library's own headers (openai-node's X-Stainless-*) are allowed too, or the browser drops the call.
+    asked = "authorization,content-type,x-stainless-os,x-stainless-retry-count"
+    status, headers = exchange(srv.port, "OPTIONS", C, {"Origin": "http://page.example",
+                                                        "Access-Control-Request-Method": "POST",
+                                                        "Access-Control-Request-Headers": asked})
+    allowed = {h.strip() for h in headers.get("access-control-allow-headers", "").lower().split(",")}
+    checks.check(status == 204 and set(asked.split(",")) <= allowed,
+                 f"--cors-origin: a preflight allows the headers it asks for: {status} {headers}")
     status, headers = exchange(srv.port, "POST", C, dict(AUTH, Origin="http://page.example"), good)
     checks.check(status == 200 and headers.get("access-control-allow-origin") == "http://page.example",
                  f"--cors-origin: a request with the key is served with the origin header: {status}")

@@ -130,12 +130,15 @@ httplib::Server::Handler Api::route(const std::string &path, Handler handler) {
 void Api::install(httplib::Server &server) {
     if (!config_.cors_origin.empty()) {
         server.set_default_headers({{"Access-Control-Allow-Origin", config_.cors_origin},
-                                    {"Access-Control-Allow-Headers", "Authorization, Content-Type"},
                                     {"Access-Control-Allow-Methods", "GET, POST, OPTIONS"},
                                     {"Access-Control-Max-Age", "600"}});
     }
     server.set_pre_routing_handler([this](const httplib::Request &req, httplib::Response &res) {
         if (!config_.cors_origin.empty() && req.method == "OPTIONS") {  // a preflight: the headers are the answer
+            // The headers the page asked for are allowed, whatever they are: client libraries add their own
+            // (openai-node sends X-Stainless-*), and "*" would not cover Authorization.
+            const std::string asked = req.get_header_value("Access-Control-Request-Headers");
+            res.set_header("Access-Control-Allow-Headers", asked.empty() ? "Authorization, Content-Type" : asked);
             res.status = 204;
             counters_.add(req.path, 204);
             return httplib::Server::HandlerResponse::Handled;
