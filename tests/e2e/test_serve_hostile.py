@@ -198,6 +198,19 @@ with serve_util.Server(model, "-np", 1, "-c", CTX, "--api-key", KEY, "--max-queu
     checks.check(srv.close() == 0, "the server stops cleanly")
 
 
+# The error's param names the offending field when there is one (OpenAI's shape; SDKs show it).
+with serve_util.Server(model, "-np", 1, "-c", CTX) as srv:
+    for body, param in (({"prompt": [1, "a", 3], "max_tokens": 2}, "prompt"),
+                        ({"prompt": "a", "top_p": 7}, "top_p"),
+                        ({"prompt": "a", "max_tokens": "x"}, "max_tokens")):
+        status, reply = srv.request("POST", "/v1/completions", body)
+        checks.check(status == 400 and error_shape(reply) and reply["error"]["param"] == param,
+                     f"{body}: 400 with param {param!r}: {status} {reply}")
+    status, reply = srv.request("POST", "/v1/completions", raw=b"{not json", headers={"Content-Type": "application/json"})
+    checks.check(status == 400 and error_shape(reply) and reply["error"]["param"] is None,
+                 f"bad JSON: 400 with param null: {status} {reply}")
+
+
 # A prompt nested 100000 one-element lists deep (200 KB, under the default body limit): a 400, not a stack overflow
 # (read_prompt unwraps one level only).
 with serve_util.Server(model, "-np", 1, "-c", CTX) as srv:

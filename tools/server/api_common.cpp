@@ -1,5 +1,7 @@
 #include "server/api_common.h"
 
+#include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cmath>
 
@@ -19,10 +21,28 @@ const char *error_type_for_status(int status) {
     }
 }
 
+namespace {
+// The request field a message is about: every message on a field opens with its name in single quotes ("'top_p'
+// must be in [0, 1]"); other messages name none.
+json param_of(const std::string &message) {
+    if (message.size() < 3 || message[0] != '\'') return nullptr;
+    const size_t end = message.find('\'', 1);
+    if (end == std::string::npos || end == 1) return nullptr;
+    const std::string name = message.substr(1, end - 1);
+    const bool plain = std::all_of(name.begin(), name.end(), [](char c) {
+        return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.';
+    });
+    return plain ? json(name) : json(nullptr);
+}
+}  // namespace
+
 json error_body(int status, const std::string &message, const std::string &code) {
-    // OpenAI's error object: message, type, param (the offending field; null here, the message names it), code.
-    return {
-        {"error", {{"message", message}, {"type", error_type_for_status(status)}, {"param", nullptr}, {"code", code}}}};
+    // OpenAI's error object: message, type, param (the offending field, or null), code.
+    return {{"error",
+             {{"message", message},
+              {"type", error_type_for_status(status)},
+              {"param", param_of(message)},
+              {"code", code}}}};
 }
 
 void send_error(httplib::Response &res, int status, const std::string &message, const std::string &code) {
