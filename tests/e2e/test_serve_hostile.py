@@ -202,9 +202,33 @@ with serve_util.Server(model, "-np", 1, "-c", CTX, "--api-key", KEY, "--max-queu
 with serve_util.Server(model, "-np", 1, "-c", CTX) as srv:
     for body, param in (({"prompt": [1, "a", 3], "max_tokens": 2}, "prompt"),
                         ({"prompt": "a", "top_p": 7}, "top_p"),
-                        ({"prompt": "a", "max_tokens": "x"}, "max_tokens")):
+                        ({"prompt": "a", "max_tokens": "x"}, "max_tokens"),
+                        ({"prompt": "a", "stop": ["x"] * 100}, "stop"),
+                        # a nested field is named by its whole path, not by its last name
+                        ({"prompt": "a", "stream": True, "stream_options": {"include_usage": 1}},
+                         "stream_options.include_usage")):
         status, reply = srv.request("POST", "/v1/completions", body)
         checks.check(status == 400 and error_shape(reply) and reply["error"]["param"] == param,
+                     f"{body}: 400 with param {param!r}: {status} {reply}")
+    user = {"role": "user", "content": "hi"}
+    for body, param in (({"messages": [user, {"role": 5, "content": "x"}]}, "messages[1].role"),
+                        ({"messages": [user, {"content": "x"}]}, "messages[1].role"),
+                        ({"messages": [{"role": "robot", "content": "x"}]}, "messages[0].role"),
+                        ({"messages": [user, user, {"role": "user"}]}, "messages[2].content"),
+                        ({"messages": [{"role": "user", "content": 7}]}, "messages[0].content"),
+                        ({"messages": [{"role": "user", "content": [{"type": "text", "text": "a"},
+                                                                    {"type": "image_url"}]}]},
+                         "messages[0].content[1]"),
+                        ({"messages": [user, "hello"]}, "messages[1]"),
+                        ({"messages": [user, {"role": "assistant", "content": "x", "reasoning_content": 3}]},
+                         "messages[1].reasoning_content"),
+                        ({"messages": [user], "response_format": {"type": 3}}, "response_format.type"),
+                        ({"messages": [user], "response_format": {"type": "json_object"}}, "response_format"),
+                        ({"messages": [user], "chat_template_kwargs": {"enable_thinking": "yes"}},
+                         "chat_template_kwargs.enable_thinking")):
+        status, reply = srv.request("POST", "/v1/chat/completions", body)
+        checks.check(status == 400 and error_shape(reply) and reply["error"]["param"] == param
+                     and reply["error"]["message"].startswith("'" + param + "'"),
                      f"{body}: 400 with param {param!r}: {status} {reply}")
     status, reply = srv.request("POST", "/v1/completions", raw=b"{not json", headers={"Content-Type": "application/json"})
     checks.check(status == 400 and error_shape(reply) and reply["error"]["param"] is None,

@@ -283,7 +283,8 @@ void Api::detokenize(const httplib::Request &req, httplib::Response &res) {
         const int64_t id = v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(INT32_MAX) ? -1 : v.get<int64_t>();
         if (id < 0 || id >= limits_.n_vocab) {
             throw ApiError(400,
-                           strprintf("token id %lld is outside the vocabulary [0, %d)", (long long)id, limits_.n_vocab),
+                           strprintf("'tokens' holds token id %lld, outside the vocabulary [0, %d)", (long long)id,
+                                     limits_.n_vocab),
                            "invalid_value");
         }
         ids.push_back(static_cast<int32_t>(id));
@@ -319,7 +320,10 @@ void Api::embeddings(const httplib::Request &req, httplib::Response &res) {
         inputs.push_back(*input);
     }
     if (inputs.size() > kMaxEmbeddingInputs) {
-        throw ApiError(400, strprintf("at most %zu inputs per request", kMaxEmbeddingInputs), "invalid_value");
+        throw ApiError(400,
+                       strprintf("'input' holds %zu inputs; at most %zu are allowed per request", inputs.size(),
+                                 kMaxEmbeddingInputs),
+                       "invalid_value");
     }
     std::vector<Task> tasks;
     int64_t n_prompt = 0;

@@ -22,15 +22,15 @@ const char *error_type_for_status(int status) {
 }
 
 namespace {
-// The request field a message is about: every message on a field opens with its name in single quotes ("'top_p'
-// must be in [0, 1]"); other messages name none.
+// The request field a message is about: every message on a field opens with its path in single quotes ("'top_p'
+// must be in [0, 1]", "'messages[2].role' must be a string"); other messages name none.
 json param_of(const std::string &message) {
     if (message.size() < 3 || message[0] != '\'') return nullptr;
     const size_t end = message.find('\'', 1);
     if (end == std::string::npos || end == 1) return nullptr;
     const std::string name = message.substr(1, end - 1);
     const bool plain = std::all_of(name.begin(), name.end(), [](char c) {
-        return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.';
+        return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' || c == '[' || c == ']';
     });
     return plain ? json(name) : json(nullptr);
 }
@@ -75,25 +75,32 @@ const json *field(const json &obj, const char *key) {
 }
 }  // namespace
 
-std::optional<bool> get_bool(const json &obj, const char *key) {
+std::string field_path(const std::string &parent, const char *key) {
+    return parent.empty() ? std::string(key) : parent + "." + key;
+}
+
+std::optional<bool> get_bool(const json &obj, const char *key, const std::string &parent) {
     const json *v = field(obj, key);
     if (!v) return std::nullopt;
-    if (!v->is_boolean()) throw ApiError(400, strprintf("'%s' must be a boolean", key), "invalid_type");
+    if (!v->is_boolean())
+        throw ApiError(400, strprintf("'%s' must be a boolean", field_path(parent, key).c_str()), "invalid_type");
     return v->get<bool>();
 }
 
-std::optional<double> get_number(const json &obj, const char *key, double lo, double hi) {
+std::optional<double> get_number(const json &obj, const char *key, double lo, double hi, const std::string &parent) {
     const json *v = field(obj, key);
     if (!v) return std::nullopt;
-    if (!v->is_number()) throw ApiError(400, strprintf("'%s' must be a number", key), "invalid_type");
+    if (!v->is_number())
+        throw ApiError(400, strprintf("'%s' must be a number", field_path(parent, key).c_str()), "invalid_type");
     const double x = v->get<double>();
     if (!std::isfinite(x) || x < lo || x > hi) {
-        throw ApiError(400, strprintf("'%s' must be in [%g, %g]", key, lo, hi), "invalid_value");
+        throw ApiError(400, strprintf("'%s' must be in [%g, %g]", field_path(parent, key).c_str(), lo, hi),
+                       "invalid_value");
     }
     return x;
 }
 
-std::optional<int64_t> get_int(const json &obj, const char *key, int64_t lo, int64_t hi) {
+std::optional<int64_t> get_int(const json &obj, const char *key, int64_t lo, int64_t hi, const std::string &parent) {
     const json *v = field(obj, key);
     if (!v) return std::nullopt;
     int64_t x = 0;
@@ -106,19 +113,22 @@ std::optional<int64_t> get_int(const json &obj, const char *key, int64_t lo, int
                d == std::trunc(d) && std::fabs(d) < 9.0e15) {
         x = static_cast<int64_t>(d);  // 3.0: what Python's json writes for an integer-valued float (inf and NaN fail)
     } else {
-        throw ApiError(400, strprintf("'%s' must be an integer", key), "invalid_type");
+        throw ApiError(400, strprintf("'%s' must be an integer", field_path(parent, key).c_str()), "invalid_type");
     }
     if (x < lo || x > hi) {
-        throw ApiError(400, strprintf("'%s' must be in [%lld, %lld]", key, (long long)lo, (long long)hi),
-                       "invalid_value");
+        throw ApiError(
+            400,
+            strprintf("'%s' must be in [%lld, %lld]", field_path(parent, key).c_str(), (long long)lo, (long long)hi),
+            "invalid_value");
     }
     return x;
 }
 
-std::optional<std::string> get_string(const json &obj, const char *key) {
+std::optional<std::string> get_string(const json &obj, const char *key, const std::string &parent) {
     const json *v = field(obj, key);
     if (!v) return std::nullopt;
-    if (!v->is_string()) throw ApiError(400, strprintf("'%s' must be a string", key), "invalid_type");
+    if (!v->is_string())
+        throw ApiError(400, strprintf("'%s' must be a string", field_path(parent, key).c_str()), "invalid_type");
     return v->get<std::string>();
 }
 

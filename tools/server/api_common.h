@@ -40,10 +40,17 @@ void send_json(httplib::Response &res, const json &j, int status = 200);
 json parse_body(const httplib::Request &req);
 
 // Optional fields: absent or null gives nullopt; a wrong type or a value outside [lo, hi] is ApiError 400.
-std::optional<bool> get_bool(const json &obj, const char *key);
-std::optional<double> get_number(const json &obj, const char *key, double lo, double hi);
-std::optional<int64_t> get_int(const json &obj, const char *key, int64_t lo, int64_t hi);
-std::optional<std::string> get_string(const json &obj, const char *key);
+// `parent` is the path of obj in the body when obj is nested ("stream_options", "messages[2]"): the error
+// names the field by its whole path ('messages[2].role'), which is also the error's param.
+std::optional<bool> get_bool(const json &obj, const char *key, const std::string &parent = {});
+std::optional<double> get_number(const json &obj, const char *key, double lo, double hi,
+                                 const std::string &parent = {});
+std::optional<int64_t> get_int(const json &obj, const char *key, int64_t lo, int64_t hi,
+                               const std::string &parent = {});
+std::optional<std::string> get_string(const json &obj, const char *key, const std::string &parent = {});
+
+// The path of a field for messages and param: "key", or "parent.key".
+std::string field_path(const std::string &parent, const char *key);
 
 // Unix time in seconds (the "created" field).
 int64_t unix_time();

@@ -133,7 +133,7 @@ bool read_include_usage(const json &body) {
     const auto so = body.find("stream_options");
     if (so == body.end() || so->is_null()) return false;
     if (!so->is_object()) throw ApiError(400, "'stream_options' must be an object", "invalid_type");
-    return get_bool(*so, "include_usage").value_or(false);
+    return get_bool(*so, "include_usage", "stream_options").value_or(false);
 }
 
 // What a reply, streamed or not, knows of its request (set once, in generate()): one task per choice (`n`).
@@ -543,15 +543,15 @@ void Api::chat_completions(const httplib::Request &req, httplib::Response &res) 
     const std::optional<int64_t> top_logprobs = get_int(body, "top_logprobs", 0, kMaxTopLogprobs);
     if (top_logprobs && !logprobs) throw ApiError(400, "'top_logprobs' needs 'logprobs': true", "invalid_value");
     if (const auto rf = body.find("response_format"); rf != body.end() && !rf->is_null()) {
-        if (!rf->is_object() || get_string(*rf, "type").value_or("text") != "text") {
-            throw ApiError(400, "only response_format {\"type\": \"text\"} is supported", "unsupported_parameter");
+        if (!rf->is_object() || get_string(*rf, "type", "response_format").value_or("text") != "text") {
+            throw ApiError(400, "'response_format': only {\"type\": \"text\"} is supported", "unsupported_parameter");
         }
     }
     sparrow::server::ChatOptions opts = sparrow::server::chat_options_for(tokenizer_);
     if (const auto kw = body.find("chat_template_kwargs"); kw != body.end() && !kw->is_null()) {
         if (!kw->is_object()) throw ApiError(400, "'chat_template_kwargs' must be an object", "invalid_type");
-        opts.enable_thinking = get_bool(*kw, "enable_thinking");
-        if (!opts.enable_thinking) opts.enable_thinking = get_bool(*kw, "thinking");
+        opts.enable_thinking = get_bool(*kw, "enable_thinking", "chat_template_kwargs");
+        if (!opts.enable_thinking) opts.enable_thinking = get_bool(*kw, "thinking", "chat_template_kwargs");
     }
     const std::string text = sparrow::server::apply_chat_format(config_.chat_format, read_messages(body), opts);
     Task task;

@@ -134,12 +134,14 @@ SamplingOptions read_sampling(const json &body, const SamplingDefaults &defaults
             throw ApiError(400, "'stop' must be a string or an array of strings", "invalid_type");
         }
         if (s.stop.size() > lim.max_stop_strings) {
-            throw ApiError(400, strprintf("at most %zu stop strings are allowed", lim.max_stop_strings),
-                           "invalid_value");
+            throw ApiError(
+                400,
+                strprintf("'stop' holds %zu strings; at most %zu are allowed", s.stop.size(), lim.max_stop_strings),
+                "invalid_value");
         }
         for (const std::string &str : s.stop) {
             if (str.empty() || str.size() > lim.max_stop_bytes) {
-                throw ApiError(400, strprintf("stop strings must hold 1 to %zu bytes", lim.max_stop_bytes),
+                throw ApiError(400, strprintf("'stop' strings must hold 1 to %zu bytes", lim.max_stop_bytes),
                                "invalid_value");
             }
         }
@@ -153,37 +155,48 @@ std::vector<ChatMessage> read_messages(const json &body) {
     if (!it->is_array()) throw ApiError(400, "'messages' must be an array", "invalid_type");
     if (it->empty()) throw ApiError(400, "'messages' is empty", "invalid_value");
     std::vector<ChatMessage> out;
-    for (const json &m : *it) {
-        if (!m.is_object()) throw ApiError(400, "each message must be an object", "invalid_type");
+    for (size_t i = 0; i < it->size(); ++i) {
+        const json &m = (*it)[i];
+        const std::string where = strprintf("messages[%zu]", i);  // the message's path in errors
+        if (!m.is_object()) throw ApiError(400, "'" + where + "' must be an object", "invalid_type");
         ChatMessage msg;
-        const std::optional<std::string> role = get_string(m, "role");
-        if (!role) throw ApiError(400, "each message needs a 'role'", "missing_field");
+        const std::optional<std::string> role = get_string(m, "role", where);
+        if (!role) throw ApiError(400, "'" + where + ".role' is required", "missing_field");
         if (*role != "system" && *role != "developer" && *role != "user" && *role != "assistant") {
-            throw ApiError(400, "message role '" + *role + "' is not supported (system, developer, user, assistant)",
-                           "invalid_value");
+            throw ApiError(
+                400,
+                "'" + where + ".role' is '" + *role + "', which is not supported (system, developer, user, assistant)",
+                "invalid_value");
         }
         msg.role = *role;
         const auto content = m.find("content");
         if (content == m.end() || content->is_null()) {
-            if (*role != "assistant") throw ApiError(400, "a " + *role + " message needs 'content'", "missing_field");
+            if (*role != "assistant") {
+                throw ApiError(400, "'" + where + ".content' is required in a " + *role + " message", "missing_field");
+            }
         } else if (content->is_string()) {
             msg.content = content->get<std::string>();
         } else if (content->is_array()) {
-            for (const json &part : *content) {
-                if (!part.is_object() || get_string(part, "type").value_or("") != "text" || !get_string(part, "text")) {
-                    throw ApiError(400, "only text content parts ({\"type\": \"text\", \"text\": ...}) are supported",
+            for (size_t k = 0; k < content->size(); ++k) {
+                const json &part = (*content)[k];
+                const std::string part_where = strprintf("%s.content[%zu]", where.c_str(), k);
+                if (!part.is_object() || get_string(part, "type", part_where).value_or("") != "text" ||
+                    !get_string(part, "text", part_where)) {
+                    throw ApiError(400,
+                                   "'" + part_where +
+                                       "' is not a text part: only {\"type\": \"text\", \"text\": ...} is supported",
                                    "invalid_value");
                 }
                 msg.content += part["text"].get<std::string>();
             }
         } else {
-            throw ApiError(400, "'content' must be a string or an array of text parts", "invalid_type");
+            throw ApiError(400, "'" + where + ".content' must be a string or an array of text parts", "invalid_type");
         }
-        msg.reasoning_content = get_string(m, "reasoning_content");
+        msg.reasoning_content = get_string(m, "reasoning_content", where);
         // An empty list is what several clients write back for "no tool calls".
         if (m.contains("tool_calls") && !m["tool_calls"].is_null() &&
             !(m["tool_calls"].is_array() && m["tool_calls"].empty())) {
-            throw ApiError(400, "tool calls are not supported", "invalid_value");
+            throw ApiError(400, "'" + where + ".tool_calls': tool calls are not supported", "invalid_value");
         }
         out.push_back(std::move(msg));
     }
