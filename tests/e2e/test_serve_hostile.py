@@ -261,6 +261,14 @@ with serve_util.Server(model, "-np", 1, "-c", CTX, "--api-key", KEY, "--cors-ori
     allowed = {h.strip() for h in headers.get("access-control-allow-headers", "").lower().split(",")}
     checks.check(status == 204 and set(asked.split(",")) <= allowed,
                  f"--cors-origin: a preflight allows the headers it asks for: {status} {headers}")
+    checks.check(headers.get("vary", "").lower() == "access-control-request-headers",
+                 f"--cors-origin: the preflight's answer varies with the headers asked for: {headers}")
+    # Something other than a list of header names is not echoed back.
+    status, headers = exchange(srv.port, "OPTIONS", C, {"Origin": "http://page.example",
+                                                        "Access-Control-Request-Method": "POST",
+                                                        "Access-Control-Request-Headers": "x-a; <script>"})
+    checks.check(status == 204 and headers.get("access-control-allow-headers") == "Authorization, Content-Type",
+                 f"--cors-origin: a list that is not header names gets the default: {status} {headers}")
     status, headers = exchange(srv.port, "POST", C, dict(AUTH, Origin="http://page.example"), good)
     checks.check(status == 200 and headers.get("access-control-allow-origin") == "http://page.example",
                  f"--cors-origin: a request with the key is served with the origin header: {status}")

@@ -136,9 +136,15 @@ void Api::install(httplib::Server &server) {
     server.set_pre_routing_handler([this](const httplib::Request &req, httplib::Response &res) {
         if (!config_.cors_origin.empty() && req.method == "OPTIONS") {  // a preflight: the headers are the answer
             // The headers the page asked for are allowed, whatever they are: client libraries add their own
-            // (openai-node sends X-Stainless-*), and "*" would not cover Authorization.
+            // (openai-node sends X-Stainless-*), and "*" would not cover Authorization. Only a list of header
+            // names is echoed; the answer depends on the request's list, so caches are told so (Vary).
             const std::string asked = req.get_header_value("Access-Control-Request-Headers");
-            res.set_header("Access-Control-Allow-Headers", asked.empty() ? "Authorization, Content-Type" : asked);
+            const bool names_only = std::all_of(asked.begin(), asked.end(), [](char c) {
+                return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == ',' || c == ' ';
+            });
+            res.set_header("Access-Control-Allow-Headers",
+                           asked.empty() || !names_only ? "Authorization, Content-Type" : asked);
+            res.set_header("Vary", "Access-Control-Request-Headers");
             res.status = 204;
             counters_.add(req.path, 204);
             return httplib::Server::HandlerResponse::Handled;
