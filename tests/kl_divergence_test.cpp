@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -266,8 +267,16 @@ TEST(KlDivergenceFile, EveryByteChangeIsRefusedOrReadsValidRecords) {
                 Record rec;
                 for (int64_t i = 0; i < 6; ++i) {
                     r.next(rec);
+                    // A record that reads is a distribution, so KL against any other is >= 0 (up to the
+                    // rounding the reader allows): a repeated id or a changed rest mass gave -4e-6 and 6.6.
                     const Comparison c = compare(rec, cur, 0, mark);
                     EXPECT_FALSE(std::isnan(c.kl)) << "byte " << at << " = " << int(value);
+                    EXPECT_GE(c.kl, -1e-4) << "byte " << at << " = " << int(value);
+                    const std::set<int32_t> distinct(rec.ids.begin(), rec.ids.end());
+                    EXPECT_EQ(distinct.size(), rec.ids.size()) << "byte " << at << " = " << int(value);
+                    double mass = std::exp(double(rec.log_p_rest));
+                    for (float v : rec.log_p) mass += std::exp(double(v));
+                    EXPECT_NEAR(mass, 1.0, 1e-4) << "byte " << at << " = " << int(value);
                 }
                 ++read;
             } catch (const Error &) {
@@ -299,6 +308,21 @@ TEST(KlDivergenceFile, WriterChecksItsRecords) {
         nan_logits.log_p = {NAN, NAN};
         nan_logits.log_p_target = NAN;
         expect_error_mentioning([&] { w.add(nan_logits); }, "NaN, positive or unordered");
+        Record repeated;  // a valid distribution but for the repeated id
+        repeated.ids = {1, 1};
+        repeated.log_p = {std::log(0.5f), std::log(0.25f)};
+        repeated.log_p_rest = std::log(0.25f);
+        expect_error_mentioning([&] { w.add(repeated); }, "repeated");
+        Record heavy = repeated;  // distinct ids, but a mass of 1.25
+        heavy.ids = {1, 2};
+        heavy.log_p_rest = std::log(0.5f);
+        expect_error_mentioning([&] { w.add(heavy); }, "do not sum to 1");
+        heavy.log_p_rest = std::log(0.25f);
+        EXPECT_NO_THROW(w.add(heavy));
+        EXPECT_NO_THROW(w.finish());
+    }
+    {
+        BaseWriter w(dir + "/b.kld", h);
         expect_error_mentioning([&] { w.finish(); }, "0 records written, expected 1");
     }
     expect_error_mentioning([&] { BaseWriter w(dir + "/no/such/dir/a.kld", h); }, "cannot create");

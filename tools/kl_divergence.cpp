@@ -58,6 +58,29 @@ void set_marks(std::vector<uint8_t> &mark, size_t n_vocab, const std::vector<int
     for (int32_t id : ids) mark[static_cast<size_t>(id)] = value;
 }
 
+// Beyond log_probs_valid: a record is a distribution over the vocabulary, its top tokens distinct (ids in
+// [0, n_vocab)) and their mass plus the rest's 1. Against a distribution KL is >= 0 (Gibbs); a repeated id or a
+// changed mass could make it negative. The tolerance covers rounding each log-probability to float (relative
+// |ln p| * 2^-24 on each p, ~1e-5 at most for the ln p that carry mass).
+const char *distribution_error(const Record &r, std::vector<uint8_t> &mark, size_t n_vocab) {
+    if (mark.size() != n_vocab) mark.assign(n_vocab, 0);
+    const char *error = nullptr;
+    size_t n_marked = 0;
+    for (; n_marked < r.ids.size(); ++n_marked) {
+        uint8_t &m = mark[static_cast<size_t>(r.ids[n_marked])];
+        if (m) {
+            error = "a token id repeated among the top tokens";
+            break;
+        }
+        m = 1;
+    }
+    for (size_t i = 0; i < n_marked; ++i) mark[static_cast<size_t>(r.ids[i])] = 0;
+    if (error) return error;
+    double mass = std::exp(double(r.log_p_rest));
+    for (float v : r.log_p) mass += std::exp(double(v));
+    return std::fabs(mass - 1.0) <= 1e-4 ? nullptr : "probabilities that do not sum to 1";
+}
+
 double mean_std_error(double sum, double sum2, int64_t n) {
     if (n < 2) return 0.0;
     const double mean = sum / double(n);
@@ -212,6 +235,14 @@ void BaseWriter::add(const Record &r) {
         throw_error("KL base file %s: record %lld has NaN, positive or unordered log-probabilities (NaN logits?)",
                     path_.c_str(), (long long)n_written_);
     }
+    for (int32_t id : r.ids) {
+        if (id < 0 || id >= header_.n_vocab) {
+            throw_error("KL base file %s: record %lld has token id %d", path_.c_str(), (long long)n_written_, id);
+        }
+    }
+    if (const char *error = distribution_error(r, mark_, static_cast<size_t>(header_.n_vocab))) {
+        throw_error("KL base file %s: record %lld has %s", path_.c_str(), (long long)n_written_, error);
+    }
     const bool ok = std::fwrite(&r.log_p_target, 4, 1, f_.get()) == 1 &&
                     std::fwrite(&r.log_p_rest, 4, 1, f_.get()) == 1 &&
                     std::fwrite(r.ids.data(), 4, r.ids.size(), f_.get()) == r.ids.size() &&
@@ -335,6 +366,9 @@ void BaseReader::next(Record &r) {
     if (!log_probs_valid(r)) {
         throw_error("KL base file %s is corrupt (record %lld: log-probabilities not <= 0 and descending)",
                     path_.c_str(), (long long)n_read_);
+    }
+    if (const char *error = distribution_error(r, mark_, static_cast<size_t>(header_.n_vocab))) {
+        throw_error("KL base file %s is corrupt (record %lld: %s)", path_.c_str(), (long long)n_read_, error);
     }
     ++n_read_;
 }

@@ -112,6 +112,7 @@ class BaseWriter {
     Header header_;
     FilePtr f_;
     int64_t n_written_ = 0;
+    std::vector<uint8_t> mark_;  // per token id: a record's top tokens while it is checked
 };
 
 // Reads a base file: validates the header and the file size at construction (throws sparrow::Error naming
@@ -133,6 +134,7 @@ class BaseReader {
     Header header_;
     FilePtr f_;
     int64_t n_read_ = 0;
+    std::vector<uint8_t> mark_;  // per token id: a record's top tokens while it is checked
 };
 
 }  // namespace sparrow::tools::kl
