@@ -241,6 +241,12 @@ TEST_F(QuantCache, RowsThatAreNotWhole32BlocksAreRefusedClearly) {
     const auto dsa = load_model(dir_ + "/small.gguf");
     expect_error(dsa, cache_params(CacheType::q8_0, CacheType::f16, CacheRotation::quantized));
     EXPECT_NO_THROW(Context(dsa, cache_params(CacheType::f16, CacheType::q4_0, CacheRotation::quantized)));
+    // A latent of whole blocks whose c_kv (read alone as the value) is not: 48 + 16. It loaded, and the first
+    // decode aborted on an assertion in the value's row size.
+    p.kv_lora_rank = 48;
+    write_synthetic_model(p, dir_ + "/small48.gguf");
+    expect_error(load_model(dir_ + "/small48.gguf"),
+                 cache_params(CacheType::q8_0, CacheType::f16, CacheRotation::quantized));
     ContextParams cp;
     cp.cache_type_v = CacheType::q4_0;
     expect_error(llama_model(64), cp);  // head size 16

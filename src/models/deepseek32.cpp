@@ -282,6 +282,7 @@ class DsaModel final : public ArchModel {
             s->stats.layers.push_back(SparseLayerStats{.layer = il, .shared = !hp_.indexer_full[il]});
         }
         check_cache_width("latent", sp.cache_type_k, hp_.kv_lora + hp_.n_rot);
+        check_cache_width("latent's c_kv (the value)", sp.cache_type_k, hp_.kv_lora);  // read as rows of their own
         check_cache_width("indexer key", sp.indexer_cache_type, hp_.idx_head_dim);
         // Rotation blocks: c_kv and k_pe apart (c_kv is also the value); the indexer key as one head.
         const RowRotation latent_rot =
