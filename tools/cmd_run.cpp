@@ -89,7 +89,30 @@ std::vector<int32_t> read_prompt_ids(const std::string &path) {
 }
 
 // Prompt tokens [from, end) decoded for sequence 0 at their positions, n_batch at a time; the last asks for logits.
-void decode_prompt(Context &ctx, const std::vector<int32_t> &prompt, size_t from) {
+// Adds the last decode call's recorded selections to `into`, which keeps per layer the last queries (as many as
+// a call records) since the layer last attended densely: --dump-selection shows the prompt's last queries
+// whatever -b splits it into.
+void roll_selections(std::vector<LayerSelection> &into, std::vector<LayerSelection> last) {
+    constexpr size_t kQueries = 16;  // Context::last_selections()'s
+    if (into.size() != last.size()) {
+        into = std::move(last);
+        return;
+    }
+    for (size_t l = 0; l < into.size(); ++l) {
+        if (into[l].dense || last[l].dense) {
+            into[l] = std::move(last[l]);
+            continue;
+        }
+        std::vector<QuerySelection> &q = into[l].queries;
+        q.insert(q.end(), std::make_move_iterator(last[l].queries.begin()),
+                 std::make_move_iterator(last[l].queries.end()));
+        if (q.size() > kQueries) q.erase(q.begin(), q.end() - static_cast<std::ptrdiff_t>(kQueries));
+    }
+}
+
+// Decodes prompt[from, end) in calls of at most -b tokens; with `selections`, rolls each call's into it.
+void decode_prompt(Context &ctx, const std::vector<int32_t> &prompt, size_t from,
+                   std::vector<LayerSelection> *selections = nullptr) {
     std::vector<BatchToken> batch;
     for (size_t start = from; start < prompt.size(); start += static_cast<size_t>(ctx.params().n_batch)) {
         const size_t end = std::min(prompt.size(), start + static_cast<size_t>(ctx.params().n_batch));
@@ -98,6 +121,7 @@ void decode_prompt(Context &ctx, const std::vector<int32_t> &prompt, size_t from
             batch.push_back({prompt[i], static_cast<int32_t>(i), 0, i + 1 == prompt.size()});
         }
         ctx.decode(batch);
+        if (selections) roll_selections(*selections, ctx.last_selections());
     }
 }
 
@@ -310,14 +334,15 @@ int run(const RunFlags &f) {
     std::fflush(stdout);
 
     const Stopwatch prompt_clock;
-    decode_prompt(ctx, prompt, 0);
+    std::vector<LayerSelection> selections;
+    decode_prompt(ctx, prompt, 0, f.dump_selection_path.empty() ? nullptr : &selections);
     const double prompt_s = prompt_clock.seconds();
     const size_t last = (prompt.size() - 1) % static_cast<size_t>(ctx.params().n_batch);  // in the last batch
     if (!f.dump_logits_path.empty()) {
         const auto logits = ctx.logits(last);
         write_npy_f32(f.dump_logits_path, logits, {static_cast<int64_t>(logits.size())});
     }
-    if (!f.dump_selection_path.empty()) write_selection_json(f.dump_selection_path, ctx.last_selections());
+    if (!f.dump_selection_path.empty()) write_selection_json(f.dump_selection_path, selections);
 
     Sampler sampler(f.sampling.params(seed));
     const Stopwatch gen_clock;

@@ -202,8 +202,9 @@ class Context {
     // it to check that refused operations leave the caches byte-identical.
     uint64_t cache_digest() const;
 
-    // Sparse-attention models: per layer, the keys attended by the last (up to 16) queries of the last
-    // forward pass. Empty for other models.
+    // Sparse-attention models: per layer, the keys attended by the last (up to 16) queries of the last decode
+    // call, over its ubatches since the layer last attended densely (then `dense`, with no queries: every
+    // visible key). Empty for other models.
     std::vector<LayerSelection> last_selections() const;  // needs ContextParams::record_selections
     SparseStats sparse_stats() const;
 

@@ -27,6 +27,7 @@ struct UBatch {
     std::span<const int32_t> cells;        // [n_tokens] cache cells
     std::span<const int32_t> output_rows;  // indices into the ubatch of the tokens whose logits are wanted
     float *hidden_out = nullptr;           // when set: [output_rows.size(), n_embd] receives their final normed states
+    bool first_of_call = true;             // the first ubatch of a decode() call (per-call records restart)
     int64_t size() const { return static_cast<int64_t>(tokens.size()); }
 };
 

@@ -328,7 +328,9 @@ class DsaModel final : public ArchModel {
         const int64_t T = ub.size(), E = hp_.n_embd;
         float *x = s.x.data();
         s.visible.build(cells, ub.pos, ub.seq);
-        if (s.record_selections) s.debug_selections.assign(static_cast<size_t>(hp_.n_layer), {});
+        // Recorded selections roll over the ubatches of a decode call (a prompt split into ubatches still shows
+        // its last queries) and restart with each call.
+        if (s.record_selections && ub.first_of_call) s.debug_selections.assign(static_cast<size_t>(hp_.n_layer), {});
         // Selection is needed only when some query sees more keys than top-k; otherwise every layer
         // attends densely, exactly as with the indexer off.
         const bool select = s.dsa && s.visible.max_rows() > s.top_k;
@@ -348,8 +350,11 @@ class DsaModel final : public ArchModel {
             for (int64_t c0 = 0; c0 < T; c0 += kAttnChunk)
                 write_cache_rows(s, L, il, ub, pool, c0, std::min(kAttnChunk, T - c0), select, one_chunk);
             if (s.record_selections) {
-                s.debug_selections[static_cast<size_t>(il)].layer = il;
-                s.debug_selections[static_cast<size_t>(il)].dense = !select;
+                // A dense ubatch (every key attended) ends the record; a sparse one continues a sparse record.
+                LayerSelection &rec = s.debug_selections[static_cast<size_t>(il)];
+                rec.layer = il;
+                if (!select || rec.dense) rec.queries.clear();
+                rec.dense = !select;
             }
             for (int64_t c0 = 0; c0 < T; c0 += kAttnChunk)
                 attention_chunk(s, L, il, cells, ub, pool, select, c0, std::min(kAttnChunk, T - c0), one_chunk);
@@ -461,7 +466,8 @@ class DsaModel final : public ArchModel {
         }
     }
 
-    // The attended keys of the chunk's tokens [c0, c0 + |rows|) that are among the ubatch's last kDebugQueries.
+    // The attended keys of the chunk's tokens [c0, c0 + |rows|) that are among the ubatch's last kDebugQueries,
+    // appended to the layer's record, which keeps the last kDebugQueries.
     static void record_selection(DsaState &s, const KvCells &cells, const UBatch &ub, int64_t il, int64_t c0,
                                  std::span<const std::span<const int32_t>> rows) {
         LayerSelection &out = s.debug_selections[static_cast<size_t>(il)];
@@ -473,6 +479,8 @@ class DsaModel final : public ArchModel {
             std::sort(q.keys.begin(), q.keys.end());
             out.queries.push_back(std::move(q));
         }
+        if (std::ssize(out.queries) > kDebugQueries)  // the last kDebugQueries, over the call's ubatches
+            out.queries.erase(out.queries.begin(), out.queries.end() - kDebugQueries);
     }
 
     DsaLayer load_layer(const gguf::File &f, WeightLoader &w, int64_t il) const {

@@ -235,7 +235,7 @@ void Context::decode(std::span<const BatchToken> batch) {
                 }
             }
             float *hidden_out = s.params.embeddings ? s.hidden.data() + out_row * n_embd : nullptr;
-            const UBatch ub{tokens, pos, ub_seqs, cells, outputs, hidden_out};
+            const UBatch ub{tokens, pos, ub_seqs, cells, outputs, hidden_out, start == 0};
             s.model->arch().forward(*s.state, s.cells, ub, s.pool, s.logits.data() + out_row * n_vocab);
             out_row += static_cast<int64_t>(outputs.size());
         }

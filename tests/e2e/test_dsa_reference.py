@@ -95,12 +95,14 @@ for name, args in configs:
                  f"{name}: at 300 tokens every layer selects exactly 64 keys")
 
     # Same logits and selections whatever the batching.
-    for extra, label in [(["-ub", 7], "ubatches of 7"), (["-b", 1, "-ub", 1], "token by token")]:
+    # --dump-selection shows the prompt's last 16 queries however the prompt is split (it showed the last
+    # ubatch's or decode call's alone).
+    for extra, label in [(["-ub", 7], "ubatches of 7"), (["-b", 5], "calls of 5"),
+                         (["-b", 1, "-ub", 1], "token by token")]:
         got, sel = sparrow_eval(path, ids, extra, tag=f"{name}-{label.replace(' ', '_')}")
         err = harness.rel_error(got, logits_300)
-        # The last forward pass holds fewer queries when split: compare each layer's last query.
-        same = [l["queries"][-1] for l in sel["layers"]] == [l["queries"][-1] for l in sel_300["layers"]]
-        checks.check(err < 1e-5 and same, f"{name}: {label} equals one batch (rel {err:.1e}, same selections {same})")
+        same = sel == sel_300 and all(len(l["queries"]) == 16 for l in sel["layers"])
+        checks.check(err < 1e-5 and same, f"{name}: {label} equals one batch (rel {err:.1e}, same 16 selections {same})")
 
     # Below top-k, the indexer changes nothing: bit-identical logits with it on and off.
     short = rng.integers(0, 512, size=50)
