@@ -78,14 +78,19 @@ struct ModeRun {
     std::vector<double> speeds;  // tokens/s of each repetition after the warm-up pass
 };
 
-// One pass of the test on a mode's context: the prompt in one decode call, or n_gen single-token steps.
+// One pass of the test on a mode's context: the prompt in decode calls of at most -b tokens (one call by
+// default), or n_gen single-token steps.
 double run_pass(ModeRun &m, int64_t depth, int64_t n_prompt, int64_t n_gen) {
     Context &ctx = *m.ctx;
     ctx.seq_rm(0, static_cast<int32_t>(depth), -1);
     const int64_t n_vocab = ctx.n_vocab();
     const Stopwatch clock;
     if (n_prompt > 0) {
-        ctx.decode(random_tokens(m.rng, n_vocab, n_prompt, static_cast<int32_t>(depth), false));
+        const int64_t n_batch = ctx.params().n_batch;
+        for (int64_t i = 0; i < n_prompt; i += n_batch) {
+            const int64_t n = std::min(n_batch, n_prompt - i);
+            ctx.decode(random_tokens(m.rng, n_vocab, n, static_cast<int32_t>(depth + i), false));
+        }
     } else {
         for (int64_t i = 0; i < n_gen; ++i) {
             ctx.decode(random_tokens(m.rng, n_vocab, 1, static_cast<int32_t>(depth + i), true));
@@ -110,8 +115,15 @@ std::vector<BenchResult> run_test(const std::shared_ptr<const Model> &model, con
         ContextParams cp = f.model.context_params();
         cp.dsa = m.dsa;
         cp.indexer_fast = m.precision == "fast";
-        cp.n_ctx = depth + std::max(n_prompt, n_gen) + 8;
-        cp.n_batch = std::max<int64_t>(n_prompt, 1);
+        // The context the test needs, or -c when that is larger; the prompt's decode calls take -b tokens.
+        const int64_t needed = depth + std::max(n_prompt, n_gen) + 8;
+        if (f.model.n_ctx != 0 && f.model.n_ctx < needed) {
+            throw_error("-c %lld is smaller than the %lld cells a test needs (depth %lld + %lld tokens + 8)",
+                        (long long)f.model.n_ctx, (long long)needed, (long long)depth,
+                        (long long)std::max(n_prompt, n_gen));
+        }
+        cp.n_ctx = std::max(needed, f.model.n_ctx);
+        cp.n_batch = std::min(f.model.n_batch, std::max<int64_t>(n_prompt, 1));
         m.ctx = std::make_unique<Context>(model, cp);
         if (depth > 0) m.ctx->fill_synthetic(0, depth, 1234);
         run_pass(m, depth, n_prompt, n_gen);  // warms caches and page tables
@@ -174,7 +186,7 @@ int bench(const BenchFlags &f) {
     std::vector<std::pair<bool, std::string>> modes;
     for (const std::string &mode : f.dsa) {
         const bool dsa = mode == "on";
-        if (!info.has_indexer && !dsa) continue;
+        if (!info.has_indexer && !modes.empty()) break;  // one dense run, whatever --dsa lists
         const bool sparse = info.has_indexer && dsa;
         std::vector<std::string> precisions;  // resolved (auto: fast or exact), each once
         for (const std::string &p : sparse ? f.precisions : std::vector<std::string>{"exact"}) {

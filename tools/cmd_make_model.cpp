@@ -45,6 +45,9 @@ Command register_make_model(CLI::App &app) {
     auto out = std::make_shared<std::string>();
     auto type = std::make_shared<std::string>();
     auto indexer_types = std::make_shared<std::string>();
+    // Flags of one family of architectures: given for the other, they are refused rather than ignored.
+    auto dsa_only = std::make_shared<std::vector<CLI::Option *>>();
+    auto llama_only = std::make_shared<std::vector<CLI::Option *>>();
     cmd->add_option("--arch", *arch, "Architecture")->check(CLI::IsMember({"llama", "deepseek32", "glm-dsa"}));
     cmd->add_option("--preset", *preset, "Size preset: bench (deepseek32 / glm-dsa: n_embd 2048, 8 layers, q8_0)")
         ->check(CLI::IsMember({"bench"}));
@@ -65,43 +68,57 @@ Command register_make_model(CLI::App &app) {
         appliers->push_back([o, given, field](SyntheticParams &p) {
             if (o->count()) p.*field = (*given).*field;
         });
+        return o;
     };
     num("--n-vocab", &SyntheticParams::n_vocab, "Vocabulary size (byte-level BPE)", 258, 1 << 20);
     num("--n-embd", &SyntheticParams::n_embd, "Embedding width", 2, 1 << 16);
     num("--n-layer", &SyntheticParams::n_layer, "Layers (deepseek32 / glm-dsa: without the MTP layers)", 1, 1024);
     num("--n-head", &SyntheticParams::n_head, "Attention heads", 1, 1024);
-    num("--n-head-kv", &SyntheticParams::n_head_kv, "KV heads (llama)", 1, 1024);
+    llama_only->push_back(num("--n-head-kv", &SyntheticParams::n_head_kv, "KV heads (llama)", 1, 1024));
     num("--n-ff", &SyntheticParams::n_ff, "Feed-forward width (deepseek32 / glm-dsa: the dense layers)", 1, 1 << 20);
     num("--n-ctx-train", &SyntheticParams::n_ctx_train, "Training context written to the metadata", 1, 1 << 24);
     // deepseek32 / glm-dsa
-    num("--top-k", &SyntheticParams::idx_top_k, "Indexer top-k (attention.indexer.top_k; default 64)", 1, 1 << 24);
-    num("--nextn", &SyntheticParams::n_nextn, "MTP (NextN) layers appended after the others", 0, 16);
-    num("--n-dense-lead", &SyntheticParams::n_dense_lead, "Leading dense-FFN layers (default 1)", 0, 1024);
-    num("--n-expert", &SyntheticParams::n_expert, "Routed experts (default 8)", 1, 4096);
-    num("--n-expert-used", &SyntheticParams::n_expert_used, "Experts per token (default 2)", 1, 4096);
-    num("--n-expert-shared", &SyntheticParams::n_expert_shared, "Shared experts (default 1)", 1, 64);
-    num("--n-ff-exp", &SyntheticParams::n_ff_exp, "Expert width (default 32)", 1, 1 << 20);
-    num("--expert-groups", &SyntheticParams::n_expert_groups, "Expert groups (deepseek32 4, glm-dsa 1)", 1, 4096);
-    num("--expert-groups-used", &SyntheticParams::n_group_used, "Expert groups kept (deepseek32 2)", 1, 4096);
-    num("--q-lora-rank", &SyntheticParams::q_lora_rank, "MLA q latent (default 32)", 1, 1 << 16);
-    num("--kv-lora-rank", &SyntheticParams::kv_lora_rank, "MLA kv latent (default 32)", 1, 1 << 16);
-    num("--head-nope", &SyntheticParams::head_nope, "MLA no-rope head dims (default 32)", 1, 1 << 12);
-    num("--n-rot", &SyntheticParams::n_rot, "RoPE head dims, MLA and indexer (default 16)", 2, 1 << 12);
-    num("--head-v", &SyntheticParams::head_v, "MLA value head dims (default 32)", 1, 1 << 12);
-    num("--indexer-heads", &SyntheticParams::idx_n_head, "Indexer heads (default 8)", 1, 1024);
-    num("--indexer-head-dim", &SyntheticParams::idx_head_dim, "Indexer head dims (default 32)", 2, 1 << 12);
-    num("--outlier-channels", &SyntheticParams::outlier_channels,
-        "Per layer, this many channels of the MLA latent's c_kv and of the indexer key scaled up by "
-        "--outlier-scale and the weights reading them scaled down (same function, outliers in the cache, as "
-        "real models have; default 0)",
-        0, 1 << 12);
+    dsa_only->push_back(
+        num("--top-k", &SyntheticParams::idx_top_k, "Indexer top-k (attention.indexer.top_k; default 64)", 1, 1 << 24));
+    dsa_only->push_back(
+        num("--nextn", &SyntheticParams::n_nextn, "MTP (NextN) layers appended after the others", 0, 16));
+    dsa_only->push_back(
+        num("--n-dense-lead", &SyntheticParams::n_dense_lead, "Leading dense-FFN layers (default 1)", 0, 1024));
+    dsa_only->push_back(num("--n-expert", &SyntheticParams::n_expert, "Routed experts (default 8)", 1, 4096));
+    dsa_only->push_back(
+        num("--n-expert-used", &SyntheticParams::n_expert_used, "Experts per token (default 2)", 1, 4096));
+    dsa_only->push_back(
+        num("--n-expert-shared", &SyntheticParams::n_expert_shared, "Shared experts (default 1)", 1, 64));
+    dsa_only->push_back(num("--n-ff-exp", &SyntheticParams::n_ff_exp, "Expert width (default 32)", 1, 1 << 20));
+    dsa_only->push_back(
+        num("--expert-groups", &SyntheticParams::n_expert_groups, "Expert groups (deepseek32 4, glm-dsa 1)", 1, 4096));
+    dsa_only->push_back(
+        num("--expert-groups-used", &SyntheticParams::n_group_used, "Expert groups kept (deepseek32 2)", 1, 4096));
+    dsa_only->push_back(num("--q-lora-rank", &SyntheticParams::q_lora_rank, "MLA q latent (default 32)", 1, 1 << 16));
+    dsa_only->push_back(
+        num("--kv-lora-rank", &SyntheticParams::kv_lora_rank, "MLA kv latent (default 32)", 1, 1 << 16));
+    dsa_only->push_back(
+        num("--head-nope", &SyntheticParams::head_nope, "MLA no-rope head dims (default 32)", 1, 1 << 12));
+    dsa_only->push_back(
+        num("--n-rot", &SyntheticParams::n_rot, "RoPE head dims, MLA and indexer (default 16)", 2, 1 << 12));
+    dsa_only->push_back(num("--head-v", &SyntheticParams::head_v, "MLA value head dims (default 32)", 1, 1 << 12));
+    dsa_only->push_back(num("--indexer-heads", &SyntheticParams::idx_n_head, "Indexer heads (default 8)", 1, 1024));
+    dsa_only->push_back(
+        num("--indexer-head-dim", &SyntheticParams::idx_head_dim, "Indexer head dims (default 32)", 2, 1 << 12));
+    dsa_only->push_back(
+        num("--outlier-channels", &SyntheticParams::outlier_channels,
+            "Per layer, this many channels of the MLA latent's c_kv and of the indexer key scaled up by "
+            "--outlier-scale and the weights reading them scaled down (same function, outliers in the cache, as "
+            "real models have; default 0)",
+            0, 1 << 12));
     CLI::Option *gating = cmd->add_option("--gating", given->gating,
                                           "expert_gating_func: 1 softmax, 2 sigmoid, "
                                           "3 softmax over the chosen, 4 sqrt(softplus)")
                               ->check(CLI::Range(1, 4));
-    cmd->add_option("--indexer-types", *indexer_types,
-                    "glm-dsa: 1 (full) / 0 (shared) per layer, e.g. 1,1,1,0; 'absent' omits the key "
-                    "(default: the GLM-5.2 pattern 1,1,1,0,0,0,1,...)");
+    CLI::Option *types_opt =
+        cmd->add_option("--indexer-types", *indexer_types,
+                        "glm-dsa: 1 (full) / 0 (shared) per layer, e.g. 1,1,1,0; 'absent' omits the key "
+                        "(default: the GLM-5.2 pattern 1,1,1,0,0,0,1,...)");
     CLI::Option *outlier_scale =
         cmd->add_option("--outlier-scale", given->outlier_scale, "Factor of the outlier channels (default 30)")
             ->check(finite_in(1.0, 1e4));
@@ -112,13 +129,22 @@ Command register_make_model(CLI::App &app) {
                                       "deepseek32: YaRN rope scaling keys (factor 4 of n_ctx_train / 4, log "
                                       "multiplier 0.1), as V3.2 files carry them (factor 40 of 4096 there)");
     auto no_bias = std::make_shared<bool>(false);  // owned by the returned command, which CLI11 writes into
-    cmd->add_flag("--no-probs-bias", *no_bias, "deepseek32 / glm-dsa: no exp_probs_b.bias");
+    CLI::Option *no_bias_opt = cmd->add_flag("--no-probs-bias", *no_bias, "deepseek32 / glm-dsa: no exp_probs_b.bias");
     auto fuse = std::make_shared<bool>(false);
-    cmd->add_flag("--fuse-gate-up-exps", *fuse,
-                  "deepseek32 / glm-dsa: the experts' gate and up in one ffn_gate_up_exps tensor (llama.cpp's "
-                  "converter flag of that name), with the values the separate tensors would have");
+    CLI::Option *fuse_opt =
+        cmd->add_flag("--fuse-gate-up-exps", *fuse,
+                      "deepseek32 / glm-dsa: the experts' gate and up in one ffn_gate_up_exps tensor (llama.cpp's "
+                      "converter flag of that name), with the values the separate tensors would have");
+
+    dsa_only->insert(dsa_only->end(), {gating, types_opt, outlier_scale, yarn, no_bias_opt, fuse_opt});
 
     return [=] {
+        for (const CLI::Option *o : *arch == "llama" ? *dsa_only : *llama_only) {
+            if (o->count()) {
+                throw_error("make-model: %s applies to %s, not %s", o->get_name().c_str(),
+                            *arch == "llama" ? "deepseek32 and glm-dsa" : "llama", arch->c_str());
+            }
+        }
         SyntheticParams p = synthetic_defaults(*arch, *preset);
         for (const auto &apply : *appliers) apply(p);
         if (gating->count()) p.gating = given->gating;
@@ -127,11 +153,7 @@ Command register_make_model(CLI::App &app) {
         if (tied->count()) p.tied_output = true;
         if (yarn->count()) p.yarn = true;
         if (*no_bias) p.probs_bias = false;
-        if (*fuse) {
-            if (p.arch == "llama")
-                throw_error("make-model: --fuse-gate-up-exps needs an MoE architecture (deepseek32, glm-dsa)");
-            p.fuse_gate_up_exps = true;
-        }
+        if (*fuse) p.fuse_gate_up_exps = true;
         if (*type == "mxfp4_moe") {
             if (p.arch == "llama")
                 throw_error("make-model: --type mxfp4_moe needs an MoE architecture (deepseek32, glm-dsa)");

@@ -37,8 +37,7 @@ double log_prob(std::span<const float> logits, int32_t target) {
 }
 
 int perplexity(const PerplexityFlags &f) {
-    const int64_t n_ctx = f.model.n_ctx;
-    if (n_ctx < 4) throw_error("perplexity needs a context of at least 4 tokens (-c)");
+    if (f.model.n_ctx != 0 && f.model.n_ctx < 4) throw_error("perplexity needs a context of at least 4 tokens (-c)");
     if (!f.kl_base_path.empty() && !f.kl_path.empty()) {
         throw_error("give --kl-divergence-base (save a base run) or --kl-divergence (compare with one), not both");
     }
@@ -48,6 +47,9 @@ int perplexity(const PerplexityFlags &f) {
     if (!f.kl_path.empty()) kl_reader = std::make_unique<kl::BaseReader>(f.kl_path);
     auto model = load_model_verbose(f.model);
     const Tokenizer &tok = model_tokenizer(*model);
+    const int64_t n_ctx = f.model.n_ctx != 0 ? f.model.n_ctx : default_context_size(model_info(*model));  // -c 0
+    if (n_ctx < 4)
+        throw_error("perplexity needs a context of at least 4 tokens (the model's is %lld)", (long long)n_ctx);
 
     const Stopwatch tokenize_clock;
     const std::vector<int32_t> tokens =
@@ -162,7 +164,8 @@ Command register_perplexity(CLI::App &app) {
     auto f = std::make_shared<PerplexityFlags>();
     f->model.add_to(*cmd, 512);
     cmd->add_option("-f,--file", f->text_path, "Text file")->required();
-    cmd->add_option("--chunks", f->n_chunks, "Evaluate at most this many chunks (default: all)");
+    cmd->add_option("--chunks", f->n_chunks, "Evaluate at most this many chunks (default: all)")
+        ->check(count_at_least(1));
     cmd->add_option("--kl-divergence-base", f->kl_base_path,
                     "Save this run's scored distributions (top tokens + rest mass) to FILE as a KL base");
     cmd->add_option("--kl-divergence", f->kl_path,

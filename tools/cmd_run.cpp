@@ -314,12 +314,16 @@ int run(const RunFlags &f) {
     const std::vector<int32_t> prompt = f.prompt_ids_path.empty()
                                             ? tok.encode(text, /*add_special=*/true, /*parse_special=*/true)
                                             : read_prompt_ids(f.prompt_ids_path);
-    if (prompt.empty()) throw_error("the prompt is empty (and the model adds no BOS token)");
+    if (prompt.empty()) {
+        if (!f.prompt_ids_path.empty()) throw_error("'%s' holds no token ids", f.prompt_ids_path.c_str());
+        throw_error("the prompt is empty (and the model adds no BOS token)");
+    }
     if (f.n_predict < 0 && static_cast<int64_t>(prompt.size()) > ctx.n_ctx()) {
         throw_error("the prompt (%zu tokens) does not fit in the context of %lld tokens (raise -c)", prompt.size(),
                     (long long)ctx.n_ctx());
     }
-    if (f.n_predict >= 0 && static_cast<int64_t>(prompt.size()) + f.n_predict > ctx.n_ctx()) {
+    // The prompt's tokens and every generated token but the last (sampled, printed, never decoded) need a cell.
+    if (f.n_predict >= 0 && static_cast<int64_t>(prompt.size()) + std::max<int64_t>(f.n_predict - 1, 0) > ctx.n_ctx()) {
         throw_error(
             "the prompt (%zu tokens) plus %lld tokens to generate does not fit in the context of %lld tokens "
             "(raise -c or lower -n)",

@@ -2,9 +2,11 @@
 
 #include <sys/resource.h>
 
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <random>
 #include <sstream>
@@ -122,7 +124,17 @@ void SamplingFlags::add_to(CLI::App &cmd, const std::string &seed_help) {
     cmd.add_option("--temp", temp, "Temperature (0 = greedy)")->check(finite_in(0.0, 100.0));
     cmd.add_option("--top-k", top_k, "Keep the k most likely tokens (0 = all)")->check(count_at_least(0));
     cmd.add_option("--top-p", top_p, "Nucleus sampling threshold (1 = off)")->check(finite_in(0.0, 1.0));
-    cmd.add_option("-s,--seed", seed, seed_help);
+    // -1 or a value in [0, 2^63 - 1], checked on the text: CLI11 would saturate a longer number silently.
+    cmd.add_option("-s,--seed", seed, seed_help)
+        ->check(CLI::Validator(
+            [](std::string &text) -> std::string {
+                int64_t v = 0;
+                const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+                if (text.empty() || ec != std::errc() || end != text.data() + text.size() || v < -1)
+                    return "'" + text + "' is not a seed (-1 = random, or 0 to 9223372036854775807)";
+                return {};
+            },
+            "INT in [-1, 2^63 - 1]"));
 }
 
 uint64_t SamplingFlags::resolved_seed() const {
@@ -147,10 +159,14 @@ std::shared_ptr<const Model> load_model_verbose(const ModelFlags &flags) {
 }
 
 std::string read_file(const std::string &path) {
+    // A directory opens as a stream that reads nothing: refused by name, not taken as an empty text.
+    std::error_code ec;
+    if (std::filesystem::is_directory(path, ec)) throw_error("'%s' is a directory, not a file", path.c_str());
     std::ifstream in(path, std::ios::binary);
     if (!in) throw_error("cannot open '%s'", path.c_str());
     std::ostringstream ss;
-    ss << in.rdbuf();
+    if (in.peek() != std::ifstream::traits_type::eof()) ss << in.rdbuf();  // << of an empty file sets failbit
+    if (in.bad() || ss.fail()) throw_error("cannot read '%s'", path.c_str());
     return ss.str();
 }
 

@@ -65,6 +65,9 @@ std::shared_ptr<const Model> load_model(const std::string &path, const ModelPara
 const ModelInfo &model_info(const Model &model);
 const Tokenizer &model_tokenizer(const Model &model);
 
+// The context size n_ctx = 0 stands for: the model's training context, capped at 4096.
+int64_t default_context_size(const ModelInfo &info);
+
 struct ContextParams {
     int64_t n_ctx = 0;       // cache cells; 0 = the model's training context, capped at 4096
     int64_t n_batch = 2048;  // most tokens one decode() call accepts

@@ -88,6 +88,10 @@ struct Context::Impl {
           cells(p.n_ctx) {}
 };
 
+int64_t default_context_size(const ModelInfo &info) {
+    return std::min<int64_t>(info.n_ctx_train > 0 ? info.n_ctx_train : 4096, 4096);
+}
+
 Context::Context(std::shared_ptr<const Model> model, const ContextParams &params_in) {
     if (!model) throw_error("no model");
     ContextParams p = params_in;
@@ -95,7 +99,7 @@ Context::Context(std::shared_ptr<const Model> model, const ContextParams &params
     if (p.n_ctx < 0 || p.n_batch < 0 || p.n_ubatch < 0) throw_error("context sizes must not be negative");
     if (p.n_threads < 0 || p.n_threads > ContextParams::kMaxThreads)
         throw_error("%d threads is out of range [0, %d]", p.n_threads, ContextParams::kMaxThreads);
-    if (p.n_ctx == 0) p.n_ctx = std::min<int64_t>(info.n_ctx_train > 0 ? info.n_ctx_train : 4096, 4096);
+    if (p.n_ctx == 0) p.n_ctx = default_context_size(info);
     if (p.n_batch == 0) p.n_batch = p.n_ctx;
     if (p.n_ubatch == 0) p.n_ubatch = 512;
     p.n_batch = std::min(p.n_batch, p.n_ctx);

@@ -1,6 +1,8 @@
 """Bad input gets a clear error naming what was wrong and a non-zero exit, never a crash: unknown flags,
 missing or malformed files, wrong tensor shapes, unknown architectures, over-long prompts, bad ids."""
+import json
 import os
+import subprocess
 
 import numpy as np
 
@@ -102,6 +104,70 @@ for flag, value in (("-d", "99999999999999999999"), ("-n", "9223372036854775807"
                     ("-p", "2147483649")):
     expect_error(["bench", "-m", model, "-p", 0, "-n", 1, "-r", 1, flag, value], "not in range 0 to 2147483648",
                  f"bench {flag} {value}")
+
+# llama.cpp's multi-letter flags are rewritten only where a flag may stand: as a value ("-p -ub") they stay text,
+# and one the subcommand lacks is refused under its own name (it was read as "-n p" and blamed --n-predict).
+out = harness.run(["run", "-m", model, "-p", "-ub", "-n", 0, "--verbose-prompt"])
+checks.check(out.stdout.startswith("-ub"), f"-p -ub prompts with the text '-ub': {out.stdout[:40]!r}")
+expect_error(["run", "-m", model, "-np", 4, "-p", "x"], "-np", "run has no -np: named as typed")
+checks.check("n-predict" not in harness.run(["run", "-m", model, "-np", 4], check=False).stderr,
+             "run -np: --n-predict not blamed")
+out = harness.run(["run", "-m", model, "-p", "x", "-ub", 2, "-ctk", "f32", "-n", 2, "--temp", 0])
+checks.check(out.returncode == 0, "run -ub 2 -ctk f32 still works")
+
+# A directory named as a file is refused, not read as an empty text.
+expect_error(["run", "-m", model, "-f", tmp, "-n", 2], "is a directory", "run -f DIR")
+expect_error(["run", "-m", model, "--prompt-ids", tmp, "-n", 0], "is a directory", "run --prompt-ids DIR")
+expect_error(["perplexity", "-m", model, "-f", tmp], "is a directory", "perplexity -f DIR")
+empty_ids = os.path.join(tmp, "empty_ids.txt")
+open(empty_ids, "w").close()
+expect_error(["run", "-m", model, "--prompt-ids", empty_ids, "-n", 0], "holds no token ids", "empty ids file")
+
+# Results that cannot be written (stdout on a full disk) fail the command instead of exiting 0.
+if os.path.exists("/dev/full"):
+    with open("/dev/full", "w") as full:
+        proc = subprocess.run([harness.BIN, "run", "-m", model, "-p", "x", "-n", "2"], stdout=full,
+                              stderr=subprocess.PIPE, text=True)
+    checks.check(proc.returncode == 1 and "cannot write the output" in proc.stderr,
+                 f"run > /dev/full: exit {proc.returncode}, {proc.stderr.strip()[-80:]!r}")
+
+# -n counts the generated tokens, the last of which needs no cell: a 2-token prompt and -n 15 fit in 16.
+two = os.path.join(tmp, "two_ids.txt")
+with open(two, "w") as f:
+    f.write("1 2")
+out = harness.run(["run", "-m", model, "-c", 16, "--prompt-ids", two, "-n", 15, "--temp", 0], check=False)
+checks.check(out.returncode == 0, f"2 prompt tokens + 15 generated fit in -c 16: {out.stderr.strip()[-120:]!r}")
+expect_error(["run", "-m", model, "-c", 16, "--prompt-ids", two, "-n", 16], "does not fit", "-n 16 does not")
+
+# Seeds: -1 (random) or 0 .. 2^63 - 1, checked on the text (CLI11 saturated longer numbers silently).
+for seed in ("99999999999999999999999", "-2", "1e3"):
+    expect_error(["run", "-m", model, "-p", "x", "-n", 1, "-s", seed], "not a seed", f"run -s {seed}")
+checks.check(harness.run(["run", "-m", model, "-p", "x", "-n", 1, "-s", "9223372036854775807"]).returncode == 0,
+             "run -s 2^63 - 1")
+
+# perplexity: -c 0 is the model's context (as in run); --chunks must be positive.
+text_file = os.path.join(tmp, "ppl.txt")
+with open(text_file, "w") as f:
+    f.write("the cat sat on the mat and looked at the dog. " * 200)
+out = harness.run(["perplexity", "-m", model, "-f", text_file, "-c", 0, "--chunks", 1], check=False)
+checks.check(out.returncode == 0 and "Final estimate" in out.stdout, f"perplexity -c 0: {out.stderr.strip()[-160:]!r}")
+for chunks in (0, -5):
+    expect_error(["perplexity", "-m", model, "-f", text_file, "--chunks", chunks], "--chunks", f"--chunks {chunks}")
+
+# bench: a dense model runs its one mode whatever --dsa lists; -c below what a test needs is refused, and -b
+# splits the prompt into decode calls.
+out = harness.run(["bench", "-m", model, "-p", 16, "-n", 0, "-r", 1, "--dsa", "off", "-o", "json"])
+checks.check(len(json.loads(out.stdout)) == 1, f"bench --dsa off on a dense model runs one test: {out.stdout[:200]!r}")
+expect_error(["bench", "-m", model, "-p", 64, "-n", 0, "-r", 1, "-c", 8], "-c 8 is smaller", "bench -c too small")
+out = harness.run(["bench", "-m", model, "-p", 64, "-n", 0, "-r", 1, "-b", 16, "-o", "json"])
+checks.check(len(json.loads(out.stdout)) == 1, "bench -b 16 runs pp64 in calls of 16")
+
+# make-model refuses flags of another architecture family instead of ignoring them.
+for flags in (["--yarn"], ["--top-k", 5], ["--indexer-types", "1,0"], ["--n-expert", 4], ["--no-probs-bias"]):
+    expect_error(["make-model", "--arch", "llama", "-o", os.path.join(tmp, "y.gguf")] + flags,
+                 f"{flags[0]} applies to deepseek32 and glm-dsa", f"make-model llama {flags[0]}")
+expect_error(["make-model", "--arch", "deepseek32", "-o", os.path.join(tmp, "y.gguf"), "--n-head-kv", 2],
+             "--n-head-kv applies to llama", "make-model deepseek32 --n-head-kv")
 
 # And a good run still works after all that.
 out = harness.run(["run", "-m", model, "-p", "Once upon a time", "-n", 8, "--temp", 0])
