@@ -3,10 +3,12 @@
 // cache operations (seq_rm/cp/keep/add/div, defrag, state save/load) against fresh runs of the resulting
 // histories, refused batches and operations leaving every cache byte-identical, and attention sinks.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <random>
 #include <sstream>
@@ -291,6 +293,21 @@ TEST_P(Serving, DividedPositionsOnOneLayerEqualAFreshRunAtThosePositions) {
     EXPECT_THROW(ctx.seq_div(0, 0, -1, 0), Error);
 }
 
+// After seq_div cells share positions (4 cells on 0, 0, 1, 1): the saved state loads again (the loader wanted
+// strictly increasing positions and refused the file it had just written).
+TEST_P(Serving, DividedSequenceStateRoundTrips) {
+    const auto ids = random_ids(8, 35), tail = random_ids(3, 36);
+    Context ctx = make();
+    decode_all(ctx, ids);
+    ctx.seq_div(0, 0, -1, 2);
+    const std::string file = path("divided.state");
+    ctx.state_seq_save(0, file);
+    Context fresh = make();
+    fresh.state_seq_load(0, file);
+    EXPECT_EQ(fresh.cache_digest(), ctx.cache_digest());
+    EXPECT_EQ(decode_last(fresh, tail, 0, 4), decode_last(ctx, tail, 0, 4));
+}
+
 TEST_P(Serving, DefragmentationChangesNoLogits) {
     const std::vector<std::vector<int32_t>> seqs = {random_ids(30, 17), random_ids(30, 18), random_ids(40, 19)};
     Context a = make(), b = make();
@@ -405,6 +422,11 @@ TEST_P(Serving, BadStateFilesAreRefusedAndLeaveTheCacheAlone) {
         EXPECT_EQ(ctx.cache_digest(), digest) << what;
     };
     refused(path("missing.state"), "missing file");
+    refused(*dir_, "a directory");
+    refused("/dev/zero", "a device that never ends (it was read until memory ran out)");
+    const std::string fifo = path("fifo.state");
+    if (::mkfifo(fifo.c_str(), 0600) == 0) refused(fifo, "a FIFO (opening it waited for a writer)");
+    refused(write("huge.state", bytes + std::string(size_t(2) << 20, 'x')), "larger than any state of the context");
     refused(write("empty.state", ""), "empty file");
     refused(write("magic.state", "NOTSPARROW" + bytes.substr(10)), "bad magic");
     refused(write("short.state", bytes.substr(0, bytes.size() / 2)), "truncated");
@@ -440,6 +462,30 @@ TEST_P(Serving, BadStateFilesAreRefusedAndLeaveTheCacheAlone) {
         EXPECT_EQ(e.code(), ErrorCode::context_full) << e.what();
     }
     EXPECT_EQ(small.seq_pos_max(0), -1);
+}
+
+// fill_synthetic (benchmarks' deep contexts) checks what it is given: a negative or huge count and positions
+// past 2^31 - 1 are errors that leave the cache alone (they were std::length_error, std::bad_alloc and an abort on
+// the cell table's assertion).
+TEST_P(Serving, SyntheticFillIsBounded) {
+    Context ctx = make(64);
+    const std::vector<BatchToken> last = {{1, std::numeric_limits<int32_t>::max() - 1, 0, true}};
+    ctx.decode(last);
+    const uint64_t digest = ctx.cache_digest();
+    for (const int64_t n : {int64_t(-1), int64_t(1) << 40, int64_t(2)}) {
+        try {
+            ctx.fill_synthetic(0, n, 1);
+            ADD_FAILURE() << n << " rows accepted";
+        } catch (const Error &e) {
+            EXPECT_EQ(e.code(), n == 2  ? ErrorCode::position_order
+                                : n > 0 ? ErrorCode::context_full
+                                        : ErrorCode::generic)
+                << e.what();
+        }
+        EXPECT_EQ(ctx.cache_digest(), digest) << n;
+    }
+    ctx.fill_synthetic(0, 1, 1);  // the last position there is
+    EXPECT_EQ(ctx.seq_pos_max(0), std::numeric_limits<int32_t>::max());
 }
 
 TEST_P(Serving, RefusedBatchesLeaveEveryCacheByteIdentical) {
@@ -541,6 +587,9 @@ TEST(ServingSinks, FirstPositionsOfTheQuerysOwnSequenceAreAlwaysSelected) {
         }
     }
     cp.dsa_sink = -1;
+    EXPECT_THROW(Context(model, cp), Error);
+    cp.dsa_sink = 0;
+    cp.dsa_top_k = -1;  // was taken as 0, the model's top-k
     EXPECT_THROW(Context(model, cp), Error);
     std::filesystem::remove_all(dir);
 }

@@ -14,7 +14,9 @@
 namespace sparrow {
 
 MappedFile::MappedFile(const std::string &path) : path_(path) {
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer before fstat could refuse it (it
+    // changes nothing for the regular files that are mapped).
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) throw_error("cannot open '%s': %s", path.c_str(), std::strerror(errno));
     struct stat st {};
     if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <sstream>
@@ -105,6 +106,7 @@ Context::Context(std::shared_ptr<const Model> model, const ContextParams &params
     p.n_batch = std::min(p.n_batch, p.n_ctx);
     p.n_ubatch = std::min(p.n_ubatch, p.n_batch);
     if (p.dsa_sink < 0) throw_error("dsa_sink must not be negative");
+    if (p.dsa_top_k < 0) throw_error("dsa_top_k must not be negative (0 = the model's)");
     if (p.n_ctx > (int64_t(1) << 31) - 1) throw_error("context size %lld is too large", (long long)p.n_ctx);
     // The context's allocations are the KV cache and buffers sized by n_ctx / n_batch: running out of memory
     // here means the context asked for is too large, and the message says so rather than just "out of memory".
@@ -494,6 +496,26 @@ void Context::state_seq_load(int32_t seq_id, const std::string &path) {
     Impl &s = *impl_;
     std::string bytes;
     {
+        // Only a regular file, and no larger than a state of this context can be: a FIFO would block and a
+        // device such as /dev/zero read until memory ran out.
+        std::error_code ec;
+        if (!std::filesystem::is_regular_file(path, ec)) {
+            throw_error_code(ErrorCode::state_file, "state_seq_load: '%s' is not a regular file%s", path.c_str(),
+                             std::filesystem::exists(path, ec) ? "" : " (it does not exist)");
+        }
+        int64_t most = int64_t(1) << 20;  // the header (names of the stores, sizes) with room to spare
+        int64_t cell_bytes = sizeof(int32_t);
+        for (const NamedStore &st : s.model->arch().stores(*s.state)) {
+            if (st.store->n_bytes() > 0) cell_bytes += st.store->row_bytes();
+        }
+        most += s.cells.size() * cell_bytes;
+        const auto size = std::filesystem::file_size(path, ec);
+        if (!ec && static_cast<int64_t>(size) > most) {
+            throw_error_code(ErrorCode::state_file,
+                             "state file '%s' holds %llu bytes, more than a state of this "
+                             "context can (%lld)",
+                             path.c_str(), (unsigned long long)size, (long long)most);
+        }
         std::ifstream in(path, std::ios::binary);
         if (!in) throw_error_code(ErrorCode::state_file, "state_seq_load: cannot open '%s'", path.c_str());
         std::ostringstream ss;
@@ -557,7 +579,9 @@ void Context::state_seq_load(int32_t seq_id, const std::string &path) {
     int32_t prev = -1;
     for (uint32_t i = 0; i < n_cells; ++i) {
         const auto p = r.get<int32_t>();
-        if (p <= prev) bad(strprintf("cell %u has position %d after %d (positions must increase)", i, p, prev));
+        // Equal positions are a sequence's after seq_div (cells may share one); decreasing ones are damage.
+        if (p < 0 || p < prev)
+            bad(strprintf("cell %u has position %d after %d (positions must not decrease)", i, p, prev));
         prev = p;
         r.raw(cell_bytes - sizeof(int32_t));
     }
@@ -602,9 +626,16 @@ std::vector<LayerSelection> Context::last_selections() const {
 void Context::fill_synthetic(int32_t seq_id, int64_t n_tokens, uint64_t seed) {
     Impl &s = *impl_;
     if (seq_id < 0 || seq_id >= kMaxSequences) throw_error("fill_synthetic: sequence id %d is out of range", seq_id);
+    if (n_tokens < 0) throw_error("fill_synthetic: %lld tokens", (long long)n_tokens);
     const std::vector<int32_t> cells = s.cells.find_free(n_tokens);
-    const int32_t pos0 = s.cells.seq_pos_max(seq_id) + 1;
-    for (int64_t i = 0; i < n_tokens; ++i) s.cells.assign(cells[i], pos0 + static_cast<int32_t>(i), seq_id);
+    // The rows go after the sequence's last position, which must stay a position (< 2^31).
+    const int64_t pos0 = int64_t(s.cells.seq_pos_max(seq_id)) + 1;
+    if (pos0 + n_tokens - 1 > INT32_MAX) {
+        throw_error_code(ErrorCode::position_order,
+                         "fill_synthetic: %lld positions after %lld pass the largest position, %d", (long long)n_tokens,
+                         (long long)pos0 - 1, INT32_MAX);
+    }
+    for (int64_t i = 0; i < n_tokens; ++i) s.cells.assign(cells[i], static_cast<int32_t>(pos0 + i), seq_id);
     s.model->arch().fill_synthetic(*s.state, cells, seed);
 }
 

@@ -115,6 +115,11 @@ checks.check("n-predict" not in harness.run(["run", "-m", model, "-np", 4], chec
 out = harness.run(["run", "-m", model, "-p", "x", "-ub", 2, "-ctk", "f32", "-n", 2, "--temp", 0])
 checks.check(out.returncode == 0, "run -ub 2 -ctk f32 still works")
 
+# A FIFO as the model is refused at once (opening it for reading waited for a writer).
+fifo = os.path.join(tmp, "model.fifo")
+os.mkfifo(fifo)
+expect_error(["run", "-m", fifo, "-p", "x"], "not a regular file", "a FIFO as the model")
+
 # A directory named as a file is refused, not read as an empty text.
 expect_error(["run", "-m", model, "-f", tmp, "-n", 2], "is a directory", "run -f DIR")
 expect_error(["run", "-m", model, "--prompt-ids", tmp, "-n", 0], "is a directory", "run --prompt-ids DIR")
