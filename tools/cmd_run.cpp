@@ -93,7 +93,6 @@ std::vector<int32_t> read_prompt_ids(const std::string &path) {
 // a call records) since the layer last attended densely: --dump-selection shows the prompt's last queries
 // whatever -b splits it into.
 void roll_selections(std::vector<LayerSelection> &into, std::vector<LayerSelection> last) {
-    constexpr size_t kQueries = 16;  // Context::last_selections()'s
     if (into.size() != last.size()) {
         into = std::move(last);
         return;
@@ -106,7 +105,7 @@ void roll_selections(std::vector<LayerSelection> &into, std::vector<LayerSelecti
         std::vector<QuerySelection> &q = into[l].queries;
         q.insert(q.end(), std::make_move_iterator(last[l].queries.begin()),
                  std::make_move_iterator(last[l].queries.end()));
-        if (q.size() > kQueries) q.erase(q.begin(), q.end() - static_cast<std::ptrdiff_t>(kQueries));
+        if (std::ssize(q) > kRecordedQueries) q.erase(q.begin(), q.end() - kRecordedQueries);
     }
 }
 

@@ -110,6 +110,8 @@ struct QuerySelection {
     int32_t pos = 0;            // the query's position
     std::vector<int32_t> keys;  // positions of the keys it attended, ascending
 };
+// How many queries Context::last_selections() keeps per layer (the last ones decoded).
+constexpr int64_t kRecordedQueries = 16;
 struct LayerSelection {
     int64_t layer = 0;
     bool dense = true;  // no selection ran (every visible key attended)

@@ -13,7 +13,7 @@ bool in_range(int32_t pos, int32_t p0, int32_t p1) { return pos >= p0 && (p1 < 0
 KvCells::KvCells(int64_t n_cells) : pos_(static_cast<size_t>(n_cells), -1), seqs_(static_cast<size_t>(n_cells)) {}
 
 std::vector<int32_t> KvCells::find_free(int64_t n) const {
-    if (n < 0) throw_error("%lld cache cells asked for", (long long)n);
+    if (n < 0) throw_error("%lld cache cells asked for (a count must not be negative)", (long long)n);
     std::vector<int32_t> cells;
     cells.reserve(static_cast<size_t>(std::min(n, size())));  // n may exceed the cache: refused below
     for (int64_t c = 0; c < size() && static_cast<int64_t>(cells.size()) < n; ++c) {

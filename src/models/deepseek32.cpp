@@ -103,8 +103,6 @@ struct DsaState final : ArchState {
     SparseStats stats;
 };
 
-constexpr int64_t kDebugQueries = 16;
-
 // Tokens of a ubatch that go through the attention part of a layer together (projections, indexer,
 // attention). Its scratch (latent-space queries, attention outputs, indexer queries, the indexer's top-k
 // buffers) is sized by this chunk, not by the ubatch, so memory does not grow with -ub or with the number
@@ -466,21 +464,21 @@ class DsaModel final : public ArchModel {
         }
     }
 
-    // The attended keys of the chunk's tokens [c0, c0 + |rows|) that are among the ubatch's last kDebugQueries,
-    // appended to the layer's record, which keeps the last kDebugQueries.
+    // The attended keys of the chunk's tokens [c0, c0 + |rows|) that are among the ubatch's last kRecordedQueries,
+    // appended to the layer's record, which keeps the last kRecordedQueries.
     static void record_selection(DsaState &s, const KvCells &cells, const UBatch &ub, int64_t il, int64_t c0,
                                  std::span<const std::span<const int32_t>> rows) {
         LayerSelection &out = s.debug_selections[static_cast<size_t>(il)];
         const int64_t c1 = c0 + static_cast<int64_t>(rows.size());
-        for (int64_t t = std::max<int64_t>(c0, ub.size() - kDebugQueries); t < c1; ++t) {
+        for (int64_t t = std::max<int64_t>(c0, ub.size() - kRecordedQueries); t < c1; ++t) {
             QuerySelection q;
             q.pos = ub.pos[t];
             for (const int32_t cell : rows[t - c0]) q.keys.push_back(cells.pos(cell));
             std::sort(q.keys.begin(), q.keys.end());
             out.queries.push_back(std::move(q));
         }
-        if (std::ssize(out.queries) > kDebugQueries)  // the last kDebugQueries, over the call's ubatches
-            out.queries.erase(out.queries.begin(), out.queries.end() - kDebugQueries);
+        if (std::ssize(out.queries) > kRecordedQueries)  // the last kRecordedQueries, over the call's ubatches
+            out.queries.erase(out.queries.begin(), out.queries.end() - kRecordedQueries);
     }
 
     DsaLayer load_layer(const gguf::File &f, WeightLoader &w, int64_t il) const {

@@ -499,9 +499,10 @@ void Context::state_seq_load(int32_t seq_id, const std::string &path) {
         // Only a regular file, and no larger than a state of this context can be: a FIFO would block and a
         // device such as /dev/zero read until memory ran out.
         std::error_code ec;
-        if (!std::filesystem::is_regular_file(path, ec)) {
+        const std::filesystem::file_status status = std::filesystem::status(path, ec);
+        if (!std::filesystem::is_regular_file(status)) {
             throw_error_code(ErrorCode::state_file, "state_seq_load: '%s' is not a regular file%s", path.c_str(),
-                             std::filesystem::exists(path, ec) ? "" : " (it does not exist)");
+                             std::filesystem::exists(status) ? "" : " (it does not exist)");
         }
         int64_t most = int64_t(1) << 20;  // the header (names of the stores, sizes) with room to spare
         int64_t cell_bytes = sizeof(int32_t);
@@ -626,8 +627,7 @@ std::vector<LayerSelection> Context::last_selections() const {
 void Context::fill_synthetic(int32_t seq_id, int64_t n_tokens, uint64_t seed) {
     Impl &s = *impl_;
     if (seq_id < 0 || seq_id >= kMaxSequences) throw_error("fill_synthetic: sequence id %d is out of range", seq_id);
-    if (n_tokens < 0) throw_error("fill_synthetic: %lld tokens", (long long)n_tokens);
-    const std::vector<int32_t> cells = s.cells.find_free(n_tokens);
+    const std::vector<int32_t> cells = s.cells.find_free(n_tokens);  // refuses a negative count too
     // The rows go after the sequence's last position, which must stay a position (< 2^31).
     const int64_t pos0 = int64_t(s.cells.seq_pos_max(seq_id)) + 1;
     if (pos0 + n_tokens - 1 > INT32_MAX) {

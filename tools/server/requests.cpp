@@ -161,25 +161,26 @@ std::vector<ChatMessage> read_messages(const json &body) {
         if (!m.is_object()) throw ApiError(400, "'" + where + "' must be an object", "invalid_type");
         ChatMessage msg;
         const std::optional<std::string> role = get_string(m, "role", where);
-        if (!role) throw ApiError(400, "'" + where + ".role' is required", "missing_field");
+        if (!role) throw ApiError(400, "'" + field_path(where, "role") + "' is required", "missing_field");
         if (*role != "system" && *role != "developer" && *role != "user" && *role != "assistant") {
-            throw ApiError(
-                400,
-                "'" + where + ".role' is '" + *role + "', which is not supported (system, developer, user, assistant)",
-                "invalid_value");
+            throw ApiError(400,
+                           "'" + field_path(where, "role") + "' is '" + *role +
+                               "', which is not supported (system, developer, user, assistant)",
+                           "invalid_value");
         }
         msg.role = *role;
         const auto content = m.find("content");
         if (content == m.end() || content->is_null()) {
             if (*role != "assistant") {
-                throw ApiError(400, "'" + where + ".content' is required in a " + *role + " message", "missing_field");
+                throw ApiError(400, "'" + field_path(where, "content") + "' is required in a " + *role + " message",
+                               "missing_field");
             }
         } else if (content->is_string()) {
             msg.content = content->get<std::string>();
         } else if (content->is_array()) {
             for (size_t k = 0; k < content->size(); ++k) {
                 const json &part = (*content)[k];
-                const std::string part_where = strprintf("%s.content[%zu]", where.c_str(), k);
+                const std::string part_where = strprintf("%s[%zu]", field_path(where, "content").c_str(), k);
                 if (!part.is_object() || get_string(part, "type", part_where).value_or("") != "text" ||
                     !get_string(part, "text", part_where)) {
                     throw ApiError(400,
@@ -190,13 +191,15 @@ std::vector<ChatMessage> read_messages(const json &body) {
                 msg.content += part["text"].get<std::string>();
             }
         } else {
-            throw ApiError(400, "'" + where + ".content' must be a string or an array of text parts", "invalid_type");
+            throw ApiError(400, "'" + field_path(where, "content") + "' must be a string or an array of text parts",
+                           "invalid_type");
         }
         msg.reasoning_content = get_string(m, "reasoning_content", where);
         // An empty list is what several clients write back for "no tool calls".
         if (m.contains("tool_calls") && !m["tool_calls"].is_null() &&
             !(m["tool_calls"].is_array() && m["tool_calls"].empty())) {
-            throw ApiError(400, "'" + where + ".tool_calls': tool calls are not supported", "invalid_value");
+            throw ApiError(400, "'" + field_path(where, "tool_calls") + "': tool calls are not supported",
+                           "invalid_value");
         }
         out.push_back(std::move(msg));
     }
