@@ -291,7 +291,7 @@ TEST_P(IsaTest, PackedRowsAreTheSameBitsOnEveryLevelAndTile) {
     // BlockIQ4_XSx8): every level must give the scalar level's bits (the order dispatch.h defines), each token the same
     // bits alone as in any tile, and the result must be near the double-precision reference of the unpacked rows.
     // Awkward shapes: one block, odd block counts (Q4_0's activation records then end half empty; the K-quants' 9 and
-    // 17 cross the kernels' stages of eight super-blocks), 8 to 48 rows, every tile size, tokens of very different
+    // 17 cross the kernels' stages of eight super-blocks), 8 to 56 rows, every tile size, tokens of very different
     // scale, outputs with gaps after them.
     const KernelTable *table = cpu::kernels_for(GetParam());
     if (!table) GTEST_SKIP() << skip_message(GetParam());
@@ -306,7 +306,8 @@ TEST_P(IsaTest, PackedRowsAreTheSameBitsOnEveryLevelAndTile) {
              k_quant ? std::vector<int64_t>{1, 2, 3, 8, 9, 17} : std::vector<int64_t>{1, 2, 3, 7, 24, 67, 130}) {
             const int64_t n = nb * dtype_info(t).block_size;
             const int64_t row_bytes = dtype_row_size(t, n);
-            for (int64_t n_rows : {8, 16, 24, 48}) {
+            // 32-row passes for two to four tokens (avx512vnni), then 16 rows, then a last 8.
+            for (int64_t n_rows : {8, 16, 24, 32, 48, 56}) {
                 if (n > 3200 && n_rows > 16) continue;  // keep the long rows quick
                 std::vector<uint8_t> rows(static_cast<size_t>(row_bytes * n_rows)), packed(rows.size());
                 for (int64_t r = 0; r < n_rows; ++r) {

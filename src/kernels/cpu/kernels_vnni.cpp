@@ -6,7 +6,8 @@
 // vpdpbusd (unsigned x signed bytes, four products added into each int32 lane) does 64 products against a token's
 // activation dword broadcast from memory, where AVX2 needs sign, maddubs, madd and add for 32. This Xeon issues
 // two 512-bit vpdpbusd per cycle, as many as 256-bit ones, so the wide kernel does twice the work per
-// instruction (rows16 below). A last group of eight rows runs as both halves of the register.
+// instruction (rows16 below). A last group of eight rows runs as both halves of the register. Two to four tokens
+// go 32 rows at a time (rows32), each broadcast dword meeting two registers of weights.
 //
 // Signs. Q8_0: the weights are flipped to u = w + 128 (unsigned) as they are loaded, once per group for all
 // tokens, and meet the signed activations as they are; sum(u * x) = sum(w * x) + 128 * sum(x), and the
@@ -51,6 +52,19 @@ inline void prefetch_ahead(const void *p, size_t bytes) {
 inline __m512i dpbusd_bcast(__m512i acc, __m512i u, const uint8_t *p) {
     asm("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(u), "m"(*reinterpret_cast<const int32_t(*)>(p)));
     return acc;
+}
+
+// acc + the dword sums of u x v, in one instruction (asm for the same reason as dpbusd_bcast).
+inline __m512i dpbusd(__m512i acc, __m512i u, __m512i v) {
+    asm("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(u), "v"(v));
+    return acc;
+}
+
+// Token j's activation dword at byte `at` of its block, in every lane.
+inline __m512i x_dword(const uint8_t *xj, int at) {
+    int32_t v;
+    std::memcpy(&v, xj + at, sizeof v);
+    return _mm512_set1_epi32(v);
 }
 
 // A tile's activations for up to kStageBlocks blocks, token after token within each block, so that every
@@ -214,9 +228,108 @@ void rows16(const R *a, const R *b, const StagedX<NT> &x, int64_t n, bool first,
     for (int j = 0; j < NT; ++j) _mm512_mask_storeu_ps(y + j * y_stride, lanes, acc[j]);
 }
 
-// Packed rows against NT tokens: sixteen rows at a time (rows16) over stages of kStageBlocks blocks; a last
-// group of eight (n_rows % 16 == 8; matmul hands out 16-row chunks, so only at a matrix's end) runs as both
-// halves of the register and keeps the low half.
+// block_dots for two sixteen-row pairs at once, (a, b) into dot0 and (c, d) into dot1: each activation dword is
+// broadcast into a register once and meets both pairs' weights.
+template <int NT>
+inline void block_dots2(const BlockQ8_0x8 &a, const BlockQ8_0x8 &b, const BlockQ8_0x8 &c, const BlockQ8_0x8 &d,
+                        const uint8_t (*x)[QK8_0], const int32_t *neg_off, __m512i *dot0, __m512i *dot1) {
+    const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
+    for (int j = 0; j < NT; ++j) dot0[j] = dot1[j] = _mm512_set1_epi32(neg_off[j]);
+#pragma GCC unroll 8
+    for (int g = 0; g < 8; ++g) {
+        const __m512i w0 = _mm512_xor_si512(load_pair(a.qs + 32 * g, b.qs + 32 * g), flip);
+        const __m512i w1 = _mm512_xor_si512(load_pair(c.qs + 32 * g, d.qs + 32 * g), flip);
+#pragma GCC unroll 4
+        for (int j = 0; j < NT; ++j) {
+            const __m512i xb = x_dword(x[j], 4 * g);
+            dot0[j] = dpbusd(dot0[j], w0, xb);
+            dot1[j] = dpbusd(dot1[j], w1, xb);
+        }
+    }
+}
+
+// The nibble layouts (Q4_0, MXFP4): `unpack` turns a loaded group into its low and high weight sets.
+template <int NT, typename Unpack>
+inline void nibble_dots2(const uint8_t *a, const uint8_t *b, const uint8_t *c, const uint8_t *d,
+                         const uint8_t (*x)[QK8_0], const int32_t *neg_off, __m512i *dot0, __m512i *dot1,
+                         Unpack unpack) {
+    for (int j = 0; j < NT; ++j) dot0[j] = dot1[j] = _mm512_set1_epi32(neg_off[j]);
+#pragma GCC unroll 4
+    for (int g = 0; g < 4; ++g) {
+        __m512i lo0, hi0, lo1, hi1;
+        unpack(load_pair(a + 32 * g, b + 32 * g), lo0, hi0);
+        unpack(load_pair(c + 32 * g, d + 32 * g), lo1, hi1);
+#pragma GCC unroll 4
+        for (int j = 0; j < NT; ++j) {
+            const __m512i xl = x_dword(x[j], 4 * g), xh = x_dword(x[j], 16 + 4 * g);
+            dot0[j] = dpbusd(dpbusd(dot0[j], lo0, xl), hi0, xh);
+            dot1[j] = dpbusd(dpbusd(dot1[j], lo1, xl), hi1, xh);
+        }
+    }
+}
+
+template <int NT>
+inline void block_dots2(const BlockQ4_0x8 &a, const BlockQ4_0x8 &b, const BlockQ4_0x8 &c, const BlockQ4_0x8 &d,
+                        const uint8_t (*x)[QK8_0], const int32_t *neg_off, __m512i *dot0, __m512i *dot1) {
+    const __m512i mask = _mm512_set1_epi8(0x0f);
+    nibble_dots2<NT>(a.qs, b.qs, c.qs, d.qs, x, neg_off, dot0, dot1, [&](__m512i w, __m512i &lo, __m512i &hi) {
+        lo = _mm512_and_si512(w, mask);
+        hi = _mm512_and_si512(_mm512_srli_epi16(w, 4), mask);
+    });
+}
+
+template <int NT>
+inline void block_dots2(const BlockMXFP4x8 &a, const BlockMXFP4x8 &b, const BlockMXFP4x8 &c, const BlockMXFP4x8 &d,
+                        const uint8_t (*x)[QK8_0], const int32_t *neg_off, __m512i *dot0, __m512i *dot1) {
+    const __m512i mask = _mm512_set1_epi8(0x0f);
+    const __m512i book = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i *>(kMxfp4ValuesPlus12)));
+    nibble_dots2<NT>(a.qs, b.qs, c.qs, d.qs, x, neg_off, dot0, dot1, [&](__m512i w, __m512i &lo, __m512i &hi) {
+        lo = _mm512_shuffle_epi8(book, _mm512_and_si512(w, mask));
+        hi = _mm512_shuffle_epi8(book, _mm512_and_si512(_mm512_srli_epi16(w, 4), mask));
+    });
+}
+
+// Rows g0..g0+31 (the records of four groups of eight: a, b, c, d, two sixteen-row pairs) against 2 to 4 staged
+// tokens, as two calls of rows16 would compute them, to the bit. Per block, rows16 loads 16 register halves of
+// weights and broadcasts 8 * NT activation dwords from memory for 8 * NT vpdpbusd; here the same broadcasts serve
+// twice the products. Loads (two a cycle on the Zen 5 VM) bound rows16 once tokens share the weights. Measured on
+// Q8_0 (session 32, alternating binaries): an L2-resident matrix on one thread, four tokens 27-28 cycles per sixteen
+// rows and block against rows16's 35-36; a DRAM-sized one (2048 x 61696) on two threads, four tokens 51-55 GB/s
+// against 46-49 (one token's 53-55). One token stays on rows16: four streams instead of two ran an L3-resident
+// 2048 x 768 matrix 5-20% slower. More than four tokens would not leave registers for the two pairs of accumulators.
+template <int NT, typename R>
+void rows32(const R *a, const R *b, const R *c, const R *d, const StagedX<NT> &x, int64_t n, bool first, float *y,
+            size_t y_stride) {
+    static_assert(NT <= 4, "two pairs of accumulators for more tokens do not fit in the registers");
+    __m512 acc0[NT], acc1[NT];
+    for (int j = 0; j < NT; ++j) {
+        acc0[j] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(y + j * y_stride);
+        acc1[j] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(y + j * y_stride + 16);
+    }
+    for (int64_t k = 0; k < n; ++k) {
+        prefetch_ahead(a + k, sizeof(R));
+        prefetch_ahead(b + k, sizeof(R));
+        prefetch_ahead(c + k, sizeof(R));
+        prefetch_ahead(d + k, sizeof(R));
+        __m512i dot0[NT], dot1[NT];
+        block_dots2<NT>(a[k], b[k], c[k], d[k], x.qs[k], x.neg_off[k], dot0, dot1);
+        const __m512 dw0 = record_scales(a[k], b[k]), dw1 = record_scales(c[k], d[k]);
+#pragma GCC unroll 4
+        for (int j = 0; j < NT; ++j) {
+            const __m512 dx = _mm512_set1_ps(x.dx[k][j]);
+            acc0[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot0[j]), _mm512_mul_ps(dw0, dx), acc0[j]);
+            acc1[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot1[j]), _mm512_mul_ps(dw1, dx), acc1[j]);
+        }
+    }
+    for (int j = 0; j < NT; ++j) {
+        _mm512_storeu_ps(y + j * y_stride, acc0[j]);
+        _mm512_storeu_ps(y + j * y_stride + 16, acc1[j]);
+    }
+}
+
+// Packed rows against NT tokens over stages of kStageBlocks blocks: 32 rows at a time (rows32) for two to four
+// tokens, then sixteen (rows16); a last group of eight (n_rows % 16 == 8; matmul hands out 16-row chunks, so only
+// at a matrix's end) runs as both halves of the register and keeps the low half.
 template <int NT, typename R>
 void packed_rows16(const uint8_t *w, size_t w_stride, int64_t n_rows, const uint8_t *x, size_t x_stride, int64_t nb,
                    float *y, size_t y_stride) {
@@ -224,7 +337,17 @@ void packed_rows16(const uint8_t *w, size_t w_stride, int64_t n_rows, const uint
     for (int64_t k0 = 0; k0 < nb; k0 += kStageBlocks) {
         const int64_t n = nb - k0 < kStageBlocks ? nb - k0 : kStageBlocks;
         staged.fill(static_cast<const R *>(nullptr), x, x_stride, nb, k0, n);
-        for (int64_t g0 = 0; g0 < n_rows; g0 += 16) {
+        int64_t g0 = 0;
+        if constexpr (NT >= 2 && NT <= 4) {
+            for (; g0 + 32 <= n_rows; g0 += 32) {
+                const auto group = [&](int64_t r) {
+                    return reinterpret_cast<const R *>(w + r * int64_t(w_stride)) + k0;
+                };
+                rows32<NT>(group(g0), group(g0 + 8), group(g0 + 16), group(g0 + 24), staged, n, k0 == 0, y + g0,
+                           y_stride);
+            }
+        }
+        for (; g0 < n_rows; g0 += 16) {
             const bool pair = g0 + 16 <= n_rows;
             const auto *a = reinterpret_cast<const R *>(w + g0 * static_cast<int64_t>(w_stride));
             const auto *b = pair ? reinterpret_cast<const R *>(w + (g0 + 8) * static_cast<int64_t>(w_stride)) : a;
