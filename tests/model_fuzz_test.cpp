@@ -429,6 +429,8 @@ TEST(ModelFuzz, UnusableHyperParametersAreRefusedWithTheKeyNamed) {
         {"deepseek32", "deepseek32.expert_weights_scale", Value::f32(-2.5f)},
         {"deepseek32", "deepseek32.expert_group_used_count", Value::i32(-1)},
         {"deepseek32", "deepseek32.expert_group_count", Value::i32(-4)},
+        // The file has shared-expert tensors; 0 (as when the key is absent) would drop that expert.
+        {"deepseek32", "deepseek32.expert_shared_count", Value::u32(0)},
         {"deepseek32", "deepseek32.rope.scaling.factor", Value::f32(static_cast<float>(nan))},
         {"deepseek32", "deepseek32.rope.scaling.yarn_log_multiplier", Value::f32(INFINITY)},
         {"deepseek32", "deepseek32.rope.scaling.attn_factor", Value::f32(0.0f)},

@@ -524,6 +524,13 @@ class DsaModel final : public ArchModel {
                 L.moe.gate_shexp = w.matrix(p + "ffn_gate_shexp.weight", hp_.n_embd, n_sh);
                 L.moe.up_shexp = w.matrix(p + "ffn_up_shexp.weight", hp_.n_embd, n_sh);
                 L.moe.down_shexp = w.matrix(p + "ffn_down_shexp.weight", n_sh, hp_.n_embd);
+            } else if (w.has(p + "ffn_gate_shexp.weight") || w.has(p + "ffn_up_shexp.weight") ||
+                       w.has(p + "ffn_down_shexp.weight")) {
+                // Running without them would silently drop an expert every token uses (llama.cpp requires the key).
+                throw_error(
+                    "%s: blk.%lld has shared-expert tensors (ffn_*_shexp) but %s.expert_shared_count is absent "
+                    "or 0",
+                    f.name().c_str(), (long long)il, f.get_string("general.architecture").c_str());
             }
         }
         const bool has_indexer = w.has(p + "indexer.attn_q_b.weight");
