@@ -465,6 +465,49 @@ TEST(ModelFuzz, UnusableHyperParametersAreRefusedWithTheKeyNamed) {
     std::filesystem::remove_all(dir);
 }
 
+// The last position's logits of a fixed 24-token prompt (positions far enough apart for a RoPE scale to show).
+std::vector<float> prompt_logits(const std::string &path) {
+    ContextParams cp;
+    cp.n_ctx = 64;
+    cp.n_threads = 1;
+    Context ctx(load_model(path), cp);
+    std::vector<BatchToken> batch;
+    for (int32_t j = 0; j < 24; ++j)
+        batch.push_back({(7 * j + 3) % static_cast<int32_t>(ctx.n_vocab()), j, 0, j == 23});
+    ctx.decode(batch);
+    const std::span<const float> logits = ctx.logits(23);
+    return {logits.begin(), logits.end()};
+}
+
+TEST(ModelFuzz, DsaRopeScalingTypeDefaultsToLinearAsLlamaCppReadsIt) {
+    // llama.cpp reads an absent rope.scaling.type as "linear" and the factor from rope.scaling.factor, else from the
+    // old rope.scale_linear: a file with a factor and no type runs with positions scaled by 1 / factor. "none" ignores
+    // the factor (tests/reference/dsa_ref.py reads them the same way).
+    const std::string dir = test::make_temp_dir("rope_default");
+    const std::string seed = dir + "/seed.gguf";
+    write_synthetic_model(synthetic_defaults("deepseek32"), seed);  // no rope.scaling keys at all
+    const gguf::File original = gguf::File::open(seed);
+    const auto variant = [&](const std::string &name, const std::vector<std::pair<std::string, Value>> &keys) {
+        gguf::Writer w = gguf::Writer::from_file(original);
+        for (const auto &[k, v] : keys) w.set(k, v);
+        const std::string path = dir + "/" + name + ".gguf";
+        w.write(path);
+        return prompt_logits(path);
+    };
+    const std::vector<float> plain = prompt_logits(seed);
+    const std::vector<float> no_type = variant("no_type", {{"deepseek32.rope.scaling.factor", Value::f32(4.0f)}});
+    const std::vector<float> linear = variant("linear", {{"deepseek32.rope.scaling.factor", Value::f32(4.0f)},
+                                                         {"deepseek32.rope.scaling.type", Value::str("linear")}});
+    const std::vector<float> old_key = variant("old_key", {{"deepseek32.rope.scale_linear", Value::f32(4.0f)}});
+    const std::vector<float> none = variant("none", {{"deepseek32.rope.scaling.factor", Value::f32(4.0f)},
+                                                     {"deepseek32.rope.scaling.type", Value::str("none")}});
+    EXPECT_EQ(no_type, linear);
+    EXPECT_EQ(old_key, linear);
+    EXPECT_EQ(none, plain);
+    EXPECT_NE(linear, plain) << "a position scale of 1/4 left the logits unchanged: the test proves nothing";
+    std::filesystem::remove_all(dir);
+}
+
 TEST(ModelFuzz, WeightTypesSparrowCannotComputeWithAreRefusedByName) {
     // The IQ types other than IQ4_NL and IQ4_XS, TQ1_0, and Q8_K, are valid GGUF that sparrow has no kernels for: the
     // load names the tensor and its type (and the K-quants, IQ4_XS and MXFP4, which it does support, load).

@@ -119,8 +119,11 @@ void read_rope(const gguf::File &f, const std::string &a, DsaHParams &hp, int64_
     r.layout = RopeLayout::adjacent;
     r.n_rot = static_cast<int>(hp.n_rot);
     r.freq_base = static_cast<float>(hparam_float(f, a + ".rope.freq_base", 10000.0, FloatRange::positive));
-    const std::string type = f.get_string(a + ".rope.scaling.type", "none");
-    const double factor = hparam_float(f, a + ".rope.scaling.factor", 0.0, FloatRange::non_negative);
+    // Absent, the type is linear, and the factor may come under its old name, as llama.cpp's loader reads them
+    // (a factor without a type scales the positions; "none" ignores it).
+    const std::string type = f.get_string(a + ".rope.scaling.type", "linear");
+    double factor = hparam_float(f, a + ".rope.scaling.factor", 0.0, FloatRange::non_negative);
+    if (factor == 0.0) factor = hparam_float(f, a + ".rope.scale_linear", 0.0, FloatRange::non_negative);
     const double attn_factor_key = hparam_float(f, a + ".rope.scaling.attn_factor", 1.0, FloatRange::positive);
     double yarn_attn_factor = attn_factor_key;
     double mscale = attn_factor_key;
