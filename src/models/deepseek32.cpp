@@ -125,28 +125,30 @@ void read_rope(const gguf::File &f, const std::string &a, DsaHParams &hp, int64_
     double factor = hparam_float(f, a + ".rope.scaling.factor", 0.0, FloatRange::non_negative);
     if (factor == 0.0) factor = hparam_float(f, a + ".rope.scale_linear", 0.0, FloatRange::non_negative);
     const double attn_factor_key = hparam_float(f, a + ".rope.scaling.attn_factor", 1.0, FloatRange::positive);
-    double yarn_attn_factor = attn_factor_key;
-    double mscale = attn_factor_key;
-    if (type == "yarn" && factor > 1.0) {
-        const double log_mul =
-            hp.glm ? 0.0
-                   : hparam_float(f, a + ".rope.scaling.yarn_log_multiplier", 0.0, FloatRange::non_negative) /
-                         double(0.1f);
-        const auto get_mscale = [](double s, double m) { return 1.0 + 0.1 * m * std::log(s); };
-        yarn_attn_factor =
-            (log_mul != 0.0 ? get_mscale(factor, 1.0) / get_mscale(factor, log_mul) : get_mscale(factor, 1.0)) /
-            (1.0 + 0.1 * std::log(factor)) * attn_factor_key;
-        mscale = yarn_attn_factor * (1.0 + 0.1 * std::log(factor)) * (1.0 + 0.1 * log_mul * std::log(factor));
-        r.freq_scale = static_cast<float>(1.0 / factor);
-        r.ext_factor = 1.0f;
-        r.n_ctx_orig = static_cast<int>(hparam_int(f, a + ".rope.scaling.original_context_length", 1, INT32_MAX,
-                                                   std::clamp<int64_t>(hp.n_ctx_train, 1, INT32_MAX)));
-    } else if (type == "none" || type == "yarn" || type == "linear") {
-        if (type == "linear" && factor > 0.0) r.freq_scale = static_cast<float>(1.0 / factor);
-        r.n_ctx_orig = static_cast<int>(hp.n_ctx_train);
-    } else {
+    if (type != "none" && type != "linear" && type != "yarn")
         throw_error("%s: rope scaling type '%s' is not supported", f.name().c_str(), type.c_str());
+    const bool yarn = type == "yarn";
+    const double freq_scale = type == "none" || factor == 0.0 ? 1.0 : 1.0 / factor;
+    const double log_mul =
+        hp.glm ? 0.0
+               : hparam_float(f, a + ".rope.scaling.yarn_log_multiplier", 0.0, FloatRange::non_negative) / double(0.1f);
+    // llama.cpp's get_mscale, and its YaRN attention factor (llama-context.cpp): the RoPE's own magnitude.
+    const auto get_mscale = [](double s, double m) { return s <= 1.0 ? 1.0 : 1.0 + 0.1 * m * std::log(s); };
+    double yarn_attn_factor = 1.0;
+    if (yarn) {
+        const double s = 1.0 / freq_scale;
+        yarn_attn_factor = (log_mul != 0.0 ? get_mscale(s, 1.0) / get_mscale(s, log_mul) : get_mscale(s, 1.0)) /
+                           (1.0 + 0.1 * std::log(s));
     }
+    yarn_attn_factor *= attn_factor_key;
+    // The attention scale's mscale, whatever the type (the graph computes it from freq_scale alone): with linear
+    // scaling it grows with the factor too, and with none it is the attention factor.
+    const double mscale = yarn_attn_factor * (1.0 + 0.1 * std::log(1.0 / freq_scale)) *
+                          (1.0 + 0.1 * log_mul * std::log(1.0 / freq_scale));
+    r.freq_scale = static_cast<float>(freq_scale);
+    r.ext_factor = yarn ? 1.0f : 0.0f;
+    r.n_ctx_orig = static_cast<int>(hparam_int(f, a + ".rope.scaling.original_context_length", 1, INT32_MAX,
+                                               std::clamp<int64_t>(hp.n_ctx_train, 1, INT32_MAX)));
     r.attn_factor = static_cast<float>(yarn_attn_factor);
     hp.kq_scale = static_cast<float>(mscale * mscale / std::sqrt(double(key_length_mla)));
     hp.rope_indexer = r;

@@ -5,7 +5,8 @@ models written by `sparrow make-model` with top-k 64:
   least 0.99 with the reference's;
 - below top-k, logits are bit-identical with --dsa on and --dsa off;
 - one batch, several ubatches and token by token give the same logits and selections;
-- GLM IndexShare (shared layers without indexer tensors reuse the full layer's selection), MTP layers skipped.
+- GLM IndexShare (shared layers without indexer tensors reuse the full layer's selection), MTP layers skipped;
+- linear RoPE scaling (a factor without a type key, with the log multiplier) against the reference at 40 tokens.
 """
 import json
 import os
@@ -116,6 +117,23 @@ for name, args in configs:
     err = harness.rel_error(dense, want_dense[-1])
     checks.check(err < 1e-4, f"{name}: --dsa off at 300 tokens equals dense reference (rel {err:.1e})")
     checks.check(harness.rel_error(dense, logits_300) > 1e-4, f"{name}: the selection changes the logits at 300 tokens")
+
+# Linear RoPE scaling as llama.cpp reads it: no rope.scaling.type key (linear), factor 4, and the log multiplier,
+# which the attention scale's mscale takes whatever the type (a file of the deepseek32 config, keys added).
+import gguf  # noqa: E402  (tests/reference, on the path with dsa_ref)
+
+src = gguf.GGUFReader(os.path.join(tmp, "deepseek32.gguf"))
+md = {k: (src.metadata_types[k], v) for k, v in src.metadata.items()}
+md["deepseek32.rope.scaling.factor"] = (gguf.GGUFValueType.FLOAT32, 4.0)
+md["deepseek32.rope.scaling.yarn_log_multiplier"] = (gguf.GGUFValueType.FLOAT32, 0.1)
+assert all(info.ggml_type == gguf.GGMLType.F32 for info in src.tensors.values()), "make-model's default is f32"
+tensors = {name: (gguf.GGMLType.F32, src.tensor(name)) for name in src.tensors}
+linear_path = os.path.join(tmp, "deepseek32-linear-rope.gguf")
+gguf.write_gguf(linear_path, md, tensors)
+compare_with_reference(linear_path, 40, "deepseek32 linear rope 40 tokens")
+base, _ = sparrow_eval(os.path.join(tmp, "deepseek32.gguf"), np.arange(40), tag="rope-base")
+scaled, _ = sparrow_eval(linear_path, np.arange(40), tag="rope-linear")
+checks.check(harness.rel_error(scaled, base) > 1e-3, "deepseek32: linear rope scaling changes the logits")
 
 # glm-dsa shared layers reuse the full layer's selection.
 path = os.path.join(tmp, "glm-dsa-indexshare.gguf")
