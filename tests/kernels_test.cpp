@@ -306,7 +306,7 @@ TEST_P(IsaTest, PackedRowsAreTheSameBitsOnEveryLevelAndTile) {
              k_quant ? std::vector<int64_t>{1, 2, 3, 8, 9, 17} : std::vector<int64_t>{1, 2, 3, 7, 24, 67, 130}) {
             const int64_t n = nb * dtype_info(t).block_size;
             const int64_t row_bytes = dtype_row_size(t, n);
-            // 32-row passes for two to four tokens (avx512vnni), then 16 rows, then a last 8.
+            // 32-row passes for two to five tokens (avx512vnni), then 16 rows, then a last 8.
             for (int64_t n_rows : {8, 16, 24, 32, 48, 56}) {
                 if (n > 3200 && n_rows > 16) continue;  // keep the long rows quick
                 std::vector<uint8_t> rows(static_cast<size_t>(row_bytes * n_rows)), packed(rows.size());

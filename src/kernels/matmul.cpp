@@ -26,6 +26,7 @@ struct MatmulJob {
     size_t xd_stride = 0;
     uint8_t *xq = nullptr;  // where quantised activations are written (scratch), or null for float weights
     int64_t n_tokens = 0;
+    int tile = 1;        // tokens per kernel call (KernelTable::tile)
     float *y = nullptr;  // [n_tokens, n_rows], rows y_stride floats apart
     int64_t y_stride = 0;
     // matmul_many only: where the job's quantised activations sit in the scratch, whether this job writes them
@@ -47,14 +48,11 @@ OpScratch &OpScratch::operator=(OpScratch &&) noexcept = default;
 
 namespace {
 
-// Tokens per kernel call: the type's tile, 8 for packed rows of either type.
-int tile_of(const WeightMatrix &w) { return w.rows8 ? cpu::kMaxQuantTile : cpu::max_tile(w.type); }
-
 // Rows [r0, r1) for every token. The token tiles are the outer loop: a chunk's rows stay in L2 between
 // tiles, so for prefill each weight byte comes from memory once per matmul and from L2 once per tile.
 void matmul_rows(const MatmulJob &job, int64_t r0, int64_t r1) {
     const WeightMatrix &w = *job.w;
-    const int tile = tile_of(w);
+    const int tile = job.tile;
     float out[cpu::kMaxQuantTile];
     for (int64_t t0 = 0; t0 < job.n_tokens; t0 += tile) {
         const int n_x = static_cast<int>(std::min<int64_t>(tile, job.n_tokens - t0));
@@ -75,8 +73,8 @@ void matmul_rows(const MatmulJob &job, int64_t r0, int64_t r1) {
 // Weight bytes per chunk. Decode streams each row once: long contiguous chunks keep the hardware prefetchers
 // running (256 KiB measured ~5-8% faster than 32 KiB on the 2-core EPYC, DRAM-sized matrices). Prefill revisits
 // a chunk once per token tile, so it should stay in L2 alongside the activations (~128 KiB).
-int64_t chunk_bytes(const WeightMatrix &w, int64_t n_tokens) {
-    return n_tokens <= tile_of(w) ? (int64_t(256) << 10) : (int64_t(128) << 10);
+int64_t chunk_bytes(const MatmulJob &job) {
+    return job.n_tokens <= job.tile ? (int64_t(256) << 10) : (int64_t(128) << 10);
 }
 
 // A chunk length in rows made whole pairs of groups of packed rows (rows8), at least one pair: the VNNI kernel
@@ -89,8 +87,9 @@ int64_t whole_groups(const WeightMatrix &w, int64_t rows) {
 }
 
 // Rows per chunk that parallel_for hands out.
-int64_t matmul_grain(const WeightMatrix &w, int64_t n_tokens, int n_threads) {
-    const int64_t by_size = std::max<int64_t>(1, chunk_bytes(w, n_tokens) / w.row_bytes);
+int64_t matmul_grain(const MatmulJob &job, int n_threads) {
+    const WeightMatrix &w = *job.w;
+    const int64_t by_size = std::max<int64_t>(1, chunk_bytes(job) / w.row_bytes);
     // At least ~4 chunks per thread, so threads that run ahead (or share a core) even out.
     const int64_t by_balance = (w.n_rows + 4 * n_threads - 1) / (4 * n_threads);
     return whole_groups(w, std::min(by_size, by_balance));
@@ -136,6 +135,7 @@ MatmulJob make_job(const cpu::KernelTable &k, const WeightMatrix &w, const float
     job.dot = k.dot(w.type);
     job.dot_rows = w.rows8 ? k.dot_rows8(w.type) : k.dot_rows(w.type);
     job.kernels = &k;
+    job.tile = k.tile(w.type, w.rows8, n_tokens);
     job.x = x;
     job.x_stride = x_stride > 0 ? x_stride : w.n_cols;
     job.n_tokens = n_tokens;
@@ -175,7 +175,7 @@ void matmul(ThreadPool &pool, OpScratch &scratch, const WeightMatrix &w, const f
     }
 
     const int64_t grain =
-        w.n_rows * w.row_bytes * n_tokens < kMinParallelWork ? w.n_rows : matmul_grain(w, n_tokens, pool.n_threads());
+        w.n_rows * w.row_bytes * n_tokens < kMinParallelWork ? w.n_rows : matmul_grain(job, pool.n_threads());
     pool.parallel_for(w.n_rows, grain, [&job](int64_t r0, int64_t r1) { matmul_rows(job, r0, r1); });
 }
 
@@ -238,8 +238,7 @@ void matmul_many(ThreadPool &pool, OpScratch &scratch, const MatmulTask *tasks, 
     const int n_threads = pool.n_threads();
     int64_t total_bytes = 0, n_by_size = 0;
     for (MatmulJob &job : jobs) {
-        job.grain =
-            parallel ? whole_groups(*job.w, chunk_bytes(*job.w, job.n_tokens) / job.w->row_bytes) : job.w->n_rows;
+        job.grain = parallel ? whole_groups(*job.w, chunk_bytes(job) / job.w->row_bytes) : job.w->n_rows;
         n_by_size += (job.w->n_rows + job.grain - 1) / job.grain;
         total_bytes += job.w->n_rows * job.w->row_bytes;
     }

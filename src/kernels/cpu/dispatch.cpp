@@ -192,6 +192,7 @@ constexpr KernelTable with_vnni(KernelTable t) {
     t.dot_rows_q5_kx8 = avx512vnni::dot_rows_q5_kx8;
     t.dot_rows_q6_kx8 = avx512vnni::dot_rows_q6_kx8;
     t.dot_rows_iq4_xsx8 = avx512vnni::dot_rows_iq4_xsx8;
+    t.q8_0x8_prefill_tile = 5;
     return t;
 }
 constexpr KernelTable kAvx512VnniTable = with_vnni(kAvx512Table);

@@ -6,7 +6,7 @@
 // vpdpbusd (unsigned x signed bytes, four products added into each int32 lane) does 64 products against a token's
 // activation dword broadcast from memory, where AVX2 needs sign, maddubs, madd and add for 32. This Xeon issues
 // two 512-bit vpdpbusd per cycle, as many as 256-bit ones, so the wide kernel does twice the work per
-// instruction (rows16 below). A last group of eight rows runs as both halves of the register. Two to four tokens
+// instruction (rows16 below). A last group of eight rows runs as both halves of the register. Two to five tokens
 // go 32 rows at a time (rows32), each broadcast dword meeting two registers of weights.
 //
 // Signs. Q8_0: the weights are flipped to u = w + 128 (unsigned) as they are loaded, once per group for all
@@ -289,18 +289,22 @@ inline void block_dots2(const BlockMXFP4x8 &a, const BlockMXFP4x8 &b, const Bloc
     });
 }
 
-// Rows g0..g0+31 (the records of four groups of eight: a, b, c, d, two sixteen-row pairs) against 2 to 4 staged
+// The most tokens rows32 takes: two pairs of rows keep 4 * NT accumulators, and at six tokens GCC spilled them
+// (94 cycles per sixteen rows and block against rows16's 47).
+constexpr int kRows32MaxTokens = 5;
+
+// Rows g0..g0+31 (the records of four groups of eight: a, b, c, d, two sixteen-row pairs) against 2 to 5 staged
 // tokens, as two calls of rows16 would compute them, to the bit. Per block, rows16 loads 16 register halves of
 // weights and broadcasts 8 * NT activation dwords from memory for 8 * NT vpdpbusd; here the same broadcasts serve
 // twice the products. Loads (two a cycle on the Zen 5 VM) bound rows16 once tokens share the weights. Measured on
-// Q8_0 (session 32, alternating binaries): an L2-resident matrix on one thread, four tokens 27-28 cycles per sixteen
-// rows and block against rows16's 35-36; a DRAM-sized one (2048 x 61696) on two threads, four tokens 51-55 GB/s
-// against 46-49 (one token's 53-55). One token stays on rows16: four streams instead of two ran an L3-resident
-// 2048 x 768 matrix 5-20% slower. More than four tokens would not leave registers for the two pairs of accumulators.
+// Q8_0 (session 32, alternating binaries): an L2-resident matrix on one thread, cycles per sixteen rows and block
+// for 2 / 3 / 4 / 5 tokens 21 / 24-25 / 27-28 / 31 against rows16's 21-25 / 24-28 / 35-36 / 41-52; a DRAM-sized
+// one (2048 x 61696) on two threads, four tokens 51-55 GB/s against 46-49 (one token's 53-55). One token stays
+// on rows16: four streams instead of two ran an L3-resident 2048 x 768 matrix 5-20% slower.
 template <int NT, typename R>
 void rows32(const R *a, const R *b, const R *c, const R *d, const StagedX<NT> &x, int64_t n, bool first, float *y,
             size_t y_stride) {
-    static_assert(NT <= 4, "two pairs of accumulators for more tokens do not fit in the registers");
+    static_assert(NT <= kRows32MaxTokens, "more tokens leave no registers for two pairs of accumulators");
     __m512 acc0[NT], acc1[NT];
     for (int j = 0; j < NT; ++j) {
         acc0[j] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(y + j * y_stride);
@@ -327,7 +331,7 @@ void rows32(const R *a, const R *b, const R *c, const R *d, const StagedX<NT> &x
     }
 }
 
-// Packed rows against NT tokens over stages of kStageBlocks blocks: 32 rows at a time (rows32) for two to four
+// Packed rows against NT tokens over stages of kStageBlocks blocks: 32 rows at a time (rows32) for two to five
 // tokens, then sixteen (rows16); a last group of eight (n_rows % 16 == 8; matmul hands out 16-row chunks, so only
 // at a matrix's end) runs as both halves of the register and keeps the low half.
 template <int NT, typename R>
@@ -338,7 +342,7 @@ void packed_rows16(const uint8_t *w, size_t w_stride, int64_t n_rows, const uint
         const int64_t n = nb - k0 < kStageBlocks ? nb - k0 : kStageBlocks;
         staged.fill(static_cast<const R *>(nullptr), x, x_stride, nb, k0, n);
         int64_t g0 = 0;
-        if constexpr (NT >= 2 && NT <= 4) {
+        if constexpr (NT >= 2 && NT <= kRows32MaxTokens) {
             for (; g0 + 32 <= n_rows; g0 += 32) {
                 const auto group = [&](int64_t r) {
                     return reinterpret_cast<const R *>(w + r * int64_t(w_stride)) + k0;
