@@ -15,6 +15,7 @@ import numpy as np
 
 import harness
 import dsa_ref
+import gguf  # tests/reference, on the path harness sets, as dsa_ref
 
 checks = harness.Checks()
 tmp = harness.temp_dir()
@@ -120,8 +121,6 @@ for name, args in configs:
 
 # Linear RoPE scaling as llama.cpp reads it: no rope.scaling.type key (linear), factor 4, and the log multiplier,
 # which the attention scale's mscale takes whatever the type (a file of the deepseek32 config, keys added).
-import gguf  # noqa: E402  (tests/reference, on the path with dsa_ref)
-
 src = gguf.GGUFReader(os.path.join(tmp, "deepseek32.gguf"))
 md = {k: (src.metadata_types[k], v) for k, v in src.metadata.items()}
 md["deepseek32.rope.scaling.factor"] = (gguf.GGUFValueType.FLOAT32, 4.0)

@@ -148,7 +148,7 @@ struct KernelTable {
     // Tokens per call of dot_rows_q8_0x8 in a prefill's matmul (more than kMaxQuantTile tokens; any count gives the
     // same bits). The VNNI kernels take up to five tokens 32 rows at a time, where more leave no registers for the
     // second pair of rows: on an L2-resident matrix five tokens took 31 cycles per sixteen rows and block and eight
-    // 57-60 (6.2 against 7.4 a token); bench pp512 ran 2-11% faster in four alternating pairs. A decode step of up
+    // 57-60 (6.2 against 7.4 a token); bench pp512 ran 0.3-14% faster in eight alternating pairs. A decode step of up
     // to eight tokens stays one tile: split 5 + 3, `batched -np 8` ran 2-5% slower (its weights come from memory).
     int q8_0x8_prefill_tile = kMaxQuantTile;
 

@@ -203,6 +203,12 @@ inline __m512 record_scales(const BlockMXFP4x8 &a, const BlockMXFP4x8 &b) {
         _mm512_mask_mov_epi32(normal, small, _mm512_sllv_epi32(_mm512_set1_epi32(0x00200000), e)));
 }
 
+// One block's step of a row's sum, in the order dispatch.h defines for packed rows (so every level gives these bits):
+// acc + float(the block's integer dot) * (dw * dx), one rounding for the product of the scales and one for the fma.
+inline __m512 add_block(__m512 acc, __m512i dot, __m512 dw, float dx) {
+    return _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(dw, _mm512_set1_ps(dx)), acc);
+}
+
 // Rows g0..g0+15 (the records of two groups of eight, a and b, side by side in 512-bit registers), blocks
 // [0, n) of a and b against the NT staged tokens, continuing the sums in y unless `first`; only the output lanes
 // in `lanes` are read and written (a last group of eight rows passes b = a and the low eight). Each vpdpbusd does
@@ -222,7 +228,7 @@ void rows16(const R *a, const R *b, const StagedX<NT> &x, int64_t n, bool first,
         block_dots<NT>(a[k], b[k], x.qs[k], x.neg_off[k], dot);
 #pragma GCC unroll 8
         for (int j = 0; j < NT; ++j) {
-            acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot[j]), _mm512_mul_ps(dw, _mm512_set1_ps(x.dx[k][j])), acc[j]);
+            acc[j] = add_block(acc[j], dot[j], dw, x.dx[k][j]);
         }
     }
     for (int j = 0; j < NT; ++j) _mm512_mask_storeu_ps(y + j * y_stride, lanes, acc[j]);
@@ -320,9 +326,8 @@ void rows32(const R *a, const R *b, const R *c, const R *d, const StagedX<NT> &x
         const __m512 dw0 = record_scales(a[k], b[k]), dw1 = record_scales(c[k], d[k]);
 #pragma GCC unroll 4
         for (int j = 0; j < NT; ++j) {
-            const __m512 dx = _mm512_set1_ps(x.dx[k][j]);
-            acc0[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot0[j]), _mm512_mul_ps(dw0, dx), acc0[j]);
-            acc1[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot1[j]), _mm512_mul_ps(dw1, dx), acc1[j]);
+            acc0[j] = add_block(acc0[j], dot0[j], dw0, x.dx[k][j]);
+            acc1[j] = add_block(acc1[j], dot1[j], dw1, x.dx[k][j]);
         }
     }
     for (int j = 0; j < NT; ++j) {
@@ -335,8 +340,8 @@ void rows32(const R *a, const R *b, const R *c, const R *d, const StagedX<NT> &x
 // tokens, then sixteen (rows16); a last group of eight (n_rows % 16 == 8; matmul hands out 16-row chunks, so only
 // at a matrix's end) runs as both halves of the register and keeps the low half.
 template <int NT, typename R>
-void packed_rows16(const uint8_t *w, size_t w_stride, int64_t n_rows, const uint8_t *x, size_t x_stride, int64_t nb,
-                   float *y, size_t y_stride) {
+void packed_rows(const uint8_t *w, size_t w_stride, int64_t n_rows, const uint8_t *x, size_t x_stride, int64_t nb,
+                 float *y, size_t y_stride) {
     StagedX<NT> staged;
     for (int64_t k0 = 0; k0 < nb; k0 += kStageBlocks) {
         const int64_t n = nb - k0 < kStageBlocks ? nb - k0 : kStageBlocks;
@@ -367,14 +372,14 @@ void packed_rows_any(const void *w, size_t w_stride, int64_t n_rows, const void 
     const auto *wb = static_cast<const uint8_t *>(w);
     const auto *xb = static_cast<const uint8_t *>(x);
     switch (n_x < kMaxQuantTile ? n_x : kMaxQuantTile) {
-        case 1: packed_rows16<1, R>(wb, w_stride, n_rows, xb, x_stride, nb, y, y_stride); return;
-        case 2: packed_rows16<2, R>(wb, w_stride, n_rows, xb, x_stride, nb, y, y_stride); return;
-        case 3: packed_rows16<3, R>(wb, w_stride, n_rows, xb, x_stride, nb, y, y_stride); return;
-        case 4: packed_rows16<4, R>(wb, w_stride, n_rows, xb, x_stride, nb, y, y_stride); return;
-        case 5: packed_rows16<5, R>(wb, w_stride, n_rows, xb, x_stride, nb, y, y_stride); return;
-        case 6: packed_rows16<6, R>(wb, w_stride, n_rows, xb, x_stride, nb, y, y_stride); return;
-        case 7: packed_rows16<7, R>(wb, w_stride, n_rows, xb, x_stride, nb, y, y_stride); return;
-        default: packed_rows16<8, R>(wb, w_stride, n_rows, xb, x_stride, nb, y, y_stride); return;
+        case 1: packed_rows<1, R>(wb, w_stride, n_rows, xb, x_stride, nb, y, y_stride); return;
+        case 2: packed_rows<2, R>(wb, w_stride, n_rows, xb, x_stride, nb, y, y_stride); return;
+        case 3: packed_rows<3, R>(wb, w_stride, n_rows, xb, x_stride, nb, y, y_stride); return;
+        case 4: packed_rows<4, R>(wb, w_stride, n_rows, xb, x_stride, nb, y, y_stride); return;
+        case 5: packed_rows<5, R>(wb, w_stride, n_rows, xb, x_stride, nb, y, y_stride); return;
+        case 6: packed_rows<6, R>(wb, w_stride, n_rows, xb, x_stride, nb, y, y_stride); return;
+        case 7: packed_rows<7, R>(wb, w_stride, n_rows, xb, x_stride, nb, y, y_stride); return;
+        default: packed_rows<8, R>(wb, w_stride, n_rows, xb, x_stride, nb, y, y_stride); return;
     }
 }
 
