@@ -548,5 +548,103 @@ TEST(ModelFuzz, WeightTypesSparrowCannotComputeWithAreRefusedByName) {
     std::filesystem::remove_all(dir);
 }
 
+// A tensor no architecture reads would be part of another model (llama.cpp's optional attention biases, indexer
+// tensors on a layer marked as sharing): the load refuses the file naming it, where sparrow used to run without
+// it. What an architecture leaves unread on purpose still loads: MTP/NextN layers, attn_kv_b beside attn_k_b/v_b.
+TEST(ModelFuzz, TensorsNoArchitectureReadsAreRefusedByName) {
+    const std::string dir = test::make_temp_dir("model_unread");
+    // path of `p`'s file with `edit` applied to its tensors
+    const auto variant = [&](const SyntheticParams &p, const std::string &name, auto &&edit) {
+        const std::string seed = dir + "/seed.gguf";
+        write_synthetic_model(p, seed);
+        Draft d = draft_of(gguf::File::open(seed));
+        edit(d.tensors);
+        gguf::Writer w;
+        for (const auto &[k, v] : d.kv) w.set(k, v);
+        for (const auto &t : d.tensors) w.add_tensor(t.name, t.type, t.ne, t.data.data(), t.data.size());
+        const std::string path = dir + "/" + name + ".gguf";
+        w.write(path);
+        return path;
+    };
+    const auto refusal = [](const std::string &path) -> std::string {
+        try {
+            load_model(path);
+        } catch (const Error &e) {
+            return e.what();
+        }
+        return "";
+    };
+    const auto copy_as = [](std::vector<Tensor> &ts, const std::string &from, const std::string &to) {
+        for (size_t i = 0, n = ts.size(); i < n; ++i) {
+            if (ts[i].name != from) continue;
+            Tensor t = ts[i];
+            t.name = to;
+            ts.push_back(t);
+            return;
+        }
+        FAIL() << from << " is not in the file";
+    };
+
+    const SyntheticParams llama = synthetic_defaults("llama");
+    {  // llama.cpp's LLM_ARCH_LLAMA reads optional q/k/v/o biases; sparrow's llama has none
+        const std::string path = variant(llama, "llama_bias", [&](std::vector<Tensor> &ts) {
+            copy_as(ts, "blk.0.attn_norm.weight", "blk.0.attn_q.bias");
+        });
+        const std::string msg = refusal(path);
+        EXPECT_NE(msg.find("1 tensor that a llama model does not have (blk.0.attn_q.bias)"), std::string::npos) << msg;
+        EXPECT_NE(msg.find("sparrow would compute without it"), std::string::npos) << msg;
+        EXPECT_TRUE(msg.starts_with(path)) << msg;
+    }
+    {  // many: the first four named, the rest counted
+        const std::string path = variant(llama, "llama_biases", [&](std::vector<Tensor> &ts) {
+            for (int il = 0; il < 2; ++il) {
+                const std::string b = "blk." + std::to_string(il) + ".";
+                for (const char *x : {"attn_q", "attn_k", "attn_v"})
+                    copy_as(ts, b + "attn_norm.weight", b + x + ".bias");
+            }
+        });
+        const std::string msg = refusal(path);
+        EXPECT_NE(msg.find("6 tensors that a llama model does not have (blk.0.attn_q.bias, blk.0.attn_k.bias, "
+                           "blk.0.attn_v.bias, blk.1.attn_q.bias and 2 more)"),
+                  std::string::npos)
+            << msg;
+    }
+    SyntheticParams glm = synthetic_defaults("glm-dsa");
+    glm.n_layer = 3;
+    glm.indexer_types = {1, 0, 1};
+    {  // IndexShare: layer 1 shares layer 0's selection, so indexer tensors there contradict indexer.types
+        const std::string path = variant(glm, "glm_shared_indexer", [&](std::vector<Tensor> &ts) {
+            copy_as(ts, "blk.0.indexer.proj.weight", "blk.1.indexer.proj.weight");
+        });
+        const std::string msg = refusal(path);
+        EXPECT_NE(msg.find("(blk.1.indexer.proj.weight)"), std::string::npos) << msg;
+    }
+    SyntheticParams ds = synthetic_defaults("deepseek32");
+    ds.n_layer = 2;
+    ds.n_nextn = 1;  // blk.2 is an MTP layer: loaded by nobody, and no reason to refuse
+    {
+        const std::string path = variant(ds, "ds_mtp", [](std::vector<Tensor> &) {});
+        EXPECT_EQ(refusal(path), "");
+    }
+    {  // the combined kv_b beside its split form is left unread; alone it is refused by load_layer's own message
+        const int64_t kv_rows = ds.n_head * (ds.head_nope + ds.head_v);
+        const auto kv_b = [&](std::vector<Tensor> &ts) {
+            Tensor t{"blk.0.attn_kv_b.weight", DType::F32, {ds.kv_lora_rank, kv_rows}, {}};
+            t.data.assign(static_cast<size_t>(4 * ds.kv_lora_rank * kv_rows), 0);
+            ts.push_back(t);
+        };
+        EXPECT_EQ(refusal(variant(ds, "ds_kv_b", kv_b)), "");
+        const std::string alone = refusal(variant(ds, "ds_kv_b_alone", [&](std::vector<Tensor> &ts) {
+            kv_b(ts);
+            std::erase_if(ts, [](const Tensor &t) { return t.name.starts_with("blk.0.attn_k_b"); });
+        }));
+        EXPECT_NE(alone.find("old combined attn_kv_b"), std::string::npos) << alone;
+        const std::string unknown = refusal(variant(
+            ds, "ds_unknown", [&](std::vector<Tensor> &ts) { copy_as(ts, "output_norm.weight", "output_norm.bias"); }));
+        EXPECT_NE(unknown.find("a deepseek32 model does not have (output_norm.bias)"), std::string::npos) << unknown;
+    }
+    std::filesystem::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace sparrow

@@ -1,5 +1,6 @@
 #include "model/model.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <string>
@@ -53,6 +54,7 @@ Model::Model(const std::string &path, const ModelParams &params) : file_(gguf::F
     info_.name = file_.get_string("general.name", "");
     weights_ = std::make_unique<WeightLoader>(file_, params.repack && repack_fits(params));
     arch_ = create_arch_model(file_, *weights_, info_);
+    refuse_unread_tensors();
     info_.n_params = weights_->n_params();
     info_.n_weight_bytes = weights_->n_bytes();
     info_.n_repacked_bytes = weights_->n_repacked_bytes();
@@ -62,6 +64,25 @@ Model::Model(const std::string &path, const ModelParams &params) : file_(gguf::F
         throw_error("%s: the tokenizer has %lld tokens but the model's vocabulary is %lld", path.c_str(),
                     (long long)tokenizer_->n_vocab(), (long long)info_.n_vocab);
     }
+}
+
+// A tensor the architecture neither read nor knows to leave unread is part of some other model (an attention
+// bias, an expert layout sparrow does not run, indexer tensors on a layer marked as sharing): computing without
+// it would give another model's output. So the file is refused, naming such tensors, as llama.cpp refuses a file
+// whose tensor count differs from what it loads.
+void Model::refuse_unread_tensors() const {
+    std::vector<std::string> unread;
+    for (std::string &name : weights_->unused_tensors()) {
+        if (!arch_->leaves_unread(name)) unread.push_back(std::move(name));
+    }
+    if (unread.empty()) return;
+    constexpr size_t kNamed = 4;
+    std::string names;
+    for (size_t i = 0; i < std::min(unread.size(), kNamed); ++i) names += (i ? ", " : "") + unread[i];
+    if (unread.size() > kNamed) names += strprintf(" and %zu more", unread.size() - kNamed);
+    throw_error("%s: %zu tensor%s that a %s model does not have (%s); sparrow would compute without %s",
+                file_.name().c_str(), unread.size(), unread.size() == 1 ? "" : "s", info_.arch.c_str(), names.c_str(),
+                unread.size() == 1 ? "it" : "them");
 }
 
 Model::~Model() = default;

@@ -24,6 +24,8 @@ class Model {
     // Whether the file's Q8_0 weights may be repacked within params' memory limit; sets info_.repack_note
     // when not.
     bool repack_fits(const ModelParams &params);
+    // Throws when the file holds tensors the architecture neither read nor leaves unread on purpose.
+    void refuse_unread_tensors() const;
 
     gguf::File file_;
     ModelInfo info_;

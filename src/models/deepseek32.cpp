@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <optional>
 #include <vector>
 
@@ -425,6 +426,20 @@ class DsaModel final : public ArchModel {
             bytes += (sparse ? s.top_k : n_kv) * s.latent[il].row_bytes();
         }
         return bytes;
+    }
+
+    // Left unread: the MTP/NextN layers past the ones run (llama.cpp loads and skips them too), and the combined
+    // attn_kv_b some converters write beside the attn_k_b / attn_v_b that MLA reads (load_layer refuses a layer
+    // with attn_kv_b alone).
+    bool leaves_unread(const std::string &name) const override {
+        int64_t il = 0;
+        const char *p = name.c_str();
+        if (std::strncmp(p, "blk.", 4) != 0) return false;
+        p += 4;
+        if (*p < '0' || *p > '9') return false;
+        for (; *p >= '0' && *p <= '9' && il < (int64_t(1) << 40); ++p) il = il * 10 + (*p - '0');
+        if (*p != '.') return false;
+        return il >= hp_.n_layer || std::strcmp(p, ".attn_kv_b.weight") == 0;
     }
 
     // Cache-operation hooks: per layer the latent [c_kv | k_pe] (k_pe RoPE'd in adjacent pairs) and the
