@@ -174,6 +174,17 @@ double speedup_over_dense(const BenchResult &r, const std::vector<BenchResult> &
     return 0.0;
 }
 
+// A result at depth > 0 as a fraction of the same test and mode at depth 0 (the ratio of the means: the depths run
+// one after the other, not in rounds), or 0 without one: how much of its speed a mode keeps as the context grows.
+double fraction_of_depth0(const BenchResult &r, const std::vector<BenchResult> &all) {
+    if (r.depth == 0) return 0.0;
+    for (const BenchResult &z : all) {
+        if (z.depth == 0 && z.test == r.test && z.dsa == r.dsa && z.precision == r.precision && z.mean > 0)
+            return r.mean / z.mean;
+    }
+    return 0.0;
+}
+
 int bench(const BenchFlags &f) {
     auto model = load_model_verbose(f.model);
     const ModelInfo &info = model_info(*model);
@@ -229,37 +240,44 @@ int bench(const BenchFlags &f) {
             std::string each;
             for (size_t k = 0; k < r.speeds.size(); ++k) each += strprintf(k ? ", %.3f" : "%.3f", r.speeds[k]);
             const double speedup = speedup_over_dense(r, results);
+            const double of_depth0 = fraction_of_depth0(r, results);
             std::printf(
                 "  {\"model\": \"%s\", \"test\": \"%s\", \"n_prompt\": %lld, \"n_gen\": %lld, \"depth\": %lld, "
                 "\"dsa\": %s, \"indexer_precision\": \"%s\", \"threads\": %d, \"tokens_per_s\": %.3f, "
                 "\"tokens_per_s_stddev\": %.3f, \"tokens_per_s_each\": [%s], \"speedup_over_dense\": %s, "
-                "\"bytes_per_token\": %lld, \"gb_per_s\": %.3f, \"copy_gb_per_s\": %.3f, \"synthetic_fill\": %s}%s\n",
+                "\"fraction_of_depth0\": %s, \"bytes_per_token\": %lld, \"gb_per_s\": %.3f, \"copy_gb_per_s\": %.3f, "
+                "\"synthetic_fill\": %s}%s\n",
                 f.model.model_path.c_str(), r.test.c_str(), (long long)r.n_prompt, (long long)r.n_gen,
                 (long long)r.depth, r.dsa ? "true" : "false", r.precision.c_str(), n_threads, r.mean, r.stddev,
-                each.c_str(), speedup > 0 ? strprintf("%.4f", speedup).c_str() : "null", (long long)r.bytes_per_token,
-                gbs, copy_bw / 1e9, r.depth > 0 ? "true" : "false", i + 1 < results.size() ? "," : "");
+                each.c_str(), speedup > 0 ? strprintf("%.4f", speedup).c_str() : "null",
+                of_depth0 > 0 ? strprintf("%.4f", of_depth0).c_str() : "null", (long long)r.bytes_per_token, gbs,
+                copy_bw / 1e9, r.depth > 0 ? "true" : "false", i + 1 < results.size() ? "," : "");
         }
         std::printf("]\n");
         return 0;
     }
-    // vs dense: a sparse row's speed-up over the dense row of the same test (median of the rounds' ratios).
-    std::printf("| model | test | depth | dsa | indexer | t/s | bytes/token | GB/s | %% of copy | vs dense |\n");
-    std::printf("|---|---|---:|---|---|---:|---:|---:|---:|---:|\n");
+    // vs dense: a sparse row's speed-up over the dense row of the same test (median of the rounds' ratios); of
+    // depth 0: the row's speed against the same test and mode at depth 0.
+    std::printf(
+        "| model | test | depth | dsa | indexer | t/s | bytes/token | GB/s | %% of copy | vs dense | of depth 0 |\n");
+    std::printf("|---|---|---:|---|---|---:|---:|---:|---:|---:|---:|\n");
     for (const BenchResult &r : results) {
         std::string bytes = "-", gbs = "-", frac = "-";
         const double speedup = speedup_over_dense(r, results);
         const std::string vs_dense = speedup > 0 ? strprintf("%.2fx", speedup) : "-";
+        const double of_depth0 = fraction_of_depth0(r, results);
+        const std::string vs_depth0 = of_depth0 > 0 ? strprintf("%.1f%%", 100.0 * of_depth0) : "-";
         if (r.bytes_per_token > 0) {
             const double bw = r.mean * double(r.bytes_per_token);
             bytes = strprintf("%.1f MB", r.bytes_per_token / 1e6);
             gbs = strprintf("%.2f", bw / 1e9);
             frac = strprintf("%.0f%%", 100.0 * bw / copy_bw);
         }
-        std::printf("| %s | %s | %lld | %s | %s | %.2f ± %.2f | %s | %s | %s | %s |\n",
+        std::printf("| %s | %s | %lld | %s | %s | %.2f ± %.2f | %s | %s | %s | %s | %s |\n",
                     info.name.empty() ? info.arch.c_str() : info.name.c_str(), r.test.c_str(), (long long)r.depth,
                     info.has_indexer ? (r.dsa ? "on" : "off") : "-",
                     info.has_indexer && r.dsa ? r.precision.c_str() : "-", r.mean, r.stddev, bytes.c_str(), gbs.c_str(),
-                    frac.c_str(), vs_dense.c_str());
+                    frac.c_str(), vs_dense.c_str(), vs_depth0.c_str());
     }
     return 0;
 }

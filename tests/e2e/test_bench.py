@@ -1,7 +1,8 @@
 """`sparrow bench` output: one JSON object per test and mode (pp and tg, each depth, sparse per indexer precision
 and dense), each with its repetitions' speeds, their mean and spread, and for sparse tests the speed-up over the
 dense test of the same round (the median of the per-repetition ratios, which the modes' interleaved repetitions
-make comparable); the markdown table carries the same speed-up in its last column."""
+make comparable), and for tests at depth > 0 their speed as a fraction of the same test and mode at depth 0; the
+markdown table carries both in its last two columns."""
 import json
 import os
 import statistics
@@ -31,6 +32,15 @@ for r in rows:
                  f"{name}: the spread is their standard deviation")
     checks.check(r["synthetic_fill"] == (r["depth"] > 0), f"{name}: synthetic_fill says whether the cache was filled")
     checks.check((r["n_prompt"], r["n_gen"]) == ((8, 0) if r["test"] == "pp8" else (0, 3)), f"{name}: n_prompt, n_gen")
+    if r["depth"] == 0:
+        checks.check(r["fraction_of_depth0"] is None, f"{name}: a depth-0 row has no fraction of depth 0")
+    else:
+        zero = next(z for z in rows if z["depth"] == 0 and z["test"] == r["test"] and z["dsa"] == r["dsa"]
+                    and z["indexer_precision"] == r["indexer_precision"])
+        want_fraction = r["tokens_per_s"] / zero["tokens_per_s"]
+        checks.check(r["fraction_of_depth0"] is not None and abs(r["fraction_of_depth0"] - want_fraction) < 1e-3,
+                     f"{name}: fraction of depth 0 {r['fraction_of_depth0']} is the ratio of the means "
+                     f"({want_fraction:.4f})")
     if not r["dsa"]:
         checks.check(r["speedup_over_dense"] is None, f"{name}: a dense row has no speed-up")
         continue
@@ -42,10 +52,13 @@ for r in rows:
 
 proc = harness.run(common)
 table = [line for line in proc.stdout.splitlines() if line.startswith("| sparrow")]
-checks.check("| vs dense |" in proc.stdout and len(table) == 12, f"the table has a row per test and mode ({len(table)})")
+checks.check("| vs dense | of depth 0 |" in proc.stdout and len(table) == 12,
+             f"the table has a row per test and mode ({len(table)})")
 for line in table:
     cells = [c.strip() for c in line.strip("|").split("|")]
     sparse = cells[3] == "on"
-    checks.check(cells[-1].endswith("x") if sparse else cells[-1] == "-",
+    checks.check(cells[-2].endswith("x") if sparse else cells[-2] == "-",
                  f"vs dense is a ratio on sparse rows and '-' on dense ones: {line}")
+    checks.check(cells[-1].endswith("%") if cells[2] == "300" else cells[-1] == "-",
+                 f"of depth 0 is a percentage on rows at depth 300 and '-' at depth 0: {line}")
 checks.finish()
