@@ -548,9 +548,10 @@ TEST(ModelFuzz, WeightTypesSparrowCannotComputeWithAreRefusedByName) {
     std::filesystem::remove_all(dir);
 }
 
-// A tensor no architecture reads would be part of another model (llama.cpp's optional attention biases, indexer
-// tensors on a layer marked as sharing): the load refuses the file naming it, where sparrow used to run without
-// it. What an architecture leaves unread on purpose still loads: MTP/NextN layers, attn_kv_b beside attn_k_b/v_b.
+// A tensor no architecture reads would be part of another model (llama.cpp's optional attention biases, a mistyped
+// name): the load refuses the file naming it, where sparrow used to run without it. What an architecture leaves
+// unread on purpose still loads: MTP/NextN layers, attn_kv_b beside attn_k_b/v_b, indexer tensors on a layer
+// marked as sharing.
 TEST(ModelFuzz, TensorsNoArchitectureReadsAreRefusedByName) {
     const std::string dir = test::make_temp_dir("model_unread");
     // path of `p`'s file with `edit` applied to its tensors
@@ -612,12 +613,17 @@ TEST(ModelFuzz, TensorsNoArchitectureReadsAreRefusedByName) {
     SyntheticParams glm = synthetic_defaults("glm-dsa");
     glm.n_layer = 3;
     glm.indexer_types = {1, 0, 1};
-    {  // IndexShare: layer 1 shares layer 0's selection, so indexer tensors there contradict indexer.types
+    {  // IndexShare: layer 1 reuses layer 0's selection whatever it holds (llama.cpp ignores indexer tensors there
+       // too); a tensor no indexer has is still refused
         const std::string path = variant(glm, "glm_shared_indexer", [&](std::vector<Tensor> &ts) {
             copy_as(ts, "blk.0.indexer.proj.weight", "blk.1.indexer.proj.weight");
+            copy_as(ts, "blk.0.indexer.k_norm.bias", "blk.1.indexer.k_norm.bias");
         });
-        const std::string msg = refusal(path);
-        EXPECT_NE(msg.find("(blk.1.indexer.proj.weight)"), std::string::npos) << msg;
+        EXPECT_EQ(refusal(path), "");
+        const std::string odd = refusal(variant(glm, "glm_odd", [&](std::vector<Tensor> &ts) {
+            copy_as(ts, "blk.0.indexer.proj.weight", "blk.1.attn_q_a.bias");
+        }));
+        EXPECT_NE(odd.find("(blk.1.attn_q_a.bias)"), std::string::npos) << odd;
     }
     SyntheticParams ds = synthetic_defaults("deepseek32");
     ds.n_layer = 2;

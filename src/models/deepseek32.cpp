@@ -428,9 +428,11 @@ class DsaModel final : public ArchModel {
         return bytes;
     }
 
-    // Left unread: the MTP/NextN layers past the ones run (llama.cpp loads and skips them too), and the combined
+    // Left unread: the MTP/NextN layers past the ones run (llama.cpp loads and skips them too); the combined
     // attn_kv_b some converters write beside the attn_k_b / attn_v_b that MLA reads (load_layer refuses a layer
-    // with attn_kv_b alone).
+    // with attn_kv_b alone); and indexer tensors on a layer indexer.types marks as sharing, which reuses the
+    // previous full layer's selection whatever it holds (llama.cpp's loader takes them as optional and its graph
+    // ignores them there).
     bool leaves_unread(const std::string &name) const override {
         int64_t il = 0;
         const char *p = name.c_str();
@@ -439,7 +441,9 @@ class DsaModel final : public ArchModel {
         if (*p < '0' || *p > '9') return false;
         for (; *p >= '0' && *p <= '9' && il < (int64_t(1) << 40); ++p) il = il * 10 + (*p - '0');
         if (*p != '.') return false;
-        return il >= hp_.n_layer || std::strcmp(p, ".attn_kv_b.weight") == 0;
+        if (il >= hp_.n_layer) return true;
+        return std::strcmp(p, ".attn_kv_b.weight") == 0 ||
+               (!hp_.indexer_full[static_cast<size_t>(il)] && std::strncmp(p, ".indexer.", 9) == 0);
     }
 
     // Cache-operation hooks: per layer the latent [c_kv | k_pe] (k_pe RoPE'd in adjacent pairs) and the
