@@ -631,6 +631,11 @@ TEST(ModelFuzz, TensorsNoArchitectureReadsAreRefusedByName) {
     {
         const std::string path = variant(ds, "ds_mtp", [](std::vector<Tensor> &) {});
         EXPECT_EQ(refusal(path), "");
+        // a layer past block_count is nobody's, MTP or not
+        const std::string stray = refusal(variant(ds, "ds_stray", [&](std::vector<Tensor> &ts) {
+            copy_as(ts, "blk.2.attn_norm.weight", "blk.3.attn_norm.weight");
+        }));
+        EXPECT_NE(stray.find("(blk.3.attn_norm.weight)"), std::string::npos) << stray;
     }
     {  // the combined kv_b beside its split form is left unread; alone it is refused by load_layer's own message
         const int64_t kv_rows = ds.n_head * (ds.head_nope + ds.head_v);

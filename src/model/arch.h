@@ -88,8 +88,8 @@ class ArchModel {
     virtual void shift_rows(ArchState &state, std::span<const int32_t> cells,
                             std::span<const int32_t> deltas) const = 0;
     // Whether the architecture knows the file's tensor `name` and leaves it unread on purpose (MTP/NextN
-    // layers, a redundant form of tensors it reads). The model refuses a file holding a tensor nobody read and
-    // no architecture leaves unread (Model::Model).
+    // layers, a redundant form of tensors it reads, tensors the metadata says a layer does without). The model
+    // refuses a file holding a tensor nobody read and the architecture does not leave unread (Model::Model).
     virtual bool leaves_unread(const std::string & /*name*/) const { return false; }
     // See Context::last_selections().
     virtual std::vector<LayerSelection> last_selections(const ArchState &) const { return {}; }

@@ -67,9 +67,9 @@ Model::Model(const std::string &path, const ModelParams &params) : file_(gguf::F
 }
 
 // A tensor the architecture neither read nor knows to leave unread is part of some other model (an attention
-// bias, an expert layout sparrow does not run, indexer tensors on a layer marked as sharing): computing without
-// it would give another model's output. So the file is refused, naming such tensors, as llama.cpp refuses a file
-// whose tensor count differs from what it loads.
+// bias, an expert layout sparrow does not run, a layer the file does not have): computing without it would give
+// another model's output. So the file is refused, naming such tensors, as llama.cpp refuses a file whose tensor
+// count differs from what it loads.
 void Model::refuse_unread_tensors() const {
     std::vector<std::string> unread;
     for (std::string &name : weights_->unused_tensors()) {

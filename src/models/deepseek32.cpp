@@ -40,6 +40,7 @@ struct DsaHParams {
     bool glm = false;  // glm-dsa: indexer RoPE in adjacent pairs, IndexShare
     int64_t n_vocab = 0, n_embd = 0, n_ctx_train = 0;
     int64_t n_layer = 0;  // layers run (block_count minus the trailing MTP/NextN layers)
+    int64_t n_block = 0;  // block_count: the layers run and the MTP/NextN layers after them
     int64_t n_head = 0, q_lora = 0, kv_lora = 0, nope = 0, n_rot = 0, v_head = 0;
     int64_t n_ff = 0, n_dense_lead = 0;
     MoeParams moe;
@@ -199,6 +200,7 @@ class DsaModel final : public ArchModel {
         if (n_nextn < 0 || n_nextn >= n_block)
             throw_error("%s: nextn_predict_layers %lld is out of range", f.name().c_str(), (long long)n_nextn);
         hp_.n_layer = n_block - n_nextn;
+        hp_.n_block = n_block;
         hp_.n_ctx_train = f.get_int(a + ".context_length", 4096);
         hp_.n_head = hparam_positive(f, a + ".attention.head_count");
         if (f.get_int(a + ".attention.head_count_kv", 1) != 1) {
@@ -441,6 +443,7 @@ class DsaModel final : public ArchModel {
         if (*p < '0' || *p > '9') return false;
         for (; *p >= '0' && *p <= '9' && il < (int64_t(1) << 40); ++p) il = il * 10 + (*p - '0');
         if (*p != '.') return false;
+        if (il >= hp_.n_block) return false;  // no such layer
         if (il >= hp_.n_layer) return true;
         return std::strcmp(p, ".attn_kv_b.weight") == 0 ||
                (!hp_.indexer_full[static_cast<size_t>(il)] && std::strncmp(p, ".indexer.", 9) == 0);
