@@ -42,6 +42,9 @@ struct BenchResult {
     std::string precision = "exact";
     double mean = 0, stddev = 0;  // tokens/s
     std::vector<double> speeds;   // tokens/s of each repetition
+    // At a depth > 0, when depth 0 is among the depths: the same test and mode at depth 0, one pass in each of
+    // the same rounds (fraction_of_depth0)
+    std::vector<double> depth0_speeds;
     int64_t bytes_per_token = 0;  // generation tests only
 };
 
@@ -99,44 +102,61 @@ double run_pass(ModeRun &m, int64_t depth, int64_t n_prompt, int64_t n_gen) {
     return double(n_prompt > 0 ? n_prompt : n_gen) / clock.seconds();
 }
 
+// A mode's context for a test at `depth` (filled with synthetic rows there), warmed by one pass.
+void start_mode(const std::shared_ptr<const Model> &model, const BenchFlags &f, ModeRun &m, int64_t depth,
+                int64_t n_prompt, int64_t n_gen) {
+    ContextParams cp = f.model.context_params();
+    cp.dsa = m.dsa;
+    cp.indexer_fast = m.precision == "fast";
+    // The context the test needs, or -c when that is larger; the prompt's decode calls take -b tokens.
+    const int64_t needed = depth + std::max(n_prompt, n_gen) + 8;
+    if (f.model.n_ctx != 0 && f.model.n_ctx < needed) {
+        throw_error("-c %lld is smaller than the %lld cells a test needs (depth %lld + %lld tokens + 8)",
+                    (long long)f.model.n_ctx, (long long)needed, (long long)depth,
+                    (long long)std::max(n_prompt, n_gen));
+    }
+    cp.n_ctx = std::max(needed, f.model.n_ctx);
+    cp.n_batch = std::min(f.model.n_batch, std::max<int64_t>(n_prompt, 1));
+    m.ctx = std::make_unique<Context>(model, cp);
+    if (depth > 0) m.ctx->fill_synthetic(0, depth, 1234);
+    run_pass(m, depth, n_prompt, n_gen);  // warms caches and page tables
+}
+
 // One test in every mode. The modes' contexts exist together, each warmed by one pass, and the repetitions go
 // round the modes (rep 1 of each, then rep 2 ...): a ratio between two modes then compares passes made seconds
 // apart, where running one mode's repetitions after the other's let a shared machine's drift (10-25% within
-// minutes on the VMs these figures come from) into the ratio. most_cache_bytes: raised to the bytes the test's
-// caches hold together, for the peak-memory line.
+// minutes on the VMs these figures come from) into the ratio. With `depth0_rounds` (a test at a depth > 0 when
+// depth 0 is measured too) each mode also has a context at depth 0 that takes a pass in every round, so that the
+// share of depth 0's speed is a ratio of the same kind. most_cache_bytes: raised to the bytes the test's caches
+// hold together, for the peak-memory line.
 std::vector<BenchResult> run_test(const std::shared_ptr<const Model> &model, const BenchFlags &f,
                                   const std::vector<std::pair<bool, std::string>> &modes, int64_t depth,
-                                  int64_t n_prompt, int64_t n_gen, int64_t &most_cache_bytes) {
-    std::vector<ModeRun> runs(modes.size());
+                                  int64_t n_prompt, int64_t n_gen, bool depth0_rounds, int64_t &most_cache_bytes) {
+    std::vector<ModeRun> runs(modes.size()), at_depth0(depth0_rounds ? modes.size() : 0);
     for (size_t i = 0; i < modes.size(); ++i) {
-        ModeRun &m = runs[i];
-        m.dsa = modes[i].first;
-        m.precision = modes[i].second;
-        ContextParams cp = f.model.context_params();
-        cp.dsa = m.dsa;
-        cp.indexer_fast = m.precision == "fast";
-        // The context the test needs, or -c when that is larger; the prompt's decode calls take -b tokens.
-        const int64_t needed = depth + std::max(n_prompt, n_gen) + 8;
-        if (f.model.n_ctx != 0 && f.model.n_ctx < needed) {
-            throw_error("-c %lld is smaller than the %lld cells a test needs (depth %lld + %lld tokens + 8)",
-                        (long long)f.model.n_ctx, (long long)needed, (long long)depth,
-                        (long long)std::max(n_prompt, n_gen));
-        }
-        cp.n_ctx = std::max(needed, f.model.n_ctx);
-        cp.n_batch = std::min(f.model.n_batch, std::max<int64_t>(n_prompt, 1));
-        m.ctx = std::make_unique<Context>(model, cp);
-        if (depth > 0) m.ctx->fill_synthetic(0, depth, 1234);
-        run_pass(m, depth, n_prompt, n_gen);  // warms caches and page tables
+        runs[i].dsa = modes[i].first;
+        runs[i].precision = modes[i].second;
+        start_mode(model, f, runs[i], depth, n_prompt, n_gen);
+        if (!depth0_rounds) continue;
+        at_depth0[i].dsa = modes[i].first;
+        at_depth0[i].precision = modes[i].second;
+        start_mode(model, f, at_depth0[i], 0, n_prompt, n_gen);
     }
     int64_t cache_bytes = 0;
     for (const ModeRun &m : runs) cache_bytes += m.ctx->cache_bytes();
+    for (const ModeRun &m : at_depth0) cache_bytes += m.ctx->cache_bytes();
     most_cache_bytes = std::max(most_cache_bytes, cache_bytes);
     for (int rep = 0; rep < f.reps; ++rep) {
-        for (ModeRun &m : runs) m.speeds.push_back(run_pass(m, depth, n_prompt, n_gen));
+        for (size_t i = 0; i < runs.size(); ++i) {
+            runs[i].speeds.push_back(run_pass(runs[i], depth, n_prompt, n_gen));
+            if (depth0_rounds) at_depth0[i].speeds.push_back(run_pass(at_depth0[i], 0, n_prompt, n_gen));
+        }
     }
     std::vector<BenchResult> results;
-    for (ModeRun &m : runs) {
+    for (size_t i = 0; i < runs.size(); ++i) {
+        ModeRun &m = runs[i];
         BenchResult r;
+        if (depth0_rounds) r.depth0_speeds = at_depth0[i].speeds;
         r.test = n_prompt > 0 ? "pp" + std::to_string(n_prompt) : "tg" + std::to_string(n_gen);
         r.n_prompt = n_prompt;
         r.n_gen = n_gen;
@@ -159,30 +179,32 @@ std::vector<BenchResult> run_test(const std::shared_ptr<const Model> &model, con
     return results;
 }
 
+// The median of a[i] / b[i] (a and b of one size, not empty).
+double median_ratio(const std::vector<double> &a, const std::vector<double> &b) {
+    std::vector<double> ratios;
+    for (size_t i = 0; i < a.size(); ++i) ratios.push_back(a[i] / b[i]);
+    std::sort(ratios.begin(), ratios.end());
+    const size_t n = ratios.size();
+    return n % 2 ? ratios[n / 2] : 0.5 * (ratios[n / 2 - 1] + ratios[n / 2]);
+}
+
 // Each sparse result's speed-up over the dense result of the same test: the median over repetitions of the
 // ratio of passes made in the same round (run_test), or 0 without a dense result.
 double speedup_over_dense(const BenchResult &r, const std::vector<BenchResult> &all) {
     if (!r.dsa) return 0.0;
     for (const BenchResult &d : all) {
         if (d.dsa || d.test != r.test || d.depth != r.depth || d.speeds.size() != r.speeds.size()) continue;
-        std::vector<double> ratios;
-        for (size_t i = 0; i < r.speeds.size(); ++i) ratios.push_back(r.speeds[i] / d.speeds[i]);
-        std::sort(ratios.begin(), ratios.end());
-        const size_t n = ratios.size();
-        return n % 2 ? ratios[n / 2] : 0.5 * (ratios[n / 2 - 1] + ratios[n / 2]);
+        return median_ratio(r.speeds, d.speeds);
     }
     return 0.0;
 }
 
-// A result at depth > 0 as a fraction of the same test and mode at depth 0 (the ratio of the means: the depths run
-// one after the other, not in rounds), or 0 without one: how much of its speed a mode keeps as the context grows.
-double fraction_of_depth0(const BenchResult &r, const std::vector<BenchResult> &all) {
-    if (r.depth == 0) return 0.0;
-    for (const BenchResult &z : all) {
-        if (z.depth == 0 && z.test == r.test && z.dsa == r.dsa && z.precision == r.precision && z.mean > 0)
-            return r.mean / z.mean;
-    }
-    return 0.0;
+// A result at depth > 0 as a fraction of the same test and mode at depth 0: the median of the rounds' ratios to
+// the depth-0 passes made in them (run_test), or 0 when depth 0 was not measured. How much of its speed a mode
+// keeps as the context grows.
+double fraction_of_depth0(const BenchResult &r) {
+    if (r.depth == 0 || r.depth0_speeds.empty() || r.depth0_speeds.size() != r.speeds.size()) return 0.0;
+    return median_ratio(r.speeds, r.depth0_speeds);
 }
 
 int bench(const BenchFlags &f) {
@@ -208,16 +230,18 @@ int bench(const BenchFlags &f) {
     }
     std::vector<BenchResult> results;
     int64_t most_cache_bytes = 0;
+    const bool with_depth0 = std::find(f.depths.begin(), f.depths.end(), 0) != f.depths.end();
     for (const int64_t depth : f.depths) {
+        const bool depth0_rounds = with_depth0 && depth > 0;
         for (const int64_t p : f.n_prompt) {
             if (p > 0) {
-                for (BenchResult &r : run_test(model, f, modes, depth, p, 0, most_cache_bytes))
+                for (BenchResult &r : run_test(model, f, modes, depth, p, 0, depth0_rounds, most_cache_bytes))
                     results.push_back(std::move(r));
             }
         }
         for (const int64_t n : f.n_gen) {
             if (n > 0) {
-                for (BenchResult &r : run_test(model, f, modes, depth, 0, n, most_cache_bytes))
+                for (BenchResult &r : run_test(model, f, modes, depth, 0, n, depth0_rounds, most_cache_bytes))
                     results.push_back(std::move(r));
             }
         }
@@ -237,27 +261,31 @@ int bench(const BenchFlags &f) {
         for (size_t i = 0; i < results.size(); ++i) {
             const BenchResult &r = results[i];
             const double gbs = r.mean * double(r.bytes_per_token) / 1e9;
-            std::string each;
+            std::string each, each0;
             for (size_t k = 0; k < r.speeds.size(); ++k) each += strprintf(k ? ", %.3f" : "%.3f", r.speeds[k]);
+            for (size_t k = 0; k < r.depth0_speeds.size(); ++k)
+                each0 += strprintf(k ? ", %.3f" : "%.3f", r.depth0_speeds[k]);
             const double speedup = speedup_over_dense(r, results);
-            const double of_depth0 = fraction_of_depth0(r, results);
+            const double of_depth0 = fraction_of_depth0(r);
             std::printf(
                 "  {\"model\": \"%s\", \"test\": \"%s\", \"n_prompt\": %lld, \"n_gen\": %lld, \"depth\": %lld, "
                 "\"dsa\": %s, \"indexer_precision\": \"%s\", \"threads\": %d, \"tokens_per_s\": %.3f, "
                 "\"tokens_per_s_stddev\": %.3f, \"tokens_per_s_each\": [%s], \"speedup_over_dense\": %s, "
-                "\"fraction_of_depth0\": %s, \"bytes_per_token\": %lld, \"gb_per_s\": %.3f, \"copy_gb_per_s\": %.3f, "
+                "\"fraction_of_depth0\": %s, \"depth0_tokens_per_s_each\": [%s], \"bytes_per_token\": %lld, "
+                "\"gb_per_s\": %.3f, \"copy_gb_per_s\": %.3f, "
                 "\"synthetic_fill\": %s}%s\n",
                 f.model.model_path.c_str(), r.test.c_str(), (long long)r.n_prompt, (long long)r.n_gen,
                 (long long)r.depth, r.dsa ? "true" : "false", r.precision.c_str(), n_threads, r.mean, r.stddev,
                 each.c_str(), speedup > 0 ? strprintf("%.4f", speedup).c_str() : "null",
-                of_depth0 > 0 ? strprintf("%.4f", of_depth0).c_str() : "null", (long long)r.bytes_per_token, gbs,
-                copy_bw / 1e9, r.depth > 0 ? "true" : "false", i + 1 < results.size() ? "," : "");
+                of_depth0 > 0 ? strprintf("%.4f", of_depth0).c_str() : "null", each0.c_str(),
+                (long long)r.bytes_per_token, gbs, copy_bw / 1e9, r.depth > 0 ? "true" : "false",
+                i + 1 < results.size() ? "," : "");
         }
         std::printf("]\n");
         return 0;
     }
-    // vs dense: a sparse row's speed-up over the dense row of the same test (median of the rounds' ratios); of
-    // depth 0: the row's speed against the same test and mode at depth 0.
+    // vs dense: a sparse row's speed-up over the dense row of the same test; of depth 0: the row's speed against
+    // the same test and mode at depth 0 (each the median of the rounds' ratios).
     std::printf(
         "| model | test | depth | dsa | indexer | t/s | bytes/token | GB/s | %% of copy | vs dense | of depth 0 |\n");
     std::printf("|---|---|---:|---|---|---:|---:|---:|---:|---:|---:|\n");
@@ -265,7 +293,7 @@ int bench(const BenchFlags &f) {
         std::string bytes = "-", gbs = "-", frac = "-";
         const double speedup = speedup_over_dense(r, results);
         const std::string vs_dense = speedup > 0 ? strprintf("%.2fx", speedup) : "-";
-        const double of_depth0 = fraction_of_depth0(r, results);
+        const double of_depth0 = fraction_of_depth0(r);
         const std::string vs_depth0 = of_depth0 > 0 ? strprintf("%.1f%%", 100.0 * of_depth0) : "-";
         if (r.bytes_per_token > 0) {
             const double bw = r.mean * double(r.bytes_per_token);

@@ -1,8 +1,9 @@
 """`sparrow bench` output: one JSON object per test and mode (pp and tg, each depth, sparse per indexer precision
 and dense), each with its repetitions' speeds, their mean and spread, and for sparse tests the speed-up over the
 dense test of the same round (the median of the per-repetition ratios, which the modes' interleaved repetitions
-make comparable), and for tests at depth > 0 their speed as a fraction of the same test and mode at depth 0; the
-markdown table carries both in its last two columns."""
+make comparable), and for tests at depth > 0 their speed as a fraction of the same test and mode at depth 0 (the
+median of the ratios to depth-0 passes made in the same rounds); the markdown table carries both in its last two
+columns. Without depth 0 among the depths there is no fraction."""
 import json
 import os
 import statistics
@@ -32,14 +33,16 @@ for r in rows:
                  f"{name}: the spread is their standard deviation")
     checks.check(r["synthetic_fill"] == (r["depth"] > 0), f"{name}: synthetic_fill says whether the cache was filled")
     checks.check((r["n_prompt"], r["n_gen"]) == ((8, 0) if r["test"] == "pp8" else (0, 3)), f"{name}: n_prompt, n_gen")
+    each0 = r["depth0_tokens_per_s_each"]
     if r["depth"] == 0:
-        checks.check(r["fraction_of_depth0"] is None, f"{name}: a depth-0 row has no fraction of depth 0")
+        checks.check(r["fraction_of_depth0"] is None and each0 == [],
+                     f"{name}: a depth-0 row has no fraction of depth 0 and no depth-0 passes of its own")
     else:
-        zero = next(z for z in rows if z["depth"] == 0 and z["test"] == r["test"] and z["dsa"] == r["dsa"]
-                    and z["indexer_precision"] == r["indexer_precision"])
-        want_fraction = r["tokens_per_s"] / zero["tokens_per_s"]
+        checks.check(len(each0) == 3 and all(v > 0 for v in each0),
+                     f"{name}: three depth-0 passes made in the rounds of its repetitions ({each0})")
+        want_fraction = statistics.median(a / b for a, b in zip(each, each0))
         checks.check(r["fraction_of_depth0"] is not None and abs(r["fraction_of_depth0"] - want_fraction) < 1e-3,
-                     f"{name}: fraction of depth 0 {r['fraction_of_depth0']} is the ratio of the means "
+                     f"{name}: fraction of depth 0 {r['fraction_of_depth0']} is the median of the rounds' ratios "
                      f"({want_fraction:.4f})")
     if not r["dsa"]:
         checks.check(r["speedup_over_dense"] is None, f"{name}: a dense row has no speed-up")
@@ -49,6 +52,11 @@ for r in rows:
     checks.check(r["speedup_over_dense"] is not None and abs(r["speedup_over_dense"] - want_speedup) < 1e-3,
                  f"{name}: speed-up over dense {r['speedup_over_dense']} is the median of the rounds' ratios "
                  f"({want_speedup:.4f})")
+
+proc = harness.run(["bench", "-m", model, "-p", 0, "-n", 2, "-d", 300, "--dsa", "on", "-r", 2, "-t", 2, "-o", "json"])
+alone = json.loads(proc.stdout)
+checks.check(len(alone) == 1 and alone[0]["fraction_of_depth0"] is None and alone[0]["depth0_tokens_per_s_each"] == [],
+             "without depth 0 among the depths a row has no fraction of depth 0")
 
 proc = harness.run(common)
 table = [line for line in proc.stdout.splitlines() if line.startswith("| sparrow")]
