@@ -76,12 +76,11 @@ inline void load_queries(const uint8_t *qp, __mmask16 last_mask, __m512i *q) {
     }
 }
 
-// sum_h w[h] * relu(dot[h] - offset) over the pass's heads, as one f32.
+// sum_h w[h] * relu(dot[h]) over the pass's heads, as one f32.
 template <int NV>
-inline float weighted_relu_sum(const __m512i *dot, __m512i offset, const __m512 *wv) {
-    __m512 s = _mm512_mul_ps(wv[0], relu(_mm512_cvtepi32_ps(_mm512_sub_epi32(dot[0], offset))));
-    for (int v = 1; v < NV; ++v)
-        s = _mm512_fmadd_ps(wv[v], relu(_mm512_cvtepi32_ps(_mm512_sub_epi32(dot[v], offset))), s);
+inline float weighted_relu_sum(const __m512i *dot, const __m512 *wv) {
+    __m512 s = _mm512_mul_ps(wv[0], relu(_mm512_cvtepi32_ps(dot[0])));
+    for (int v = 1; v < NV; ++v) s = _mm512_fmadd_ps(wv[v], relu(_mm512_cvtepi32_ps(dot[v])), s);
     return _mm512_reduce_add_ps(s);
 }
 
@@ -90,9 +89,12 @@ template <int NV, int NK>
 inline void score_keys_i8(const uint8_t *qT4, const __m512 *wv, __mmask16 last_mask, int64_t hp, int64_t dp,
                           const int8_t *keys, const int32_t *ksum, const float *kscale, int64_t j, float *scores,
                           bool add, int32_t q_offset) {
+    // Each key's accumulators start at -q_offset * sum(key), so that they end at the products of the signed query
+    // (the offset taken off once, in int32, exactly as after the loop).
     __m512i a[NK][NV];
     for (int k = 0; k < NK; ++k) {
-        for (int v = 0; v < NV; ++v) a[k][v] = _mm512_setzero_si512();
+        const __m512i start = _mm512_set1_epi32(-q_offset * ksum[j + k]);
+        for (int v = 0; v < NV; ++v) a[k][v] = start;
     }
     const int64_t n_groups = dp / 4;
     const int64_t q_stride = hp * 4;  // bytes from one group of four elements to the next
@@ -106,7 +108,7 @@ inline void score_keys_i8(const uint8_t *qT4, const __m512 *wv, __mmask16 last_m
         }
     }
     for (int k = 0; k < NK; ++k) {
-        const float r = kscale[j + k] * weighted_relu_sum<NV>(a[k], _mm512_set1_epi32(q_offset * ksum[j + k]), wv);
+        const float r = kscale[j + k] * weighted_relu_sum<NV>(a[k], wv);
         scores[j + k] = add ? scores[j + k] + r : r;
     }
 }
