@@ -636,6 +636,11 @@ TEST(ModelFuzz, TensorsNoArchitectureReadsAreRefusedByName) {
             copy_as(ts, "blk.2.attn_norm.weight", "blk.3.attn_norm.weight");
         }));
         EXPECT_NE(stray.find("(blk.3.attn_norm.weight)"), std::string::npos) << stray;
+        for (const char *odd : {"blk.-1.attn_norm.weight", "blk.1x.attn_norm.weight", "blk.2", "blk..attn_norm"}) {
+            const std::string msg = refusal(variant(
+                ds, "ds_odd_name", [&](std::vector<Tensor> &ts) { copy_as(ts, "blk.2.attn_norm.weight", odd); }));
+            EXPECT_NE(msg.find(std::string("(") + odd + ")"), std::string::npos) << msg;
+        }
     }
     {  // the combined kv_b beside its split form is left unread; alone it is refused by load_layer's own message
         const int64_t kv_rows = ds.n_head * (ds.head_nope + ds.head_v);

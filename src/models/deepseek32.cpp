@@ -15,10 +15,11 @@
 //   o_h  = W_UV_h sum_j softmax_j(kq_scale * q'_h . latent_j) c_kv_j  over the selected (or all) keys
 //   x   += attn_output o;   x += ffn(rms_norm(x) * ffn_norm)   (dense SwiGLU or MoE)
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <cmath>
-#include <cstring>
 #include <optional>
+#include <string_view>
 #include <vector>
 
 #include "attention/attention.h"
@@ -436,17 +437,15 @@ class DsaModel final : public ArchModel {
     // previous full layer's selection whatever it holds (llama.cpp's loader takes them as optional and its graph
     // ignores them there).
     bool leaves_unread(const std::string &name) const override {
-        int64_t il = 0;
-        const char *p = name.c_str();
-        if (std::strncmp(p, "blk.", 4) != 0) return false;
-        p += 4;
-        if (*p < '0' || *p > '9') return false;
-        for (; *p >= '0' && *p <= '9' && il < (int64_t(1) << 40); ++p) il = il * 10 + (*p - '0');
-        if (*p != '.') return false;
-        if (il >= hp_.n_block) return false;  // no such layer
+        if (!name.starts_with("blk.")) return false;
+        const char *const end = name.data() + name.size();
+        int64_t il = -1;
+        const auto [rest, ec] = std::from_chars(name.data() + 4, end, il);
+        if (ec != std::errc() || rest == end || *rest != '.' || il < 0 || il >= hp_.n_block) return false;
         if (il >= hp_.n_layer) return true;
-        return std::strcmp(p, ".attn_kv_b.weight") == 0 ||
-               (!hp_.indexer_full[static_cast<size_t>(il)] && std::strncmp(p, ".indexer.", 9) == 0);
+        const std::string_view part(rest, static_cast<size_t>(end - rest));  // ".attn_kv_b.weight", ...
+        return part == ".attn_kv_b.weight" ||
+               (!hp_.indexer_full[static_cast<size_t>(il)] && part.starts_with(".indexer."));
     }
 
     // Cache-operation hooks: per layer the latent [c_kv | k_pe] (k_pe RoPE'd in adjacent pairs) and the
