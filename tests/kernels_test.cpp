@@ -1009,6 +1009,62 @@ TEST(Matmul, ManyWithStridesReadsAndWritesSlicesInPlace) {
     EXPECT_THROW(matmul_many(pool, scratch, &short_y, 1), Error);
 }
 
+// A MatmulSection's products are matmul_many's bits however its chunks are taken: all by finish() on the pool,
+// all by run_some() on this thread, or some by run_some() on several threads at once (with the rest, if any, by
+// finish()). Strided per-head tasks (MLA's W_UK, as the model runs them beside the indexer's merge) and a dense one.
+TEST(Matmul, SectionEqualsManyBitForBit) {
+    std::mt19937 rng(71);
+    constexpr int64_t kHeads = 5, kIn = 128, kOut = 96, kInSlot = 160, kOutSlot = 112;
+    for (const DType t : {DType::Q8_0, DType::F16, DType::Q4_K})
+        for (const int64_t T : {1, 3, 9}) {
+            const int64_t n_cols = dtype_dots_q8_k(t) ? 256 : kIn, in_slot = std::max(kInSlot, n_cols);
+            std::vector<TestMatrix> mats;
+            for (int64_t h = 0; h < kHeads; ++h) mats.emplace_back(rng, t, kOut, n_cols);
+            TestMatrix dense(rng, DType::Q8_0, 600, 256);
+            const auto x = test::random_floats(rng, static_cast<size_t>(T * kHeads * in_slot), -2.0f, 2.0f);
+            const auto xd = test::random_floats(rng, static_cast<size_t>(T * 256), -2.0f, 2.0f);
+            auto make_tasks = [&](std::vector<float> &y, std::vector<float> &yd) {
+                y.assign(static_cast<size_t>(T * kHeads * kOutSlot), 1234.5f);
+                yd.assign(static_cast<size_t>(T * 600), NAN);
+                std::vector<MatmulTask> tasks;
+                for (int64_t h = 0; h < kHeads; ++h) {
+                    tasks.push_back({&mats[static_cast<size_t>(h)].w, x.data() + h * in_slot, T,
+                                     y.data() + h * kOutSlot, kHeads * in_slot, kHeads * kOutSlot});
+                }
+                tasks.push_back({&dense.w, xd.data(), T, yd.data()});
+                return tasks;
+            };
+            ThreadPool pool(3);
+            OpScratch scratch;
+            std::vector<float> want, want_d;
+            const auto want_tasks = make_tasks(want, want_d);
+            matmul_many(pool, scratch, want_tasks.data(), std::ssize(want_tasks));
+            for (int mode = 0; mode < 3; ++mode) {
+                std::vector<float> y, yd;
+                const auto tasks = make_tasks(y, yd);
+                MatmulSection section;
+                section.prepare(scratch, tasks.data(), std::ssize(tasks), pool.n_threads());
+                if (mode == 1) section.run_some();
+                if (mode == 2)
+                    pool.run([&section](int ith, int) {
+                        if (ith > 0) section.run_some();
+                    });
+                section.finish(pool);
+                ASSERT_EQ(std::memcmp(y.data(), want.data(), want.size() * sizeof(float)), 0)
+                    << dtype_name(t) << ", " << T << " tokens, mode " << mode;
+                ASSERT_EQ(std::memcmp(yd.data(), want_d.data(), want_d.size() * sizeof(float)), 0)
+                    << dtype_name(t) << ", " << T << " tokens, mode " << mode;
+            }
+        }
+    // A bad task is refused at prepare(), as by matmul_many.
+    TestMatrix m(rng, DType::Q8_0, 16, 64);
+    std::vector<float> x(256), y(256);
+    const MatmulTask short_x{&m.w, x.data(), 2, y.data(), 63, 0};
+    OpScratch scratch;
+    MatmulSection section;
+    EXPECT_THROW(section.prepare(scratch, &short_x, 1, 2), Error);
+}
+
 TEST(Matmul, RejectsBadShapes) {
     ThreadPool pool(1);
     OpScratch scratch;

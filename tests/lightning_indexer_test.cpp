@@ -6,8 +6,10 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <numeric>
 #include <random>
@@ -486,6 +488,44 @@ TEST(Indexer, WorkspaceTimesThePhases) {
     EXPECT_EQ(workspace.phase_seconds().score, after_fast.score);
     EXPECT_EQ(workspace.phase_seconds().rescore, after_fast.rescore);
     EXPECT_EQ(out.at(0).size(), p.cand.at(0).size());
+}
+
+// Work handed to the call beside its merge: in decode (one scored query) on two or more threads, the threads the
+// merge leaves idle run it (every task done by the time the call returns, here), and the selection is what the call
+// makes without it; with many queries or one thread it may not run, and the selection is the same.
+TEST(Indexer, WorkBesideTheMergeRunsAndChangesNothing) {
+    struct Case {
+        int64_t n_tokens, n_seq;
+        int threads;
+        bool must_run;
+    };
+    std::mt19937 rng(67);
+    for (const Case &c :
+         {Case{1, 1, 2, true}, Case{1, 1, 3, true}, Case{3, 2, 2, true}, Case{1, 1, 1, false}, Case{40, 3, 2, false}}) {
+        Problem p = make_problem(rng, c.n_tokens, c.n_seq, 3000, 32, 128, DType::F16, true);
+        fill_structured(rng, p);
+        ThreadPool pool(c.threads);
+        for (auto precision : {IndexerPrecision::exact, IndexerPrecision::fast}) {
+            std::vector<std::vector<int32_t>> plain, beside;
+            lightning_indexer_select(pool, p.shape, precision, p.q.data(), p.w.data(), p.n_tokens, p.keys, p.cand, 256,
+                                     plain);
+            constexpr int kTasks = 64;
+            std::atomic<int> next{0}, done{0};
+            const std::function<void()> work = [&] {
+                while (next.fetch_add(1) < kTasks) done.fetch_add(1);
+            };
+            IndexerWorkspace workspace;
+            lightning_indexer_select(pool, p.shape, precision, p.q.data(), p.w.data(), p.n_tokens, p.keys, p.cand, 256,
+                                     beside, &workspace, work);
+            EXPECT_EQ(beside, plain) << c.n_tokens << " tokens, " << c.threads << " threads";
+            if (c.must_run) {
+                EXPECT_EQ(done.load(), kTasks) << c.n_tokens << " tokens, " << c.threads << " threads";
+            }
+            if (c.threads == 1) {
+                EXPECT_EQ(done.load(), 0);
+            }
+        }
+    }
 }
 
 // Fast mode keeps the selection: mean Jaccard with exact mode >= 0.98 at H 32, D 128, contexts to 16K, over an

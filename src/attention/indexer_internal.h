@@ -12,7 +12,8 @@ namespace sparrow::indexer {
 void select_with_isa(cpu::Isa isa, ThreadPool &pool, const IndexerShape &shape, IndexerPrecision precision,
                      const float *q, const float *w, int64_t n_tokens, const RowStore &keys,
                      std::span<const std::span<const int32_t>> candidates, int64_t top_k,
-                     std::vector<std::vector<int32_t>> &selected, IndexerWorkspace *workspace = nullptr);
+                     std::vector<std::vector<int32_t>> &selected, IndexerWorkspace *workspace = nullptr,
+                     const std::function<void()> &beside_merge = {});
 
 // As select_with_isa at the avx2 level with the plain AVX2 int8 kernels (maddubs, 6-bit queries) even where the CPU
 // has AVX-VNNI, so that tests cover that path on any AVX2 CPU.

@@ -60,6 +60,9 @@ constexpr int64_t kTileKeys = 64;     // keys converted per tile: 64 x 128 f32 =
 constexpr int64_t kTileQueries = 16;  // queries sharing each converted key tile
 // Below this many multiply-adds a call runs on the calling thread: waking the pool costs more.
 constexpr int64_t kMinParallelWork = int64_t(1) << 21;
+// Queries per chunk of the parallel per-query phases (merge, choice); with this many or fewer scored queries the
+// merges are dealt one query at a time instead (a 16K-key merge takes ~50 us).
+constexpr int64_t kMergeGrain = 8;
 
 struct Kernels {
     decltype(&indexer::scalar::score_f32) score_f32;
@@ -240,9 +243,10 @@ class Selector {
   public:
     Selector(const Kernels &kernels, const IndexerShape &shape, const float *q, const float *w, const RowStore &keys,
              std::span<const std::span<const int32_t>> candidates, int64_t top_k, indexer::Buffers &buffers,
-             SelectionPhaseSeconds *phases)
+             SelectionPhaseSeconds *phases, const std::function<void()> &beside_merge)
         : b_(buffers),
           phases_(phases),
+          beside_merge_(beside_merge),
           k_(kernels),
           n_head_(shape.n_head),
           d_(shape.head_dim),
@@ -279,6 +283,7 @@ class Selector {
 
     indexer::Buffers &b_;            // the call's storage: queries, chunks, top-k buffers, per-thread scratch
     SelectionPhaseSeconds *phases_;  // where the phases' times are added (null: not timed)
+    const std::function<void()> &beside_merge_;  // the caller's work for threads the merge leaves idle (may be empty)
     const Kernels &k_;
     const int64_t n_head_, d_, hp_, dp_;
     const float *q_, *w_;
@@ -632,13 +637,24 @@ void Selector::run(ThreadPool &pool, IndexerPrecision precision, int64_t n_token
             for (int64_t pos = begin; pos < end; ++pos) fn(b_.select[static_cast<size_t>(ith)], pos);
         };
         if (parallel) {
-            pool.parallel_for_threads(n_scored, 8, range);
+            pool.parallel_for_threads(n_scored, kMergeGrain, range);
         } else {
             range(0, 0, n_scored);
         }
     };
     lap(&SelectionPhaseSeconds::score);
-    for_queries([&](std::vector<uint64_t> &select, int64_t pos) { merge_splits(select, pos); });
+    if (parallel && n_scored <= kMergeGrain) {
+        // Few queries (decode: one), whose merges for_queries would run on this thread alone: each thread takes
+        // whole queries, and then, with the threads no merge needs, the caller's work beside the merge.
+        std::atomic<int64_t> next_query{0};
+        pool.run([&](int ith, int) {
+            for (int64_t pos; (pos = next_query.fetch_add(1, std::memory_order_relaxed)) < n_scored;)
+                merge_splits(b_.select[static_cast<size_t>(ith)], pos);
+            if (beside_merge_) beside_merge_();
+        });
+    } else {
+        for_queries([&](std::vector<uint64_t> &select, int64_t pos) { merge_splits(select, pos); });
+    }
     lap(&SelectionPhaseSeconds::merge);
 
     // Fast mode's exact re-scoring, in pieces of the queries' bands (about two per thread in decode, where
@@ -686,7 +702,8 @@ namespace {
 void select_with_kernels(const Kernels &kernels, ThreadPool &pool, const IndexerShape &shape,
                          IndexerPrecision precision, const float *q, const float *w, int64_t n_tokens,
                          const RowStore &keys, std::span<const std::span<const int32_t>> candidates, int64_t top_k,
-                         std::vector<std::vector<int32_t>> &selected, IndexerWorkspace *workspace) {
+                         std::vector<std::vector<int32_t>> &selected, IndexerWorkspace *workspace,
+                         const std::function<void()> &beside_merge) {
     if (n_tokens < 0 || static_cast<int64_t>(candidates.size()) != n_tokens) {
         throw_error("lightning indexer: %lld candidate lists for %lld tokens",
                     static_cast<long long>(candidates.size()), static_cast<long long>(n_tokens));
@@ -728,7 +745,8 @@ void select_with_kernels(const Kernels &kernels, ThreadPool &pool, const Indexer
     if (!q || !w) throw_error("lightning indexer: q and w are required when a query has more than top_k candidates");
     std::optional<IndexerWorkspace> own;  // this call's buffers when the caller keeps none
     indexer::Buffers &buffers = workspace ? workspace->buffers() : own.emplace().buffers();
-    Selector(kernels, shape, q, w, keys, candidates, top_k, buffers, workspace ? &workspace->phase_seconds() : nullptr)
+    Selector(kernels, shape, q, w, keys, candidates, top_k, buffers, workspace ? &workspace->phase_seconds() : nullptr,
+             beside_merge)
         .run(pool, precision, n_tokens, selected);
 }
 
@@ -737,9 +755,10 @@ void select_with_kernels(const Kernels &kernels, ThreadPool &pool, const Indexer
 void select_with_isa(cpu::Isa isa, ThreadPool &pool, const IndexerShape &shape, IndexerPrecision precision,
                      const float *q, const float *w, int64_t n_tokens, const RowStore &keys,
                      std::span<const std::span<const int32_t>> candidates, int64_t top_k,
-                     std::vector<std::vector<int32_t>> &selected, IndexerWorkspace *workspace) {
+                     std::vector<std::vector<int32_t>> &selected, IndexerWorkspace *workspace,
+                     const std::function<void()> &beside_merge) {
     select_with_kernels(indexer_kernels_for(isa), pool, shape, precision, q, w, n_tokens, keys, candidates, top_k,
-                        selected, workspace);
+                        selected, workspace, beside_merge);
 }
 
 void select_with_avx2_maddubs(ThreadPool &pool, const IndexerShape &shape, IndexerPrecision precision, const float *q,
@@ -747,7 +766,7 @@ void select_with_avx2_maddubs(ThreadPool &pool, const IndexerShape &shape, Index
                               std::span<const std::span<const int32_t>> candidates, int64_t top_k,
                               std::vector<std::vector<int32_t>> &selected) {
     select_with_kernels(kAvx2Kernels, pool, shape, precision, q, w, n_tokens, keys, candidates, top_k, selected,
-                        nullptr);
+                        nullptr, {});
 }
 
 int query_offset_for(cpu::Isa isa) { return indexer_kernels_for(isa).query_offset; }
@@ -766,9 +785,10 @@ int indexer_fast_query_bits() {
 void lightning_indexer_select(ThreadPool &pool, const IndexerShape &shape, IndexerPrecision precision, const float *q,
                               const float *w, int64_t n_tokens, const RowStore &keys,
                               std::span<const std::span<const int32_t>> candidates, int64_t top_k,
-                              std::vector<std::vector<int32_t>> &selected, IndexerWorkspace *workspace) {
+                              std::vector<std::vector<int32_t>> &selected, IndexerWorkspace *workspace,
+                              const std::function<void()> &beside_merge) {
     indexer::select_with_isa(cpu::kernels().isa, pool, shape, precision, q, w, n_tokens, keys, candidates, top_k,
-                             selected, workspace);
+                             selected, workspace, beside_merge);
 }
 
 IndexerWorkspace::IndexerWorkspace() : buffers_(std::make_unique<indexer::Buffers>()) {}

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <vector>
@@ -67,10 +68,16 @@ class IndexerWorkspace {
     SelectionPhaseSeconds phases_;
 };
 
+// `beside_merge` (optional): other work of the caller's that does not need the selection. When the call merges
+// its queries' split buffers (a serial step for one query: decode) with threads to spare, those threads call it
+// while the merge runs, and so does each merging thread when it is done; it must be safe to call from several
+// threads at once and return when nothing is left to take. The call may also never run it (one thread, or
+// many queries whose merges fill every thread): the caller runs whatever is left afterwards.
 void lightning_indexer_select(ThreadPool &pool, const IndexerShape &shape, IndexerPrecision precision, const float *q,
                               const float *w, int64_t n_tokens, const RowStore &keys,
                               std::span<const std::span<const int32_t>> candidates, int64_t top_k,
-                              std::vector<std::vector<int32_t>> &selected, IndexerWorkspace *workspace = nullptr);
+                              std::vector<std::vector<int32_t>> &selected, IndexerWorkspace *workspace = nullptr,
+                              const std::function<void()> &beside_merge = {});
 
 // Fast mode over f32 / f16 / bf16 keys quantises every key it scores to int8 (one scale per row). A key store
 // that keeps an int8 copy of its rows (RowStore::keep_int8_copy) spares that: give it this quantiser and this

@@ -6,6 +6,7 @@
 // Rows packed eight to a record (WeightMatrix::rows8) go to the table's packed-row kernel for their type
 // (KernelTable::dot_rows8), in row ranges of whole groups and in tiles of 8 tokens whatever the type.
 #include <algorithm>
+#include <atomic>
 
 #include "core/error.h"
 #include "kernels/cpu/dispatch.h"
@@ -179,10 +180,17 @@ void matmul(ThreadPool &pool, OpScratch &scratch, const WeightMatrix &w, const f
     pool.parallel_for(w.n_rows, grain, [&job](int64_t r0, int64_t r1) { matmul_rows(job, r0, r1); });
 }
 
-void matmul_many(ThreadPool &pool, OpScratch &scratch, const MatmulTask *tasks, int64_t n_tasks) {
+namespace {
+
+// matmul_many's preparation: the jobs of the tasks (checked), their activations quantised (on the pool when
+// `pool` is given, else on this thread) and the row chunks cut, all in the scratch. Returns the number of chunks;
+// `parallel` is whether the products are worth splitting between n_threads threads.
+int64_t prepare_many(ThreadPool *pool, int n_threads, OpScratch &scratch, const MatmulTask *tasks, int64_t n_tasks,
+                     bool &parallel) {
     const cpu::KernelTable &k = cpu::kernels();
     std::vector<MatmulJob> &jobs = scratch.jobs;
     jobs.clear();
+    scratch.chunks.clear();
     // Activations: each quantised job gets a region of the scratch (at xd_offset), unless it repeats an
     // earlier job's activations (same x, tokens, type and width: a MoE expert's gate and up), which it reads.
     size_t bytes = 0;
@@ -209,7 +217,8 @@ void matmul_many(ThreadPool &pool, OpScratch &scratch, const MatmulTask *tasks, 
         work += t.w->n_rows * t.w->row_bytes * t.n_tokens;
         jobs.push_back(job);
     }
-    if (jobs.empty()) return;
+    parallel = n_threads > 1 && work >= kMinParallelWork;
+    if (jobs.empty()) return 0;
     if (scratch.quantized_x.size() < bytes) scratch.quantized_x.resize(bytes);
     bool any_quantize = false;
     for (MatmulJob &job : jobs) {
@@ -218,24 +227,26 @@ void matmul_many(ThreadPool &pool, OpScratch &scratch, const MatmulTask *tasks, 
         if (job.quantize) job.xq = scratch.quantized_x.data() + job.xd_offset;
         any_quantize = any_quantize || job.quantize;
     }
-    const bool parallel = pool.n_threads() > 1 && work >= kMinParallelWork;
     if (any_quantize) {
         // Every (job, token) row that needs it, in one section.
-        pool.parallel_for(static_cast<int64_t>(jobs.size()), parallel ? 4 : static_cast<int64_t>(jobs.size()),
-                          [&jobs](int64_t j0, int64_t j1) {
-                              for (int64_t j = j0; j < j1; ++j) {
-                                  const MatmulJob &job = jobs[static_cast<size_t>(j)];
-                                  if (job.quantize) quantize_tokens(job, 0, job.n_tokens);
-                              }
-                          });
+        auto quantize = [&jobs](int64_t j0, int64_t j1) {
+            for (int64_t j = j0; j < j1; ++j) {
+                const MatmulJob &job = jobs[static_cast<size_t>(j)];
+                if (job.quantize) quantize_tokens(job, 0, job.n_tokens);
+            }
+        };
+        const auto n_jobs = static_cast<int64_t>(jobs.size());
+        if (pool) {
+            pool->parallel_for(n_jobs, parallel ? 4 : n_jobs, quantize);
+        } else {
+            quantize(0, n_jobs);
+        }
     }
     // Row chunks, job after job: each chunk streams contiguous rows (the hardware prefetchers follow), and the
     // dynamic hand-out lets one thread stream a memory-bound job while the other computes. Chunks are as long
     // as matmul's (about 256 KiB of weights at few tokens), shortened only when the whole set would give fewer
     // than 4 chunks per thread.
     std::vector<MatmulChunk> &chunks = scratch.chunks;
-    chunks.clear();
-    const int n_threads = pool.n_threads();
     int64_t total_bytes = 0, n_by_size = 0;
     for (MatmulJob &job : jobs) {
         job.grain = parallel ? whole_groups(*job.w, chunk_bytes(job) / job.w->row_bytes) : job.w->n_rows;
@@ -253,13 +264,46 @@ void matmul_many(ThreadPool &pool, OpScratch &scratch, const MatmulTask *tasks, 
         for (int64_t r0 = 0; r0 < jobs[j].w->n_rows; r0 += jobs[j].grain)
             chunks.push_back({static_cast<int64_t>(j), r0, std::min(jobs[j].w->n_rows, r0 + jobs[j].grain)});
     }
-    const auto n_chunks = static_cast<int64_t>(chunks.size());
-    pool.parallel_for(n_chunks, parallel ? 1 : n_chunks, [&scratch](int64_t c0, int64_t c1) {
-        for (int64_t c = c0; c < c1; ++c) {
-            const MatmulChunk &ch = scratch.chunks[static_cast<size_t>(c)];
-            matmul_rows(scratch.jobs[static_cast<size_t>(ch.job)], ch.r0, ch.r1);
-        }
-    });
+    return static_cast<int64_t>(chunks.size());
+}
+
+void run_chunks(const OpScratch &scratch, int64_t c0, int64_t c1) {
+    for (int64_t c = c0; c < c1; ++c) {
+        const MatmulChunk &ch = scratch.chunks[static_cast<size_t>(c)];
+        matmul_rows(scratch.jobs[static_cast<size_t>(ch.job)], ch.r0, ch.r1);
+    }
+}
+
+}  // namespace
+
+void matmul_many(ThreadPool &pool, OpScratch &scratch, const MatmulTask *tasks, int64_t n_tasks) {
+    bool parallel = false;
+    const int64_t n_chunks = prepare_many(&pool, pool.n_threads(), scratch, tasks, n_tasks, parallel);
+    if (n_chunks == 0) return;
+    pool.parallel_for(n_chunks, parallel ? 1 : n_chunks,
+                      [&scratch](int64_t c0, int64_t c1) { run_chunks(scratch, c0, c1); });
+}
+
+void MatmulSection::prepare(OpScratch &scratch, const MatmulTask *tasks, int64_t n_tasks, int n_threads) {
+    bool parallel = false;
+    scratch_ = &scratch;
+    n_chunks_ = prepare_many(nullptr, n_threads, scratch, tasks, n_tasks, parallel);
+    next_.store(0, std::memory_order_relaxed);
+}
+
+void MatmulSection::run_some() {
+    for (int64_t c; (c = next_.fetch_add(1, std::memory_order_relaxed)) < n_chunks_;) run_chunks(*scratch_, c, c + 1);
+}
+
+void MatmulSection::finish(ThreadPool &pool) {
+    // Chunks nobody took yet; those taken are complete once run_some's callers have returned.
+    const int64_t first = std::min(next_.exchange(n_chunks_, std::memory_order_relaxed), n_chunks_);
+    const int64_t left = n_chunks_ - first;
+    if (left > 0) {
+        pool.parallel_for(left, left > 1 ? 1 : left,
+                          [this, first](int64_t c0, int64_t c1) { run_chunks(*scratch_, first + c0, first + c1); });
+    }
+    n_chunks_ = 0;
 }
 
 }  // namespace sparrow

@@ -3,6 +3,7 @@
 // the optimised versions dispatch at run time to the best ISA the CPU has (kernels/cpu/dispatch.h).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <vector>
 
@@ -79,6 +80,25 @@ struct MatmulTask {
 // No task's y may overlap another task's x or y. Tasks with the same x, x_stride, n_tokens, weight type and
 // width quantise their activations once.
 void matmul_many(ThreadPool &pool, OpScratch &scratch, const MatmulTask *tasks, int64_t n_tasks);
+
+// matmul_many's products as work that runs beside something else in one parallel section: threads that a
+// serial step would leave idle take row chunks while it runs (decode's merge of the indexer's splits and the
+// MLA query's per-head products, which do not wait for the selection). prepare() checks the tasks, quantises
+// their activations on the calling thread and cuts the chunks (as matmul_many would for n_threads) into
+// `scratch`, which must not be used by anything else until finish(). run_some() takes chunks one at a time
+// until none is left; any number of threads may call it at once. finish() runs on the pool the chunks nobody
+// took; call it after every run_some() has returned. The outputs are bit-identical to matmul_many's.
+class MatmulSection {
+  public:
+    void prepare(OpScratch &scratch, const MatmulTask *tasks, int64_t n_tasks, int n_threads);
+    void run_some();
+    void finish(ThreadPool &pool);
+
+  private:
+    OpScratch *scratch_ = nullptr;
+    int64_t n_chunks_ = 0;
+    std::atomic<int64_t> next_{0};
+};
 
 // out[t, :] = dequantised row ids[t] of table (an embedding lookup, ggml get_rows).
 //   table: [n_rows, n_cols] any supported type; ids: [n] in [0, n_rows); out: [n, n_cols] f32

@@ -98,6 +98,7 @@ struct DsaState final : ArchState {
     IndexerWorkspace indexer_workspace;                   // the indexer's buffers, kept between calls
     AttentionWorkspace attention_workspace;               // attention()'s, likewise
     OpScratch op;
+    OpScratch op_beside;                    // the W_UK products that run beside the selection's merge (MatmulSection)
     std::vector<WeightMatrix> head_blocks;  // one layer's W_UK or W_UV slices, one per head
     std::vector<MatmulTask> head_tasks;     // their products, in one matmul_many section
     MoeScratch moe;
@@ -647,14 +648,21 @@ class DsaModel final : public ArchModel {
             if (!query_started) matmul(pool, s.op, L.idx_proj, h, n, s.iw.data());  // [n, H]
             const float w_scale = 1.0f / std::sqrt(static_cast<float>(D * H));
             for (int64_t i = 0; i < n * H; ++i) s.iw[i] *= w_scale;
+            // MLA's W_UK products do not need the selection: threads its serial merge leaves idle run them.
+            head_tasks(s, L.k_b, s.q.data(), hp_.nope + hp_.n_rot, n, s.q_abs.data(), hp_.kv_lora + hp_.n_rot);
+            MatmulSection k_b_products;
+            k_b_products.prepare(s.op_beside, s.head_tasks.data(), std::ssize(s.head_tasks), pool.n_threads());
+            const std::function<void()> beside_merge = [&k_b_products] { k_b_products.run_some(); };
             const auto ts = std::chrono::steady_clock::now();
             if (s.sink > 0) {
-                select_with_sinks(s, pool, il, visible);
+                select_with_sinks(s, pool, il, visible, beside_merge);
             } else {
                 lightning_indexer_select(pool, IndexerShape{H, D}, s.precision, s.iq.data(), s.iw.data(), n,
-                                         s.indexer_key[il], visible, s.top_k, s.chunk_selected, &s.indexer_workspace);
+                                         s.indexer_key[il], visible, s.top_k, s.chunk_selected, &s.indexer_workspace,
+                                         beside_merge);
             }
             s.stats.select_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - ts).count();
+            k_b_products.finish(pool);
             for (int64_t t = 0; t < n; ++t) {
                 auto &sel = s.selected[static_cast<size_t>(sel0 + t)];
                 sel.swap(s.chunk_selected[static_cast<size_t>(t)]);  // both keep their capacity
@@ -663,7 +671,7 @@ class DsaModel final : public ArchModel {
         }
         if (select) rows = std::span<const std::span<const int32_t>>(s.selected_rows).subspan(sel0, n);
         const auto t1 = std::chrono::steady_clock::now();
-        mla_attention(s, L, il, ub, pool, rows, c0, q_ready);  // x += attention output
+        mla_attention(s, L, il, ub, pool, rows, c0, q_ready);  // x += attention output (W_UK done when q_ready)
         const auto t2 = std::chrono::steady_clock::now();
         s.stats.indexer_seconds += std::chrono::duration<double>(t1 - t0).count();
         s.stats.attention_seconds += std::chrono::duration<double>(t2 - t1).count();
@@ -680,15 +688,15 @@ class DsaModel final : public ArchModel {
     // `sink` visible cells (the first present positions of its own sequence) are always selected and count
     // within top-k; the indexer picks the other top_k - sink among the remaining candidates. The result, in
     // s.chunk_selected, stays in position order.
-    void select_with_sinks(DsaState &s, ThreadPool &pool, int64_t il,
-                           std::span<const std::span<const int32_t>> visible) const {
+    void select_with_sinks(DsaState &s, ThreadPool &pool, int64_t il, std::span<const std::span<const int32_t>> visible,
+                           const std::function<void()> &beside_merge) const {
         const auto n = static_cast<int64_t>(visible.size());
         std::vector<std::span<const int32_t>> rest(static_cast<size_t>(n));
         for (int64_t t = 0; t < n; ++t) rest[t] = visible[t].subspan(std::min<size_t>(visible[t].size(), s.sink));
         if (s.top_k > s.sink) {
             lightning_indexer_select(pool, IndexerShape{hp_.idx_n_head, hp_.idx_head_dim}, s.precision, s.iq.data(),
                                      s.iw.data(), n, s.indexer_key[il], rest, s.top_k - s.sink, s.chunk_selected,
-                                     &s.indexer_workspace);
+                                     &s.indexer_workspace, beside_merge);
         } else {
             s.chunk_selected.resize(static_cast<size_t>(n));
             for (auto &sel : s.chunk_selected) sel.clear();
@@ -700,7 +708,8 @@ class DsaModel final : public ArchModel {
     }
 
     // Absorbed MLA of tokens [c0, c0 + |rows|) over `rows` (each token's selected or visible cells), with
-    // s.qa holding their q latent (and s.q its q_b product when q_ready); adds the output to s.x.
+    // s.qa holding their q latent; when q_ready, s.q holds its q_b product and the c part of s.q_abs its W_UK
+    // products (attention_chunk ran them beside the selection). Adds the output to s.x.
     void mla_attention(DsaState &s, const DsaLayer &L, int64_t il, const UBatch &ub, ThreadPool &pool,
                        std::span<const std::span<const int32_t>> rows, int64_t c0, bool q_ready) const {
         const int64_t T = static_cast<int64_t>(rows.size());
@@ -711,8 +720,10 @@ class DsaModel final : public ArchModel {
         // place and write the c part of q_abs (one parallel section: one head's block is too small to split well,
         // and 16 sections of their own cost more in wake-ups and barriers than the products); then each head's
         // q_pe goes behind it and is rotated there.
-        if (!q_ready) matmul(pool, s.op, L.q_b, s.qa.data(), T, s.q.data());  // [T, NH, N + R]
-        per_head_products(s, pool, L.k_b, s.q.data(), qk, T, s.q_abs.data(), lat);
+        if (!q_ready) {
+            matmul(pool, s.op, L.q_b, s.qa.data(), T, s.q.data());  // [T, NH, N + R]
+            per_head_products(s, pool, L.k_b, s.q.data(), qk, T, s.q_abs.data(), lat);
+        }
         for (int64_t t = 0; t < T; ++t) {
             for (int64_t hd = 0; hd < NH; ++hd)
                 std::copy_n(s.q.data() + (t * NH + hd) * qk + N, R, s.q_abs.data() + (t * NH + hd) * lat + C);
@@ -743,6 +754,13 @@ class DsaModel final : public ArchModel {
     // and writing in place through the tasks' strides.
     void per_head_products(DsaState &s, ThreadPool &pool, const WeightMatrix &stack, const float *in, int64_t in_dim,
                            int64_t T, float *out, int64_t out_dim) const {
+        head_tasks(s, stack, in, in_dim, T, out, out_dim);
+        matmul_many(pool, s.op, s.head_tasks.data(), std::ssize(s.head_tasks));
+    }
+
+    // per_head_products' tasks, into s.head_tasks (and their matrices into s.head_blocks).
+    void head_tasks(DsaState &s, const WeightMatrix &stack, const float *in, int64_t in_dim, int64_t T, float *out,
+                    int64_t out_dim) const {
         const int64_t NH = hp_.n_head, n_rows = stack.n_rows / NH;
         s.head_blocks.resize(static_cast<size_t>(NH));
         s.head_tasks.resize(static_cast<size_t>(NH));
@@ -755,7 +773,6 @@ class DsaModel final : public ArchModel {
                                                      NH * in_dim,
                                                      NH * out_dim};
         }
-        matmul_many(pool, s.op, s.head_tasks.data(), NH);
     }
 
     // Matrix `index` of a stack whose matrices have n_rows rows each.
