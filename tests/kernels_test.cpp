@@ -157,6 +157,7 @@ TEST(Dispatch, ScalarAlwaysAvailableAndActiveIsSupported) {
         EXPECT_NE(t->quantize_row_q8_0, nullptr);
         EXPECT_NE(t->from_f32_f16, nullptr);
         EXPECT_NE(t->swiglu, nullptr);
+        EXPECT_NE(t->hadamard_row, nullptr);
     }
     EXPECT_THROW(active.dot(DType::IQ2_XXS), Error);
     EXPECT_THROW(active.axpy(DType::Q8_0), Error);
@@ -712,6 +713,32 @@ TEST_P(IsaTest, RmsNormRowMatchesTheScalarLevel) {
                 table->rms_norm_row(in_place.data(), wp, in_place.data(), n, 1e-6f);
                 ASSERT_EQ(std::memcmp(in_place.data(), got.data(), got.size() * sizeof(float)), 0)
                     << "in place, n " << n;
+            }
+        }
+    }
+}
+
+TEST_P(IsaTest, HadamardRowGivesTheScalarLevelsBits) {
+    // Every power of two from 1 (narrower than a vector: the padded and masked paths) to 4096, rows of large and
+    // tiny values with signed zeros among them, rows starting off a vector's alignment: the scalar level's bits.
+    const KernelTable *table = cpu::kernels_for(GetParam());
+    if (!table) GTEST_SKIP() << skip_message(GetParam());
+    const KernelTable &scalar = *cpu::kernels_for(Isa::scalar);
+    std::mt19937 rng(31);
+    for (int64_t n = 1; n <= 4096; n *= 2) {
+        for (float s : {1.0f, 3e4f, 1e-30f}) {
+            auto x = test::random_floats(rng, static_cast<size_t>(n) + 3, -s, s);
+            x[1] = -0.0f;
+            x[2] = 0.0f;
+            if (n >= 4) x[3 + n / 2] = -0.0f;
+            const float norm = static_cast<float>(1.0 / std::sqrt(double(n)));
+            for (size_t offset : {size_t{0}, size_t{1}, size_t{3}}) {
+                std::vector<float> got(x.begin() + static_cast<std::ptrdiff_t>(offset), x.end());
+                std::vector<float> want = got;
+                table->hadamard_row(got.data(), n, norm);
+                scalar.hadamard_row(want.data(), n, norm);
+                ASSERT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0)
+                    << "n " << n << ", scale " << s << ", offset " << offset << " (and nothing past n written)";
             }
         }
     }

@@ -286,20 +286,8 @@ void swiglu(const float *gate, const float *up, float *out, int64_t n) {
 void hadamard(float *x, int64_t n_rows, int64_t n) {
     if (n <= 0 || (n & (n - 1)) != 0) throw_error("hadamard: n = %lld is not a power of two", (long long)n);
     const float norm = static_cast<float>(1.0 / std::sqrt(double(n)));
-    for (int64_t r = 0; r < n_rows; ++r) {
-        float *xr = x + r * n;
-        // Butterflies of span len over blocks of 2*len: H_2m = [[H_m, H_m], [H_m, -H_m]] (Sylvester order).
-        for (int64_t len = 1; len < n; len *= 2) {
-            for (int64_t i = 0; i < n; i += 2 * len) {
-                for (int64_t j = i; j < i + len; ++j) {
-                    const float a = xr[j], b = xr[j + len];
-                    xr[j] = a + b;
-                    xr[j + len] = a - b;
-                }
-            }
-        }
-        for (int64_t i = 0; i < n; ++i) xr[i] *= norm;
-    }
+    const auto row = cpu::kernels().hadamard_row;
+    for (int64_t r = 0; r < n_rows; ++r) row(x + r * n, n, norm);
 }
 
 int64_t top_k(const float *scores, int64_t n, int64_t k, int32_t *idx) {

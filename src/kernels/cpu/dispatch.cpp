@@ -86,6 +86,7 @@ constexpr KernelTable kScalarTable = {
     .from_f32_f16 = scalar::from_f32_f16,
     .swiglu = scalar::swiglu,
     .rms_norm_row = scalar::rms_norm_row,
+    .hadamard_row = scalar::hadamard_row,
 };
 constexpr KernelTable kAvx2Table = {
     .isa = Isa::avx2,
@@ -127,6 +128,7 @@ constexpr KernelTable kAvx2Table = {
     .from_f32_f16 = avx2::from_f32_f16,
     .swiglu = avx2::swiglu,
     .rms_norm_row = avx2::rms_norm_row,
+    .hadamard_row = avx2::hadamard_row,
 };
 constexpr KernelTable kAvx512Table = {
     .isa = Isa::avx512,
@@ -177,6 +179,7 @@ constexpr KernelTable kAvx512Table = {
     .from_f32_f16 = avx2::from_f32_f16,  // bound by memory, as to_f32_f16
     .swiglu = avx512::swiglu,
     .rms_norm_row = avx2::rms_norm_row,  // 2048-wide rows: the AVX2 loop is already ~0.1 us
+    .hadamard_row = avx512::hadamard_row,
 };
 
 // The AVX-512 level on a CPU with VNNI: the packed-row products multiply a group of four bytes of eight rows in

@@ -84,6 +84,11 @@ using SwigluFn = void (*)(const float *gate, const float *up, float *out, int64_
 // the sum in double. The levels differ only in the order of that sum (so scale may differ in its last bit); the
 // product is x * scale, then * w, on every level. y may alias x.
 using RmsNormRowFn = void (*)(const float *x, const float *w, float *y, int64_t n, float eps);
+// One row of hadamard (ops.h): x[0..n) (n a power of two) replaced by H_n x * norm, H_n in Sylvester order, as
+// butterflies of span 1, 2, 4, ... n/2 (x[j], x[j + span] -> x[j] + x[j + span], x[j] - x[j + span]) and then
+// the product by norm. Each element's every step is one add, subtract or product, in the same order on every
+// level: the same bits.
+using HadamardRowFn = void (*)(float *x, int64_t n, float norm);
 
 struct KernelTable {
     Isa isa = Isa::scalar;
@@ -144,6 +149,7 @@ struct KernelTable {
     FromF32Fn from_f32_f16 = nullptr;
     SwigluFn swiglu = nullptr;
     RmsNormRowFn rms_norm_row = nullptr;
+    HadamardRowFn hadamard_row = nullptr;
 
     // Tokens per call of dot_rows_q8_0x8 in a prefill's matmul (more than kMaxQuantTile tokens; any count gives the
     // same bits). The VNNI kernels take up to five tokens 32 rows at a time, where more leave no registers for the

@@ -23,6 +23,8 @@
 //   from_f32_f16:  row[0..n) = x[0..n) as fp16, rounded to nearest even (the AVX-512 table uses the AVX2 one)
 //   swiglu:        out[i] = silu(gate[i]) * up[i] (dispatch.h: the vector levels' exp within a few ulp)
 //   rms_norm_row:  y = x * (1 / sqrt(sum(x^2) / n + eps)) * w, the sum in double (the AVX-512 table uses AVX2's)
+//   hadamard_row:  x[0..n) = H_n x * norm (n a power of two), the same bits on every level (dispatch.h); rows
+//                  narrower than a vector run the level below
 // The AVX-512 table also takes the AVX2 Q8_0 and Q4_0 dot kernels (dispatch.cpp says why), except the packed-row
 // ones where the CPU has VNNI (kernels_vnni.cpp).
 #pragma once
@@ -53,6 +55,7 @@ void to_f32_bf16(const void *row, float *y, int64_t n);
 void from_f32_f16(const float *x, void *row, int64_t n);
 void swiglu(const float *gate, const float *up, float *out, int64_t n);
 void rms_norm_row(const float *x, const float *w, float *y, int64_t n, float eps);
+void hadamard_row(float *x, int64_t n, float norm);
 }  // namespace sparrow::cpu::scalar
 
 namespace sparrow::cpu::avx2 {
@@ -78,6 +81,7 @@ void to_f32_bf16(const void *row, float *y, int64_t n);
 void from_f32_f16(const float *x, void *row, int64_t n);
 void swiglu(const float *gate, const float *up, float *out, int64_t n);
 void rms_norm_row(const float *x, const float *w, float *y, int64_t n, float eps);
+void hadamard_row(float *x, int64_t n, float norm);
 }  // namespace sparrow::cpu::avx2
 
 namespace sparrow::cpu::avx512 {
@@ -90,6 +94,7 @@ void axpy_bf16(const void *row, float a, float *y, int64_t n);
 void quantize_row_q8_0(const float *x, BlockQ8_0 *y, int64_t n);
 void quantize_q8_0_dot_x(const float *x, void *y, int64_t n);
 void swiglu(const float *gate, const float *up, float *out, int64_t n);
+void hadamard_row(float *x, int64_t n, float norm);
 }  // namespace sparrow::cpu::avx512
 
 // AVX512-VNNI (kernels_vnni.cpp): the packed-row Q8_0 and Q4_0 products, for the avx512 level when cpuid has

@@ -749,4 +749,48 @@ void rms_norm_row(const float *x, const float *w, float *y, int64_t n, float eps
     for (; k < n; ++k) y[k] = w ? x[k] * scale * w[k] : x[k] * scale;
 }
 
+// Spans 1, 2 and 4 inside each 8-float vector: every lane meets its partner (the lane span away, brought by a
+// permute), the block's first half keeping own + partner and its second half partner - own, i.e. x[j] + x[j + span]
+// and x[j] - x[j + span] as the scalar level computes them (addition commutes exactly). Spans of 8 and more pair
+// whole vectors. A row narrower than 8 runs in a zero-padded vector, with its spans below n only.
+void hadamard_row(float *x, int64_t n, float norm) {
+    alignas(32) float narrow[8] = {};
+    float *const row = n < 8 ? narrow : x;
+    if (n < 8) std::memcpy(narrow, x, static_cast<size_t>(n) * sizeof(float));
+    for (int64_t i = 0; i < (n < 8 ? 8 : n); i += 8) {
+        __m256 v = _mm256_loadu_ps(row + i);
+        __m256 p;
+        if (n > 1) {
+            p = _mm256_permute_ps(v, 0xB1);  // span 1: lanes 0<->1, 2<->3
+            v = _mm256_blend_ps(_mm256_add_ps(v, p), _mm256_sub_ps(p, v), 0xAA);
+        }
+        if (n > 2) {
+            p = _mm256_permute_ps(v, 0x4E);  // span 2: pairs swapped within each 128-bit half
+            v = _mm256_blend_ps(_mm256_add_ps(v, p), _mm256_sub_ps(p, v), 0xCC);
+        }
+        if (n > 4) {
+            p = _mm256_permute2f128_ps(v, v, 0x01);  // span 4: the halves swapped
+            v = _mm256_blend_ps(_mm256_add_ps(v, p), _mm256_sub_ps(p, v), 0xF0);
+        }
+        if (n <= 8) v = _mm256_mul_ps(v, _mm256_set1_ps(norm));  // the whole row: scaled here
+        _mm256_storeu_ps(row + i, v);
+    }
+    if (n < 8) {
+        std::memcpy(x, narrow, static_cast<size_t>(n) * sizeof(float));
+        return;
+    }
+    for (int64_t len = 8; len < n; len *= 2) {
+        for (int64_t i = 0; i < n; i += 2 * len) {
+            for (int64_t j = i; j < i + len; j += 8) {
+                const __m256 a = _mm256_loadu_ps(x + j), b = _mm256_loadu_ps(x + j + len);
+                _mm256_storeu_ps(x + j, _mm256_add_ps(a, b));
+                _mm256_storeu_ps(x + j + len, _mm256_sub_ps(a, b));
+            }
+        }
+    }
+    if (n == 8) return;  // scaled above
+    const __m256 s = _mm256_set1_ps(norm);
+    for (int64_t i = 0; i < n; i += 8) _mm256_storeu_ps(x + i, _mm256_mul_ps(_mm256_loadu_ps(x + i), s));
+}
+
 }  // namespace sparrow::cpu::avx2

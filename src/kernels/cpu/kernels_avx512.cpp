@@ -307,4 +307,44 @@ void swiglu(const float *gate, const float *up, float *out, int64_t n) {
     }
 }
 
+// As avx2::hadamard_row, with spans 1 to 8 inside each 16-float vector (a mask picks the lanes that take
+// partner - own: each block's second half); a row narrower than 16 is one masked vector and its spans below n.
+void hadamard_row(float *x, int64_t n, float norm) {
+    const __mmask16 m = n >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << n) - 1);
+    for (int64_t i = 0; i < n; i += 16) {
+        __m512 v = _mm512_maskz_loadu_ps(m, x + i);
+        __m512 p;
+        if (n > 1) {
+            p = _mm512_permute_ps(v, 0xB1);  // span 1
+            v = _mm512_mask_sub_ps(_mm512_add_ps(v, p), 0xAAAA, p, v);
+        }
+        if (n > 2) {
+            p = _mm512_permute_ps(v, 0x4E);  // span 2
+            v = _mm512_mask_sub_ps(_mm512_add_ps(v, p), 0xCCCC, p, v);
+        }
+        if (n > 4) {
+            p = _mm512_shuffle_f32x4(v, v, 0xB1);  // span 4: 128-bit lanes 0<->1, 2<->3
+            v = _mm512_mask_sub_ps(_mm512_add_ps(v, p), 0xF0F0, p, v);
+        }
+        if (n > 8) {
+            p = _mm512_shuffle_f32x4(v, v, 0x4E);  // span 8: the 256-bit halves swapped
+            v = _mm512_mask_sub_ps(_mm512_add_ps(v, p), 0xFF00, p, v);
+        }
+        if (n <= 16) v = _mm512_mul_ps(v, _mm512_set1_ps(norm));  // the whole row: scaled here
+        _mm512_mask_storeu_ps(x + i, m, v);
+    }
+    for (int64_t len = 16; len < n; len *= 2) {
+        for (int64_t i = 0; i < n; i += 2 * len) {
+            for (int64_t j = i; j < i + len; j += 16) {
+                const __m512 a = _mm512_loadu_ps(x + j), b = _mm512_loadu_ps(x + j + len);
+                _mm512_storeu_ps(x + j, _mm512_add_ps(a, b));
+                _mm512_storeu_ps(x + j + len, _mm512_sub_ps(a, b));
+            }
+        }
+    }
+    if (n <= 16) return;  // scaled above
+    const __m512 s = _mm512_set1_ps(norm);
+    for (int64_t i = 0; i < n; i += 16) _mm512_storeu_ps(x + i, _mm512_mul_ps(_mm512_loadu_ps(x + i), s));
+}
+
 }  // namespace sparrow::cpu::avx512

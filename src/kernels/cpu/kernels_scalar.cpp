@@ -221,4 +221,18 @@ void swiglu(const float *gate, const float *up, float *out, int64_t n) {
     }
 }
 
+void hadamard_row(float *x, int64_t n, float norm) {
+    // Butterflies of span len over blocks of 2*len: H_2m = [[H_m, H_m], [H_m, -H_m]] (Sylvester order).
+    for (int64_t len = 1; len < n; len *= 2) {
+        for (int64_t i = 0; i < n; i += 2 * len) {
+            for (int64_t j = i; j < i + len; ++j) {
+                const float a = x[j], b = x[j + len];
+                x[j] = a + b;
+                x[j + len] = a - b;
+            }
+        }
+    }
+    for (int64_t i = 0; i < n; ++i) x[i] *= norm;
+}
+
 }  // namespace sparrow::cpu::scalar
