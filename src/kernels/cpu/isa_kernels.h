@@ -23,8 +23,8 @@
 //   from_f32_f16:  row[0..n) = x[0..n) as fp16, rounded to nearest even (the AVX-512 table uses the AVX2 one)
 //   swiglu:        out[i] = silu(gate[i]) * up[i] (dispatch.h: the vector levels' exp within a few ulp)
 //   rms_norm_row:  y = x * (1 / sqrt(sum(x^2) / n + eps)) * w, the sum in double (the AVX-512 table uses AVX2's)
-//   hadamard_row:  x[0..n) = H_n x * norm (n a power of two), the same bits on every level (dispatch.h); rows
-//                  narrower than a vector run the level below
+//   hadamard_row:  x[0..n) = H_n x * norm (n a power of two), the same bits on every level (dispatch.h); a row
+//                  narrower than a vector runs in one padded (AVX2) or masked (AVX-512) vector
 // The AVX-512 table also takes the AVX2 Q8_0 and Q4_0 dot kernels (dispatch.cpp says why), except the packed-row
 // ones where the CPU has VNNI (kernels_vnni.cpp).
 #pragma once
