@@ -191,7 +191,7 @@ struct TokensMatmul {
     std::vector<uint8_t> bytes;
     WeightMatrix w;
     std::vector<float> x, y;
-    static constexpr int64_t kMaxTokens = 8;
+    static constexpr int64_t kMaxTokens = 40;  // 40: eight prefill tiles of five
 
     TokensMatmul(DType t, int64_t n_cols, int64_t n_rows, bool packed = false) {
         std::mt19937 rng(3);
@@ -427,7 +427,7 @@ int main(int argc, char **argv) {
         const int64_t dram_rows = (working_set_bytes() / dtype_row_size(t, 2048) + 63) / 64 * 64;
         for (const auto &[n_cols, n_rows] : {std::pair<int64_t, int64_t>{2048, dram_rows}, {2048, 768}, {768, 2048}}) {
             token_mats.push_back(std::make_unique<TokensMatmul>(t, n_cols, n_rows, packed));
-            for (int64_t n_tok : {1, 2, 4, 8}) {
+            for (int64_t n_tok : {1, 2, 4, 8, 40}) {
                 const std::string name = "tokens/" + layout_name(token_mats.back()->w) + "/" + std::to_string(n_cols) +
                                          "x" + std::to_string(n_rows) + "/T:" + std::to_string(n_tok);
                 benchmark::RegisterBenchmark(name.c_str(), bm_tokens, token_mats.back().get(), n_tok)

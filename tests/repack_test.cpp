@@ -5,7 +5,9 @@
 // the loader's other owned memory: norm vectors stored as f16 are converted at load and must live as long as the model.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <random>
 #include <string>
@@ -14,6 +16,7 @@
 #include "core/dtype.h"
 #include "gguf/gguf.h"
 #include "model/synthetic.h"
+#include "model/weights.h"
 #include "sparrow/sparrow.h"
 #include "test_util.h"
 
@@ -196,6 +199,37 @@ TEST(Loader, NormVectorsStoredAsF16LiveAsLongAsTheModel) {
     };
     // f16 norm weights differ from the f32 ones by at most 2^-11 relative.
     EXPECT_LT(rel_error(logits_of(f16_path), logits_of(f32_path)), 0.02);
+    std::filesystem::remove_all(dir);
+}
+
+TEST(Loader, PacksNothingUntilTheModelHasPassedItsChecks) {
+    // A file the model refuses after taking its matrices (a tensor nobody reads, a vocabulary that does not match)
+    // must fail before the packing, which takes minutes on a real model: taking a matrix only places it.
+    const std::string dir = test::make_temp_dir("sparrow-pack-later-");
+    SyntheticParams p = synthetic_defaults("llama");
+    p.type = DType::Q8_0;
+    const std::string path = dir + "/q8_0.gguf";
+    write_synthetic_model(p, path);
+    const gguf::File f = gguf::File::open(path);
+    const gguf::TensorInfo *t = f.find_tensor("blk.0.ffn_up.weight");
+    ASSERT_NE(t, nullptr);
+    ASSERT_EQ(t->type, DType::Q8_0);
+    const int64_t n_cols = t->ne[0], n_rows = t->ne[1];
+    WeightLoader loader(f, /*repack=*/true);
+    const WeightMatrix m = loader.matrix(t->name, n_cols, n_rows);
+    ASSERT_TRUE(m.rows8);
+    ASSERT_NE(m.data, t->data);
+    const auto *placed = static_cast<const uint8_t *>(m.data);
+    const size_t n_bytes = static_cast<size_t>(m.n_rows * m.row_bytes);
+    EXPECT_TRUE(std::all_of(placed, placed + n_bytes, [](uint8_t b) { return b == 0; })) << "packed before pack()";
+    loader.pack();
+    // Now every row unpacks to the file's bytes.
+    std::vector<uint8_t> row(static_cast<size_t>(m.row_bytes));
+    for (int64_t r = 0; r < n_rows; ++r) {
+        unpack_row8(m.type, m.data, r, n_cols, row.data());
+        ASSERT_EQ(std::memcmp(row.data(), static_cast<const uint8_t *>(t->data) + r * m.row_bytes, row.size()), 0)
+            << "row " << r;
+    }
     std::filesystem::remove_all(dir);
 }
 

@@ -64,6 +64,8 @@ Model::Model(const std::string &path, const ModelParams &params) : file_(gguf::F
         throw_error("%s: the tokenizer has %lld tokens but the model's vocabulary is %lld", path.c_str(),
                     (long long)tokenizer_->n_vocab(), (long long)info_.n_vocab);
     }
+    // Every check has passed: only now the (long) packing of the weights.
+    weights_->pack();
 }
 
 // A tensor the architecture neither read nor knows to leave unread is part of some other model (an attention

@@ -78,10 +78,9 @@ WeightMatrix WeightLoader::weight_matrix(const gguf::TensorInfo &t, int64_t n_co
         }
         packed_ = PageArena(packable);
     }
-    // Not zeroed: every byte is written by the packing (fresh pages of the arena are zero anyway).
+    // Not zeroed: every byte is written by the packing in pack() (fresh pages of the arena are zero anyway).
     uint8_t *bytes = packed_.allocate(static_cast<size_t>(m.n_rows * m.row_bytes));
-    // Only a mapping's pages are released: dropping those of a caller's buffer (File::parse) would zero them.
-    pack_in_parallel(t.type, t.data, m.n_rows, n_cols, bytes, file_.mapped());
+    pending_.push_back({t.type, t.data, m.n_rows, n_cols, bytes});
     m.data = bytes;
     m.rows8 = true;
     by_name_.emplace(t.name, m);
@@ -124,6 +123,12 @@ std::string WeightLoader::matrix_types() const {
     std::string s;
     for (const auto &t : matrix_types_) s += (s.empty() ? "" : ", ") + t;
     return s;
+}
+
+void WeightLoader::pack() {
+    // Only a mapping's pages are released: dropping those of a caller's buffer (File::parse) would zero them.
+    for (const PendingPack &p : pending_) pack_in_parallel(p.type, p.src, p.n_rows, p.n_cols, p.dst, file_.mapped());
+    pending_.clear();
 }
 
 std::vector<std::string> WeightLoader::unused_tensors() const {

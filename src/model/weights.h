@@ -20,6 +20,9 @@ class WeightLoader {
     // repack: Q8_0, Q4_0 and K-quant matrices whose rows (per matrix of a stack) come in multiples of 8 are packed
     // eight rows to a record (kernels/ops.h) into memory this loader owns, and the file's pages they came from are
     // given back to the kernel (a later read maps them in again). The loader must outlive the matrices.
+    // The packing itself waits for pack(): a matrix taken is only placed, so that a file the model then refuses
+    // (a tensor missing from its last layer, one nobody reads, a vocabulary that does not match) fails in
+    // milliseconds rather than after packing every weight before it (minutes and tens of GB on a real model).
     explicit WeightLoader(const gguf::File &file, bool repack = false) : file_(file), repack_(repack) {}
 
     // A weight matrix [n_rows, n_cols] (GGUF ne = {n_cols, n_rows}) of a type the kernels compute with.
@@ -35,6 +38,10 @@ class WeightLoader {
     bool has(const std::string &name) const { return file_.find_tensor(name) != nullptr; }
     // A vector of n floats: used in place when stored as f32, else converted once into owned memory.
     const float *vector(const std::string &name, int64_t n);
+
+    // Packs every matrix taken so far into the place its WeightMatrix points to; until then a packed matrix's
+    // bytes are not its weights. Call once the model has taken everything it reads and the file is accepted.
+    void pack();
 
     int64_t n_params() const { return n_params_; }
     int64_t n_bytes() const { return n_bytes_; }
@@ -54,7 +61,14 @@ class WeightLoader {
     const bool repack_;
     std::deque<std::vector<float>> converted_;  // owned f32 copies; a deque keeps pointers stable
     PageArena packed_;  // the packed matrices; reserved at the first, for every packable tensor of the file
-    std::map<std::string, WeightMatrix> by_name_;  // matrices already packed (a tied output asks twice)
+    std::map<std::string, WeightMatrix> by_name_;  // matrices placed for packing (a tied output asks twice)
+    struct PendingPack {
+        DType type;
+        const void *src;
+        int64_t n_rows, n_cols;
+        uint8_t *dst;
+    };
+    std::vector<PendingPack> pending_;  // placed, packed by pack()
     std::set<std::string> used_;
     std::vector<std::string> matrix_types_;
     int64_t n_params_ = 0;
