@@ -2,7 +2,8 @@
 // stress it: many exact ties (scores from a handful of values, +0 and -0 mixed), -inf, huge and tiny
 // magnitudes, scores that share their sign and exponent (one binade) or are all equal (so the keys differ only
 // in their index bits, where the radix select starts), and every k from 1 to n on small sizes; at indexer sizes
-// also data whose evenly spaced entries mislead the AVX-512 path's sample.
+// also data whose evenly spaced entries mislead the AVX-512 path's sample. gather_candidates (the decode merge's cut
+// before the select) against the same sort, on split buffers laid out as the indexer lays them out.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -100,6 +101,89 @@ TEST(TopKSelect, MatchesFullSortAtIndexerSizes) {
             const auto e = make_entries(rng, n, kind);
             for (const bool avx512 : select_paths()) check_select(e, k, scratch, avx512);
         }
+    }
+}
+
+// Split buffers of the given sizes one after the other, each in a region of `capacity` entries (as the indexer's
+// per-split top-k buffers), filled from e in order; gather_candidates into the first region; checked against a full
+// sort of e. Returns how many it gathered.
+int64_t check_gather(const std::vector<ScoredIndex> &e, const std::vector<int64_t> &sizes, int64_t capacity, int64_t k,
+                     bool avx512, std::vector<ScoredIndex> *gathered = nullptr) {
+    const auto n_parts = static_cast<int64_t>(sizes.size());
+    std::vector<ScoredIndex> storage(static_cast<size_t>(n_parts * capacity), ScoredIndex{-1.0f, -1});
+    std::vector<ScoredIndex *> parts;
+    int64_t at = 0;
+    for (int64_t p = 0; p < n_parts; ++p) {
+        EXPECT_LE(sizes[p], capacity);
+        parts.push_back(storage.data() + p * capacity);
+        std::copy_n(e.begin() + at, sizes[p], parts.back());
+        at += sizes[p];
+    }
+    EXPECT_EQ(at, static_cast<int64_t>(e.size()));
+    const int64_t m = gather_candidates(parts.data(), sizes.data(), n_parts, k, storage.data(), avx512);
+    EXPECT_GE(m, k);
+    EXPECT_LE(m, at);
+    std::vector<ScoredIndex> got(storage.begin(), storage.begin() + m), ref = e;
+    if (gathered) *gathered = got;
+    // The k best of what was gathered are the k best of all, and nothing was gathered twice or made up.
+    std::sort(got.begin(), got.end(), ranks_before);
+    std::sort(ref.begin(), ref.end(), ranks_before);
+    for (int64_t i = 0; i < k; ++i) {
+        EXPECT_EQ(got[static_cast<size_t>(i)].idx, ref[static_cast<size_t>(i)].idx) << "rank " << i << " k " << k;
+        if (got[static_cast<size_t>(i)].idx != ref[static_cast<size_t>(i)].idx) break;
+    }
+    auto by_idx = [](const ScoredIndex &a, const ScoredIndex &b) { return a.idx < b.idx; };
+    std::sort(got.begin(), got.end(), by_idx);
+    EXPECT_EQ(std::adjacent_find(got.begin(), got.end(), [](auto &a, auto &b) { return a.idx == b.idx; }), got.end());
+    std::vector<ScoredIndex> all = e;
+    std::sort(all.begin(), all.end(), by_idx);
+    EXPECT_TRUE(std::includes(all.begin(), all.end(), got.begin(), got.end(), by_idx));
+    return m;
+}
+
+TEST(TopKSelect, GatherCandidatesKeepsTheBestOfTheUnion) {
+    std::mt19937 rng(7);
+    // decode at 16K keys on two threads (four splits of ~4K that never fill: the cut applies), on many threads
+    // (32 splits of 512), a union too small to sample, and splits of awkward sizes (the vector loops' tails).
+    const std::vector<std::pair<std::vector<int64_t>, int64_t>> layouts = {
+        {{4104, 4104, 4104, 4104}, 4640},
+        {std::vector<int64_t>(32, 513), 600},
+        {{300, 0, 1000}, 1000},
+        {{4099, 0, 7, 1, 13, 31, 2049}, 4100},
+    };
+    for (int kind : {0, 1, 2, 3, 4}) {
+        for (const auto &[sizes, capacity] : layouts) {
+            const int64_t n = std::accumulate(sizes.begin(), sizes.end(), int64_t(0));
+            const auto e = make_entries(rng, n, kind);
+            for (int64_t k : {int64_t(1), int64_t(64), int64_t(2048), int64_t(2320), n}) {
+                if (k > n) continue;
+                std::vector<std::vector<ScoredIndex>> by_path;
+                for (const bool avx512 : select_paths()) {
+                    by_path.emplace_back();
+                    check_gather(e, sizes, capacity, k, avx512, &by_path.back());
+                }
+                // Both paths gather the same entries in the same order (the kernels keep input order).
+                for (size_t p = 1; p < by_path.size(); ++p) {
+                    ASSERT_EQ(by_path[p].size(), by_path[0].size()) << "kind " << kind << " n " << n << " k " << k;
+                    for (size_t i = 0; i < by_path[p].size(); ++i) ASSERT_EQ(by_path[p][i].idx, by_path[0][i].idx);
+                }
+            }
+        }
+    }
+}
+
+TEST(TopKSelect, GatherCandidatesCutsOnlyWhereTheSampleHolds) {
+    std::mt19937 rng(8);
+    const std::vector<int64_t> sizes = {4096, 4096, 4096, 4096};  // 16384: the sample lands on every 32nd entry
+    const int64_t n = 4 * 4096, k = 2320;
+    for (const bool avx512 : select_paths()) {
+        // Gaussian scores: the floor sits ~1.5 k from the top, so about a fifth of the 16K entries go on.
+        const int64_t m = check_gather(make_entries(rng, n, 0), sizes, 4640, k, avx512);
+        EXPECT_LT(m, 2 * k) << "avx512 " << avx512;
+        // The sampled positions score far above the rest: fewer than k reach the sample's floor, so nothing is cut.
+        EXPECT_EQ(check_gather(make_entries(rng, n, 4), sizes, 4640, k, avx512), n);
+        // All scores equal: every entry reaches the floor (ties at the floor are kept).
+        EXPECT_EQ(check_gather(make_entries(rng, n, 3), sizes, 4640, k, avx512), n);
     }
 }
 

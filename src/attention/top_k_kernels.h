@@ -24,4 +24,11 @@ int64_t keep_range(const uint64_t *keys, int64_t n, uint64_t lo, uint64_t hi, ui
 // to kth at to[k - 1], those below from to[k] on, each group in input order. Returns the count above kth.
 int64_t partition_by_key(const void *from, const uint64_t *keys, int64_t n, int64_t k, uint64_t kth, void *to);
 
+// Counts the entries of entries[0, n) whose score is >= floor.
+int64_t count_at_least(const void *entries, int64_t n, float floor);
+
+// Copies to out, in order, the entries of entries[0, n) whose score is >= floor; returns how many. out may be
+// entries itself or lie below it (each block of eight is loaded before anything is written over it).
+int64_t keep_at_least(const void *entries, int64_t n, float floor, void *out);
+
 }  // namespace sparrow::indexer::avx512

@@ -44,6 +44,11 @@ inline int store_compressed(uint64_t *p, __mmask8 m, __m512i v) {
     return count;
 }
 
+// The lanes of eight entries whose score (the low half) is >= floor.
+inline __mmask8 at_least(__mmask8 valid, __m512i entries, __m256 floor) {
+    return _mm256_mask_cmp_ps_mask(valid, _mm256_castsi256_ps(_mm512_cvtepi64_epi32(entries)), floor, _CMP_GE_OQ);
+}
+
 }  // namespace
 
 void rank_keys(const void *entries, int64_t n, uint64_t *keys) {
@@ -103,6 +108,30 @@ int64_t partition_by_key(const void *from, const uint64_t *keys, int64_t n, int6
         if (same) store_compressed(dst + k - 1, same, entry);  // one lane: keys are unique
     }
     return above;
+}
+
+int64_t count_at_least(const void *entries, int64_t n, float floor) {
+    const auto *e = static_cast<const uint64_t *>(entries);
+    const __m256 f = _mm256_set1_ps(floor);
+    int64_t count = 0;
+    for (int64_t i = 0; i < n; i += 8) {
+        const __mmask8 valid = first_lanes(n - i);
+        count += __builtin_popcount(at_least(valid, _mm512_maskz_loadu_epi64(valid, e + i), f));
+    }
+    return count;
+}
+
+int64_t keep_at_least(const void *entries, int64_t n, float floor, void *out) {
+    const auto *e = static_cast<const uint64_t *>(entries);
+    auto *o = static_cast<uint64_t *>(out);
+    const __m256 f = _mm256_set1_ps(floor);
+    int64_t kept = 0;
+    for (int64_t i = 0; i < n; i += 8) {
+        const __mmask8 valid = first_lanes(n - i);
+        const __m512i v = _mm512_maskz_loadu_epi64(valid, e + i);
+        kept += store_compressed(o + kept, at_least(valid, v, f), v);
+    }
+    return kept;
 }
 
 }  // namespace sparrow::indexer::avx512

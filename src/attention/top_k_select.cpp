@@ -5,6 +5,8 @@
 #include <cmath>
 #include <cstddef>
 #include <cstring>
+#include <functional>
+#include <limits>
 
 #include "attention/top_k_kernels.h"
 #include "core/error.h"
@@ -153,7 +155,70 @@ int64_t partition_by_key_scalar(const uint64_t *from, const uint64_t *keys, int6
     return above;
 }
 
+// avx512::count_at_least and keep_at_least without vectors.
+int64_t count_at_least_scalar(const ScoredIndex *e, int64_t n, float floor) {
+    int64_t count = 0;
+    for (int64_t i = 0; i < n; ++i) count += e[i].score >= floor;
+    return count;
+}
+int64_t keep_at_least_scalar(const ScoredIndex *e, int64_t n, float floor, ScoredIndex *out) {
+    int64_t kept = 0;
+    for (int64_t i = 0; i < n; ++i) {
+        const ScoredIndex x = e[i];  // read before the write below, which may land on it (out <= e)
+        out[kept] = x;
+        kept += x.score >= floor;
+    }
+    return kept;
+}
+
+// The floor gather_candidates cuts at: the sample's score about four standard deviations of its count below the
+// k-th best of n entries (as sampled_kth's bracket), or -inf when the union is too small for a sample to pay.
+float sampled_floor(ScoredIndex *const *parts, const int64_t *sizes, int64_t n_parts, int64_t n, int64_t k) {
+    constexpr int64_t kSample = 512;
+    if (n < 8 * kSample || n < 4 * k) return -std::numeric_limits<float>::infinity();
+    std::array<float, kSample> sample;
+    int64_t part = 0, part_begin = 0;
+    for (int64_t i = 0; i < kSample; ++i) {
+        const int64_t at = i * n / kSample;  // increasing: walk the parts along
+        while (at >= part_begin + sizes[part]) part_begin += sizes[part++];
+        sample[static_cast<size_t>(i)] = parts[part][at - part_begin].score;
+    }
+    SPARROW_ASSERT(part < n_parts);
+    const double p = double(k) / double(n);
+    const auto spread = static_cast<int64_t>(4.0 * std::sqrt(double(kSample) * p * (1.0 - p))) + 8;
+    const int64_t lo_rank = std::min(kSample - 1, k * kSample / n + spread);
+    std::nth_element(sample.begin(), sample.begin() + lo_rank, sample.end(), std::greater<float>());
+    return sample[static_cast<size_t>(lo_rank)];
+}
+
 }  // namespace
+
+int64_t gather_candidates(ScoredIndex *const *parts, const int64_t *sizes, int64_t n_parts, int64_t k, ScoredIndex *dst,
+                          bool avx512) {
+    int64_t n = 0;
+    for (int64_t p = 0; p < n_parts; ++p) n += sizes[p];
+    SPARROW_ASSERT(k >= 1 && k <= n);
+    float floor = sampled_floor(parts, sizes, n_parts, n, k);
+    if (floor != -std::numeric_limits<float>::infinity()) {
+        int64_t reach = 0;
+        for (int64_t p = 0; p < n_parts; ++p)
+            reach += avx512 ? avx512::count_at_least(parts[p], sizes[p], floor)
+                            : count_at_least_scalar(parts[p], sizes[p], floor);
+        if (reach < k) floor = -std::numeric_limits<float>::infinity();  // the sample misled: keep everything
+    }
+    int64_t m = 0;
+    for (int64_t p = 0; p < n_parts; ++p) {
+        if (floor == -std::numeric_limits<float>::infinity()) {
+            if (parts[p] != dst + m)
+                std::memmove(dst + m, parts[p], static_cast<size_t>(sizes[p]) * sizeof(ScoredIndex));
+            m += sizes[p];
+        } else {
+            m += avx512 ? avx512::keep_at_least(parts[p], sizes[p], floor, dst + m)
+                        : keep_at_least_scalar(parts[p], sizes[p], floor, dst + m);
+        }
+    }
+    return m;
+}
 
 void select_best(ScoredIndex *e, int64_t n, int64_t k, std::vector<uint64_t> &scratch) {
     select_best(e, n, k, scratch, cpu::kernels().isa == cpu::Isa::avx512);
