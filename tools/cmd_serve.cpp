@@ -2,8 +2,11 @@
 // (continuous batching). See tools/server/ for the API and src/server/ for the scheduler.
 #include <pthread.h>
 #include <signal.h>
+#include <sys/socket.h>
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <thread>
 
@@ -74,13 +77,25 @@ int serve(const ServeFlags &f) {
         });
     }
     api.install(http);
+    // cpp-httplib sets SO_REUSEPORT by default, which lets a second server bind a port this one listens on and
+    // the kernel then splits the connections between the two: each would see some clients' requests. Only
+    // SO_REUSEADDR (a restart may bind while the last run's connections sit in TIME_WAIT), so a port in use fails.
+    http.set_socket_options([](socket_t sock) {
+        const int yes = 1;
+        setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+    });
     int port = f.port;
+    errno = 0;
     if (port == 0) {
         port = http.bind_to_any_port(f.host);
     } else if (!http.bind_to_port(f.host, port)) {
         port = -1;
     }
-    if (port <= 0) throw_error("serve: cannot listen on %s:%d", f.host.c_str(), f.port);
+    if (port <= 0) {
+        const int err = errno;
+        throw_error("serve: cannot listen on %s:%d%s%s", f.host.c_str(), f.port, err ? ": " : "",
+                    err ? std::strerror(err) : "");
+    }
     std::fprintf(stderr, "serve: listening on http://%s:%d\n", f.host.c_str(), port);
     std::fflush(stderr);
 

@@ -3,6 +3,7 @@
 seeds and the chat format behave; switching between embeddings and completions is safe."""
 import base64
 import os
+import subprocess
 
 import numpy as np
 
@@ -29,6 +30,16 @@ with serve_util.Server(llama, "-np", 2, "-c", 1024, "--chat-format", "llama2", "
     status, body = srv.request("GET", "/v1/models")
     checks.check(status == 200 and body["object"] == "list" and body["data"][0]["id"] == "llama.gguf",
                  f"/v1/models lists the model by file name: {body}")
+    # A second server on the same port is refused (cpp-httplib's default SO_REUSEPORT would let it bind, and the
+    # kernel would split the clients between the two), and the first keeps serving.
+    try:
+        second = harness.run(["serve", "-m", llama, "--port", srv.port], check=False, timeout=60)
+        refused = 0 < second.returncode < 128 and "address already in use" in second.stderr.lower()
+        detail = f"exit {second.returncode}: {second.stderr.strip()[-200:]!r}"
+    except subprocess.TimeoutExpired:
+        refused, detail = False, "it kept running on the same port"
+    checks.check(refused, f"a second serve on a port in use is refused ({detail})")
+    checks.check(srv.request("GET", "/health")[0] == 200 and srv.alive(), "the first server still serves")
     status, body = srv.request("GET", "/v1/models/llama.gguf")
     checks.check(status == 200 and body["object"] == "model" and body["id"] == "llama.gguf",
                  f"GET /v1/models/{{id}} (openai-python's models.retrieve): {status} {body}")
