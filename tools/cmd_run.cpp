@@ -7,6 +7,7 @@
 #include <charconv>
 #include <cstdint>
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 #include <optional>
 #include <system_error>
@@ -38,6 +39,22 @@ struct RunFlags {
 };
 
 // {"layers": [{"layer": 0, "dense": false, "queries": [{"pos": 299, "keys": [0, 5, ...]}, ...]}, ...]}
+// Throws, naming the flag, when `path` could not be created later: its folder is missing or not writable, or it
+// names a folder. Checked before the prompt is decoded (minutes for a long prompt on a big model), not after.
+void check_output_path(const char *flag, const std::string &path) {
+    if (path.empty()) return;
+    std::error_code ec;
+    const std::filesystem::path p(path);
+    if (std::filesystem::is_directory(p, ec)) throw_error("%s: '%s' is a folder", flag, path.c_str());
+    const std::filesystem::path dir = p.has_parent_path() ? p.parent_path() : std::filesystem::path(".");
+    if (!std::filesystem::is_directory(dir, ec)) {
+        throw_error("%s: cannot create '%s': the folder '%s' does not exist", flag, path.c_str(), dir.c_str());
+    }
+    if (access(dir.c_str(), W_OK) != 0) {
+        throw_error("%s: cannot create '%s': the folder '%s' is not writable", flag, path.c_str(), dir.c_str());
+    }
+}
+
 void write_selection_json(const std::string &path, const std::vector<LayerSelection> &layers) {
     FILE *out = std::fopen(path.c_str(), "wb");
     if (!out) throw_error("cannot create '%s'", path.c_str());
@@ -301,6 +318,8 @@ int converse(const RunFlags &f, const Model &model, Context &ctx) {
 }
 
 int run(const RunFlags &f) {
+    check_output_path("--dump-logits", f.dump_logits_path);
+    check_output_path("--dump-selection", f.dump_selection_path);
     auto model = load_model_verbose(f.model);
     const Tokenizer &tok = model_tokenizer(*model);
     ContextParams cp = f.model.context_params();

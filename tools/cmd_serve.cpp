@@ -96,7 +96,10 @@ int serve(const ServeFlags &f) {
         throw_error("serve: cannot listen on %s:%d%s%s", f.host.c_str(), f.port, err ? ": " : "",
                     err ? std::strerror(err) : "");
     }
-    std::fprintf(stderr, "serve: listening on http://%s:%d\n", f.host.c_str(), port);
+    // An IPv6 address goes in brackets in a URL (RFC 3986): http://[::1]:8080.
+    const bool ipv6 = f.host.find(':') != std::string::npos;
+    std::fprintf(stderr, "serve: listening on http://%s%s%s:%d\n", ipv6 ? "[" : "", f.host.c_str(), ipv6 ? "]" : "",
+                 port);
     std::fflush(stderr);
 
     std::thread signal_waiter([&] {

@@ -23,14 +23,16 @@ class Server:
         self.log = open(self.log_path, "w+")
         cmd = [harness.BIN, "serve", "-m", model, "--port", "0"] + [str(a) for a in args]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=self.log)
-        self.port = None
+        self.host, self.port = None, None
         deadline = time.time() + timeout
         while time.time() < deadline:
             if self.proc.poll() is not None:
                 raise AssertionError(f"sparrow serve exited ({self.proc.returncode}):\n{self.stderr()}")
-            m = re.search(r"listening on http://[^:]+:(\d+)", self.stderr())
+            # http://127.0.0.1:PORT, or http://[::1]:PORT for an IPv6 address
+            m = re.search(r"listening on http://(\[[^\]]+\]|[^:/]+):(\d+)", self.stderr())
             if m:
-                self.port = int(m.group(1))
+                self.host = m.group(1).strip("[]")
+                self.port = int(m.group(2))
                 break
             time.sleep(0.05)
         if self.port is None:
@@ -77,7 +79,7 @@ class Server:
         self.close()
 
     def connection(self, timeout=300):
-        return http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+        return http.client.HTTPConnection(self.host, self.port, timeout=timeout)
 
     def request(self, method, path, body=None, headers=None, raw=None, timeout=300):
         """Returns (status, parsed JSON or text). `raw` sends bytes verbatim as the body."""

@@ -31,6 +31,15 @@ expect_error(["serve", "-m", model, "--dsa-stats"], "--dsa-stats", "serve has no
 expect_error(["serve", "-m", model, "--prefill-chunk", "-1"], "--prefill-chunk", "negative prefill chunk")
 expect_error(["serve", "-m", model, "--max-queue", "0"], "--max-queue", "a queue of 0 (nothing could be served)")
 expect_error([], "subcommand", "no subcommand")
+# Output files that could not be created are refused before the prompt is decoded (nothing printed yet).
+missing_dir = os.path.join(tmp, "no-such-folder")
+for flag, name in (("--dump-logits", "l.npy"), ("--dump-selection", "s.json")):
+    proc = harness.run(["run", "-m", model, "-p", "Once upon a time", "-n", 0, flag, os.path.join(missing_dir, name)],
+                       check=False)
+    checks.check(proc.returncode == 1 and flag in proc.stderr and "does not exist" in proc.stderr
+                 and proc.stdout == "", f"{flag} into a missing folder fails before decoding: "
+                 f"exit {proc.returncode}, stdout {proc.stdout[:40]!r}, stderr {proc.stderr.strip()[-160:]!r}")
+expect_error(["run", "-m", model, "-p", "x", "-n", 0, "--dump-logits", tmp], "is a folder", "--dump-logits a folder")
 expect_error(["run", "-m", os.path.join(tmp, "missing.gguf"), "-p", "x"], "cannot open", "missing model file")
 expect_error(["run", "-m", model, "-p", "x", "--temp", "-1"], "temp", "negative temperature")
 

@@ -3,6 +3,7 @@
 seeds and the chat format behave; switching between embeddings and completions is safe."""
 import base64
 import os
+import socket
 import subprocess
 
 import numpy as np
@@ -338,5 +339,19 @@ if template:
         checks.check(status == 200 and "reasoning_content" not in raw and raw["content"].startswith(split[:8])
                      and (message["content"] or raw["content"] == message["reasoning_content"]),
                      f"--reasoning-format none: the whole reply in content: {raw}")
+
+# IPv6 loopback, where the machine has one: the printed URL puts the address in brackets (RFC 3986), and it serves.
+try:
+    with socket.socket(socket.AF_INET6) as probe:
+        probe.bind(("::1", 0))
+    have_ipv6 = True
+except OSError:
+    have_ipv6 = False
+if have_ipv6:
+    with serve_util.Server(llama, "--host", "::1", "-np", 1) as srv:
+        checks.check("listening on http://[::1]:" in srv.stderr() and srv.request("GET", "/health")[0] == 200,
+                     "--host ::1: the URL in brackets, and /health answers there")
+else:
+    print("skip: no IPv6 loopback here (--host ::1 not checked)")
 
 checks.finish()
