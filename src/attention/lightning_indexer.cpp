@@ -33,7 +33,6 @@
 // AVX2 without VNNI: indexer_kernels.h) move a score by well under that many ranks on the test models (the
 // Jaccard tests check, with and without outlier channels).
 #include <algorithm>
-#include <array>
 #include <atomic>
 #include <bit>
 #include <chrono>
@@ -230,6 +229,10 @@ struct Buffers {
     // read, so growing it is the only time it is written before use)
     std::vector<Entry> entries;
     std::vector<TopK> heaps;  // [n_scored, n_split]
+    // [n_scored, n_split]: each query's split buffers and their sizes as merge_splits hands them to
+    // gather_candidates (one query's slots are written only by the thread that merges it)
+    std::vector<Entry *> split_parts;
+    std::vector<int64_t> split_sizes;
     std::vector<Merged> merged;
     std::vector<Piece> pieces;
     std::vector<Scratch> scratch;               // per pool thread
@@ -354,6 +357,10 @@ void Selector::plan(IndexerPrecision precision, int64_t n_tokens, int n_threads)
     const size_t n_entries = b_.scored.size() * static_cast<size_t>(n_split_ * 2 * max_keep);
     if (b_.entries.size() < n_entries) b_.entries.resize(n_entries);
     b_.heaps.assign(b_.scored.size() * static_cast<size_t>(n_split_), TopK{});
+    if (b_.split_parts.size() < b_.heaps.size()) {
+        b_.split_parts.resize(b_.heaps.size());
+        b_.split_sizes.resize(b_.heaps.size());
+    }
     for (size_t i = 0; i < b_.heaps.size(); ++i) {
         const bool fast = b_.scored[i / static_cast<size_t>(n_split_)].fast;
         b_.heaps[i] = TopK{b_.entries.data() + i * static_cast<size_t>(2 * max_keep), top_k_ + (fast ? margin_ : 0)};
@@ -562,20 +569,11 @@ void Selector::rescore_exact(Scratch &s, int64_t pos, Entry *e, int64_t n) {
 // orders the int8 ranks into [0, sure) taken, [sure, keep) to be re-scored and the rest dropped.
 void Selector::merge_splits(std::vector<uint64_t> &select, int64_t pos) {
     // The splits' buffers lie one after the other from split 0's: gathered down into one run from base, without
-    // the entries a sample of the scores shows cannot be among the keep best (the select below then reads and
-    // writes ~1.5 keep entries instead of the whole context's; in decode at 16K keys, whose splits never fill, it
-    // took ~60 us a call on the context's 16K, mostly in the scratch it writes).
-    constexpr int64_t kFewSplits = 64;  // more only with more than 32 threads: then on the heap
-    std::array<Entry *, kFewSplits> few_parts;
-    std::array<int64_t, kFewSplits> few_sizes;
-    std::vector<Entry *> many_parts;
-    std::vector<int64_t> many_sizes;
-    if (n_split_ > kFewSplits) {
-        many_parts.resize(static_cast<size_t>(n_split_));
-        many_sizes.resize(static_cast<size_t>(n_split_));
-    }
-    Entry **parts = n_split_ > kFewSplits ? many_parts.data() : few_parts.data();
-    int64_t *sizes = n_split_ > kFewSplits ? many_sizes.data() : few_sizes.data();
+    // the entries a sample of the scores shows cannot be among the keep best (the select below then takes ~1.5 keep
+    // entries instead of the whole context's; in decode at 16K keys, whose splits never fill, the select over all
+    // 16K took ~62 us a call in the model).
+    Entry **parts = b_.split_parts.data() + pos * n_split_;
+    int64_t *sizes = b_.split_sizes.data() + pos * n_split_;
     int64_t union_size = 0;
     for (int64_t sp = 0; sp < n_split_; ++sp) {
         parts[sp] = heap(pos, sp).data;

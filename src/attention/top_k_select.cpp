@@ -6,7 +6,8 @@
 #include <cstddef>
 #include <cstring>
 #include <functional>
-#include <limits>
+#include <optional>
+#include <utility>
 
 #include "attention/top_k_kernels.h"
 #include "core/error.h"
@@ -110,21 +111,27 @@ int64_t keep_range_scalar(const uint64_t *keys, int64_t n, uint64_t lo, uint64_t
     return m;
 }
 
+// Both sampled paths (sampled_kth, sampled_floor) take kSample entries at i * n / kSample. The k-th best of n sits
+// near rank k * kSample / n of the sample; `bracket_ranks` widens that by about four standard deviations of the
+// sample's count above the k-th (+ 8), clamped to the sample: {higher rank bound, lower rank bound}.
+constexpr int64_t kSample = 512;
+std::pair<int64_t, int64_t> bracket_ranks(int64_t n, int64_t k) {
+    const double p = double(k) / double(n);
+    const auto spread = static_cast<int64_t>(4.0 * std::sqrt(double(kSample) * p * (1.0 - p))) + 8;
+    const int64_t rank = k * kSample / n;
+    return {std::max<int64_t>(0, rank - spread), std::min(kSample - 1, rank + spread)};
+}
+
 // The k-th largest of the unique keys keys[0, n) found from a sample (large n): the sample's keys around rank
 // k * S / n bracket it with high probability, one pass (vectors with AVX-512) copies the keys inside the bracket
 // to `work` and counts those above it, and the radix select runs on the bracket alone. Returns false, having
 // decided nothing, when the k-th key falls outside the bracket (the caller then selects over all n).
 bool sampled_kth(const uint64_t *keys, int64_t n, int64_t k, uint64_t *work, uint64_t &kth, bool avx512) {
-    constexpr int64_t kSample = 512;
     if (n < 8 * kSample) return false;
     std::array<uint64_t, kSample> sample;
     for (int64_t i = 0; i < kSample; ++i) sample[static_cast<size_t>(i)] = keys[i * n / kSample];
-    // Rank of the k-th key in the sample (0 = largest), and a bracket of about four standard deviations of the
-    // sample's rank count around it.
-    const double p = double(k) / double(n);
-    const auto spread = static_cast<int64_t>(4.0 * std::sqrt(double(kSample) * p * (1.0 - p))) + 8;
-    const int64_t rank = (k * kSample) / n;
-    const int64_t hi_rank = std::max<int64_t>(0, rank - spread), lo_rank = std::min(kSample - 1, rank + spread);
+    // The bracket's ranks in the sample (0 = largest).
+    const auto [hi_rank, lo_rank] = bracket_ranks(n, k);
     const auto desc = [](uint64_t a, uint64_t b) { return a > b; };
     std::nth_element(sample.begin(), sample.begin() + hi_rank, sample.end(), desc);
     const uint64_t hi = sample[static_cast<size_t>(hi_rank)];
@@ -171,11 +178,11 @@ int64_t keep_at_least_scalar(const ScoredIndex *e, int64_t n, float floor, Score
     return kept;
 }
 
-// The floor gather_candidates cuts at: the sample's score about four standard deviations of its count below the
-// k-th best of n entries (as sampled_kth's bracket), or -inf when the union is too small for a sample to pay.
-float sampled_floor(ScoredIndex *const *parts, const int64_t *sizes, int64_t n_parts, int64_t n, int64_t k) {
-    constexpr int64_t kSample = 512;
-    if (n < 8 * kSample || n < 4 * k) return -std::numeric_limits<float>::infinity();
+// The floor gather_candidates cuts at: the sample's score at the lower end of sampled_kth's bracket around the k-th
+// best of n entries, or nothing when the union is too small for a sample to pay.
+std::optional<float> sampled_floor(ScoredIndex *const *parts, const int64_t *sizes, int64_t n_parts, int64_t n,
+                                   int64_t k) {
+    if (n < 8 * kSample || n < 4 * k) return std::nullopt;
     std::array<float, kSample> sample;
     int64_t part = 0, part_begin = 0;
     for (int64_t i = 0; i < kSample; ++i) {
@@ -184,9 +191,7 @@ float sampled_floor(ScoredIndex *const *parts, const int64_t *sizes, int64_t n_p
         sample[static_cast<size_t>(i)] = parts[part][at - part_begin].score;
     }
     SPARROW_ASSERT(part < n_parts);
-    const double p = double(k) / double(n);
-    const auto spread = static_cast<int64_t>(4.0 * std::sqrt(double(kSample) * p * (1.0 - p))) + 8;
-    const int64_t lo_rank = std::min(kSample - 1, k * kSample / n + spread);
+    const int64_t lo_rank = bracket_ranks(n, k).second;
     std::nth_element(sample.begin(), sample.begin() + lo_rank, sample.end(), std::greater<float>());
     return sample[static_cast<size_t>(lo_rank)];
 }
@@ -198,23 +203,23 @@ int64_t gather_candidates(ScoredIndex *const *parts, const int64_t *sizes, int64
     int64_t n = 0;
     for (int64_t p = 0; p < n_parts; ++p) n += sizes[p];
     SPARROW_ASSERT(k >= 1 && k <= n);
-    float floor = sampled_floor(parts, sizes, n_parts, n, k);
-    if (floor != -std::numeric_limits<float>::infinity()) {
+    std::optional<float> floor_score = sampled_floor(parts, sizes, n_parts, n, k);
+    if (floor_score) {
         int64_t reach = 0;
         for (int64_t p = 0; p < n_parts; ++p)
-            reach += avx512 ? avx512::count_at_least(parts[p], sizes[p], floor)
-                            : count_at_least_scalar(parts[p], sizes[p], floor);
-        if (reach < k) floor = -std::numeric_limits<float>::infinity();  // the sample misled: keep everything
+            reach += avx512 ? avx512::count_at_least(parts[p], sizes[p], *floor_score)
+                            : count_at_least_scalar(parts[p], sizes[p], *floor_score);
+        if (reach < k) floor_score.reset();  // the sample misled: keep everything
     }
     int64_t m = 0;
     for (int64_t p = 0; p < n_parts; ++p) {
-        if (floor == -std::numeric_limits<float>::infinity()) {
+        if (!floor_score) {
             if (parts[p] != dst + m)
                 std::memmove(dst + m, parts[p], static_cast<size_t>(sizes[p]) * sizeof(ScoredIndex));
             m += sizes[p];
         } else {
-            m += avx512 ? avx512::keep_at_least(parts[p], sizes[p], floor, dst + m)
-                        : keep_at_least_scalar(parts[p], sizes[p], floor, dst + m);
+            m += avx512 ? avx512::keep_at_least(parts[p], sizes[p], *floor_score, dst + m)
+                        : keep_at_least_scalar(parts[p], sizes[p], *floor_score, dst + m);
         }
     }
     return m;
