@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <limits>
 #include <thread>
 
 #include "core/error.h"
@@ -167,6 +168,45 @@ TEST_F(SchedulerTest, StopStringsCutTheText) {
     const auto [text, u] = finish(*s.submit(t));
     EXPECT_EQ(text, full.substr(0, full.find(full.substr(2, 2))));
     EXPECT_EQ(u.finish, FinishReason::stop);
+}
+
+// logit_bias: +100 on one token makes greedy pick it at every step; banning (-inf) the greedy first token moves the
+// choice to the model's second best there; biases on one token add up; reported log probabilities stay the model's.
+TEST_F(SchedulerTest, LogitBiasSteersAndBansTokens) {
+    Scheduler s(model_, context(512), {1, 4});
+    const std::vector<int32_t> prompt = {7, 8, 9};
+    const auto ids = [&](Task t) {
+        t.sampling.logprobs = 2;
+        const auto channel = s.submit(std::move(t));
+        std::vector<TokenLogprob> lps;
+        TaskUpdate u;
+        do {
+            u = channel->wait(1000ms);
+            lps.insert(lps.end(), u.logprobs.begin(), u.logprobs.end());
+        } while (!u.done);
+        return lps;
+    };
+    const std::vector<TokenLogprob> plain = ids(greedy(prompt, 6));
+    ASSERT_EQ(plain.size(), 6u);
+    const int32_t first = plain[0].id, second = plain[0].top[1].first;
+
+    Task pushed = greedy(prompt, 6);
+    const int32_t target = first == 42 ? 43 : 42;
+    pushed.sampling.logit_bias = {{target, 60.0f}, {target, 40.0f}};  // adds up to +100
+    const std::vector<TokenLogprob> steered = ids(pushed);
+    ASSERT_EQ(steered.size(), 6u);
+    for (const TokenLogprob &t : steered) EXPECT_EQ(t.id, target);
+    EXPECT_LT(steered[0].logprob, plain[0].logprob);  // the model's own probability of the forced token
+
+    Task banned = greedy(prompt, 1);
+    banned.sampling.logit_bias = {{first, -std::numeric_limits<float>::infinity()}};
+    const std::vector<TokenLogprob> moved = ids(banned);
+    ASSERT_EQ(moved.size(), 1u);
+    EXPECT_EQ(moved[0].id, second);
+    EXPECT_EQ(moved[0].top[0].first, first);  // alternatives are the model's, before the bias
+
+    // Without a bias the same task is greedy again (the slot's state does not carry a bias over).
+    EXPECT_EQ(ids(greedy(prompt, 6))[0].id, first);
 }
 
 // token_logprob against a direct log-softmax, with ties (broken by the lower id) and n past the vocabulary.

@@ -220,6 +220,7 @@ std::vector<std::shared_ptr<TaskChannel>> Scheduler::submit_all(std::vector<Task
     std::vector<std::shared_ptr<TaskChannel>> channels;
     for (const Task &t : tasks) {
         SPARROW_ASSERT(!t.prompt.empty());
+        for (const auto &[id, bias] : t.sampling.logit_bias) SPARROW_ASSERT(id >= 0 && id < tokenizer_.n_vocab());
         channels.push_back(std::make_shared<TaskChannel>());
     }
     {
@@ -534,11 +535,15 @@ bool Scheduler::step() {
 void Scheduler::handle_output(Slot &s, std::span<const float> logits, Clock::time_point step_end) {
     const SamplingOptions &so = s.task.sampling;
     const std::span<const float> model_logits = logits;
-    if (so.presence_penalty != 0.0f || so.frequency_penalty != 0.0f) {
+    const bool penalties = so.presence_penalty != 0.0f || so.frequency_penalty != 0.0f;
+    if (penalties || !so.logit_bias.empty()) {
         s.penalised.assign(logits.begin(), logits.end());
-        for (const auto &[id, count] : s.counts) {
-            s.penalised[static_cast<size_t>(id)] -= so.presence_penalty + so.frequency_penalty * float(count);
+        if (penalties) {
+            for (const auto &[id, count] : s.counts) {
+                s.penalised[static_cast<size_t>(id)] -= so.presence_penalty + so.frequency_penalty * float(count);
+            }
         }
+        for (const auto &[id, bias] : so.logit_bias) s.penalised[static_cast<size_t>(id)] += bias;
         logits = s.penalised;
     }
     const int32_t token = s.sampler->sample(logits);

@@ -42,8 +42,11 @@ struct SamplingOptions {
     uint64_t seed = 0;
     float presence_penalty = 0.0f;   // subtracted once from the logit of every token generated so far
     float frequency_penalty = 0.0f;  // subtracted per occurrence of the token in the generated text
-    int64_t max_tokens = 16;         // tokens to sample at most (>= 1; 0: only evaluate the prompt)
-    std::vector<std::string> stop;   // generation ends before the first occurrence of any of these
+    // (token, bias) added to the token's logit before sampling, after the penalties (-inf: never sampled); a
+    // token may appear more than once (the biases add up)
+    std::vector<std::pair<int32_t, float>> logit_bias;
+    int64_t max_tokens = 16;        // tokens to sample at most (>= 1; 0: only evaluate the prompt)
+    std::vector<std::string> stop;  // generation ends before the first occurrence of any of these
     // >= 0: report each generated token's log probability and the `logprobs` most likely tokens at its
     // position, under the model's distribution (the logits before penalties and temperature); -1: none.
     int logprobs = -1;

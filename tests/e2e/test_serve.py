@@ -136,6 +136,43 @@ with serve_util.Server(llama, "-np", 2, "-c", 1024, "--chat-format", "llama2", "
     if full:
         checks.check(norm(a["text"]) != want, f"penalties change the greedy text ({a['text']!r})")
 
+    # --- logit_bias: OpenAI's object and llama.cpp's pairs ------------------------------------------------------
+    # Token ids of the greedy text from /completion's n_probs entries (the text alone may not re-tokenize alike).
+    def llama_ids(extra):
+        st, b = srv.request("POST", "/completion", dict({"prompt": PROMPT, "n_predict": 4, "temperature": 0,
+                                                         "n_probs": 2}, **extra))
+        return st, [p["id"] for p in b.get("completion_probabilities", [])], b
+    _, plain_ids, plain = llama_ids({})
+    greedy_first = plain_ids[0]
+    # +100 on one token: greedy writes nothing else. The token: one of the prompt's words, not greedy's first.
+    words = srv.request("POST", "/tokenize", {"content": PROMPT, "add_special": False, "with_pieces": True})[1]
+    target, piece = next((t["id"], t["piece"]) for t in words["tokens"] if t["id"] != greedy_first)
+    status, body = srv.request("POST", "/v1/completions", dict(req, max_tokens=5, logit_bias={str(target): 100}))
+    checks.check(status == 200 and body["choices"][0]["text"] == piece * 5,
+                 f"logit_bias +100 on token {target} ({piece!r}) makes greedy repeat it: {body}")
+    # Banned by false (llama.cpp) or -100 (OpenAI): greedy takes the model's second choice there, and the reported
+    # alternatives stay the model's (the banned token first).
+    status, banned_ids, banned = llama_ids({"logit_bias": [[greedy_first, False]]})
+    second = plain["completion_probabilities"][0]["top_logprobs"][1]["id"]
+    checks.check(status == 200 and banned_ids[0] == second
+                 and banned["completion_probabilities"][0]["top_logprobs"][0]["id"] == greedy_first,
+                 f"/completion's [[{greedy_first}, false]] bans greedy's first token: {banned_ids} (was {plain_ids})")
+    status, body = srv.request("POST", "/v1/completions", dict(req, max_tokens=4, logit_bias={str(greedy_first): -100}))
+    checks.check(status == 200 and body["choices"][0]["text"] == banned["content"],
+                 f"/v1/completions' {{id: -100}} bans it alike: {body['choices'][0]['text']!r}")
+    # A text names its tokens: [[piece, 100]] steers as the id does.
+    status, llama_body = srv.request("POST", "/completion", {"prompt": PROMPT, "n_predict": 3, "temperature": 0,
+                                                            "logit_bias": [[piece, 100]]})
+    checks.check(status == 200 and llama_body["content"] == piece * 3,
+                 f"/completion's [[text, bias]] biases the text's token: {llama_body.get('content')!r}")
+    status, body = srv.request("POST", "/v1/chat/completions", {"messages": [{"role": "user", "content": "Hi"}],
+                                                                "max_tokens": 3, "temperature": 0,
+                                                                "logit_bias": {str(target): 100}})
+    checks.check(status == 200 and body["choices"][0]["message"]["content"] == piece * 3,
+                 f"chat completions take logit_bias: {body}")
+    checks.check(norm(srv.request("POST", "/v1/completions", req)[1]["choices"][0]["text"]) == want,
+                 "the next request without a bias is greedy again")
+
     # --- chat: the llama2 format, then the same completion --------------------------------------------------
     messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Tell me a story."}]
     bos = srv.request("POST", "/tokenize", {"content": "", "add_special": True, "with_pieces": True})[1]["tokens"]

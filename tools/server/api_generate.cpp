@@ -514,7 +514,7 @@ void Api::completions(const httplib::Request &req, httplib::Response &res) {
         task.prompt = prompts[i].ids;
         task.sampling = read_sampling(
             body, {.temperature = 1.0f, .top_p = 1.0f, .top_k = 0, .max_tokens = 16, .min_max_tokens = echo ? 0 : 1},
-            {"max_tokens"}, static_cast<int64_t>(task.prompt.size()), limits_);
+            {"max_tokens"}, static_cast<int64_t>(task.prompt.size()), tokenizer_, limits_);
         // logprobs: null (none) or N, the alternatives reported per token with each token's own log probability
         task.sampling.logprobs = static_cast<int>(get_int(body, "logprobs", 0, kMaxTopLogprobs).value_or(-1));
         task.prompt_logprobs = echo && task.sampling.logprobs >= 0;
@@ -558,7 +558,7 @@ void Api::chat_completions(const httplib::Request &req, httplib::Response &res) 
     task.prompt = tokenizer_.encode(text, /*add_special=*/false, /*parse_special=*/true);
     check_prompt_fits(task.prompt.size(), limits_);
     task.sampling = read_sampling(body, {}, {"max_completion_tokens", "max_tokens"},
-                                  static_cast<int64_t>(task.prompt.size()), limits_);
+                                  static_cast<int64_t>(task.prompt.size()), tokenizer_, limits_);
     if (logprobs) task.sampling.logprobs = static_cast<int>(top_logprobs.value_or(0));
     const bool stream = get_bool(body, "stream").value_or(false);
     const bool include_usage = read_include_usage(body);
@@ -578,7 +578,7 @@ void Api::completion(const httplib::Request &req, httplib::Response &res) {
     // n_predict 0 only evaluates the prompt (llama.cpp's; clients use it to fill the prompt cache).
     task.sampling = read_sampling(
         body, {.temperature = 0.8f, .top_p = 0.95f, .top_k = 40, .max_tokens = std::nullopt, .min_max_tokens = 0},
-        {"n_predict", "max_tokens"}, static_cast<int64_t>(task.prompt.size()), limits_);
+        {"n_predict", "max_tokens"}, static_cast<int64_t>(task.prompt.size()), tokenizer_, limits_);
     // n_probs: the log probability of each generated token and of the n_probs most likely ones (llama.cpp's)
     if (const auto n_probs = get_int(body, "n_probs", 0, kMaxTopLogprobs); n_probs && *n_probs > 0) {
         task.sampling.logprobs = static_cast<int>(*n_probs);

@@ -1,5 +1,8 @@
 #include "server/requests.h"
 
+#include <charconv>
+#include <cmath>
+#include <limits>
 #include <random>
 
 #include "core/error.h"
@@ -77,10 +80,83 @@ std::vector<int32_t> read_prompt(const json &given, const char *key, const Token
     return ids;
 }
 
+namespace {
+// A logit_bias value: a number in [-100, 100] (OpenAI's range), or false: the token is never sampled (llama.cpp's).
+float read_bias(const json &v, const std::string &where) {
+    if (v.is_boolean() && !v.get<bool>()) return -std::numeric_limits<float>::infinity();
+    if (!v.is_number()) {
+        throw ApiError(400, strprintf("'%s' must be a number in [-100, 100] or false", where.c_str()), "invalid_type");
+    }
+    const double b = v.get<double>();
+    if (!std::isfinite(b) || b < -100.0 || b > 100.0) {
+        throw ApiError(400, strprintf("'%s' must be in [-100, 100]", where.c_str()), "invalid_value");
+    }
+    return static_cast<float>(b);
+}
+
+int32_t read_bias_token_id(int64_t id, const std::string &where, const RequestLimits &lim) {
+    if (id < 0 || id >= lim.n_vocab) {
+        throw ApiError(400,
+                       strprintf("'%s' names token id %lld, outside the vocabulary [0, %d)", where.c_str(),
+                                 (long long)id, lim.n_vocab),
+                       "invalid_value");
+    }
+    return static_cast<int32_t>(id);
+}
+}  // namespace
+
+std::vector<std::pair<int32_t, float>> read_logit_bias(const json &body, const Tokenizer &tok,
+                                                       const RequestLimits &lim) {
+    std::vector<std::pair<int32_t, float>> out;
+    const auto it = body.find("logit_bias");
+    if (it == body.end() || it->is_null()) return out;
+    if (it->is_object()) {  // OpenAI's {"token id": bias}
+        for (const auto &[key, value] : it->get_ref<const json::object_t &>()) {
+            const std::string where = "logit_bias." + key;
+            int64_t id = -1;
+            const char *const end = key.data() + key.size();
+            const auto [rest, ec] = std::from_chars(key.data(), end, id);
+            if (key.empty() || ec != std::errc() || rest != end) {
+                throw ApiError(400, strprintf("'logit_bias' keys must be token ids, got \"%s\"", key.c_str()),
+                               "invalid_value");
+            }
+            out.emplace_back(read_bias_token_id(id, where, lim), read_bias(value, where));
+        }
+        return out;
+    }
+    if (!it->is_array()) {
+        throw ApiError(400, "'logit_bias' must be an object of token ids to biases or a list of [token, bias] pairs",
+                       "invalid_type");
+    }
+    size_t i = 0;
+    for (const json &entry : it->get_ref<const json::array_t &>()) {  // llama.cpp's [[token id or text, bias], ...]
+        const std::string where = strprintf("logit_bias[%zu]", i++);
+        if (!entry.is_array() || entry.size() != 2) {
+            throw ApiError(400, "'" + where + "' must be a [token id or text, bias] pair", "invalid_type");
+        }
+        const json::array_t &pair = entry.get_ref<const json::array_t &>();
+        const json &token = pair[0];
+        const float bias = read_bias(pair[1], where);
+        if (token.is_string()) {  // every token of the text (no BOS) gets the bias
+            for (const int32_t id : tok.encode(token.get<std::string>(), /*add_special=*/false,
+                                               /*parse_special=*/false))
+                out.emplace_back(id, bias);
+        } else if (token.is_number_integer()) {
+            const int64_t id =
+                token.is_number_unsigned() && token.get<uint64_t>() > uint64_t(INT64_MAX) ? -1 : token.get<int64_t>();
+            out.emplace_back(read_bias_token_id(id, where, lim), bias);
+        } else {
+            throw ApiError(400, "'" + where + "' must be a [token id or text, bias] pair", "invalid_type");
+        }
+    }
+    return out;
+}
+
 SamplingOptions read_sampling(const json &body, const SamplingDefaults &defaults,
                               std::initializer_list<const char *> max_tokens_keys, int64_t n_prompt,
-                              const RequestLimits &lim) {
+                              const Tokenizer &tok, const RequestLimits &lim) {
     SamplingOptions s;
+    s.logit_bias = read_logit_bias(body, tok, lim);
     s.temperature = static_cast<float>(get_number(body, "temperature", 0.0, 100.0).value_or(defaults.temperature));
     s.top_p = static_cast<float>(get_number(body, "top_p", 0.0, 1.0).value_or(defaults.top_p));
     s.top_k = static_cast<int>(get_int(body, "top_k", 0, lim.n_vocab).value_or(defaults.top_k));

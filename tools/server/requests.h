@@ -48,11 +48,17 @@ struct SamplingDefaults {
     int64_t min_max_tokens = 1;         // 0 where a request may only score its prompt (completions with echo)
 };
 
-// temperature, top_p, top_k, seed, presence_penalty, frequency_penalty, stop, and max_tokens under the
+// temperature, top_p, top_k, seed, presence_penalty, frequency_penalty, stop, logit_bias, and max_tokens under the
 // names given (the first present wins), checked to fit the context with the prompt.
 SamplingOptions read_sampling(const json &body, const SamplingDefaults &defaults,
                               std::initializer_list<const char *> max_tokens_keys, int64_t n_prompt,
-                              const RequestLimits &lim);
+                              const Tokenizer &tok, const RequestLimits &lim);
+
+// logit_bias, in either form servers take: OpenAI's object {"token id": bias} or llama.cpp's list of [token, bias]
+// pairs, whose token may be a text (each of its tokens, without BOS, gets the bias). A bias is a number in
+// [-100, 100], or false to ban the token. Entries naming one token add up.
+std::vector<std::pair<int32_t, float>> read_logit_bias(const json &body, const Tokenizer &tok,
+                                                       const RequestLimits &lim);
 
 // OpenAI chat messages: [{"role", "content": string | [{"type": "text", "text"}] | null, "reasoning_content"}].
 std::vector<ChatMessage> read_messages(const json &body);
