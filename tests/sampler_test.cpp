@@ -20,7 +20,8 @@ constexpr float kInf = std::numeric_limits<float>::infinity();
 
 // Probabilities the sampler should draw from: rank = (logit descending, id ascending; NaN as -inf); the top_k
 // first; of those the smallest prefix whose probability at temperature 1 (renormalised over them) reaches top_p;
-// then softmax(logit / temp) over the rest.
+// of those the tokens whose probability is at least min_p times the best one's; then softmax(logit / temp) over the
+// rest.
 std::vector<double> reference_probs(const std::vector<float> &logits, const SamplerParams &p) {
     const size_t V = logits.size();
     std::vector<float> v(V);
@@ -43,6 +44,10 @@ std::vector<double> reference_probs(const std::vector<float> &logits, const Samp
             }
         }
     }
+    if (p.min_p > 0.0f) {  // then only tokens at or above max + ln(min_p): a shorter prefix of the same order
+        const float keep = min_p_floor(float(max), p.min_p);
+        while (n > 1 && !(v[order[n - 1]] >= keep)) --n;
+    }
     std::vector<double> probs(V, 0.0);
     double total = 0.0;
     for (size_t i = 0; i < n; ++i) total += probs[order[i]] = std::exp((double(v[order[i]]) - max) / p.temp);
@@ -52,7 +57,7 @@ std::vector<double> reference_probs(const std::vector<float> &logits, const Samp
 
 std::string describe(const SamplerParams &p, size_t V) {
     return "vocab " + std::to_string(V) + " temp " + std::to_string(p.temp) + " top_k " + std::to_string(p.top_k) +
-           " top_p " + std::to_string(p.top_p);
+           " top_p " + std::to_string(p.top_p) + " min_p " + std::to_string(p.min_p);
 }
 
 TEST(Sampler, GreedyTakesTheFirstLargestAndIgnoresNaN) {
@@ -107,6 +112,14 @@ TEST(Sampler, DrawsFollowTheReferenceDistribution) {
                 check_frequencies(small, {temp, top_k, top_p, 11}, 20000);
         }
     }
+    // min-p alone and with the other cuts: 0.3 and 0.08 keep the logits >= 3 and >= 1.5 below the maximum 4 (floors
+    // 2.80 and 1.47 fall between the list's values), 0.9 the maximum alone, and 1.0 too (a logit at the floor stays).
+    for (float min_p : {0.3f, 0.08f, 0.9f, 1.0f}) {
+        for (int top_k : {0, 3, 8}) {
+            for (float top_p : {0.5f, 0.99f, 1.0f}) check_frequencies(small, {1.0f, top_k, top_p, 13, min_p}, 20000);
+        }
+        check_frequencies(small, {0.5f, 0, 1.0f, 14, min_p}, 20000);
+    }
     // 300 tokens with values from a short list (ties everywhere): past the nucleus search's short range, so its
     // partition rounds run and their cut is checked token by token.
     std::vector<float> mid(300);
@@ -128,7 +141,9 @@ TEST(Sampler, LargeVocabulariesDrawOnlyFromTheCut) {
             for (size_t i = 0; i < V; i += 97) logits[i] = logits[i / 2];  // ties across the range
             for (const SamplerParams &p :
                  {SamplerParams{1.0f, 0, 0.9f, 5}, SamplerParams{0.7f, 0, 0.3f, 5}, SamplerParams{1.0f, 1000, 0.95f, 5},
-                  SamplerParams{1.0f, 300, 1.0f, 5}, SamplerParams{1.0f, 0, 1.0f, 5}}) {
+                  SamplerParams{1.0f, 300, 1.0f, 5}, SamplerParams{1.0f, 0, 1.0f, 5},
+                  SamplerParams{1.0f, 0, 1.0f, 5, 0.05f}, SamplerParams{1.0f, 0, 0.95f, 5, 0.2f},
+                  SamplerParams{0.8f, 1000, 0.95f, 5, 0.05f}}) {
                 const auto want = reference_probs(logits, p);
                 const auto support = std::count_if(want.begin(), want.end(), [](double q) { return q > 0.0; });
                 Sampler s(p);

@@ -209,6 +209,47 @@ TEST_F(SchedulerTest, LogitBiasSteersAndBansTokens) {
     EXPECT_EQ(ids(greedy(prompt, 6))[0].id, first);
 }
 
+// llama.cpp's repetition penalty against its formula: each distinct token of the window once (a token twice in it
+// is not penalised twice), positive logits divided, the rest multiplied; tokens outside the window untouched.
+TEST(RepeatPenalty, DividesPositiveAndMultipliesNegativeLogitsOnce) {
+    std::vector<float> logits = {2.0f, -1.0f, 0.0f, 3.0f, -0.5f, 1.0f};
+    const std::vector<int32_t> window = {3, 1, 3, 4, 1, 0};
+    apply_repeat_penalty(logits, window, 2.0f);
+    EXPECT_EQ(logits, (std::vector<float>{1.0f, -2.0f, 0.0f, 1.5f, -1.0f, 1.0f}));
+    apply_repeat_penalty(logits, std::vector<int32_t>{}, 2.0f);  // an empty window changes nothing
+    EXPECT_EQ(logits, (std::vector<float>{1.0f, -2.0f, 0.0f, 1.5f, -1.0f, 1.0f}));
+}
+
+// ignore_eos: with the end-of-generation token pushed to the top, a task ends at its first token unless ignore_eos
+// holds, and then runs to max_tokens. The repetition penalty changes greedy text only when it has a window.
+TEST_F(SchedulerTest, IgnoreEosAndRepeatPenaltyReachTheSampler) {
+    Scheduler s(model_, context(512), {1, 4});
+    const std::vector<int32_t> prompt = {7, 8, 9, 7, 8, 9};
+    const int32_t eos = model_tokenizer(*model_).eos_id();
+    ASSERT_GE(eos, 0);
+    Task ends = greedy(prompt, 8);
+    ends.sampling.logit_bias = {{eos, 100.0f}};
+    const auto [text, u] = finish(*s.submit(ends));
+    EXPECT_EQ(u.n_generated, 1);  // the end-of-generation token, which has no text
+    EXPECT_EQ(text, "");
+    EXPECT_EQ(u.finish, FinishReason::stop);
+    Task runs = ends;
+    runs.sampling.ignore_eos = true;
+    const auto [text2, u2] = finish(*s.submit(runs));
+    EXPECT_EQ(u2.n_generated, 8);
+    EXPECT_EQ(u2.finish, FinishReason::length);
+
+    const std::string plain = finish(*s.submit(greedy(prompt, 16))).first;
+    Task penalised = greedy(prompt, 16);
+    penalised.sampling.repeat_penalty = 50.0f;
+    penalised.sampling.repeat_last_n = -1;
+    const std::string changed = finish(*s.submit(penalised)).first;
+    EXPECT_NE(changed, plain);
+    EXPECT_EQ(finish(*s.submit(penalised)).first, changed);  // deterministic
+    penalised.sampling.repeat_last_n = 0;                    // no window: off
+    EXPECT_EQ(finish(*s.submit(penalised)).first, plain);
+}
+
 // token_logprob against a direct log-softmax, with ties (broken by the lower id) and n past the vocabulary.
 TEST(TokenLogprob, MatchesALogSoftmaxAndOrdersTies) {
     const std::vector<float> logits = {0.5f, 2.0f, -1.0f, 2.0f, 7.25f, -30.0f, 2.0f};

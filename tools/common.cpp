@@ -124,6 +124,8 @@ void SamplingFlags::add_to(CLI::App &cmd, const std::string &seed_help) {
     cmd.add_option("--temp", temp, "Temperature (0 = greedy)")->check(finite_in(0.0, 100.0));
     cmd.add_option("--top-k", top_k, "Keep the k most likely tokens (0 = all)")->check(count_at_least(0));
     cmd.add_option("--top-p", top_p, "Nucleus sampling threshold (1 = off)")->check(finite_in(0.0, 1.0));
+    cmd.add_option("--min-p", min_p, "Keep tokens at least this fraction as likely as the best (0 = off)")
+        ->check(finite_in(0.0, 1.0));
     // -1 or a value in [0, 2^63 - 1], checked on the text: CLI11 would saturate a longer number silently.
     cmd.add_option("-s,--seed", seed, seed_help)
         ->check(CLI::Validator(

@@ -53,11 +53,12 @@ struct SamplingFlags {
     float temp = 0.8f;
     int top_k = 40;
     float top_p = 0.95f;
-    int64_t seed = -1;  // -1: a random seed, drawn by resolved_seed()
+    float min_p = 0.05f;  // llama.cpp's default, as the three above
+    int64_t seed = -1;    // -1: a random seed, drawn by resolved_seed()
 
     void add_to(CLI::App &cmd, const std::string &seed_help = "Random seed (-1 = random)");
     uint64_t resolved_seed() const;
-    SamplerParams params(uint64_t used_seed) const { return {temp, top_k, top_p, used_seed}; }
+    SamplerParams params(uint64_t used_seed) const { return {temp, top_k, top_p, used_seed, min_p}; }
 };
 
 // --chat-format (run --conversation, serve): one of the built-in formats' names.

@@ -76,6 +76,8 @@ int32_t argmax(std::span<const float> logits) {
     return 0;  // not reached: best is some logit's rank value, or -inf, which the first one then has
 }
 
+float min_p_floor(float max, float min_p) { return max + std::log(std::min(min_p, 1.0f)); }
+
 Sampler::Sampler(const SamplerParams &params) : params_(params), rng_(params.seed) {}
 
 void best_logits(std::span<const float> logits, size_t n, std::vector<Sampler::Candidate> &out) {
@@ -201,14 +203,25 @@ int32_t Sampler::sample(std::span<const float> logits) {
     const size_t n_vocab = logits.size();
     const bool cut_k = params_.top_k > 0 && static_cast<size_t>(params_.top_k) < n_vocab;
     const bool cut_p = params_.top_p < 1.0f;
+    const bool cut_m = params_.min_p > 0.0f;
+    const float min_logit = cut_m ? min_p_floor(max, params_.min_p) : kNegInf;  // the smallest logit min-p keeps
     // Capped: a subnormal temperature (a request's 1e-44) would make it inf in float, and 0 * inf a NaN weight for
     // the top token; at 1e30 every other token's weight is 0 already.
     const auto inv_temp = static_cast<float>(std::min(1.0 / double(params_.temp), 1e30));
 
     if (!cut_k && !cut_p) {
-        // The whole distribution: no ranking needed, one pass of weights and a draw.
+        // The whole distribution: no ranking needed, one pass of weights (min-p zeroes those below its floor) and a
+        // draw.
         weights_.resize(n_vocab);
-        return static_cast<int32_t>(draw(weigh(logits, max, inv_temp, weights_.data())));
+        double total = weigh(logits, max, inv_temp, weights_.data());
+        if (cut_m) {
+            total = 0.0;
+            for (size_t i = 0; i < n_vocab; ++i) {
+                if (!(logits[i] >= min_logit)) weights_[i] = 0.0f;  // NaN too
+                total += weights_[i];
+            }
+        }
+        return static_cast<int32_t>(draw(total));
     }
 
     size_t n = 0;
@@ -228,8 +241,14 @@ int32_t Sampler::sample(std::span<const float> logits) {
     } else {
         n = nucleus(logits, max);
     }
-    // candidates_[0, n) in no particular order (take_nucleus reorders): the draw does not need one.
     SPARROW_ASSERT(n <= candidates_.size());
+    if (cut_m) {  // min-p within the cuts: the best-ranked token (at the maximum) always stays
+        n = static_cast<size_t>(std::partition(candidates_.begin(),
+                                               candidates_.begin() + static_cast<std::ptrdiff_t>(n),
+                                               [min_logit](const Candidate &c) { return c.logit >= min_logit; }) -
+                                candidates_.begin());
+    }
+    // candidates_[0, n) in no particular order (take_nucleus and the min-p cut reorder): the draw does not need one.
     weights_.resize(n);
     double total = 0.0;
     for (size_t i = 0; i < n; ++i) {

@@ -1,5 +1,5 @@
 // Token sampling: greedy at temperature 0, else top-k, then top-p (nucleus, on the untempered
-// distribution), then temperature, then a draw from a seeded generator (llama.cpp's default order).
+// distribution), then min-p, then temperature, then a draw from a seeded generator (llama.cpp's default order).
 #pragma once
 
 #include <bit>
@@ -15,6 +15,9 @@ struct SamplerParams {
     int top_k = 40;       // <= 0: no top-k cut
     float top_p = 0.95f;  // >= 1: no nucleus cut
     uint64_t seed = 0;
+    // > 0: keep only tokens whose probability at temperature 1 is at least min_p times the most likely one's
+    // (llama.cpp's min-p: a logit at least max + ln(min_p)); 0: no cut
+    float min_p = 0.0f;
 };
 
 class Sampler {
@@ -46,6 +49,9 @@ int32_t argmax(std::span<const float> logits);
 
 // out = the min(n, size) best logits by rank (larger logit, then lower id; NaN as -inf), in rank order (mass 0).
 void best_logits(std::span<const float> logits, size_t n, std::vector<Sampler::Candidate> &out);
+
+// The smallest logit min-p keeps when the largest is max: max + ln(min_p), in float (min_p in (0, 1]).
+float min_p_floor(float max, float min_p);
 
 // The largest logit, NaN ignored (-inf when there is nothing else).
 float max_logit(std::span<const float> logits);

@@ -192,6 +192,9 @@ Scheduler::Scheduler(std::shared_ptr<const Model> model, const ContextParams &pa
     n_batch_ = ctx_->params().n_batch;
     prefill_chunk_ = options_.prefill_chunk > 0 ? options_.prefill_chunk : ctx_->params().n_ubatch;
     n_embd_ = model_info(*model_).n_embd;
+    for (int32_t id = 0; id < tokenizer_.n_vocab(); ++id) {
+        if (tokenizer_.is_eog(id)) eog_ids_.push_back(id);
+    }
     slots_.resize(static_cast<size_t>(options_.n_slots));
     for (size_t i = 0; i < slots_.size(); ++i) slots_[i].seq_id = static_cast<int32_t>(i);
     counters_.n_slots = options_.n_slots;
@@ -369,7 +372,7 @@ void Scheduler::start_task(Slot &slot, Queued &queued) {
     }
     slot.n_prompt_done = keep;
     const SamplingOptions &so = slot.task.sampling;
-    slot.sampler.emplace(SamplerParams{so.temperature, so.top_k, so.top_p, so.seed});
+    slot.sampler.emplace(SamplerParams{so.temperature, so.top_k, so.top_p, so.seed, so.min_p});
     slot.next_token = -1;
     slot.n_generated = 0;
     slot.counts.clear();
@@ -532,18 +535,39 @@ bool Scheduler::step() {
     return true;
 }
 
+void apply_repeat_penalty(std::span<float> logits, std::span<const int32_t> window, float penalty) {
+    // Each distinct token once: mark it by visiting the window's ids in sorted order.
+    std::vector<int32_t> ids(window.begin(), window.end());
+    std::sort(ids.begin(), ids.end());
+    ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+    for (const int32_t id : ids) {
+        float &v = logits[static_cast<size_t>(id)];
+        v = v > 0.0f ? v / penalty : v * penalty;
+    }
+}
+
 void Scheduler::handle_output(Slot &s, std::span<const float> logits, Clock::time_point step_end) {
     const SamplingOptions &so = s.task.sampling;
     const std::span<const float> model_logits = logits;
     const bool penalties = so.presence_penalty != 0.0f || so.frequency_penalty != 0.0f;
-    if (penalties || !so.logit_bias.empty()) {
+    const bool repeat = so.repeat_penalty != 1.0f && so.repeat_last_n != 0;
+    if (penalties || repeat || !so.logit_bias.empty() || so.ignore_eos) {
         s.penalised.assign(logits.begin(), logits.end());
+        if (repeat) {  // the sequence so far is the cache: the prompt and every token generated
+            const size_t n =
+                so.repeat_last_n < 0 ? s.cache.size() : std::min(s.cache.size(), static_cast<size_t>(so.repeat_last_n));
+            apply_repeat_penalty(s.penalised, std::span<const int32_t>(s.cache).last(n), so.repeat_penalty);
+        }
         if (penalties) {
             for (const auto &[id, count] : s.counts) {
                 s.penalised[static_cast<size_t>(id)] -= so.presence_penalty + so.frequency_penalty * float(count);
             }
         }
         for (const auto &[id, bias] : so.logit_bias) s.penalised[static_cast<size_t>(id)] += bias;
+        if (so.ignore_eos) {
+            for (const int32_t id : eog_ids_)
+                s.penalised[static_cast<size_t>(id)] = -std::numeric_limits<float>::infinity();
+        }
         logits = s.penalised;
     }
     const int32_t token = s.sampler->sample(logits);

@@ -136,6 +136,21 @@ with serve_util.Server(llama, "-np", 2, "-c", 1024, "--chat-format", "llama2", "
     if full:
         checks.check(norm(a["text"]) != want, f"penalties change the greedy text ({a['text']!r})")
 
+    # min_p 1 keeps only the most likely token: sampling at any temperature is greedy then.
+    hot = dict(req, temperature=1.5, min_p=1.0, seed=99)
+    checks.check(norm(srv.request("POST", "/v1/completions", hot)[1]["choices"][0]["text"]) == want,
+                 "min_p 1 at temperature 1.5 gives the greedy text")
+    status, body = srv.request("POST", "/completion", {"prompt": PROMPT, "n_predict": N, "temperature": 1.5,
+                                                      "min_p": 1.0, "repeat_penalty": 1.0, "mirostat": 0})
+    checks.check(status == 200 and norm(body["content"]) == want, f"/completion's min_p alike: {body.get('content')!r}")
+    # repeat_penalty over the whole sequence changes greedy text (below 1 it rewards what was seen: positive logits
+    # times 20, so greedy turns back to the prompt's tokens); with repeat_last_n 0 it is off.
+    rp = {"prompt": PROMPT, "n_predict": N, "temperature": 0, "repeat_penalty": 0.05, "repeat_last_n": -1}
+    penalised = srv.request("POST", "/completion", rp)[1]["content"]
+    off = srv.request("POST", "/completion", dict(rp, repeat_last_n=0))[1]["content"]
+    checks.check(norm(penalised) != want and norm(off) == want,
+                 f"repeat_penalty changes the greedy text ({penalised!r}), repeat_last_n 0 turns it off")
+
     # --- logit_bias: OpenAI's object and llama.cpp's pairs ------------------------------------------------------
     # Token ids of the greedy text from /completion's n_probs entries (the text alone may not re-tokenize alike).
     def llama_ids(extra):

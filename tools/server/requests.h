@@ -44,12 +44,14 @@ struct SamplingDefaults {
     float temperature = 1.0f;
     float top_p = 1.0f;
     int top_k = 0;
+    float min_p = 0.0f;
     std::optional<int64_t> max_tokens;  // nullopt: whatever the context leaves after the prompt
     int64_t min_max_tokens = 1;         // 0 where a request may only score its prompt (completions with echo)
 };
 
-// temperature, top_p, top_k, seed, presence_penalty, frequency_penalty, stop, logit_bias, and max_tokens under the
-// names given (the first present wins), checked to fit the context with the prompt.
+// temperature, top_p, top_k, min_p, seed, presence_penalty, frequency_penalty, repeat_penalty, repeat_last_n, stop,
+// logit_bias, ignore_eos, and max_tokens under the names given (the first present wins), checked to fit the context
+// with the prompt. Constraints this server does not apply (grammar, json_schema, mirostat) are refused, not ignored.
 SamplingOptions read_sampling(const json &body, const SamplingDefaults &defaults,
                               std::initializer_list<const char *> max_tokens_keys, int64_t n_prompt,
                               const Tokenizer &tok, const RequestLimits &lim);
