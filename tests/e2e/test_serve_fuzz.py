@@ -24,11 +24,13 @@ rng = random.Random(SEED)
 
 BASES = {
     "/v1/completions": {"prompt": "Once upon a time", "max_tokens": 6, "temperature": 0, "top_p": 0.9, "top_k": 8,
-                        "seed": 3, "stop": ["zz"], "presence_penalty": 0.1, "frequency_penalty": 0.2},
+                        "seed": 3, "stop": ["zz"], "presence_penalty": 0.1, "frequency_penalty": 0.2,
+                        "logit_bias": {"5": 3, "9": -100}, "min_p": 0.05},
     "/v1/chat/completions": {"messages": [{"role": "system", "content": "Be brief."},
                                           {"role": "user", "content": "Hello there"}],
                              "max_tokens": 6, "temperature": 0.7, "seed": 9, "logprobs": True, "top_logprobs": 2},
-    "/completion": {"prompt": "The bird", "n_predict": 5, "temperature": 0},
+    "/completion": {"prompt": "The bird", "n_predict": 5, "temperature": 0, "logit_bias": [[5, False], ["bird", 2]],
+                    "repeat_penalty": 1.1, "repeat_last_n": 16, "ignore_eos": True},
     "/tokenize": {"content": "Hello world"},
     "/detokenize": {"tokens": [5, 6, 7]},
     "/v1/embeddings": {"input": ["one day", "a tree"], "pooling": "mean"},
