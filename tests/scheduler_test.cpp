@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <limits>
 #include <thread>
+#include <tuple>
 
 #include "core/error.h"
 #include "model/synthetic.h"
@@ -35,6 +36,22 @@ std::pair<std::string, TaskUpdate> finish(TaskChannel &c, std::string text = {})
         text += u.text;
     } while (!u.done);
     return {text, u};
+}
+
+// Runs the task with two alternatives per token; returns its text, every token's log probability entry and the
+// last update.
+std::tuple<std::string, std::vector<TokenLogprob>, TaskUpdate> with_logprobs(Scheduler &s, Task t) {
+    t.sampling.logprobs = 2;
+    const auto channel = s.submit(std::move(t));
+    std::string text;
+    std::vector<TokenLogprob> lps;
+    TaskUpdate u;
+    do {
+        u = channel->wait(1000ms);
+        text += u.text;
+        lps.insert(lps.end(), u.logprobs.begin(), u.logprobs.end());
+    } while (!u.done);
+    return {text, lps, u};
 }
 
 class SchedulerTest : public ::testing::Test {
@@ -175,17 +192,7 @@ TEST_F(SchedulerTest, StopStringsCutTheText) {
 TEST_F(SchedulerTest, LogitBiasSteersAndBansTokens) {
     Scheduler s(model_, context(512), {1, 4});
     const std::vector<int32_t> prompt = {7, 8, 9};
-    const auto ids = [&](Task t) {
-        t.sampling.logprobs = 2;
-        const auto channel = s.submit(std::move(t));
-        std::vector<TokenLogprob> lps;
-        TaskUpdate u;
-        do {
-            u = channel->wait(1000ms);
-            lps.insert(lps.end(), u.logprobs.begin(), u.logprobs.end());
-        } while (!u.done);
-        return lps;
-    };
+    const auto ids = [&](Task t) { return std::get<1>(with_logprobs(s, std::move(t))); };
     const std::vector<TokenLogprob> plain = ids(greedy(prompt, 6));
     ASSERT_EQ(plain.size(), 6u);
     const int32_t first = plain[0].id, second = plain[0].top[1].first;
@@ -277,19 +284,7 @@ TEST(TokenLogprob, MatchesALogSoftmaxAndOrdersTies) {
 TEST_F(SchedulerTest, LogprobsFollowTheText) {
     Scheduler s(model_, context(512), {1, 4});
     const std::vector<int32_t> prompt = {7, 8, 9};
-    const auto collect = [&](Task t) {
-        t.sampling.logprobs = 2;
-        const auto channel = s.submit(std::move(t));
-        std::string text;
-        std::vector<TokenLogprob> lps;
-        TaskUpdate u;
-        do {
-            u = channel->wait(1000ms);
-            text += u.text;
-            lps.insert(lps.end(), u.logprobs.begin(), u.logprobs.end());
-        } while (!u.done);
-        return std::make_tuple(text, lps, u);
-    };
+    const auto collect = [&](Task t) { return with_logprobs(s, std::move(t)); };
     const auto [full, all, u] = collect(greedy(prompt, 12));
     ASSERT_EQ(static_cast<int64_t>(all.size()), u.n_generated);  // max_tokens, no end-of-generation token
     std::string spelled;
