@@ -132,7 +132,8 @@ TEST_F(SchedulerTest, ReusesTheCachedPrefix) {
 TEST_F(SchedulerTest, FullQueueRefusesAndCancelFreesTheSlot) {
     Scheduler s(model_, context(2048), {1, 1});
     Task long_task = greedy({1, 2, 3}, 1500);
-    long_task.sampling.presence_penalty = long_task.sampling.frequency_penalty = -2;  // loops: no early end
+    long_task.sampling.adjust.presence_penalty = long_task.sampling.adjust.frequency_penalty =
+        -2;  // loops: no early end
     auto running = s.submit(long_task);
     ASSERT_TRUE(running);
     // Wait until it runs (the queue is empty again), then fill the queue.
@@ -199,14 +200,14 @@ TEST_F(SchedulerTest, LogitBiasSteersAndBansTokens) {
 
     Task pushed = greedy(prompt, 6);
     const int32_t target = first == 42 ? 43 : 42;
-    pushed.sampling.logit_bias = {{target, 60.0f}, {target, 40.0f}};  // adds up to +100
+    pushed.sampling.adjust.logit_bias = {{target, 60.0f}, {target, 40.0f}};  // adds up to +100
     const std::vector<TokenLogprob> steered = ids(pushed);
     ASSERT_EQ(steered.size(), 6u);
     for (const TokenLogprob &t : steered) EXPECT_EQ(t.id, target);
     EXPECT_LT(steered[0].logprob, plain[0].logprob);  // the model's own probability of the forced token
 
     Task banned = greedy(prompt, 1);
-    banned.sampling.logit_bias = {{first, -std::numeric_limits<float>::infinity()}};
+    banned.sampling.adjust.logit_bias = {{first, -std::numeric_limits<float>::infinity()}};
     const std::vector<TokenLogprob> moved = ids(banned);
     ASSERT_EQ(moved.size(), 1u);
     EXPECT_EQ(moved[0].id, second);
@@ -214,17 +215,6 @@ TEST_F(SchedulerTest, LogitBiasSteersAndBansTokens) {
 
     // Without a bias the same task is greedy again (the slot's state does not carry a bias over).
     EXPECT_EQ(ids(greedy(prompt, 6))[0].id, first);
-}
-
-// llama.cpp's repetition penalty against its formula: each distinct token of the window once (a token twice in it
-// is not penalised twice), positive logits divided, the rest multiplied; tokens outside the window untouched.
-TEST(RepeatPenalty, DividesPositiveAndMultipliesNegativeLogitsOnce) {
-    std::vector<float> logits = {2.0f, -1.0f, 0.0f, 3.0f, -0.5f, 1.0f};
-    const std::vector<int32_t> window = {3, 1, 3, 4, 1, 0};
-    apply_repeat_penalty(logits, window, 2.0f);
-    EXPECT_EQ(logits, (std::vector<float>{1.0f, -2.0f, 0.0f, 1.5f, -1.0f, 1.0f}));
-    apply_repeat_penalty(logits, std::vector<int32_t>{}, 2.0f);  // an empty window changes nothing
-    EXPECT_EQ(logits, (std::vector<float>{1.0f, -2.0f, 0.0f, 1.5f, -1.0f, 1.0f}));
 }
 
 // ignore_eos: with the end-of-generation token pushed to the top, a task ends at its first token unless ignore_eos
@@ -235,25 +225,25 @@ TEST_F(SchedulerTest, IgnoreEosAndRepeatPenaltyReachTheSampler) {
     const int32_t eos = model_tokenizer(*model_).eos_id();
     ASSERT_GE(eos, 0);
     Task ends = greedy(prompt, 8);
-    ends.sampling.logit_bias = {{eos, 100.0f}};
+    ends.sampling.adjust.logit_bias = {{eos, 100.0f}};
     const auto [text, u] = finish(*s.submit(ends));
     EXPECT_EQ(u.n_generated, 1);  // the end-of-generation token, which has no text
     EXPECT_EQ(text, "");
     EXPECT_EQ(u.finish, FinishReason::stop);
     Task runs = ends;
-    runs.sampling.ignore_eos = true;
+    runs.sampling.adjust.ignore_eos = true;
     const auto [text2, u2] = finish(*s.submit(runs));
     EXPECT_EQ(u2.n_generated, 8);
     EXPECT_EQ(u2.finish, FinishReason::length);
 
     const std::string plain = finish(*s.submit(greedy(prompt, 16))).first;
     Task penalised = greedy(prompt, 16);
-    penalised.sampling.repeat_penalty = 50.0f;
-    penalised.sampling.repeat_last_n = -1;
+    penalised.sampling.adjust.repeat_penalty = 50.0f;
+    penalised.sampling.adjust.repeat_last_n = -1;
     const std::string changed = finish(*s.submit(penalised)).first;
     EXPECT_NE(changed, plain);
     EXPECT_EQ(finish(*s.submit(penalised)).first, changed);  // deterministic
-    penalised.sampling.repeat_last_n = 0;                    // no window: off
+    penalised.sampling.adjust.repeat_last_n = 0;             // no window: off
     EXPECT_EQ(finish(*s.submit(penalised)).first, plain);
 }
 
@@ -337,7 +327,7 @@ class SchedulerSharing : public ::testing::TestWithParam<std::string> {
     }
     static Task task(std::vector<int32_t> prompt, int64_t n) {
         Task t = greedy(std::move(prompt), n);
-        t.sampling.presence_penalty = t.sampling.frequency_penalty = -2;  // loops: no early end
+        t.sampling.adjust.presence_penalty = t.sampling.adjust.frequency_penalty = -2;  // loops: no early end
         return t;
     }
     // Each task's greedy text when it runs alone.
@@ -438,7 +428,7 @@ INSTANTIATE_TEST_SUITE_P(Archs, SchedulerSharing, ::testing::Values("llama", "de
 // fits n_batch) and the running task gains a token or two meanwhile.
 TEST_F(SchedulerTest, ALongPromptIsReadInChunksWhileSlotsGenerate) {
     Task running = greedy({1, 2, 3}, 400);
-    running.sampling.presence_penalty = running.sampling.frequency_penalty = -2;  // loops: no early end
+    running.sampling.adjust.presence_penalty = running.sampling.adjust.frequency_penalty = -2;  // loops: no early end
     std::vector<int32_t> long_prompt;
     for (int j = 0; j < 200; ++j) long_prompt.push_back((j * 13 + 7) % 500 + 1);  // shares no prefix with {1, 2, 3}
     const Task newcomer = greedy(long_prompt, 4);

@@ -48,16 +48,21 @@ double decode_prompt(Context &ctx, const std::vector<int32_t> &prompt, int64_t n
 // sequence from its own logits and decodes them as one batch.
 class Generation {
   public:
-    Generation(Context &ctx, const Tokenizer &tok, const BatchedFlags &f, int64_t n_seq, int32_t n_prompt, size_t last,
-               uint64_t seed)
+    Generation(Context &ctx, const Tokenizer &tok, const BatchedFlags &f, int64_t n_seq,
+               std::span<const int32_t> prompt, size_t last, uint64_t seed)
         : ctx_(ctx),
           tok_(tok),
           f_(f),
-          n_prompt_(n_prompt),
+          n_prompt_(static_cast<int32_t>(prompt.size())),
           tokens_(static_cast<size_t>(n_seq)),
           logits_index_(static_cast<size_t>(n_seq), last),
           done_(static_cast<size_t>(n_seq), false) {
-        for (int64_t s = 0; s < n_seq; ++s) samplers_.emplace_back(f.sampling.params(seed + s));
+        const std::vector<int32_t> eog = end_of_generation_ids(tok);
+        for (int64_t s = 0; s < n_seq; ++s) {
+            samplers_.emplace_back(f.sampling.params(seed + s));
+            adjusters_.emplace_back(f.sampling.adjustments(tok.n_vocab()), eog);
+            adjusters_.back().start(prompt);
+        }
     }
 
     // Step `step` (0-based) of n_predict; returns false once every sequence has finished.
@@ -66,10 +71,13 @@ class Generation {
         batch_.clear();
         for (size_t s = 0; s < tokens_.size(); ++s) {
             if (done_[s]) continue;
-            const int32_t next = samplers_[s].sample(ctx_.logits(logits_index_[s]));
+            const int32_t next = samplers_[s].sample(adjusters_[s].apply(ctx_.logits(logits_index_[s])));
             ++n_tokens_;
             const bool eog = tok_.is_eog(next);
-            if (!eog) tokens_[s].push_back(next);
+            if (!eog) {
+                tokens_[s].push_back(next);
+                adjusters_[s].accept(next);
+            }
             if (eog || step + 1 == f_.n_predict) {
                 done_[s] = true;
                 continue;
@@ -93,6 +101,7 @@ class Generation {
     const BatchedFlags &f_;
     int32_t n_prompt_;
     std::vector<Sampler> samplers_;
+    std::vector<LogitAdjuster> adjusters_;      // per sequence: its penalties and biases
     std::vector<std::vector<int32_t>> tokens_;  // per sequence: the generated ids (EOG excluded)
     std::vector<size_t> logits_index_;          // per sequence: its logits' index in the last batch
     std::vector<bool> done_;
@@ -128,7 +137,7 @@ int run_batched(const BatchedFlags &f) {
     const auto n_prompt = static_cast<int32_t>(prompt.size());
     const size_t last = (prompt.size() - 1) % static_cast<size_t>(ctx.params().n_batch);
     const double prompt_s = decode_prompt(ctx, prompt, n_seq);
-    Generation gen(ctx, tok, f, n_seq, n_prompt, last, seed);
+    Generation gen(ctx, tok, f, n_seq, prompt, last, seed);
     // --compare-single: one sequence in a context of its own, stepped in turn with the batched sequences so
     // that both see the same machine load (other processes, clock changes) over the run.
     std::unique_ptr<Context> single_ctx;
@@ -138,7 +147,7 @@ int run_batched(const BatchedFlags &f) {
         single_ctx = std::make_unique<Context>(model, cp);
         decode_prompt(*single_ctx, prompt, 1);
         const size_t single_last = (prompt.size() - 1) % static_cast<size_t>(single_ctx->params().n_batch);
-        single = std::make_unique<Generation>(*single_ctx, tok, f, 1, n_prompt, single_last, seed);
+        single = std::make_unique<Generation>(*single_ctx, tok, f, 1, prompt, single_last, seed);
     }
     bool more = true, more_single = single != nullptr;
     for (int64_t step = 0; more || more_single; ++step) {

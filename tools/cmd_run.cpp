@@ -152,13 +152,14 @@ struct Continuation {
 // Samples from `logits` (those of the token at pos - 1) and decodes each sampled token at pos, pos + 1, ...
 // until an end-of-generation token, `limit` sampled tokens (-1: no limit) or a full context; prints the
 // pieces as they come.
-Continuation continue_from(Context &ctx, Sampler &sampler, const Tokenizer &tok, std::span<const float> logits,
-                           int32_t pos, int64_t limit) {
+Continuation continue_from(Context &ctx, Sampler &sampler, LogitAdjuster &adjuster, const Tokenizer &tok,
+                           std::span<const float> logits, int32_t pos, int64_t limit) {
     Continuation c;
     while (limit < 0 || c.n_sampled < limit) {
-        const int32_t next = sampler.sample(logits);
+        const int32_t next = sampler.sample(adjuster.apply(logits));
         ++c.n_sampled;
         if (tok.is_eog(next)) break;
+        adjuster.accept(next);
         c.tokens.push_back(next);
         const std::string piece = tok.token_to_piece(next);
         c.text += piece;
@@ -219,6 +220,7 @@ int converse(const RunFlags &f, const Model &model, Context &ctx) {
     if (!f.system_prompt.empty()) messages.push_back({"system", f.system_prompt, std::nullopt});
 
     Sampler sampler(f.sampling.params(seed));
+    LogitAdjuster adjuster(f.sampling.adjustments(tok.n_vocab()), end_of_generation_ids(tok));
     std::vector<int32_t> cached;  // the tokens sequence 0 holds, at positions 0, 1, ...
     std::optional<std::string> first = f.prompt;
     if (!f.prompt_file.empty()) first = read_file(f.prompt_file);
@@ -287,12 +289,13 @@ int converse(const RunFlags &f, const Model &model, Context &ctx) {
         prompt_s += prompt_clock.seconds();
         n_prompt_decoded += static_cast<int64_t>(prompt.size() - keep);
         cached = prompt;
+        adjuster.start(prompt);  // the penalties see the whole conversation as rendered
 
         const Stopwatch gen_clock;
         const size_t last =
             (prompt.size() - keep - 1) % static_cast<size_t>(ctx.params().n_batch);  // in the last batch
-        const Continuation c =
-            continue_from(ctx, sampler, tok, ctx.logits(last), static_cast<int32_t>(prompt.size()), f.n_predict);
+        const Continuation c = continue_from(ctx, sampler, adjuster, tok, ctx.logits(last),
+                                             static_cast<int32_t>(prompt.size()), f.n_predict);
         gen_s += gen_clock.seconds();
         std::fputs("\n", stdout);
         std::fflush(stdout);
@@ -367,9 +370,11 @@ int run(const RunFlags &f) {
     if (!f.dump_selection_path.empty()) write_selection_json(f.dump_selection_path, selections);
 
     Sampler sampler(f.sampling.params(seed));
+    LogitAdjuster adjuster(f.sampling.adjustments(tok.n_vocab()), end_of_generation_ids(tok));
+    adjuster.start(prompt);
     const Stopwatch gen_clock;
     const Continuation c =
-        continue_from(ctx, sampler, tok, ctx.logits(last), static_cast<int32_t>(prompt.size()), f.n_predict);
+        continue_from(ctx, sampler, adjuster, tok, ctx.logits(last), static_cast<int32_t>(prompt.size()), f.n_predict);
     const double gen_s = gen_clock.seconds();
     std::fputs("\n", stdout);
     std::fflush(stdout);

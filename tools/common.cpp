@@ -8,6 +8,8 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <limits>
+#include <optional>
 #include <random>
 #include <sstream>
 
@@ -120,12 +122,54 @@ ModelParams ModelFlags::model_params() const {
     return p;
 }
 
+namespace {
+// A --logit-bias value, llama.cpp's TOKEN_ID(+|-)BIAS: the id, and the bias (finite, or -inf to ban the token);
+// nullopt when the text is not of that form.
+std::optional<std::pair<int64_t, float>> parse_logit_bias(const std::string &text) {
+    int64_t id = -1;
+    const char *const end = text.data() + text.size();
+    const auto [sign, ec] = std::from_chars(text.data(), end, id);
+    if (ec != std::errc() || sign == text.data() || sign == end || (*sign != '+' && *sign != '-') || id < 0)
+        return std::nullopt;
+    const std::string magnitude(sign + 1, end);
+    if (magnitude == "inf") {
+        if (*sign == '+') return std::nullopt;  // +inf would leave no finite logit to compare with
+        return std::pair{id, -std::numeric_limits<float>::infinity()};
+    }
+    double b = 0.0;
+    const auto [rest, ec2] = std::from_chars(magnitude.data(), magnitude.data() + magnitude.size(), b);
+    if (magnitude.empty() || ec2 != std::errc() || rest != magnitude.data() + magnitude.size() || !std::isfinite(b) ||
+        b < 0.0 || b > 1e6)
+        return std::nullopt;
+    return std::pair{id, static_cast<float>(*sign == '-' ? -b : b)};
+}
+}  // namespace
+
 void SamplingFlags::add_to(CLI::App &cmd, const std::string &seed_help) {
     cmd.add_option("--temp", temp, "Temperature (0 = greedy)")->check(finite_in(0.0, 100.0));
     cmd.add_option("--top-k", top_k, "Keep the k most likely tokens (0 = all)")->check(count_at_least(0));
     cmd.add_option("--top-p", top_p, "Nucleus sampling threshold (1 = off)")->check(finite_in(0.0, 1.0));
     cmd.add_option("--min-p", min_p, "Keep tokens at least this fraction as likely as the best (0 = off)")
         ->check(finite_in(0.0, 1.0));
+    cmd.add_option("--presence-penalty", presence_penalty, "Subtracted from each token generated so far (0 = off)")
+        ->check(finite_in(-2.0, 2.0));
+    cmd.add_option("--frequency-penalty", frequency_penalty,
+                   "Subtracted per occurrence of a token among those generated (0 = off)")
+        ->check(finite_in(-2.0, 2.0));
+    cmd.add_option("--repeat-penalty", repeat_penalty,
+                   "Penalty for the last --repeat-last-n tokens of the sequence, prompt included (1 = off)")
+        ->check(finite_in(0.001, 100.0));
+    cmd.add_option("--repeat-last-n", repeat_last_n, "Tokens the repeat penalty looks back over (-1 = all, 0 = off)")
+        ->check(CLI::Range(int64_t(-1), kMaxCount));
+    cmd.add_option("-l,--logit-bias", logit_bias,
+                   "Bias a token's logit, as TOKEN_ID+BIAS or TOKEN_ID-BIAS (TOKEN_ID-inf: never sampled); repeatable")
+        ->check(CLI::Validator(
+            [](std::string &text) -> std::string {
+                return parse_logit_bias(text) ? std::string() : "'" + text + "' is not TOKEN_ID+BIAS or TOKEN_ID-BIAS";
+            },
+            "ID(+|-)BIAS"))
+        ->allow_extra_args(false);
+    cmd.add_flag("--ignore-eos", ignore_eos, "Never sample an end-of-generation token (generate the full -n)");
     // -1 or a value in [0, 2^63 - 1], checked on the text: CLI11 would saturate a longer number silently.
     cmd.add_option("-s,--seed", seed, seed_help)
         ->check(CLI::Validator(
@@ -137,6 +181,25 @@ void SamplingFlags::add_to(CLI::App &cmd, const std::string &seed_help) {
                 return {};
             },
             "INT in [-1, 2^63 - 1]"));
+}
+
+LogitAdjustments SamplingFlags::adjustments(int32_t n_vocab) const {
+    LogitAdjustments a;
+    a.presence_penalty = presence_penalty;
+    a.frequency_penalty = frequency_penalty;
+    a.repeat_penalty = repeat_penalty;
+    a.repeat_last_n = repeat_last_n;
+    a.ignore_eos = ignore_eos;
+    for (const std::string &text : logit_bias) {
+        const auto bias = parse_logit_bias(text);  // the flag's validator let only this form through
+        SPARROW_ASSERT(bias.has_value());
+        if (bias->first >= n_vocab) {
+            throw_error("--logit-bias %s: token id %lld is outside the vocabulary [0, %d)", text.c_str(),
+                        (long long)bias->first, n_vocab);
+        }
+        a.logit_bias.emplace_back(static_cast<int32_t>(bias->first), bias->second);
+    }
+    return a;
 }
 
 uint64_t SamplingFlags::resolved_seed() const {

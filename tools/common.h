@@ -6,6 +6,7 @@
 #include <memory>
 #include <string>
 
+#include "runtime/logit_adjust.h"
 #include "runtime/sampler.h"
 #include "server/chat_format.h"
 #include "sparrow/sparrow.h"
@@ -48,17 +49,26 @@ struct ModelFlags {
 // "exact"; "exact" and "fast" stay as they are.
 std::string resolve_indexer_precision(const std::string &precision);
 
-// Sampling flags of the commands that generate text (run, batched): --temp, --top-k, --top-p, -s/--seed.
+// Sampling flags of the commands that generate text (run, batched): --temp, --top-k, --top-p, --min-p, -s/--seed,
+// and what is done to the logits before (LogitAdjustments): --presence-penalty, --frequency-penalty,
+// --repeat-penalty, --repeat-last-n, -l/--logit-bias, --ignore-eos.
 struct SamplingFlags {
     float temp = 0.8f;
     int top_k = 40;
     float top_p = 0.95f;
     float min_p = 0.05f;  // llama.cpp's default, as the three above
     int64_t seed = -1;    // -1: a random seed, drawn by resolved_seed()
+    float presence_penalty = 0.0f, frequency_penalty = 0.0f;
+    float repeat_penalty = 1.0f;  // llama.cpp's defaults: off, over the last 64 tokens
+    int64_t repeat_last_n = 64;
+    std::vector<std::string> logit_bias;  // llama.cpp's TOKEN_ID(+|-)BIAS, e.g. 15043+1 or 2-inf
+    bool ignore_eos = false;
 
     void add_to(CLI::App &cmd, const std::string &seed_help = "Random seed (-1 = random)");
     uint64_t resolved_seed() const;
     SamplerParams params(uint64_t used_seed) const { return {temp, top_k, top_p, used_seed, min_p}; }
+    // The logit adjustments of the flags; a --logit-bias token id outside [0, n_vocab) is an error naming it.
+    LogitAdjustments adjustments(int32_t n_vocab) const;
 };
 
 // --chat-format (run --conversation, serve): one of the built-in formats' names.

@@ -148,10 +148,9 @@ struct Scheduler::Slot {
     std::optional<Sampler> sampler;
     int32_t next_token = -1;  // sampled, to be decoded at the next step
     int64_t n_generated = 0;
-    std::unordered_map<int32_t, int64_t> counts;  // generated token -> occurrences (penalties)
-    std::vector<float> penalised;                 // logits with penalties applied
-    std::string text;                             // generated text so far
-    size_t n_sent = 0;                            // bytes of text handed to the channel
+    std::optional<LogitAdjuster> adjuster;  // the task's penalties and biases over its sequence
+    std::string text;                       // generated text so far
+    size_t n_sent = 0;                      // bytes of text handed to the channel
     // logprobs >= 0: the entries of generated tokens not yet handed over, with where each token's text begins
     // in `text` (it ends where the next one begins, or at the end of `text`)
     std::vector<TokenLogprob> logprobs;
@@ -192,9 +191,7 @@ Scheduler::Scheduler(std::shared_ptr<const Model> model, const ContextParams &pa
     n_batch_ = ctx_->params().n_batch;
     prefill_chunk_ = options_.prefill_chunk > 0 ? options_.prefill_chunk : ctx_->params().n_ubatch;
     n_embd_ = model_info(*model_).n_embd;
-    for (int32_t id = 0; id < tokenizer_.n_vocab(); ++id) {
-        if (tokenizer_.is_eog(id)) eog_ids_.push_back(id);
-    }
+    eog_ids_ = end_of_generation_ids(tokenizer_);
     slots_.resize(static_cast<size_t>(options_.n_slots));
     for (size_t i = 0; i < slots_.size(); ++i) slots_[i].seq_id = static_cast<int32_t>(i);
     counters_.n_slots = options_.n_slots;
@@ -223,7 +220,8 @@ std::vector<std::shared_ptr<TaskChannel>> Scheduler::submit_all(std::vector<Task
     std::vector<std::shared_ptr<TaskChannel>> channels;
     for (const Task &t : tasks) {
         SPARROW_ASSERT(!t.prompt.empty());
-        for (const auto &[id, bias] : t.sampling.logit_bias) SPARROW_ASSERT(id >= 0 && id < tokenizer_.n_vocab());
+        for (const auto &[id, bias] : t.sampling.adjust.logit_bias)
+            SPARROW_ASSERT(id >= 0 && id < tokenizer_.n_vocab());
         channels.push_back(std::make_shared<TaskChannel>());
     }
     {
@@ -375,7 +373,8 @@ void Scheduler::start_task(Slot &slot, Queued &queued) {
     slot.sampler.emplace(SamplerParams{so.temperature, so.top_k, so.top_p, so.seed, so.min_p});
     slot.next_token = -1;
     slot.n_generated = 0;
-    slot.counts.clear();
+    slot.adjuster.emplace(so.adjust, eog_ids_);
+    slot.adjuster->start(slot.task.prompt);
     slot.text.clear();
     slot.n_sent = 0;
     slot.logprobs.clear();
@@ -535,41 +534,10 @@ bool Scheduler::step() {
     return true;
 }
 
-void apply_repeat_penalty(std::span<float> logits, std::span<const int32_t> window, float penalty) {
-    // Each distinct token once: mark it by visiting the window's ids in sorted order.
-    std::vector<int32_t> ids(window.begin(), window.end());
-    std::sort(ids.begin(), ids.end());
-    ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
-    for (const int32_t id : ids) {
-        float &v = logits[static_cast<size_t>(id)];
-        v = v > 0.0f ? v / penalty : v * penalty;
-    }
-}
-
 void Scheduler::handle_output(Slot &s, std::span<const float> logits, Clock::time_point step_end) {
     const SamplingOptions &so = s.task.sampling;
     const std::span<const float> model_logits = logits;
-    const bool penalties = so.presence_penalty != 0.0f || so.frequency_penalty != 0.0f;
-    const bool repeat = so.repeat_penalty != 1.0f && so.repeat_last_n != 0;
-    if (penalties || repeat || !so.logit_bias.empty() || so.ignore_eos) {
-        s.penalised.assign(logits.begin(), logits.end());
-        if (repeat) {  // the sequence so far is the cache: the prompt and every token generated
-            const size_t n =
-                so.repeat_last_n < 0 ? s.cache.size() : std::min(s.cache.size(), static_cast<size_t>(so.repeat_last_n));
-            apply_repeat_penalty(s.penalised, std::span<const int32_t>(s.cache).last(n), so.repeat_penalty);
-        }
-        if (penalties) {
-            for (const auto &[id, count] : s.counts) {
-                s.penalised[static_cast<size_t>(id)] -= so.presence_penalty + so.frequency_penalty * float(count);
-            }
-        }
-        for (const auto &[id, bias] : so.logit_bias) s.penalised[static_cast<size_t>(id)] += bias;
-        if (so.ignore_eos) {
-            for (const int32_t id : eog_ids_)
-                s.penalised[static_cast<size_t>(id)] = -std::numeric_limits<float>::infinity();
-        }
-        logits = s.penalised;
-    }
+    logits = s.adjuster->apply(logits);
     const int32_t token = s.sampler->sample(logits);
     ++s.n_generated;
     ++counters_.generated_tokens;
@@ -600,7 +568,7 @@ void Scheduler::handle_output(Slot &s, std::span<const float> logits, Clock::tim
         release(s, FinishReason::stop);
         return;
     }
-    ++s.counts[token];
+    s.adjuster->accept(token);
     if (so.logprobs >= 0) {
         s.logprobs.push_back(token_logprob(model_logits, token, so.logprobs));
         s.logprob_starts.push_back(s.text.size());

@@ -26,6 +26,7 @@
 #include <thread>
 #include <vector>
 
+#include "runtime/logit_adjust.h"
 #include "sparrow/sparrow.h"
 
 namespace sparrow::server {
@@ -41,16 +42,7 @@ struct SamplingOptions {
     int top_k = 0;             // <= 0: off
     float min_p = 0.0f;        // <= 0: off (SamplerParams::min_p)
     uint64_t seed = 0;
-    float presence_penalty = 0.0f;   // subtracted once from the logit of every token generated so far
-    float frequency_penalty = 0.0f;  // subtracted per occurrence of the token in the generated text
-    // llama.cpp's repetition penalty over the last repeat_last_n tokens of the sequence (prompt included; -1: all
-    // of it): each distinct token's logit is divided by repeat_penalty when positive, multiplied when not (1: off)
-    float repeat_penalty = 1.0f;
-    int64_t repeat_last_n = 64;
-    // (token, bias) added to the token's logit before sampling, after the penalties (-inf: never sampled); a
-    // token may appear more than once (the biases add up)
-    std::vector<std::pair<int32_t, float>> logit_bias;
-    bool ignore_eos = false;        // end-of-generation tokens are never sampled (generation runs to max_tokens)
+    LogitAdjustments adjust;        // penalties, biases and banned end-of-generation tokens, before the sampler
     int64_t max_tokens = 16;        // tokens to sample at most (>= 1; 0: only evaluate the prompt)
     std::vector<std::string> stop;  // generation ends before the first occurrence of any of these
     // >= 0: report each generated token's log probability and the `logprobs` most likely tokens at its
@@ -64,10 +56,6 @@ struct TokenLogprob {
     float logprob = 0;
     std::vector<std::pair<int32_t, float>> top;  // (token, log probability), most likely first
 };
-// llama.cpp's repetition penalty: every distinct token of `window` has its logit divided by `penalty` when positive,
-// multiplied by it otherwise (in place; ids must index logits).
-void apply_repeat_penalty(std::span<float> logits, std::span<const int32_t> window, float penalty);
-
 // The log probability of `token` and the n most likely tokens (ties: lower id first) under softmax(logits).
 TokenLogprob token_logprob(std::span<const float> logits, int32_t token, int n);
 
@@ -208,7 +196,7 @@ class Scheduler {
 
     std::shared_ptr<const Model> model_;
     const Tokenizer &tokenizer_;
-    std::vector<int32_t> eog_ids_;  // the vocabulary's end-of-generation tokens (SamplingOptions::ignore_eos)
+    std::vector<int32_t> eog_ids_;  // the vocabulary's end-of-generation tokens (LogitAdjustments::ignore_eos)
     Options options_;
     std::unique_ptr<Context> ctx_;  // touched only by the scheduler thread after construction
     int64_t n_ctx_ = 0;

@@ -33,7 +33,10 @@ TYPES = ["f32", "f16", "bf16", "q8_0", "q4_0", "q5_0", ""]
 COMMON = {"-c": INTS, "-b": INTS, "--ubatch-size": INTS, "-t": INTS, "--cache-type-k": TYPES,
           "--cache-type-v": TYPES, "--cache-rotation": ["auto", "on", "off", "x"], "--dsa-top-k": INTS,
           "--dsa-sink": INTS, "--indexer-cache-type": TYPES, "--dsa-stats": None, "--no-repack": None}
-SAMPLING = {"--temp": FLOATS, "--top-k": INTS, "--top-p": FLOATS, "--min-p": FLOATS, "-s": INTS}
+SAMPLING = {"--temp": FLOATS, "--top-k": INTS, "--top-p": FLOATS, "--min-p": FLOATS, "-s": INTS,
+            "--presence-penalty": FLOATS, "--frequency-penalty": FLOATS, "--repeat-penalty": FLOATS,
+            "--repeat-last-n": INTS, "--ignore-eos": None,
+            "-l": ["5+1", "5-inf", "0-2.5", "511+100", "512+1", "5+inf", "5", "+1", "x", "", "99999999999999999999+1"]}
 FLAGS = {
     "run": {**COMMON, **SAMPLING, "--dsa": ["on", "off", "x"], "--indexer-precision": ["exact", "fast", "x"],
             "-n": ["0", "1", "5", "-1", "x"], "--dump-logits": [os.path.join(tmp, "l.npy"), "/nonexistent/l.npy"],

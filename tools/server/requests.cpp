@@ -156,14 +156,14 @@ SamplingOptions read_sampling(const json &body, const SamplingDefaults &defaults
                               std::initializer_list<const char *> max_tokens_keys, int64_t n_prompt,
                               const Tokenizer &tok, const RequestLimits &lim) {
     SamplingOptions s;
-    s.logit_bias = read_logit_bias(body, tok, lim);
+    s.adjust.logit_bias = read_logit_bias(body, tok, lim);
     s.temperature = static_cast<float>(get_number(body, "temperature", 0.0, 100.0).value_or(defaults.temperature));
     s.top_p = static_cast<float>(get_number(body, "top_p", 0.0, 1.0).value_or(defaults.top_p));
     s.top_k = static_cast<int>(get_int(body, "top_k", 0, lim.n_vocab).value_or(defaults.top_k));
     s.min_p = static_cast<float>(get_number(body, "min_p", 0.0, 1.0).value_or(defaults.min_p));
-    s.repeat_penalty = static_cast<float>(get_number(body, "repeat_penalty", 0.001, 100.0).value_or(1.0));
-    s.repeat_last_n = get_int(body, "repeat_last_n", -1, lim.n_ctx_per_slot).value_or(64);
-    s.ignore_eos = get_bool(body, "ignore_eos").value_or(false);
+    s.adjust.repeat_penalty = static_cast<float>(get_number(body, "repeat_penalty", 0.001, 100.0).value_or(1.0));
+    s.adjust.repeat_last_n = get_int(body, "repeat_last_n", -1, lim.n_ctx_per_slot).value_or(64);
+    s.adjust.ignore_eos = get_bool(body, "ignore_eos").value_or(false);
     // llama.cpp's output constraints: refused, since ignoring them would hand back text that breaks them.
     if (const auto g = get_string(body, "grammar"); g && !g->empty()) {
         throw ApiError(400, "'grammar': grammar-constrained sampling is not supported", "unsupported_parameter");
@@ -174,8 +174,8 @@ SamplingOptions read_sampling(const json &body, const SamplingDefaults &defaults
     if (get_int(body, "mirostat", 0, 2).value_or(0) != 0) {
         throw ApiError(400, "'mirostat': only 0 (off) is supported", "unsupported_parameter");
     }
-    s.presence_penalty = static_cast<float>(get_number(body, "presence_penalty", -2.0, 2.0).value_or(0.0));
-    s.frequency_penalty = static_cast<float>(get_number(body, "frequency_penalty", -2.0, 2.0).value_or(0.0));
+    s.adjust.presence_penalty = static_cast<float>(get_number(body, "presence_penalty", -2.0, 2.0).value_or(0.0));
+    s.adjust.frequency_penalty = static_cast<float>(get_number(body, "frequency_penalty", -2.0, 2.0).value_or(0.0));
     const std::optional<int64_t> seed = get_int(body, "seed", INT64_MIN, INT64_MAX);
     s.seed = seed ? static_cast<uint64_t>(*seed) : std::random_device{}();
 

@@ -1,0 +1,66 @@
+"""`sparrow run` and `batched` take the server's logit adjustments as flags (--logit-bias, --repeat-penalty,
+--repeat-last-n, --presence-penalty, --frequency-penalty, --ignore-eos): greedy `run` with each equals the server's
+/completion with the same settings (one LogitAdjuster under both), and bad values are refused with the flag named."""
+import os
+import re
+
+import harness
+import serve_util
+from serve_util import norm
+
+checks = harness.Checks()
+tmp = harness.temp_dir()
+model = serve_util.make_model("llama", os.path.join(tmp, "llama.gguf"))
+PROMPT = "Once upon a time"
+N = 16
+
+
+def generated_count(stderr):
+    m = re.search(r"generation: (\d+) tokens", stderr)
+    return int(m.group(1)) if m else -1
+
+
+plain = serve_util.run_greedy(model, PROMPT, N)
+with serve_util.Server(model, "-np", 1, "-c", 512) as srv:
+    base = {"prompt": PROMPT, "n_predict": N, "temperature": 0, "n_probs": 1}
+    first = srv.request("POST", "/completion", base)[1]["completion_probabilities"][0]["id"]
+    cases = [
+        ("ban greedy's first token", ["-l", f"{first}-inf"], {"logit_bias": [[first, False]]}),
+        ("bias a token up", ["--logit-bias", f"{first}-3.5", "-l", "5+2"], {"logit_bias": [[first, -3.5], [5, 2]]}),
+        ("repeat penalty over everything", ["--repeat-penalty", "0.05", "--repeat-last-n", "-1"],
+         {"repeat_penalty": 0.05, "repeat_last_n": -1}),
+        ("repeat penalty over 4 tokens", ["--repeat-penalty", "0.05", "--repeat-last-n", "4"],
+         {"repeat_penalty": 0.05, "repeat_last_n": 4}),
+        ("presence and frequency penalties", ["--presence-penalty", "-2", "--frequency-penalty", "-1.5"],
+         {"presence_penalty": -2, "frequency_penalty": -1.5}),
+    ]
+    for what, flags, fields in cases:
+        got = serve_util.run_greedy(model, PROMPT, N, *flags)
+        want = norm(srv.request("POST", "/completion", dict(base, **fields))[1]["content"])
+        checks.check(got == want, f"{what}: run equals /completion ({got!r} vs {want!r})")
+        checks.check(got != plain, f"{what}: the greedy text changes")
+
+# --ignore-eos: with the end-of-generation token biased to the top, run stops at once; with --ignore-eos it
+# generates all -n tokens.
+eos = int(re.search(r"tokenizer\.ggml\.eos_token_id\s+u32\s+(\d+)", harness.run(["inspect", model]).stdout).group(1))
+up = f"{eos}+100"
+proc = harness.run(["run", "-m", model, "-p", PROMPT, "-n", N, "--temp", "0", "-l", up])
+checks.check(generated_count(proc.stderr) == 1, f"EOS biased up: one token sampled, the EOS ({proc.stderr[-200:]!r})")
+proc = harness.run(["run", "-m", model, "-p", PROMPT, "-n", N, "--temp", "0", "-l", up, "--ignore-eos"])
+checks.check(generated_count(proc.stderr) == N, f"--ignore-eos: all {N} tokens ({proc.stderr[-200:]!r})")
+proc = harness.run(["batched", "-m", model, "-p", PROMPT, "-n", N, "-np", 2, "--temp", "0", "-l", up,
+                    "--ignore-eos"])
+checks.check(generated_count(proc.stderr) == 2 * N, f"batched --ignore-eos: 2 x {N} tokens")
+proc = harness.run(["batched", "-m", model, "-p", PROMPT, "-n", N, "-np", 2, "--temp", "0", "-l", up])
+checks.check(generated_count(proc.stderr) == 2, f"batched, EOS biased up: each sequence stops at once")
+
+for bad, needle in (("abc", "TOKEN_ID+BIAS"), ("5*3", "TOKEN_ID+BIAS"), ("5+inf", "TOKEN_ID+BIAS"), ("5+", "TOKEN_ID+BIAS"),
+                    ("-5+1", "TOKEN_ID+BIAS"), ("5+1e999", "TOKEN_ID+BIAS"), ("99999+1", "outside the vocabulary")):
+    harness.expect_error(checks, ["run", "-m", model, "-p", "x", "-n", 1, "-l", bad], needle, f"--logit-bias {bad}")
+harness.expect_error(checks, ["run", "-m", model, "-p", "x", "--repeat-penalty", "0"], "--repeat-penalty",
+                     "--repeat-penalty 0")
+harness.expect_error(checks, ["run", "-m", model, "-p", "x", "--repeat-last-n", "-2"], "--repeat-last-n",
+                     "--repeat-last-n -2")
+harness.expect_error(checks, ["run", "-m", model, "-p", "x", "--presence-penalty", "3"], "--presence-penalty",
+                     "--presence-penalty 3")
+checks.finish()
