@@ -129,10 +129,10 @@ int run_batched(const BatchedFlags &f) {
     print_context_summary(ctx);
     const uint64_t seed = f.sampling.resolved_seed();
     std::fprintf(stderr,
-                 "batched: %lld sequences x %lld tokens; sampling: temp %.2f, top-k %d, top-p %.2f, min-p %.2f, "
+                 "batched: %lld sequences x %lld tokens; sampling: temp %.2f, top-k %d, top-p %.2f, min-p %.2f%s, "
                  "seed %llu (+ sequence index)\n",
                  (long long)n_seq, (long long)f.n_predict, f.sampling.temp, f.sampling.top_k, f.sampling.top_p,
-                 f.sampling.min_p, (unsigned long long)seed);
+                 f.sampling.min_p, f.sampling.describe_adjustments().c_str(), (unsigned long long)seed);
 
     const auto n_prompt = static_cast<int32_t>(prompt.size());
     const size_t last = (prompt.size() - 1) % static_cast<size_t>(ctx.params().n_batch);

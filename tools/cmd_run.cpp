@@ -195,10 +195,11 @@ void print_memory(const Model &model, const Context &ctx) {
 void print_sampling(const RunFlags &f, const Context &ctx, uint64_t seed) {
     std::fprintf(stderr,
                  "context: %lld cells, batch %lld, ubatch %lld, cache %s/%s; sampling: temp %.2f, top-k %d, "
-                 "top-p %.2f, min-p %.2f, seed %llu\n",
+                 "top-p %.2f, min-p %.2f%s, seed %llu\n",
                  (long long)ctx.n_ctx(), (long long)ctx.params().n_batch, (long long)ctx.params().n_ubatch,
                  cache_type_name(ctx.params().cache_type_k), cache_type_name(ctx.params().cache_type_v),
-                 f.sampling.temp, f.sampling.top_k, f.sampling.top_p, f.sampling.min_p, (unsigned long long)seed);
+                 f.sampling.temp, f.sampling.top_k, f.sampling.top_p, f.sampling.min_p,
+                 f.sampling.describe_adjustments().c_str(), (unsigned long long)seed);
 }
 
 // The conversation: each user message (the prompt first when there is one, then each line of stdin) joins

@@ -202,6 +202,21 @@ LogitAdjustments SamplingFlags::adjustments(int32_t n_vocab) const {
     return a;
 }
 
+std::string SamplingFlags::describe_adjustments() const {
+    std::string out;
+    if (presence_penalty != 0.0f) out += strprintf(", presence-penalty %.2f", presence_penalty);
+    if (frequency_penalty != 0.0f) out += strprintf(", frequency-penalty %.2f", frequency_penalty);
+    if (repeat_penalty != 1.0f && repeat_last_n != 0) {
+        out += repeat_last_n < 0
+                   ? strprintf(", repeat-penalty %.2f over the whole sequence", repeat_penalty)
+                   : strprintf(", repeat-penalty %.2f over %lld tokens", repeat_penalty, (long long)repeat_last_n);
+    }
+    if (!logit_bias.empty())
+        out += strprintf(", %zu logit bias%s", logit_bias.size(), logit_bias.size() > 1 ? "es" : "");
+    if (ignore_eos) out += ", ignore-eos";
+    return out;
+}
+
 uint64_t SamplingFlags::resolved_seed() const {
     return seed >= 0 ? static_cast<uint64_t>(seed) : std::random_device{}();
 }

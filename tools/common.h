@@ -69,6 +69,9 @@ struct SamplingFlags {
     SamplerParams params(uint64_t used_seed) const { return {temp, top_k, top_p, used_seed, min_p}; }
     // The logit adjustments of the flags; a --logit-bias token id outside [0, n_vocab) is an error naming it.
     LogitAdjustments adjustments(int32_t n_vocab) const;
+    // The adjustments in force, for the sampling line on stderr (", repeat-penalty 1.10 over 64, ignore-eos"), or
+    // "" when none is.
+    std::string describe_adjustments() const;
 };
 
 // --chat-format (run --conversation, serve): one of the built-in formats' names.

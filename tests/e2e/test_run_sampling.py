@@ -54,6 +54,15 @@ checks.check(generated_count(proc.stderr) == 2 * N, f"batched --ignore-eos: 2 x 
 proc = harness.run(["batched", "-m", model, "-p", PROMPT, "-n", N, "-np", 2, "--temp", "0", "-l", up])
 checks.check(generated_count(proc.stderr) == 2, f"batched, EOS biased up: each sequence stops at once")
 
+# The sampling line on stderr names what is in force.
+line = next(l for l in proc.stderr.splitlines() if "sampling:" in l)
+checks.check("1 logit bias," in line and "min-p 0.05" in line, f"batched's sampling line names the bias: {line!r}")
+proc = harness.run(["run", "-m", model, "-p", PROMPT, "-n", 1, "--repeat-penalty", 1.1, "--repeat-last-n", -1,
+                    "--presence-penalty", 0.5, "--ignore-eos"])
+line = next(l for l in proc.stderr.splitlines() if "sampling:" in l)
+checks.check("presence-penalty 0.50, repeat-penalty 1.10 over the whole sequence, ignore-eos" in line,
+             f"run's sampling line names the adjustments: {line!r}")
+
 for bad, needle in (("abc", "TOKEN_ID+BIAS"), ("5*3", "TOKEN_ID+BIAS"), ("5+inf", "TOKEN_ID+BIAS"), ("5+", "TOKEN_ID+BIAS"),
                     ("-5+1", "TOKEN_ID+BIAS"), ("5+1e999", "TOKEN_ID+BIAS"), ("99999+1", "outside the vocabulary")):
     harness.expect_error(checks, ["run", "-m", model, "-p", "x", "-n", 1, "-l", bad], needle, f"--logit-bias {bad}")
