@@ -41,6 +41,13 @@ with serve_util.Server(llama, "-np", 2, "-c", 1024, "--chat-format", "llama2", "
         refused, detail = False, "it kept running on the same port"
     checks.check(refused, f"a second serve on a port in use is refused ({detail})")
     checks.check(srv.request("GET", "/health")[0] == 200 and srv.alive(), "the first server still serves")
+    # llama.cpp's GET /props: the per-slot context, the slots, /completion's defaults, the model.
+    status, props = srv.request("GET", "/props")
+    gen = props.get("default_generation_settings", {})
+    checks.check(status == 200 and gen.get("n_ctx") == 512 and props.get("total_slots") == 2
+                 and props.get("model_path") == "llama.gguf" and gen["params"]["min_p"] == 0.05
+                 and gen["params"]["top_k"] == 40 and props.get("chat_format") == "llama2"
+                 and isinstance(props.get("chat_template"), str), f"/props: {status} {props}")
     status, body = srv.request("GET", "/v1/models/llama.gguf")
     checks.check(status == 200 and body["object"] == "model" and body["id"] == "llama.gguf",
                  f"GET /v1/models/{{id}} (openai-python's models.retrieve): {status} {body}")

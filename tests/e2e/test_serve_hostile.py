@@ -48,6 +48,8 @@ with serve_util.Server(model, "-np", 1, "-c", CTX, "--api-key", KEY, "--max-queu
         ("API key with a suffix", "POST", C, {"Authorization": "Bearer " + KEY + "x"}, good, None, 401),
         ("basic auth", "POST", C, {"Authorization": "Basic " + KEY}, good, None, 401),
         ("metrics need the key", "GET", "/metrics", {}, None, None, 401),
+        ("props need the key", "GET", "/props", {}, None, None, 401),
+        ("POST on /props", "POST", "/props", AUTH, {}, None, 405),
         ("unknown path without a key", "GET", "/admin", {}, None, None, 401),
         ("unknown path", "GET", "/v1/nothing", AUTH, None, None, 404),
         ("wrong method", "GET", C, AUTH, None, None, 405),

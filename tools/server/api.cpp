@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <span>
 #include <sstream>
@@ -11,6 +12,7 @@
 #include "core/error.h"
 #include "model/model.h"
 #include "runtime/tokenizer.h"
+#include "server/requests.h"
 
 namespace sparrow::tools::http {
 
@@ -75,7 +77,7 @@ constexpr Endpoint kEndpoints[] = {
     {"/health", "GET"},         {"/v1/models", "GET"},       {"/v1/models/{id}", "GET"},
     {"/metrics", "GET"},        {"/v1/completions", "POST"}, {"/v1/chat/completions", "POST"},
     {"/completion", "POST"},    {"/tokenize", "POST"},       {"/detokenize", "POST"},
-    {"/v1/embeddings", "POST"}, {"/embeddings", "POST"}};
+    {"/v1/embeddings", "POST"}, {"/embeddings", "POST"},     {"/props", "GET"}};
 
 const Endpoint *endpoint_of(const std::string &path) {
     const std::string_view models = "/v1/models/";
@@ -198,6 +200,7 @@ void Api::install(httplib::Server &server) {
     server.Get("/v1/models", route("/v1/models", &Api::models));
     server.Get(R"(/v1/models/(.+))", route("/v1/models/{id}", &Api::model));
     server.Get("/metrics", route("/metrics", &Api::metrics));
+    server.Get("/props", route("/props", &Api::props));
     server.Post("/tokenize", route("/tokenize", &Api::tokenize));
     server.Post("/detokenize", route("/detokenize", &Api::detokenize));
     server.Post("/v1/embeddings", route("/v1/embeddings", &Api::embeddings));
@@ -257,6 +260,35 @@ json Api::model_object() const {
                     {"slots", scheduler_.n_slots()},
                     {"chat_format", sparrow::server::chat_format_name(config_.chat_format)}}}};
     return model;
+}
+
+// llama.cpp's server properties, which its web UI and several clients read for the context size and the chat
+// template: the defaults of /completion (requests/api_generate: llama.cpp's), the slots, the model.
+void Api::props(const httplib::Request &, httplib::Response &res) {
+    const std::string tmpl = model_.file().get_string("tokenizer.chat_template", std::string());
+    const auto piece = [&](int32_t id) { return id >= 0 ? tokenizer_.token_to_piece(id, true) : std::string(); };
+    const auto shortest = [](float x) { return std::strtod(strprintf("%g", double(x)).c_str(), nullptr); };  // 0.05
+    send_json(res, {{"default_generation_settings",
+                     {{"n_ctx", scheduler_.n_ctx_per_slot()},
+                      {"params",
+                       {{"temperature", shortest(kLlamaCompletionDefaults.temperature)},
+                        {"top_k", kLlamaCompletionDefaults.top_k},
+                        {"top_p", shortest(kLlamaCompletionDefaults.top_p)},
+                        {"min_p", shortest(kLlamaCompletionDefaults.min_p)},
+                        {"n_predict", -1},
+                        {"repeat_penalty", 1.0},
+                        {"repeat_last_n", 64},
+                        {"presence_penalty", 0.0},
+                        {"frequency_penalty", 0.0},
+                        {"ignore_eos", false}}}}},
+                    {"total_slots", scheduler_.n_slots()},
+                    {"model_path", config_.model_id},
+                    {"chat_template", tmpl},
+                    {"chat_format", sparrow::server::chat_format_name(config_.chat_format)},
+                    {"bos_token", piece(tokenizer_.bos_id())},
+                    {"eos_token", piece(tokenizer_.eos_id())},
+                    {"modalities", {{"vision", false}, {"audio", false}}},
+                    {"build_info", "sparrow 0.1.0"}});
 }
 
 void Api::tokenize(const httplib::Request &req, httplib::Response &res) {

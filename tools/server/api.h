@@ -68,6 +68,7 @@ class Api {
     void models(const httplib::Request &req, httplib::Response &res);
     void model(const httplib::Request &req, httplib::Response &res);  // GET /v1/models/{id}
     json model_object() const;                                        // the entry /v1/models lists
+    void props(const httplib::Request &req, httplib::Response &res);  // llama.cpp's GET /props
     void tokenize(const httplib::Request &req, httplib::Response &res);
     void detokenize(const httplib::Request &req, httplib::Response &res);
     void metrics(const httplib::Request &req, httplib::Response &res);

@@ -576,15 +576,8 @@ void Api::completion(const httplib::Request &req, httplib::Response &res) {
     Task task;
     task.prompt = read_prompt(*prompt, "prompt", tokenizer_, limits_);
     // n_predict 0 only evaluates the prompt (llama.cpp's; clients use it to fill the prompt cache).
-    task.sampling =
-        read_sampling(body,
-                      {.temperature = 0.8f,
-                       .top_p = 0.95f,
-                       .top_k = 40,
-                       .min_p = 0.05f,
-                       .max_tokens = std::nullopt,
-                       .min_max_tokens = 0},
-                      {"n_predict", "max_tokens"}, static_cast<int64_t>(task.prompt.size()), tokenizer_, limits_);
+    task.sampling = read_sampling(body, kLlamaCompletionDefaults, {"n_predict", "max_tokens"},
+                                  static_cast<int64_t>(task.prompt.size()), tokenizer_, limits_);
     // n_probs: the log probability of each generated token and of the n_probs most likely ones (llama.cpp's)
     if (const auto n_probs = get_int(body, "n_probs", 0, kMaxTopLogprobs); n_probs && *n_probs > 0) {
         task.sampling.logprobs = static_cast<int>(*n_probs);

@@ -48,6 +48,9 @@ struct SamplingDefaults {
     std::optional<int64_t> max_tokens;  // nullopt: whatever the context leaves after the prompt
     int64_t min_max_tokens = 1;         // 0 where a request may only score its prompt (completions with echo)
 };
+// llama.cpp's /completion defaults (GET /props reports them).
+inline constexpr SamplingDefaults kLlamaCompletionDefaults{
+    .temperature = 0.8f, .top_p = 0.95f, .top_k = 40, .min_p = 0.05f, .max_tokens = std::nullopt, .min_max_tokens = 0};
 
 // temperature, top_p, top_k, min_p, seed, presence_penalty, frequency_penalty, repeat_penalty, repeat_last_n, stop,
 // logit_bias, ignore_eos, and max_tokens under the names given (the first present wins), checked to fit the context
