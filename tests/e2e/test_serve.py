@@ -199,6 +199,9 @@ with serve_util.Server(llama, "-np", 2, "-c", 1024, "--chat-format", "llama2", "
     messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Tell me a story."}]
     bos = srv.request("POST", "/tokenize", {"content": "", "add_special": True, "with_pieces": True})[1]["tokens"]
     rendered = bos[0]["piece"] + "[INST] <<SYS>>\nBe brief.\n<</SYS>>\n\nTell me a story. [/INST]"
+    status, applied = srv.request("POST", "/apply-template", {"messages": messages})
+    checks.check(status == 200 and applied.get("prompt") == rendered,
+                 f"/apply-template (llama.cpp's) gives the rendered prompt: {applied}")
     ids = srv.request("POST", "/tokenize", {"content": rendered, "add_special": False})[1]["tokens"]
     want_chat = srv.request("POST", "/v1/completions", {"prompt": ids, "max_tokens": N, "temperature": 0})[1]
     status, body = srv.request("POST", "/v1/chat/completions",

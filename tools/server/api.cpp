@@ -77,7 +77,8 @@ constexpr Endpoint kEndpoints[] = {
     {"/health", "GET"},         {"/v1/models", "GET"},       {"/v1/models/{id}", "GET"},
     {"/metrics", "GET"},        {"/v1/completions", "POST"}, {"/v1/chat/completions", "POST"},
     {"/completion", "POST"},    {"/tokenize", "POST"},       {"/detokenize", "POST"},
-    {"/v1/embeddings", "POST"}, {"/embeddings", "POST"},     {"/props", "GET"}};
+    {"/v1/embeddings", "POST"}, {"/embeddings", "POST"},     {"/props", "GET"},
+    {"/apply-template", "POST"}};
 
 const Endpoint *endpoint_of(const std::string &path) {
     const std::string_view models = "/v1/models/";
@@ -208,6 +209,7 @@ void Api::install(httplib::Server &server) {
     server.Post("/v1/completions", route("/v1/completions", &Api::completions));
     server.Post("/v1/chat/completions", route("/v1/chat/completions", &Api::chat_completions));
     server.Post("/completion", route("/completion", &Api::completion));
+    server.Post("/apply-template", route("/apply-template", &Api::apply_template));
 }
 
 void Api::check_model(const json &body) const {

@@ -76,6 +76,10 @@ class Api {
     void completions(const httplib::Request &req, httplib::Response &res);       // /v1/completions
     void chat_completions(const httplib::Request &req, httplib::Response &res);  // /v1/chat/completions
     void completion(const httplib::Request &req, httplib::Response &res);        // llama.cpp's /completion
+    // llama.cpp's /apply-template: the prompt a chat request's messages render to, as /v1/chat/completions reads it
+    void apply_template(const httplib::Request &req, httplib::Response &res);
+    // A chat request's messages in the server's chat format (chat_template_kwargs.enable_thinking honoured).
+    std::string render_chat(const json &body) const;
 
     // Shared by the three generation endpoints (api_generate.cpp): one task per choice of the reply, `per_prompt`
     // choices (`n`) of each prompt in turn (0: all of them share one prompt), so choice k reads prompt

@@ -547,13 +547,7 @@ void Api::chat_completions(const httplib::Request &req, httplib::Response &res) 
             throw ApiError(400, "'response_format': only {\"type\": \"text\"} is supported", "unsupported_parameter");
         }
     }
-    sparrow::server::ChatOptions opts = sparrow::server::chat_options_for(tokenizer_);
-    if (const auto kw = body.find("chat_template_kwargs"); kw != body.end() && !kw->is_null()) {
-        if (!kw->is_object()) throw ApiError(400, "'chat_template_kwargs' must be an object", "invalid_type");
-        opts.enable_thinking = get_bool(*kw, "enable_thinking", "chat_template_kwargs");
-        if (!opts.enable_thinking) opts.enable_thinking = get_bool(*kw, "thinking", "chat_template_kwargs");
-    }
-    const std::string text = sparrow::server::apply_chat_format(config_.chat_format, read_messages(body), opts);
+    const std::string text = render_chat(body);
     Task task;
     task.prompt = tokenizer_.encode(text, /*add_special=*/false, /*parse_special=*/true);
     check_prompt_fits(task.prompt.size(), limits_);
@@ -565,6 +559,20 @@ void Api::chat_completions(const httplib::Request &req, httplib::Response &res) 
     generate(res, choices(body, std::move(task), scheduler_.max_queue()), Dialect::chat, stream, include_usage, {}, 0,
              // the rendered prompt says whether it opened a thinking block (every format's closed one ends "</think>")
              config_.split_reasoning && text.ends_with("<think>"));
+}
+
+std::string Api::render_chat(const json &body) const {
+    sparrow::server::ChatOptions opts = sparrow::server::chat_options_for(tokenizer_);
+    if (const auto kw = body.find("chat_template_kwargs"); kw != body.end() && !kw->is_null()) {
+        if (!kw->is_object()) throw ApiError(400, "'chat_template_kwargs' must be an object", "invalid_type");
+        opts.enable_thinking = get_bool(*kw, "enable_thinking", "chat_template_kwargs");
+        if (!opts.enable_thinking) opts.enable_thinking = get_bool(*kw, "thinking", "chat_template_kwargs");
+    }
+    return sparrow::server::apply_chat_format(config_.chat_format, read_messages(body), opts);
+}
+
+void Api::apply_template(const httplib::Request &req, httplib::Response &res) {
+    send_json(res, {{"prompt", render_chat(parse_body(req))}});
 }
 
 void Api::completion(const httplib::Request &req, httplib::Response &res) {
