@@ -16,10 +16,11 @@ constexpr float kInf = std::numeric_limits<float>::infinity();
 
 TEST(RepeatPenalty, DividesPositiveAndMultipliesNegativeLogitsOnce) {
     std::vector<float> logits = {2.0f, -1.0f, 0.0f, 3.0f, -0.5f, 1.0f};
-    const std::vector<int32_t> window = {3, 1, 3, 4, 1, 0};
+    std::vector<int32_t> window = {3, 1, 3, 4, 1, 0};
     apply_repeat_penalty(logits, window, 2.0f);
     EXPECT_EQ(logits, (std::vector<float>{1.0f, -2.0f, 0.0f, 1.5f, -1.0f, 1.0f}));
-    apply_repeat_penalty(logits, std::vector<int32_t>{}, 2.0f);  // an empty window changes nothing
+    std::vector<int32_t> empty;
+    apply_repeat_penalty(logits, empty, 2.0f);  // an empty window changes nothing
     EXPECT_EQ(logits, (std::vector<float>{1.0f, -2.0f, 0.0f, 1.5f, -1.0f, 1.0f}));
 }
 

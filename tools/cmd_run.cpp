@@ -38,7 +38,6 @@ struct RunFlags {
     std::string dump_selection_path;  // per layer, the keys the last prompt queries attended (JSON)
 };
 
-// {"layers": [{"layer": 0, "dense": false, "queries": [{"pos": 299, "keys": [0, 5, ...]}, ...]}, ...]}
 // Throws, naming the flag, when `path` could not be created later: its folder is missing or not writable, or it
 // names a folder. Checked before the prompt is decoded (minutes for a long prompt on a big model), not after.
 void check_output_path(const char *flag, const std::string &path) {
@@ -55,6 +54,7 @@ void check_output_path(const char *flag, const std::string &path) {
     }
 }
 
+// {"layers": [{"layer": 0, "dense": false, "queries": [{"pos": 299, "keys": [0, 5, ...]}, ...]}, ...]}
 void write_selection_json(const std::string &path, const std::vector<LayerSelection> &layers) {
     FILE *out = std::fopen(path.c_str(), "wb");
     if (!out) throw_error("cannot create '%s'", path.c_str());

@@ -9,6 +9,9 @@ namespace sparrow::tools {
 
 using Command = std::function<int()>;
 
+// What `sparrow --version` prints and `serve`'s GET /props reports as build_info.
+inline constexpr const char *kVersion = "sparrow 0.1.0";
+
 Command register_inspect(CLI::App &app);
 Command register_run(CLI::App &app);
 Command register_perplexity(CLI::App &app);

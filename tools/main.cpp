@@ -69,7 +69,7 @@ int main(int argc, char **argv) {
     using namespace sparrow::tools;
     CLI::App app{"sparrow: an inference engine for sparse-attention language models", "sparrow"};
     app.require_subcommand(1);
-    app.set_version_flag("--version", "sparrow 0.1.0");
+    app.set_version_flag("--version", kVersion);
     std::map<std::string, Command> commands;
     commands["inspect"] = register_inspect(app);
     commands["run"] = register_run(app);

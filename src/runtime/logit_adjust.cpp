@@ -12,12 +12,11 @@ bool LogitAdjustments::any() const {
            !logit_bias.empty() || ignore_eos;
 }
 
-void apply_repeat_penalty(std::span<float> logits, std::span<const int32_t> window, float penalty) {
-    // Each distinct token once: the window's ids sorted and made unique.
-    std::vector<int32_t> ids(window.begin(), window.end());
-    std::sort(ids.begin(), ids.end());
-    ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
-    for (const int32_t id : ids) {
+void apply_repeat_penalty(std::span<float> logits, std::vector<int32_t> &window, float penalty) {
+    // Each distinct token once.
+    std::sort(window.begin(), window.end());
+    window.erase(std::unique(window.begin(), window.end()), window.end());
+    for (const int32_t id : window) {
         float &v = logits[static_cast<size_t>(id)];
         v = v > 0.0f ? v / penalty : v * penalty;
     }
@@ -51,11 +50,11 @@ std::span<const float> LogitAdjuster::apply(std::span<const float> logits) {
     if (a_.repeat_penalty != 1.0f && a_.repeat_last_n != 0) {
         const size_t n =
             a_.repeat_last_n < 0 ? sequence_.size() : std::min(sequence_.size(), static_cast<size_t>(a_.repeat_last_n));
-        std::vector<int32_t> window;
+        window_.clear();
         for (const int32_t id : std::span<const int32_t>(sequence_).last(n)) {
-            if (in_vocab(id)) window.push_back(id);
+            if (in_vocab(id)) window_.push_back(id);
         }
-        apply_repeat_penalty(adjusted_, window, a_.repeat_penalty);
+        apply_repeat_penalty(adjusted_, window_, a_.repeat_penalty);
     }
     if (a_.presence_penalty != 0.0f || a_.frequency_penalty != 0.0f) {
         for (const auto &[id, count] : counts_) {

@@ -32,8 +32,9 @@ struct LogitAdjustments {
 };
 
 // llama.cpp's repetition penalty: every distinct token of `window` has its logit divided by `penalty` when positive,
-// multiplied by it otherwise (in place; ids must index logits).
-void apply_repeat_penalty(std::span<float> logits, std::span<const int32_t> window, float penalty);
+// multiplied by it otherwise (in place; ids must index logits). `window` is sorted and made unique on the way (its
+// order and repeats do not matter to the penalty).
+void apply_repeat_penalty(std::span<float> logits, std::vector<int32_t> &window, float penalty);
 
 // The vocabulary's end-of-generation tokens (what LogitAdjustments::ignore_eos bans).
 std::vector<int32_t> end_of_generation_ids(const Tokenizer &tok);
@@ -58,6 +59,7 @@ class LogitAdjuster {
     std::vector<int32_t> eog_ids_;
     std::vector<int32_t> sequence_;                // the prompt, then every generated token
     std::unordered_map<int32_t, int64_t> counts_;  // generated token -> occurrences
+    std::vector<int32_t> window_;                  // the repetition penalty's tokens of a step (reused)
     std::vector<float> adjusted_;
 };
 

@@ -9,6 +9,7 @@
 #include <sstream>
 #include <thread>
 
+#include "commands.h"
 #include "core/error.h"
 #include "model/model.h"
 #include "runtime/tokenizer.h"
@@ -270,6 +271,7 @@ void Api::props(const httplib::Request &, httplib::Response &res) {
     const std::string tmpl = model_.file().get_string("tokenizer.chat_template", std::string());
     const auto piece = [&](int32_t id) { return id >= 0 ? tokenizer_.token_to_piece(id, true) : std::string(); };
     const auto shortest = [](float x) { return std::strtod(strprintf("%g", double(x)).c_str(), nullptr); };  // 0.05
+    const LogitAdjustments off;  // what a request changes nothing with
     send_json(res, {{"default_generation_settings",
                      {{"n_ctx", scheduler_.n_ctx_per_slot()},
                       {"params",
@@ -278,11 +280,11 @@ void Api::props(const httplib::Request &, httplib::Response &res) {
                         {"top_p", shortest(kLlamaCompletionDefaults.top_p)},
                         {"min_p", shortest(kLlamaCompletionDefaults.min_p)},
                         {"n_predict", -1},
-                        {"repeat_penalty", 1.0},
-                        {"repeat_last_n", 64},
-                        {"presence_penalty", 0.0},
-                        {"frequency_penalty", 0.0},
-                        {"ignore_eos", false}}}}},
+                        {"repeat_penalty", shortest(off.repeat_penalty)},
+                        {"repeat_last_n", off.repeat_last_n},
+                        {"presence_penalty", shortest(off.presence_penalty)},
+                        {"frequency_penalty", shortest(off.frequency_penalty)},
+                        {"ignore_eos", off.ignore_eos}}}}},
                     {"total_slots", scheduler_.n_slots()},
                     {"model_path", config_.model_id},
                     {"chat_template", tmpl},
@@ -290,7 +292,7 @@ void Api::props(const httplib::Request &, httplib::Response &res) {
                     {"bos_token", piece(tokenizer_.bos_id())},
                     {"eos_token", piece(tokenizer_.eos_id())},
                     {"modalities", {{"vision", false}, {"audio", false}}},
-                    {"build_info", "sparrow 0.1.0"}});
+                    {"build_info", sparrow::tools::kVersion}});
 }
 
 void Api::tokenize(const httplib::Request &req, httplib::Response &res) {
