@@ -166,6 +166,56 @@ TEST_P(Serving, SequencesInOneBatchEqualEachAloneWithTheSameSelections) {
     }
 }
 
+// A ubatch runs its last layer's queries, attention and FFN for the rows that want outputs only (WantedRows):
+// their logits, every cache byte and the next step's logits equal a run where every row asked for logits, for
+// two interleaved sequences over three ubatches (selection active), and when no row asks at all.
+TEST_P(Serving, RowsWithoutOutputsSkipTheLastLayerAndChangeNothing) {
+    ContextParams cp = params(512, 32);
+    cp.record_selections = false;  // a recorded selection keeps every query of every layer
+    const std::vector<std::vector<int32_t>> seqs = {random_ids(90, 21), random_ids(70, 22)};
+    std::vector<BatchToken> every, some, none;
+    std::vector<size_t> wanted;
+    for (size_t i = 0; i < 90; ++i) {
+        for (int32_t s = 0; s < 2; ++s) {
+            if (i >= seqs[s].size()) continue;
+            const bool want = i == 5 || i + 1 == seqs[s].size() || (s == 0 && i == 40);
+            if (want) wanted.push_back(every.size());
+            every.push_back({seqs[s][i], static_cast<int32_t>(i), s, true});
+            some.push_back({seqs[s][i], static_cast<int32_t>(i), s, want});
+            none.push_back({seqs[s][i], static_cast<int32_t>(i), s, false});
+        }
+    }
+    Context all(model(), cp), trimmed(model(), cp), blind(model(), cp);
+    all.decode(every);
+    trimmed.decode(some);
+    blind.decode(none);
+    for (const size_t i : wanted) {
+        const auto a = all.logits(i), t = trimmed.logits(i);
+        EXPECT_LT(rel_error(Logits(t.begin(), t.end()), Logits(a.begin(), a.end())), 1e-6) << "row " << i;
+    }
+    EXPECT_THROW(trimmed.logits(0), Error);  // row 0 asked for none
+    EXPECT_EQ(trimmed.cache_digest(), all.cache_digest());
+    EXPECT_EQ(blind.cache_digest(), all.cache_digest());
+    if (sparse()) {  // the last layer saw the wanted queries alone; the others every token
+        const SparseStats full = all.sparse_stats(), part = trimmed.sparse_stats();
+        ASSERT_EQ(full.layers.size(), part.layers.size());
+        for (size_t il = 0; il < full.layers.size(); ++il) {
+            const bool last = il + 1 == full.layers.size();
+            EXPECT_EQ(full.layers[il].n_queries, 160) << il;
+            EXPECT_EQ(part.layers[il].n_queries, last ? static_cast<int64_t>(wanted.size()) : 160) << il;
+        }
+        EXPECT_EQ(blind.sparse_stats().layers.back().n_queries, 0);
+    }
+    std::vector<BatchToken> step;
+    for (int32_t s = 0; s < 2; ++s) step.push_back({7 + s, static_cast<int32_t>(seqs[s].size()), s, true});
+    for (Context *ctx : {&all, &trimmed, &blind}) ctx->decode(step);
+    for (size_t s = 0; s < 2; ++s) {
+        const auto a = all.logits(s), t = trimmed.logits(s), b = blind.logits(s);
+        EXPECT_EQ(Logits(t.begin(), t.end()), Logits(a.begin(), a.end())) << "sequence " << s;
+        EXPECT_EQ(Logits(b.begin(), b.end()), Logits(a.begin(), a.end())) << "sequence " << s;
+    }
+}
+
 TEST_P(Serving, SharedPromptDecodedOnceThenDivergingEqualsEachFromScratch) {
     const std::vector<int32_t> prompt = random_ids(40, 4);
     Context ctx = make(512, 16);  // the prompt spans several ubatches

@@ -3,9 +3,12 @@
 
 #include <cstdint>
 #include <span>
+#include <vector>
 
+#include "cache/kv_cells.h"
 #include "core/thread_pool.h"
 #include "kernels/ops.h"
+#include "model/arch.h"
 
 namespace sparrow {
 
@@ -19,5 +22,21 @@ void swiglu_ffn(ThreadPool &pool, OpScratch &op, const WeightMatrix &gate, const
 void output_head(ThreadPool &pool, OpScratch &op, const WeightMatrix &output, const float *norm, float eps,
                  const float *x, int64_t n_embd, std::span<const int32_t> rows, float *scratch, float *logits,
                  float *hidden_out = nullptr);
+
+// The last layer's queries and FFN matter only for the rows whose outputs are wanted (the cache rows of every
+// token are still written): a prompt's other tokens skip them, as llama.cpp's graphs skip them through
+// inp_out_ids. A model compacts those rows of its residual stream to the front (compact_rows) and runs the rest
+// of the last layer on `ub`, the ubatch of those tokens alone, whose output rows are then 0, 1, ...
+struct WantedRows {
+    std::vector<int32_t> tokens, pos, cells, identity;
+    std::vector<SeqSet> seqs;
+    UBatch ub;  // over the vectors above
+
+    // The tokens of `from` at its output rows (ascending), with from's hidden_out and first_of_call.
+    void build(const UBatch &from);
+};
+
+// x[i] = x[rows[i]] for rows ascending (so no row is read after it is overwritten); x is [T, width].
+void compact_rows(float *x, int64_t width, std::span<const int32_t> rows);
 
 }  // namespace sparrow

@@ -102,6 +102,7 @@ struct DsaState final : ArchState {
     std::vector<WeightMatrix> head_blocks;  // one layer's W_UK or W_UV slices, one per head
     std::vector<MatmulTask> head_tasks;     // their products, in one matmul_many section
     MoeScratch moe;
+    WantedRows wanted;  // the last layer's tokens when only some rows want outputs
     bool record_selections = false;
     std::vector<LayerSelection> debug_selections;  // the last queries' attended keys, per layer
     SparseStats stats;
@@ -348,15 +349,25 @@ class DsaModel final : public ArchModel {
             s.selected_rows.resize(n_sel);
         }
 
+        // The last layer runs its queries and FFN for the rows whose outputs are wanted only (WantedRows); a
+        // recorded selection keeps every query.
+        const bool trim_last = static_cast<int64_t>(ub.output_rows.size()) < T && !s.record_selections;
         get_rows(tok_embd_, ub.tokens.data(), T, x);  // [T, n_embd]
+        const UBatch *q_ub = &ub;  // the tokens whose queries and FFN run: all, or the wanted ones in the last layer
         for (int64_t il = 0; il < hp_.n_layer; ++il) {
             const DsaLayer &L = layers_[il];
+            const bool trimmed = trim_last && il + 1 == hp_.n_layer;
             // Every token's cache rows first: a query of one chunk may see tokens of a later chunk. A ubatch of
             // one chunk (decode, short prompts) also takes its query's first products from the same normed
             // input there, in the same parallel section.
-            const bool one_chunk = T <= kAttnChunk;
+            const bool one_chunk = T <= kAttnChunk && !trimmed;
             for (int64_t c0 = 0; c0 < T; c0 += kAttnChunk)
                 write_cache_rows(s, L, il, ub, pool, c0, std::min(kAttnChunk, T - c0), select, one_chunk);
+            if (trimmed) {
+                narrow_to_wanted(s, cells, ub, select && hp_.any_shared && !hp_.indexer_full[il]);
+                q_ub = &s.wanted.ub;
+            }
+            const int64_t TQ = q_ub->size();
             if (s.record_selections) {
                 // A dense ubatch (every key attended) ends the record; a sparse one continues a sparse record.
                 LayerSelection &rec = s.debug_selections[static_cast<size_t>(il)];
@@ -364,10 +375,10 @@ class DsaModel final : public ArchModel {
                 if (!select || rec.dense) rec.queries.clear();
                 rec.dense = !select;
             }
-            for (int64_t c0 = 0; c0 < T; c0 += kAttnChunk)
-                attention_chunk(s, L, il, cells, ub, pool, select, c0, std::min(kAttnChunk, T - c0), one_chunk);
-            for (int64_t c0 = 0; c0 < T; c0 += kFfnChunk) {
-                const int64_t n = std::min(kFfnChunk, T - c0);
+            for (int64_t c0 = 0; c0 < TQ; c0 += kAttnChunk)
+                attention_chunk(s, L, il, cells, *q_ub, pool, select, c0, std::min(kAttnChunk, TQ - c0), one_chunk);
+            for (int64_t c0 = 0; c0 < TQ; c0 += kFfnChunk) {
+                const int64_t n = std::min(kFfnChunk, TQ - c0);
                 float *xc = x + c0 * E, *h = s.h.data();
                 rms_norm(xc, L.ffn_norm, h, n, E, hp_.rms_eps);
                 if (il < hp_.n_dense_lead) {
@@ -379,12 +390,12 @@ class DsaModel final : public ArchModel {
                 for (int64_t i = 0; i < n * E; ++i) xc[i] += s.ffn_out[i];
             }
         }
-        const int64_t n_out = static_cast<int64_t>(ub.output_rows.size());
+        const int64_t n_out = static_cast<int64_t>(q_ub->output_rows.size());
         for (int64_t o0 = 0; o0 < n_out; o0 += kFfnChunk) {
-            output_head(
-                pool, s.op, output_, output_norm_, hp_.rms_eps, x, E,
-                ub.output_rows.subspan(static_cast<size_t>(o0), static_cast<size_t>(std::min(kFfnChunk, n_out - o0))),
-                s.h.data(), logits + o0 * hp_.n_vocab, ub.hidden_out ? ub.hidden_out + o0 * E : nullptr);
+            output_head(pool, s.op, output_, output_norm_, hp_.rms_eps, x, E,
+                        q_ub->output_rows.subspan(static_cast<size_t>(o0),
+                                                  static_cast<size_t>(std::min(kFfnChunk, n_out - o0))),
+                        s.h.data(), logits + o0 * hp_.n_vocab, ub.hidden_out ? ub.hidden_out + o0 * E : nullptr);
         }
     }
 
@@ -617,6 +628,21 @@ class DsaModel final : public ArchModel {
         const auto t2 = std::chrono::steady_clock::now();
         s.stats.attention_seconds += std::chrono::duration<double>(t1 - t0).count();
         s.stats.indexer_seconds += std::chrono::duration<double>(t2 - t1).count();
+    }
+
+    // Before the last layer's queries when only some rows want outputs: those rows of the residual stream move to
+    // the front, s.wanted.ub holds their tokens, the visible lists are theirs, and with `shared_selection` (an
+    // IndexShare layer reusing the previous full layer's per-token selection) so are the selections.
+    void narrow_to_wanted(DsaState &s, const KvCells &cells, const UBatch &ub, bool shared_selection) const {
+        s.wanted.build(ub);
+        compact_rows(s.x.data(), hp_.n_embd, ub.output_rows);
+        s.visible.build(cells, s.wanted.ub.pos, s.wanted.ub.seq);
+        if (!shared_selection) return;
+        for (size_t i = 0; i < ub.output_rows.size(); ++i) {  // ascending rows: a swap never undoes an earlier one
+            const auto r = static_cast<size_t>(ub.output_rows[i]);
+            s.selected[i].swap(s.selected[r]);
+            s.selected_rows[i] = s.selected[i];
+        }
     }
 
     // The attention part of layer il for tokens [c0, c0 + n) (their cache rows are written): on full layers

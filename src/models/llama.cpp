@@ -60,6 +60,7 @@ struct LlamaState final : ArchState {
     RowRotation q_rotation, out_rotation;
     // Scratch for one ubatch of up to n_ubatch tokens.
     std::vector<float> x, cur, q, k, v, att, gate, up, out_x;
+    WantedRows wanted;  // the last layer's tokens when only some rows want outputs
     VisibleRows visible;
     AttentionWorkspace attention_workspace;  // attention()'s buffers, kept between calls
     OpScratch op;
@@ -196,32 +197,42 @@ class LlamaModel final : public ArchModel {
         get_rows(tok_embd_, ub.tokens.data(), T, x);  // x: [T, n_embd]
         const AttentionShape shape{hp_.n_head, hp_.n_head_kv, hp_.head_dim, hp_.head_dim,
                                    1.0f / std::sqrt(static_cast<float>(hp_.head_dim))};
+        // The last layer's queries, attention and FFN run for the rows whose outputs are wanted only (WantedRows).
+        const UBatch *q_ub = &ub;  // the tokens whose queries run: all, or the wanted ones in the last layer
         for (int64_t il = 0; il < hp_.n_layer; ++il) {
             const LlamaLayer &L = layers_[il];
             rms_norm(x, L.attn_norm, cur, T, n_embd, hp_.rms_eps);
-            matmul(pool, s.op, L.wq, cur, T, s.q.data());  // [T, n_head*d]
             matmul(pool, s.op, L.wk, cur, T, s.k.data());  // [T, n_head_kv*d]
             matmul(pool, s.op, L.wv, cur, T, s.v.data());  // [T, n_head_kv*d]
-            rope(s.q.data(), T, hp_.n_head, hp_.head_dim, ub.pos.data(), hp_.rope);
             rope(s.k.data(), T, hp_.n_head_kv, hp_.head_dim, ub.pos.data(), hp_.rope);
             for (int64_t t = 0; t < T; ++t) {
                 s.k_cache[il].write(ub.cells[t], s.k.data() + t * kv_dim);
                 s.v_cache[il].write(ub.cells[t], s.v.data() + t * kv_dim);
             }
-            s.q_rotation.apply(s.q.data(), T * hp_.n_head);  // as the stored K rows (identity if not rotated)
-            attention(pool, shape, s.q.data(), T, s.k_cache[il], s.v_cache[il], s.visible.rows(), s.att.data(),
+            if (il + 1 == hp_.n_layer && static_cast<int64_t>(ub.output_rows.size()) < T) {
+                s.wanted.build(ub);
+                compact_rows(x, n_embd, ub.output_rows);
+                compact_rows(cur, n_embd, ub.output_rows);
+                s.visible.build(cells, s.wanted.ub.pos, s.wanted.ub.seq);
+                q_ub = &s.wanted.ub;
+            }
+            const int64_t TQ = q_ub->size();
+            matmul(pool, s.op, L.wq, cur, TQ, s.q.data());  // [TQ, n_head*d]
+            rope(s.q.data(), TQ, hp_.n_head, hp_.head_dim, q_ub->pos.data(), hp_.rope);
+            s.q_rotation.apply(s.q.data(), TQ * hp_.n_head);  // as the stored K rows (identity if not rotated)
+            attention(pool, shape, s.q.data(), TQ, s.k_cache[il], s.v_cache[il], s.visible.rows(), s.att.data(),
                       &s.attention_workspace);
-            s.out_rotation.apply(s.att.data(), T * hp_.n_head);  // back from the rotated V rows
-            matmul(pool, s.op, L.wo, s.att.data(), T, cur);      // [T, n_embd]
-            for (int64_t i = 0; i < T * n_embd; ++i) x[i] += cur[i];
+            s.out_rotation.apply(s.att.data(), TQ * hp_.n_head);  // back from the rotated V rows
+            matmul(pool, s.op, L.wo, s.att.data(), TQ, cur);      // [TQ, n_embd]
+            for (int64_t i = 0; i < TQ * n_embd; ++i) x[i] += cur[i];
 
-            rms_norm(x, L.ffn_norm, cur, T, n_embd, hp_.rms_eps);
-            swiglu_ffn(pool, s.op, L.ffn_gate, L.ffn_up, L.ffn_down, cur, T, s.gate.data(), s.up.data(), cur);
-            for (int64_t i = 0; i < T * n_embd; ++i) x[i] += cur[i];
+            rms_norm(x, L.ffn_norm, cur, TQ, n_embd, hp_.rms_eps);
+            swiglu_ffn(pool, s.op, L.ffn_gate, L.ffn_up, L.ffn_down, cur, TQ, s.gate.data(), s.up.data(), cur);
+            for (int64_t i = 0; i < TQ * n_embd; ++i) x[i] += cur[i];
         }
 
-        output_head(pool, s.op, output_, output_norm_, hp_.rms_eps, x, n_embd, ub.output_rows, s.out_x.data(), logits,
-                    ub.hidden_out);
+        output_head(pool, s.op, output_, output_norm_, hp_.rms_eps, x, n_embd, q_ub->output_rows, s.out_x.data(),
+                    logits, ub.hidden_out);
     }
 
     void fill_synthetic(ArchState &state, std::span<const int32_t> cells, uint64_t seed) const override {
