@@ -387,11 +387,18 @@ TEST_P(Serving, SavedSequenceLoadsIntoAFreshContextAndAnotherSequence) {
     decode_all(src, random_ids(10, 23), 2);  // another sequence in the way
     decode_all(src, ids, 0);
     const std::string file = path("seq0.state");
-    src.state_seq_save(0, file);
+    src.state_seq_save(0, file, ids);  // the token ids travel with the rows
+    const std::string bare = path("seq0-bare.state");
+    src.state_seq_save(0, bare);
+    // At most one token per cell, each in the vocabulary.
+    EXPECT_THROW(src.state_seq_save(0, path("bad.state"), concat(ids, {1})), Error);
+    EXPECT_THROW(src.state_seq_save(0, path("bad.state"), std::vector<int32_t>{-1}), Error);
+    EXPECT_THROW(src.state_seq_save(0, path("bad.state"), std::vector<int32_t>{1 << 30}), Error);
     const Logits want = decode_last(src, tail, 0, 50);
 
     Context fresh = make();
-    fresh.state_seq_load(0, file);
+    EXPECT_TRUE(fresh.state_seq_load(0, bare).empty());
+    EXPECT_EQ(fresh.state_seq_load(0, file), ids);
     EXPECT_EQ(fresh.seq_pos_max(0), 49);
     EXPECT_EQ(decode_last(fresh, tail, 0, 50), want);
 

@@ -4,10 +4,11 @@
 // layout; a random flip there is caught by the checksum. Here the test knows the format (context.cpp), damages
 // one field or region at a time and then writes the checksum the damaged bytes need, so the loader's own
 // checks are what stand between the file and the cache: header bytes, the version, the cell count, cell
-// positions (negative, repeated, decreasing, near 2^31), the rows' bytes (random, NaN scales), the file cut or
-// extended. A load must either succeed, after which the sequence decodes a token (an Error is allowed there,
-// never a crash), or throw sparrow::Error with code state_file or context_full and leave the cache
-// byte-identical (digest). Both outcomes must occur.
+// positions (negative, repeated, decreasing, near 2^31), the rows' bytes (random, NaN scales), the token count
+// and ids saved with the rows, the file cut or extended; and a version 1 file (no tokens), which loads. A load must
+// either succeed, after which the sequence decodes a token (an Error is allowed there, never a crash), or throw
+// sparrow::Error with code state_file or context_full and leave the cache byte-identical (digest). Both outcomes must
+// occur.
 //
 // SPARROW_FUZZ_ITERATIONS (per model, default 300) and SPARROW_FUZZ_SEED make longer runs by hand.
 #include <gtest/gtest.h>
@@ -45,13 +46,14 @@ std::string with_checksum(std::string body) {
     return body;
 }
 
-// Offsets into a state file (little-endian, version 1; context.cpp has the layout).
+// Offsets into a state file (little-endian, version 2; context.cpp has the layout).
 struct Layout {
     size_t version_at = 8;
     size_t n_cells_at = 0;  // u32
     size_t cells_at = 0;    // first cell: i32 pos, then the rows
     size_t cell_bytes = 0;  // pos + rows
     uint32_t n_cells = 0;
+    size_t tokens_at = 0;  // u32 count, then the i32 ids
 };
 
 Layout parse(const std::string &b) {
@@ -85,6 +87,7 @@ Layout parse(const std::string &b) {
     l.n_cells_at = at;
     l.n_cells = u32();
     l.cells_at = at;
+    l.tokens_at = at + l.n_cells * l.cell_bytes;
     return l;
 }
 
@@ -118,28 +121,32 @@ TEST_P(StateFuzz, DamagedFilesWithValidChecksumsLoadOrAreRefusedCleanly) {
     std::mt19937 rng(static_cast<uint32_t>(env_or("SPARROW_FUZZ_SEED", 11)));
     auto decode_seq = [&](Context &ctx, int32_t seq, int32_t n) {
         std::vector<BatchToken> batch;
-        for (int32_t i = 0; i < n; ++i) batch.push_back({static_cast<int32_t>(rng() % n_vocab), i, seq, i == n - 1});
+        std::vector<int32_t> ids;
+        for (int32_t i = 0; i < n; ++i) {
+            ids.push_back(static_cast<int32_t>(rng() % n_vocab));
+            batch.push_back({ids.back(), i, seq, i == n - 1});
+        }
         ctx.decode(batch);
+        return ids;
     };
     std::string good;
     {
         Context ctx(model, cp);
-        decode_seq(ctx, 0, 20);
-        ctx.state_seq_save(0, dir + "/good.state");
+        ctx.state_seq_save(0, dir + "/good.state", decode_seq(ctx, 0, 20));
         std::ostringstream ss;
         ss << std::ifstream(dir + "/good.state", std::ios::binary).rdbuf();
         good = ss.str();
     }
     const Layout lay = parse(good);
     ASSERT_EQ(lay.n_cells, 20u);
-    ASSERT_EQ(good.size(), lay.cells_at + lay.n_cells * lay.cell_bytes + 8);
+    ASSERT_EQ(good.size(), lay.tokens_at + 4 + 4 * 20 + 8);
     const std::string body = good.substr(0, good.size() - 8);
 
     const int iterations = static_cast<int>(env_or("SPARROW_FUZZ_ITERATIONS", 300));
     int loaded = 0, refused = 0;
     for (int it = 0; it < iterations; ++it) {
         std::string b = body;
-        const int kind = static_cast<int>(rng() % 7);
+        const int kind = static_cast<int>(rng() % 9);
         auto put32 = [&](size_t at, uint32_t x) { std::memcpy(&b[at], &x, 4); };
         const auto pick = [&](std::initializer_list<int64_t> values) {
             return *(values.begin() + rng() % values.size());
@@ -166,9 +173,20 @@ TEST_P(StateFuzz, DamagedFilesWithValidChecksumsLoadOrAreRefusedCleanly) {
             b.resize(8 + rng() % (b.size() - 8));
         } else if (kind == 5) {  // extended by junk
             b.append(1 + rng() % 100, static_cast<char>(rng()));
-        } else {  // the last positions moved past the first ones (decreasing), or made equal
+        } else if (kind == 6) {  // the last positions moved past the first ones (decreasing), or made equal
             const size_t cell = 1 + rng() % (lay.n_cells - 1);
             put32(lay.cells_at + cell * lay.cell_bytes, static_cast<uint32_t>(rng() % cell));
+        } else if (kind == 7) {  // the token count, or one token id
+            if (rng() % 2 == 0) {
+                put32(lay.tokens_at, static_cast<uint32_t>(pick({0, 1, 19, 21, 0xffffffffll})));
+            } else {
+                put32(lay.tokens_at + 4 + 4 * (rng() % 20),
+                      static_cast<uint32_t>(static_cast<int32_t>(
+                          pick({-1, 0, n_vocab - 1, n_vocab, std::numeric_limits<int32_t>::max()}))));
+            }
+        } else {  // a version 1 file: no tokens
+            b.resize(lay.tokens_at);
+            put32(lay.version_at, 1);
         }
         const std::string file = dir + "/fuzzed.state";
         {
@@ -180,7 +198,12 @@ TEST_P(StateFuzz, DamagedFilesWithValidChecksumsLoadOrAreRefusedCleanly) {
         decode_seq(ctx, 0, 10);
         const uint64_t digest = ctx.cache_digest();
         try {
-            ctx.state_seq_load(1, file);
+            const std::vector<int32_t> tokens = ctx.state_seq_load(1, file);
+            EXPECT_LE(tokens.size(), 20u) << "kind " << kind;
+            for (const int32_t t : tokens) EXPECT_TRUE(t >= 0 && t < n_vocab) << "kind " << kind;
+            if (kind == 8) {
+                EXPECT_TRUE(tokens.empty());
+            }
         } catch (const Error &e) {
             ++refused;
             EXPECT_TRUE(e.code() == ErrorCode::state_file || e.code() == ErrorCode::context_full)

@@ -195,13 +195,15 @@ class Context {
     int64_t n_cells_used() const;
 
     // Writes seq_id's cells (positions and every store's raw row bytes) to a file, with a header naming the
-    // model shape and store types. Throws (state_file) when the file cannot be written.
-    void state_seq_save(int32_t seq_id, const std::string &path) const;
-    // Replaces seq_id's contents with a saved sequence (from any sequence id) placed in free cells. The file
-    // is checked completely first (magic, version, model shape, store names/types/widths, positions,
-    // checksum); any mismatch or corruption throws (state_file) and leaves the cache as it was, as does a
-    // lack of free cells (context_full).
-    void state_seq_load(int32_t seq_id, const std::string &path);
+    // model shape and store types, and `tokens` (the caller's record of what the rows hold, e.g. the token ids
+    // by position; at most one per cell, each in the vocabulary). Throws (state_file) when the file cannot be
+    // written, or when the tokens do not fit that rule.
+    void state_seq_save(int32_t seq_id, const std::string &path, std::span<const int32_t> tokens = {}) const;
+    // Replaces seq_id's contents with a saved sequence (from any sequence id) placed in free cells and returns
+    // the tokens saved with it (none from a version 1 file). The file is checked completely first (magic,
+    // version, model shape, store names/types/widths, positions, tokens, checksum); any mismatch or corruption
+    // throws (state_file) and leaves the cache as it was, as does a lack of free cells (context_full).
+    std::vector<int32_t> state_seq_load(int32_t seq_id, const std::string &path);
 
     // A 64-bit digest of every cache store's bytes (all cells, used or not) and the cell table: tests use
     // it to check that refused operations leave the caches byte-identical.

@@ -399,17 +399,18 @@ void Context::defrag() {
 
 // --- sequence state files ---------------------------------------------------------------------------------
 //
-// Little-endian, version 1:
+// Little-endian, version 2:
 //   "SPRWSEQ\0"  u32 version
 //   str arch, i64 n_layer, i64 n_embd, i64 n_vocab          (str = u32 length + bytes)
 //   u32 n_stores; per store: str name, u32 dtype, i64 width, i64 row_bytes, i64 has_rows (0/1),
 //                 i64 rotated (0/1: rows Hadamard-rotated before encoding)
 //   u32 n_cells;  per cell, in position order: i32 pos, then the raw row bytes of each store that has rows
+//   u32 n_tokens (<= n_cells); i32 token ids (the caller's record of the rows; version 1 has no such part)
 //   u64 FNV-1a checksum of every byte before it
 namespace {
 
 constexpr char kStateMagic[8] = {'S', 'P', 'R', 'W', 'S', 'E', 'Q', '\0'};
-constexpr uint32_t kStateVersion = 1;
+constexpr uint32_t kStateVersion = 2;  // version 1 (no tokens) is read too
 
 struct StateWriter {
     std::string bytes;
@@ -453,10 +454,21 @@ struct StateReader {
 
 }  // namespace
 
-void Context::state_seq_save(int32_t seq_id, const std::string &path) const {
+void Context::state_seq_save(int32_t seq_id, const std::string &path, std::span<const int32_t> tokens) const {
     check_seq("state_seq_save", seq_id);
     const Impl &s = *impl_;
     const ModelInfo &info = s.model->info();
+    const std::vector<int32_t> cells = s.cells.seq_cells_by_pos(seq_id);
+    if (tokens.size() > cells.size()) {
+        throw_error_code(ErrorCode::state_file, "state_seq_save: %zu tokens for a sequence of %zu cells", tokens.size(),
+                         cells.size());
+    }
+    for (const int32_t t : tokens) {
+        if (t < 0 || t >= info.n_vocab) {
+            throw_error_code(ErrorCode::state_file, "state_seq_save: token %d is outside the vocabulary (%lld)", t,
+                             (long long)info.n_vocab);
+        }
+    }
     const std::vector<NamedStore> all = s.model->arch().stores(*s.state);
     StateWriter w;
     w.raw(kStateMagic, sizeof kStateMagic);
@@ -474,7 +486,6 @@ void Context::state_seq_save(int32_t seq_id, const std::string &path) const {
         w.put<int64_t>(st.store->n_bytes() > 0 ? 1 : 0);
         w.put<int64_t>(st.store->rotation().empty() ? 0 : 1);  // rows Hadamard-rotated before encoding
     }
-    const std::vector<int32_t> cells = s.cells.seq_cells_by_pos(seq_id);
     w.put(static_cast<uint32_t>(cells.size()));
     for (const int32_t c : cells) {
         w.put(s.cells.pos(c));
@@ -482,6 +493,8 @@ void Context::state_seq_save(int32_t seq_id, const std::string &path) const {
             if (st.store->n_bytes() > 0) w.raw(st.store->row(c), static_cast<size_t>(st.store->row_bytes()));
         }
     }
+    w.put(static_cast<uint32_t>(tokens.size()));
+    for (const int32_t t : tokens) w.put(t);
     w.put(fnv1a(kFnvOffset, w.bytes.data(), w.bytes.size()));
     FILE *out = std::fopen(path.c_str(), "wb");
     if (!out) throw_error_code(ErrorCode::state_file, "state_seq_save: cannot create '%s'", path.c_str());
@@ -491,7 +504,7 @@ void Context::state_seq_save(int32_t seq_id, const std::string &path) const {
     }
 }
 
-void Context::state_seq_load(int32_t seq_id, const std::string &path) {
+std::vector<int32_t> Context::state_seq_load(int32_t seq_id, const std::string &path) {
     check_seq("state_seq_load", seq_id);
     Impl &s = *impl_;
     std::string bytes;
@@ -509,7 +522,7 @@ void Context::state_seq_load(int32_t seq_id, const std::string &path) {
         for (const NamedStore &st : s.model->arch().stores(*s.state)) {
             if (st.store->n_bytes() > 0) cell_bytes += st.store->row_bytes();
         }
-        most += s.cells.size() * cell_bytes;
+        most += s.cells.size() * (cell_bytes + int64_t(sizeof(int32_t)));  // rows and a token per cell
         const auto size = std::filesystem::file_size(path, ec);
         if (!ec && static_cast<int64_t>(size) > most) {
             throw_error_code(ErrorCode::state_file,
@@ -535,7 +548,9 @@ void Context::state_seq_load(int32_t seq_id, const std::string &path) {
     std::memcpy(&stored_sum, bytes.data() + bytes.size() - sizeof stored_sum, sizeof stored_sum);
     StateReader r{bytes, path, sizeof kStateMagic};
     const auto version = r.get<uint32_t>();
-    if (version != kStateVersion) bad(strprintf("format version %u, this build reads %u", version, kStateVersion));
+    if (version < 1 || version > kStateVersion) {
+        bad(strprintf("format version %u, this build reads 1 to %u", version, kStateVersion));
+    }
     if (fnv1a(kFnvOffset, bytes.data(), bytes.size() - sizeof stored_sum) != stored_sum) {
         throw_error_code(ErrorCode::state_file, "state file '%s' is corrupt (checksum mismatch)", path.c_str());
     }
@@ -572,11 +587,31 @@ void Context::state_seq_load(int32_t seq_id, const std::string &path) {
     }
     const auto n_cells = r.get<uint32_t>();
     if (n_cells > s.cells.size()) bad(strprintf("%u cells, the context has %lld", n_cells, (long long)s.cells.size()));
-    if (bytes.size() - r.at != size_t(n_cells) * cell_bytes + sizeof stored_sum) {
+    // After the cells: version 2's tokens (a count and the ids), then the checksum.
+    const size_t cells_at = r.at, tokens_part = version >= 2 ? sizeof(uint32_t) : 0;
+    if (bytes.size() - r.at < size_t(n_cells) * cell_bytes + tokens_part + sizeof stored_sum) {
         throw_error_code(ErrorCode::state_file, "state file '%s' has %zu bytes of cells, expected %zu", path.c_str(),
                          bytes.size() - r.at - sizeof stored_sum, size_t(n_cells) * cell_bytes);
     }
-    const size_t cells_at = r.at;
+    std::vector<int32_t> tokens;
+    if (version >= 2) {
+        r.at = cells_at + size_t(n_cells) * cell_bytes;
+        const auto n_tokens = r.get<uint32_t>();
+        if (n_tokens > n_cells) bad(strprintf("%u tokens for %u cells", n_tokens, n_cells));
+        if (bytes.size() - r.at != size_t(n_tokens) * sizeof(int32_t) + sizeof stored_sum) {
+            throw_error_code(ErrorCode::state_file, "state file '%s' has %zu bytes after its cells, expected %zu",
+                             path.c_str(), bytes.size() - r.at, size_t(n_tokens) * sizeof(int32_t) + sizeof stored_sum);
+        }
+        for (uint32_t i = 0; i < n_tokens; ++i) {
+            const auto t = r.get<int32_t>();
+            if (t < 0 || t >= info.n_vocab) bad(strprintf("token %u is %d, outside the vocabulary", i, t));
+            tokens.push_back(t);
+        }
+        r.at = cells_at;
+    } else if (bytes.size() - r.at != size_t(n_cells) * cell_bytes + sizeof stored_sum) {
+        throw_error_code(ErrorCode::state_file, "state file '%s' has %zu bytes of cells, expected %zu", path.c_str(),
+                         bytes.size() - r.at - sizeof stored_sum, size_t(n_cells) * cell_bytes);
+    }
     int32_t prev = -1;
     for (uint32_t i = 0; i < n_cells; ++i) {
         const auto p = r.get<int32_t>();
@@ -602,6 +637,7 @@ void Context::state_seq_load(int32_t seq_id, const std::string &path) {
         }
     }
     s.cells = std::move(placed);
+    return tokens;
 }
 
 uint64_t Context::cache_digest() const {
