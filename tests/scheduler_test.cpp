@@ -129,6 +129,98 @@ TEST_F(SchedulerTest, ReusesTheCachedPrefix) {
     EXPECT_EQ(finish(*s.submit(greedy(longer, 4))).second.n_cached, 6);
 }
 
+// Slot actions (llama.cpp's /slots/{id}?action=...): a slot's cache saved with its tokens, erased, and restored
+// into another slot, whose next task then reuses the prefix and writes what a fresh slot writes.
+TEST_F(SchedulerTest, ASavedSlotRestoresIntoAnotherAndItsPrefixIsReused) {
+    const std::string dir = test::make_temp_dir("sparrow-slots");
+    Scheduler s(model_, context(512), {2, 4});
+    const std::vector<int32_t> prompt = {5, 6, 7, 8, 9, 10, 11, 12};
+    Task first = greedy(prompt, 4);
+    first.id_slot = 1;
+    const auto [text, u] = finish(*s.submit(first));
+    EXPECT_EQ(u.id_slot, 1);
+    const int64_t held = static_cast<int64_t>(prompt.size()) + 3;  // the last sampled token is not decoded yet
+    EXPECT_EQ(s.metrics().slots[1].n_cached, held);
+
+    const SlotActionResult saved = s.slot_action(1, SlotActionKind::save, dir + "/a.state");
+    ASSERT_TRUE(saved.ok) << saved.error;
+    EXPECT_EQ(saved.n_tokens, held);
+    EXPECT_EQ(saved.n_bytes, static_cast<int64_t>(std::filesystem::file_size(dir + "/a.state")));
+    const SlotActionResult erased = s.slot_action(1, SlotActionKind::erase, "");
+    ASSERT_TRUE(erased.ok);
+    EXPECT_EQ(erased.n_tokens, held);
+    EXPECT_EQ(s.metrics().slots[1].n_cached, 0);
+    EXPECT_EQ(s.metrics().kv_cells_used, 0);
+
+    const SlotActionResult restored = s.slot_action(0, SlotActionKind::restore, dir + "/a.state");
+    ASSERT_TRUE(restored.ok) << restored.error;
+    EXPECT_EQ(restored.n_tokens, held);
+    EXPECT_EQ(s.metrics().slots[0].n_cached, held);
+    // The same prompt goes to slot 0 (the longest cached prefix) and reads only its last token.
+    const auto again = finish(*s.submit(greedy(prompt, 4)));
+    EXPECT_EQ(again.second.id_slot, 0);
+    EXPECT_EQ(again.second.n_cached, static_cast<int64_t>(prompt.size()) - 1);
+    EXPECT_EQ(again.first, text);
+
+    // A missing file, a file that is no state: errors, and the slot is left as it was (the load checks first).
+    EXPECT_FALSE(s.slot_action(0, SlotActionKind::restore, dir + "/missing.state").ok);
+    std::FILE *junk = std::fopen((dir + "/junk.state").c_str(), "wb");
+    std::fputs("not a state", junk);
+    std::fclose(junk);
+    const SlotActionResult bad = s.slot_action(0, SlotActionKind::restore, dir + "/junk.state");
+    EXPECT_FALSE(bad.ok);
+    EXPECT_NE(bad.error.find("junk.state"), std::string::npos) << bad.error;
+    EXPECT_EQ(s.metrics().slots[0].n_cached, static_cast<int64_t>(prompt.size()) + 3);
+    EXPECT_FALSE(s.slot_action(0, SlotActionKind::save, dir + "/no/such/folder.state").ok);
+    std::filesystem::remove_all(dir);
+}
+
+// A state without tokens (Context::state_seq_save by another program) cannot seed a slot's prefix: refused, and
+// the slot is left empty rather than holding rows it cannot account for.
+TEST_F(SchedulerTest, ARestoreWithoutTokensIsRefused) {
+    const std::string dir = test::make_temp_dir("sparrow-slots");
+    {
+        ContextParams cp = context(64);
+        Context ctx(model_, cp);
+        const std::vector<BatchToken> batch = {{5, 0, 0, false}, {6, 1, 0, true}};
+        ctx.decode(batch);
+        ctx.state_seq_save(0, dir + "/bare.state");
+    }
+    Scheduler s(model_, context(512), {2, 4});
+    const SlotActionResult r = s.slot_action(1, SlotActionKind::restore, dir + "/bare.state");
+    EXPECT_FALSE(r.ok);
+    EXPECT_NE(r.error.find("one token per position"), std::string::npos) << r.error;
+    EXPECT_EQ(s.metrics().slots[1].n_cached, 0);
+    EXPECT_EQ(s.metrics().kv_cells_used, 0);
+    std::filesystem::remove_all(dir);
+}
+
+// An action on a busy slot waits for its task to end, and the slot takes no new task meanwhile; a task pinned to
+// a busy slot waits for it while another task takes the free slot.
+TEST_F(SchedulerTest, SlotActionsAndPinnedTasksWaitForTheirSlot) {
+    const std::string dir = test::make_temp_dir("sparrow-slots");
+    Scheduler s(model_, context(1024), {2, 8});
+    Task long_task = greedy({1, 2, 3}, 300);
+    long_task.id_slot = 0;
+    long_task.sampling.adjust.ignore_eos = true;
+    auto running = s.submit(long_task);
+    for (int i = 0; i < 2000 && s.metrics().slots_busy == 0; ++i) std::this_thread::sleep_for(1ms);
+    ASSERT_TRUE(s.metrics().slots[0].busy);
+    Task pinned = greedy({4, 5}, 2);
+    pinned.id_slot = 0;
+    auto waiting = s.submit(pinned);
+    const auto other = finish(*s.submit(greedy({6, 7}, 2)));
+    EXPECT_EQ(other.second.id_slot, 1);     // the free slot
+    EXPECT_FALSE(waiting->wait(0ms).done);  // still queued behind the long task
+    const SlotActionResult saved = s.slot_action(0, SlotActionKind::save, dir + "/busy.state");  // waits
+    ASSERT_TRUE(saved.ok) << saved.error;
+    const auto long_done = finish(*running);
+    EXPECT_EQ(long_done.second.n_generated, 300);
+    EXPECT_EQ(saved.n_tokens, 3 + 299);  // saved after the task: its prompt and tokens
+    EXPECT_EQ(finish(*waiting).second.id_slot, 0);
+    std::filesystem::remove_all(dir);
+}
+
 TEST_F(SchedulerTest, FullQueueRefusesAndCancelFreesTheSlot) {
     Scheduler s(model_, context(2048), {1, 1});
     Task long_task = greedy({1, 2, 3}, 1500);

@@ -29,6 +29,7 @@ struct ServeFlags {
     std::string alias;                          // the model id clients see; default: the file name
     std::string reasoning_format = "deepseek";  // deepseek: thinking replies split into reasoning_content; none
     std::string cors_origin;                    // empty: no CORS
+    std::string slot_save_path;                 // empty: slot save/restore off
     int64_t max_queue = 64;
     int64_t prefill_chunk = 0;  // 0: the ubatch size
     int64_t max_body_bytes = 1 << 20;
@@ -62,6 +63,7 @@ int serve(const ServeFlags &f) {
     config.chat_format = chat_format;
     config.split_reasoning = f.reasoning_format == "deepseek";
     config.cors_origin = f.cors_origin;
+    config.slot_save_path = f.slot_save_path;
     http::Api api(*model, scheduler, config);
 
     httplib::Server http;
@@ -128,6 +130,10 @@ Command register_serve(CLI::App &app) {
     cmd->add_option("--cors-origin", f->cors_origin,
                     "Let browser pages of this origin ('*': any) call the API (CORS headers, preflights answered); "
                     "off by default, as any page the user opens could then drive the server");
+    cmd->add_option("--slot-save-path", f->slot_save_path,
+                    "Folder for POST /slots/{id}?action=save|restore files (a slot's cache and its tokens); off "
+                    "without it")
+        ->check(CLI::ExistingDirectory);
     cmd->add_option("--reasoning-format", f->reasoning_format,
                     "Chat replies of a thinking prompt: deepseek (the reasoning in reasoning_content, the answer in "
                     "content; default) or none (all of it in content)")

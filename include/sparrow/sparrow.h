@@ -175,6 +175,7 @@ class Context {
     void clear();                               // empties the cache
     int32_t seq_pos_max(int32_t seq_id) const;  // -1 when the sequence is empty
     int32_t seq_pos_min(int32_t seq_id) const;  // -1 when the sequence is empty
+    int64_t seq_n_cells(int32_t seq_id) const;  // the cells that belong to the sequence (shared ones included)
 
     // Cache operations (as llama.cpp's); positions ranges are [p0, p1), p1 < 0 meaning "to the end".
     // Every per-layer store stays in step with the cells. Bad sequence ids throw (bad_sequence).

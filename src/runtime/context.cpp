@@ -290,6 +290,11 @@ int32_t Context::seq_pos_min(int32_t seq_id) const {
     return impl_->cells.seq_pos_min(seq_id);
 }
 
+int64_t Context::seq_n_cells(int32_t seq_id) const {
+    if (seq_id < 0 || seq_id >= kMaxSequences) return 0;
+    return static_cast<int64_t>(impl_->cells.seq_cells_by_pos(seq_id).size());
+}
+
 int64_t Context::n_cells_used() const { return impl_->cells.n_used(); }
 
 void Context::seq_cp(int32_t src, int32_t dst, int32_t p0, int32_t p1) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <limits>
 #include <numeric>
 #include <optional>
@@ -77,10 +78,11 @@ TaskUpdate TaskChannel::wait(std::chrono::milliseconds timeout) {
     return out;
 }
 
-void TaskChannel::start(int64_t n_prompt, int64_t n_cached) {
+void TaskChannel::start(int64_t n_prompt, int64_t n_cached, int id_slot) {
     std::lock_guard lock(mu_);
     state_.n_prompt = n_prompt;
     state_.n_cached = n_cached;
+    state_.id_slot = id_slot;
     started_ = std::chrono::steady_clock::now();
 }
 
@@ -196,6 +198,7 @@ Scheduler::Scheduler(std::shared_ptr<const Model> model, const ContextParams &pa
     for (size_t i = 0; i < slots_.size(); ++i) slots_[i].seq_id = static_cast<int32_t>(i);
     counters_.n_slots = options_.n_slots;
     counters_.kv_cells_total = n_ctx_;
+    counters_.slots.resize(slots_.size());  // idle and empty
     metrics_ = counters_;
     thread_ = std::thread([this] { loop(); });
 }
@@ -240,16 +243,95 @@ SchedulerMetrics Scheduler::metrics() const {
     return metrics_;
 }
 
+SlotActionResult Scheduler::slot_action(int slot, SlotActionKind kind, const std::string &path) {
+    SPARROW_ASSERT(slot >= 0 && slot < options_.n_slots);
+    std::future<SlotActionResult> result;
+    {
+        std::lock_guard lock(mu_);
+        if (stop_) return {.error = "the server is shutting down"};
+        actions_.push_back({slot, kind, path, {}});
+        result = actions_.back().done.get_future();
+    }
+    cv_.notify_all();
+    return result.get();
+}
+
+SlotActionResult Scheduler::run_action(Slot &slot, const PendingAction &action) {
+    SPARROW_ASSERT(!slot.busy());
+    const auto t0 = Clock::now();
+    SlotActionResult r;
+    const auto file_size = [&] {
+        std::error_code ec;
+        const auto n = std::filesystem::file_size(action.path, ec);
+        return ec ? int64_t(0) : static_cast<int64_t>(n);
+    };
+    try {
+        switch (action.kind) {
+            case SlotActionKind::save:
+                ctx_->state_seq_save(slot.seq_id, action.path, slot.cache);
+                r.n_tokens = static_cast<int64_t>(slot.cache.size());
+                r.n_bytes = file_size();
+                break;
+            case SlotActionKind::restore: {
+                std::vector<int32_t> tokens = ctx_->state_seq_load(slot.seq_id, action.path);  // throws: unchanged
+                // The slot's bookkeeping needs the token at each position 0, 1, ... and room for a task after them.
+                const auto n = static_cast<int64_t>(tokens.size());
+                const bool in_order =
+                    ctx_->seq_n_cells(slot.seq_id) == n &&
+                    (n == 0 || (ctx_->seq_pos_min(slot.seq_id) == 0 && ctx_->seq_pos_max(slot.seq_id) == n - 1));
+                if (!in_order || n >= n_ctx_per_slot_) {
+                    ctx_->seq_rm(slot.seq_id, 0, -1);
+                    slot.cache.clear();
+                    r.error = in_order ? strprintf(
+                                             "the state holds %lld tokens, more than a slot's context leaves room "
+                                             "for (%lld); the slot is empty now",
+                                             (long long)n, (long long)n_ctx_per_slot_)
+                                       : "the state does not hold one token per position 0, 1, ... (it was not saved "
+                                         "by a slot of sparrow serve); the slot is empty now";
+                    return r;
+                }
+                slot.cache = std::move(tokens);
+                r.n_tokens = n;
+                r.n_bytes = file_size();
+                break;
+            }
+            case SlotActionKind::erase:
+                r.n_tokens = static_cast<int64_t>(slot.cache.size());
+                ctx_->seq_rm(slot.seq_id, 0, -1);
+                slot.cache.clear();
+                break;
+        }
+    } catch (const std::exception &e) {
+        r.error = e.what();
+        return r;
+    }
+    r.ok = true;
+    r.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+    return r;
+}
+
 void Scheduler::loop() {
+    std::vector<PendingAction> runnable;
     while (true) {
         std::vector<Queued> admitted;
+        std::vector<bool> reserved(slots_.size(), false);  // slots with an action waiting for them
         {
             std::unique_lock lock(mu_);
             const auto any_busy = [&] {
                 return std::any_of(slots_.begin(), slots_.end(), [](const Slot &s) { return s.busy(); });
             };
-            cv_.wait(lock, [&] { return stop_ || !queue_.empty() || any_busy(); });
+            cv_.wait(lock, [&] { return stop_ || !queue_.empty() || !actions_.empty() || any_busy(); });
             if (stop_) break;
+            // Slot actions run once their slots are idle; until then those slots take no task.
+            for (auto it = actions_.begin(); it != actions_.end();) {
+                if (!slots_[static_cast<size_t>(it->slot)].busy()) {
+                    runnable.push_back(std::move(*it));
+                    it = actions_.erase(it);
+                } else {
+                    ++it;
+                }
+            }
+            for (const PendingAction &a : actions_) reserved[static_cast<size_t>(a.slot)] = true;
             // Tasks whose clients left while they waited are dropped without taking a slot.
             for (auto it = queue_.begin(); it != queue_.end();) {
                 if (it->channel->cancelled()) {
@@ -260,18 +342,46 @@ void Scheduler::loop() {
                     ++it;
                 }
             }
-            const auto n_free = std::count_if(slots_.begin(), slots_.end(), [](const Slot &s) { return !s.busy(); });
-            while (!queue_.empty() && static_cast<int64_t>(admitted.size()) < n_free) {
-                admitted.push_back(std::move(queue_.front()));
-                queue_.pop_front();
+            // Tasks pinned to a slot (Task::id_slot) take it when it is free, then the others take the free slots
+            // left, in queue order; a pinned task whose slot is busy waits in the queue.
+            std::vector<bool> taken = reserved;
+            for (size_t i = 0; i < slots_.size(); ++i) taken[i] = taken[i] || slots_[i].busy();
+            int64_t n_free = std::count(taken.begin(), taken.end(), false);
+            for (auto it = queue_.begin(); it != queue_.end() && n_free > 0;) {
+                const int pin = it->task.id_slot;
+                if (pin >= 0 && !taken[static_cast<size_t>(pin)]) {
+                    taken[static_cast<size_t>(pin)] = true;
+                    --n_free;
+                    admitted.push_back(std::move(*it));
+                    it = queue_.erase(it);
+                } else {
+                    ++it;
+                }
+            }
+            for (auto it = queue_.begin(); it != queue_.end() && n_free > 0;) {
+                if (it->task.id_slot < 0) {
+                    --n_free;
+                    admitted.push_back(std::move(*it));
+                    it = queue_.erase(it);
+                } else {
+                    ++it;
+                }
             }
         }
+        for (PendingAction &a : runnable) {
+            a.done.set_value(run_action(slots_[static_cast<size_t>(a.slot)], a));
+        }
+        runnable.clear();
+        // Pinned tasks first, so that the others' choice of a free slot cannot take theirs.
+        std::stable_partition(admitted.begin(), admitted.end(), [](const Queued &q) { return q.task.id_slot >= 0; });
         for (Queued &q : admitted) {
-            // The free slot whose cache shares the longest prefix with the prompt; else the least recently used.
-            Slot *best = nullptr;
+            // Its own slot when pinned; else the free slot whose cache shares the longest prefix with the prompt,
+            // else the least recently used.
+            Slot *best = q.task.id_slot >= 0 ? &slots_[static_cast<size_t>(q.task.id_slot)] : nullptr;
             size_t best_prefix = 0;
             for (Slot &s : slots_) {
-                if (s.busy()) continue;
+                if (q.task.id_slot >= 0) break;
+                if (s.busy() || reserved[static_cast<size_t>(s.seq_id)]) continue;
                 const size_t prefix = common_prefix(s.cache, q.task.prompt);
                 if (!best || prefix > best_prefix || (prefix == best_prefix && s.last_used < best->last_used)) {
                     best = &s;
@@ -313,6 +423,8 @@ void Scheduler::loop() {
     }
     for (Queued &q : queue_) q.channel->finish(FinishReason::error, "the server is shutting down");
     queue_.clear();
+    for (PendingAction &a : actions_) a.done.set_value({.error = "the server is shutting down"});
+    actions_.clear();
 }
 
 void Scheduler::start_task(Slot &slot, Queued &queued) {
@@ -381,7 +493,7 @@ void Scheduler::start_task(Slot &slot, Queued &queued) {
     slot.logprob_starts.clear();
     slot.embd_rows.clear();
     slot.prompt_logprobs.clear();
-    slot.channel->start(static_cast<int64_t>(prompt.size()), static_cast<int64_t>(keep));
+    slot.channel->start(static_cast<int64_t>(prompt.size()), static_cast<int64_t>(keep), slot.seq_id);
     counters_.prompt_tokens += static_cast<int64_t>(prompt.size());
 }
 
@@ -600,6 +712,14 @@ void Scheduler::publish_metrics() {
     counters_.tokens_per_second = recent_tokens / span;
     counters_.slots_busy = std::count_if(slots_.begin(), slots_.end(), [](const Slot &s) { return s.busy(); });
     counters_.kv_cells_used = ctx_->n_cells_used();  // a cell that slots share counts once
+    counters_.slots.resize(slots_.size());
+    for (size_t i = 0; i < slots_.size(); ++i) {
+        const Slot &s = slots_[i];
+        counters_.slots[i] = {.busy = s.busy(),
+                              .n_cached = static_cast<int64_t>(s.cache.size()),
+                              .n_prompt = s.busy() ? static_cast<int64_t>(s.task.prompt.size()) : 0,
+                              .n_generated = s.busy() ? s.n_generated : 0};
+    }
     std::lock_guard lock(mu_);
     counters_.queue_depth = static_cast<int64_t>(queue_.size());
     metrics_ = counters_;

@@ -18,6 +18,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <future>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -68,6 +69,26 @@ struct Task {
     // completions: the log probability of every prompt token after the first (with sampling.logprobs
     // alternatives), as OpenAI's echo + logprobs report them; every prompt token is evaluated (no cached prefix)
     bool prompt_logprobs = false;
+    // >= 0: run in this slot only (llama.cpp's id_slot), waiting for it while other tasks go ahead; -1: any slot
+    int id_slot = -1;
+};
+
+// What Scheduler::slot_action does to a slot's cache: the rows of its sequence with the tokens they hold.
+enum class SlotActionKind { save, restore, erase };
+struct SlotActionResult {
+    bool ok = false;
+    std::string error;     // when !ok: why (a state file by the path it was given)
+    int64_t n_tokens = 0;  // saved, restored or erased
+    int64_t n_bytes = 0;   // the state file's size (save, restore)
+    double seconds = 0;
+};
+
+// A slot as /slots shows it (SchedulerMetrics::slots).
+struct SlotInfo {
+    bool busy = false;
+    int64_t n_cached = 0;     // tokens whose cache rows the slot holds
+    int64_t n_prompt = 0;     // the running task's prompt tokens (busy)
+    int64_t n_generated = 0;  // and tokens sampled so far
 };
 
 // A snapshot of a task's progress, taken by the HTTP thread that waits for it.
@@ -83,6 +104,7 @@ struct TaskUpdate {
     int64_t n_cached = 0;          // of which were reused from the slot's cache
     int64_t n_generated = 0;       // tokens sampled so far (an end-of-generation token included)
     int64_t n_embd_rows = 0;       // embeddings: rows in `embedding` (1 when pooled)
+    int id_slot = -1;              // the slot that runs the task (once started)
     std::vector<float> embedding;  // embeddings, when done: [n_embd_rows, n_embd]
     // From the task's start in a slot to its first sampled token (the prompt's evaluation), and from there to its
     // latest token (llama.cpp's /completion reports them as timings).
@@ -100,7 +122,7 @@ class TaskChannel {
 
     // Writer side (the scheduler thread).
     bool cancelled() const { return cancelled_.load(); }
-    void start(int64_t n_prompt, int64_t n_cached);
+    void start(int64_t n_prompt, int64_t n_cached, int id_slot);
     void push(std::string_view text, int64_t n_generated, std::span<const TokenLogprob> logprobs = {});
     void set_embedding(std::vector<float> rows, int64_t n_rows);
     void set_prompt_logprobs(std::vector<TokenLogprob> entries);
@@ -147,6 +169,7 @@ struct SchedulerMetrics {
     // prompt chunk beside it).
     LatencyHistogram time_to_first_token;
     LatencyHistogram inter_token;
+    std::vector<SlotInfo> slots;
 };
 
 class Scheduler {
@@ -171,6 +194,11 @@ class Scheduler {
     // next step take them together, so prompts that begin alike are read once (a slot rides along with another).
     std::vector<std::shared_ptr<TaskChannel>> submit_all(std::vector<Task> tasks);
     SchedulerMetrics metrics() const;
+    // Saves the slot's cache to the state file at `path` (Context::state_seq_save, with the tokens), restores it
+    // from one (replacing what the slot held; the file must hold one token per position 0, 1, ..., fitting a
+    // slot's context) or erases it. Runs on the scheduler thread once the slot is idle, which takes no new task
+    // until then; blocks the caller until it is done.
+    SlotActionResult slot_action(int slot, SlotActionKind kind, const std::string &path);
     int64_t n_ctx_per_slot() const { return n_ctx_per_slot_; }
     int64_t n_ctx() const { return n_ctx_; }
     int n_slots() const { return options_.n_slots; }
@@ -193,6 +221,13 @@ class Scheduler {
     void handle_output(Slot &slot, std::span<const float> logits, std::chrono::steady_clock::time_point step_end);
     void release(Slot &slot, FinishReason reason, const std::string &error = {});
     void publish_metrics();
+    struct PendingAction {
+        int slot = 0;
+        SlotActionKind kind = SlotActionKind::erase;
+        std::string path;
+        std::promise<SlotActionResult> done;
+    };
+    SlotActionResult run_action(Slot &slot, const PendingAction &action);
 
     std::shared_ptr<const Model> model_;
     const Tokenizer &tokenizer_;
@@ -208,9 +243,10 @@ class Scheduler {
     uint64_t admissions_ = 0;  // scheduler thread only: admission counter (order of prompt processing, LRU)
     std::deque<std::pair<std::chrono::steady_clock::time_point, int64_t>> recent_;  // (step end, tokens)
 
-    mutable std::mutex mu_;  // guards queue_, stop_ and metrics_
+    mutable std::mutex mu_;  // guards queue_, actions_, stop_ and metrics_
     std::condition_variable cv_;
     std::deque<Queued> queue_;
+    std::deque<PendingAction> actions_;  // slot actions waiting for their slots to be idle
     bool stop_ = false;
     SchedulerMetrics metrics_;
     SchedulerMetrics counters_;  // scheduler thread's running totals, copied into metrics_ after each step

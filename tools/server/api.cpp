@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <cctype>
+#include <charconv>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <span>
 #include <sstream>
 #include <thread>
@@ -75,15 +77,17 @@ struct Endpoint {
     const char *method;
 };
 constexpr Endpoint kEndpoints[] = {
-    {"/health", "GET"},         {"/v1/models", "GET"},       {"/v1/models/{id}", "GET"},
-    {"/metrics", "GET"},        {"/v1/completions", "POST"}, {"/v1/chat/completions", "POST"},
-    {"/completion", "POST"},    {"/tokenize", "POST"},       {"/detokenize", "POST"},
-    {"/v1/embeddings", "POST"}, {"/embeddings", "POST"},     {"/props", "GET"},
-    {"/apply-template", "POST"}};
+    {"/health", "GET"},          {"/v1/models", "GET"},       {"/v1/models/{id}", "GET"},
+    {"/metrics", "GET"},         {"/v1/completions", "POST"}, {"/v1/chat/completions", "POST"},
+    {"/completion", "POST"},     {"/tokenize", "POST"},       {"/detokenize", "POST"},
+    {"/v1/embeddings", "POST"},  {"/embeddings", "POST"},     {"/props", "GET"},
+    {"/apply-template", "POST"}, {"/slots", "GET"},           {"/slots/{id}", "POST"}};
 
 const Endpoint *endpoint_of(const std::string &path) {
-    const std::string_view models = "/v1/models/";
-    const std::string key = path.size() > models.size() && path.starts_with(models) ? "/v1/models/{id}" : path;
+    const std::string_view models = "/v1/models/", slots = "/slots/";
+    const std::string key = path.size() > models.size() && path.starts_with(models) ? "/v1/models/{id}"
+                            : path.size() > slots.size() && path.starts_with(slots) ? "/slots/{id}"
+                                                                                    : path;
     for (const Endpoint &e : kEndpoints) {
         if (key == e.path) return &e;
     }
@@ -211,6 +215,8 @@ void Api::install(httplib::Server &server) {
     server.Post("/v1/chat/completions", route("/v1/chat/completions", &Api::chat_completions));
     server.Post("/completion", route("/completion", &Api::completion));
     server.Post("/apply-template", route("/apply-template", &Api::apply_template));
+    server.Get("/slots", route("/slots", &Api::slots));
+    server.Post(R"(/slots/([^/]+))", route("/slots/{id}", &Api::slot_action));
 }
 
 void Api::check_model(const json &body) const {
@@ -293,6 +299,104 @@ void Api::props(const httplib::Request &, httplib::Response &res) {
                     {"eos_token", piece(tokenizer_.eos_id())},
                     {"modalities", {{"vision", false}, {"audio", false}}},
                     {"build_info", sparrow::tools::kVersion}});
+}
+
+// llama.cpp's GET /slots: each slot's state; with ?fail_on_no_slot=1, 503 when none is idle.
+void Api::slots(const httplib::Request &req, httplib::Response &res) {
+    const sparrow::server::SchedulerMetrics m = scheduler_.metrics();
+    json out = json::array();
+    bool any_idle = false;
+    for (size_t i = 0; i < m.slots.size(); ++i) {
+        const sparrow::server::SlotInfo &s = m.slots[i];
+        any_idle = any_idle || !s.busy;
+        out.push_back({{"id", i},
+                       {"n_ctx", scheduler_.n_ctx_per_slot()},
+                       {"is_processing", s.busy},
+                       {"n_past", s.n_cached},  // tokens whose cache rows the slot holds
+                       {"n_prompt_tokens", s.n_prompt},
+                       {"next_token", {{"n_decoded", s.n_generated}}}});
+    }
+    const std::string fail = req.get_param_value("fail_on_no_slot");
+    if (!any_idle && (fail == "1" || fail == "true")) throw ApiError(503, "no slot available", "unavailable");
+    send_json(res, out);
+}
+
+namespace {
+// A slot file's name as a client gives it: one plain name inside --slot-save-path, nothing that could reach
+// outside it or trouble a shell or another system's file names.
+void check_slot_filename(const std::string &name) {
+    const bool plain = std::none_of(name.begin(), name.end(), [](char c) {
+        const auto u = static_cast<unsigned char>(c);
+        return u < 0x20 || u == 0x7f || std::string_view("/\\:*?\"<>|").find(c) != std::string_view::npos;
+    });
+    if (name.empty() || name.size() > 255 || name == "." || name == ".." || !plain) {
+        throw ApiError(400,
+                       "'filename' must be a plain file name (1 to 255 bytes; no path separators, control characters "
+                       "or any of :*?\"<>|; not . or ..)",
+                       "invalid_value");
+    }
+}
+}  // namespace
+
+// llama.cpp's POST /slots/{id}?action=save|restore|erase: a slot's cache to a file in --slot-save-path, back from
+// one (its prefix then serves the next prompts that begin with it), or dropped.
+void Api::slot_action(const httplib::Request &req, httplib::Response &res) {
+    using sparrow::server::SlotActionKind;
+    const std::string id_text = req.matches[1];
+    int id = -1;
+    const auto [end, ec] = std::from_chars(id_text.data(), id_text.data() + id_text.size(), id);
+    if (ec != std::errc() || end != id_text.data() + id_text.size() || id < 0 || id >= scheduler_.n_slots()) {
+        throw ApiError(404, strprintf("no slot '%s' (slots are 0 to %d)", id_text.c_str(), scheduler_.n_slots() - 1),
+                       "not_found");
+    }
+    const std::string action = req.get_param_value("action");
+    SlotActionKind kind;
+    if (action == "save") {
+        kind = SlotActionKind::save;
+    } else if (action == "restore") {
+        kind = SlotActionKind::restore;
+    } else if (action == "erase") {
+        kind = SlotActionKind::erase;
+    } else {
+        throw ApiError(400, "'action' must be save, restore or erase", "invalid_value");
+    }
+    std::string filename, path;
+    if (kind != SlotActionKind::erase) {
+        if (config_.slot_save_path.empty()) {
+            throw ApiError(501, "slot save and restore are off: start the server with --slot-save-path DIR",
+                           "not_supported");
+        }
+        const json body = parse_body(req);
+        filename = get_string(body, "filename").value_or("");
+        check_slot_filename(filename);
+        path = config_.slot_save_path + "/" + filename;
+        if (kind == SlotActionKind::restore && !std::filesystem::is_regular_file(path)) {
+            throw ApiError(404, strprintf("no slot file '%s'", filename.c_str()), "not_found");
+        }
+    }
+    sparrow::server::SlotActionResult r = scheduler_.slot_action(id, kind, path);
+    if (!r.ok) {
+        // The message names the file as the client did, not where the server keeps it.
+        for (size_t at; !path.empty() && (at = r.error.find(path)) != std::string::npos;)
+            r.error.replace(at, path.size(), filename);
+        throw ApiError(400, strprintf("slot %d: %s", id, r.error.c_str()), "invalid_request");
+    }
+    const double ms = r.seconds * 1e3;
+    if (kind == SlotActionKind::save) {
+        send_json(res, {{"id_slot", id},
+                        {"filename", filename},
+                        {"n_saved", r.n_tokens},
+                        {"n_written", r.n_bytes},
+                        {"timings", {{"save_ms", ms}}}});
+    } else if (kind == SlotActionKind::restore) {
+        send_json(res, {{"id_slot", id},
+                        {"filename", filename},
+                        {"n_restored", r.n_tokens},
+                        {"n_read", r.n_bytes},
+                        {"timings", {{"restore_ms", ms}}}});
+    } else {
+        send_json(res, {{"id_slot", id}, {"n_erased", r.n_tokens}});
+    }
 }
 
 void Api::tokenize(const httplib::Request &req, httplib::Response &res) {

@@ -1,5 +1,6 @@
 // The HTTP API of `sparrow serve`: OpenAI-compatible completions, chat completions and embeddings, llama.cpp's
-// /completion, /tokenize and /detokenize, /health, /v1/models and Prometheus /metrics. Handlers run on
+// /completion, /tokenize, /detokenize, /props, /apply-template and /slots, /health, /v1/models and Prometheus
+// /metrics. Handlers run on
 // httplib's threads; they read requests, submit tasks to the scheduler and turn its updates into replies.
 #pragma once
 
@@ -40,6 +41,8 @@ struct ApiConfig {
     // Browser pages of this origin ("*": any) may call the API: CORS headers on every reply, and preflight OPTIONS
     // requests answered (204, without the API key, which browsers do not send on them). Empty: no CORS.
     std::string cors_origin;
+    // The folder slot save/restore files go in (llama.cpp's --slot-save-path); empty: those two actions are off.
+    std::string slot_save_path;
 };
 
 // HTTP replies by path and status, counted before the reply is sent.
@@ -88,7 +91,10 @@ class Api {
                   std::vector<std::optional<std::string>> echo = {}, size_t per_prompt = 0,
                   bool split_reasoning = false);
     void check_model(const json &body) const;
-    void check_model_id(const std::string &name) const;  // 404 unless name is the served model
+    int read_id_slot(const json &body) const;  // llama.cpp's id_slot: -1 (any) or a slot, 400 otherwise
+    void slots(const httplib::Request &req, httplib::Response &res);        // llama.cpp's GET /slots
+    void slot_action(const httplib::Request &req, httplib::Response &res);  // POST /slots/{id}?action=...
+    void check_model_id(const std::string &name) const;                     // 404 unless name is the served model
     // Queues the tasks together (all or none: 429 when the queue cannot take them all).
     std::vector<std::shared_ptr<sparrow::server::TaskChannel>> submit_all(std::vector<Task> tasks);
 

@@ -16,6 +16,7 @@ const char *error_type_for_status(int status) {
         case 404: return "not_found_error";
         case 413: return "request_too_large";
         case 429: return "rate_limit_error";
+        case 501: return "not_supported_error";
         case 503: return "unavailable_error";
         default: return status >= 500 ? "server_error" : "invalid_request_error";
     }

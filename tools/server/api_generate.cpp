@@ -286,6 +286,7 @@ std::string choice_events(StreamState &st, size_t k, const TaskUpdate &u) {
                           {"tokens_predicted", u.n_generated},
                           {"tokens_evaluated", u.n_prompt},
                           {"tokens_cached", u.n_cached},
+                          {"id_slot", u.id_slot},
                           {"timings", timings_json(u)}});
     }
     json last = chunk(d == Dialect::chat ? json{{"delta", json::object()}} : json{{"text", ""}}, finish);
@@ -401,6 +402,7 @@ std::pair<int, json> final_reply(const PendingReply &r) {
                      {"tokens_predicted", u.n_generated},
                      {"tokens_evaluated", u.n_prompt},
                      {"tokens_cached", u.n_cached},
+                     {"id_slot", u.id_slot},
                      {"timings", timings_json(u)}};
         if (r.logprobs) body["completion_probabilities"] = llama_probabilities(*r.tokenizer, c.token_logprobs);
         return {200, body};
@@ -488,6 +490,10 @@ std::vector<Task> choices(const json &body, Task task, int64_t max_queue) {
 
 }  // namespace
 
+int Api::read_id_slot(const json &body) const {
+    return static_cast<int>(get_int(body, "id_slot", -1, scheduler_.n_slots() - 1).value_or(-1));
+}
+
 void Api::completions(const httplib::Request &req, httplib::Response &res) {
     const json body = parse_body(req);
     check_model(body);
@@ -518,6 +524,7 @@ void Api::completions(const httplib::Request &req, httplib::Response &res) {
         // logprobs: null (none) or N, the alternatives reported per token with each token's own log probability
         task.sampling.logprobs = static_cast<int>(get_int(body, "logprobs", 0, kMaxTopLogprobs).value_or(-1));
         task.prompt_logprobs = echo && task.sampling.logprobs >= 0;
+        task.id_slot = read_id_slot(body);
         std::optional<std::string> echo_text;
         if (echo) {
             const json &source = *prompts[i].source;
@@ -554,6 +561,7 @@ void Api::chat_completions(const httplib::Request &req, httplib::Response &res) 
     task.sampling = read_sampling(body, {}, {"max_completion_tokens", "max_tokens"},
                                   static_cast<int64_t>(task.prompt.size()), tokenizer_, limits_);
     if (logprobs) task.sampling.logprobs = static_cast<int>(top_logprobs.value_or(0));
+    task.id_slot = read_id_slot(body);
     const bool stream = get_bool(body, "stream").value_or(false);
     const bool include_usage = read_include_usage(body);
     generate(res, choices(body, std::move(task), scheduler_.max_queue()), Dialect::chat, stream, include_usage, {}, 0,
@@ -590,6 +598,7 @@ void Api::completion(const httplib::Request &req, httplib::Response &res) {
     if (const auto n_probs = get_int(body, "n_probs", 0, kMaxTopLogprobs); n_probs && *n_probs > 0) {
         task.sampling.logprobs = static_cast<int>(*n_probs);
     }
+    task.id_slot = read_id_slot(body);
     std::vector<Task> one;
     one.push_back(std::move(task));
     generate(res, std::move(one), Dialect::llama, get_bool(body, "stream").value_or(false), false);
@@ -597,6 +606,10 @@ void Api::completion(const httplib::Request &req, httplib::Response &res) {
 
 void Api::generate(httplib::Response &res, std::vector<Task> tasks, Dialect dialect, bool stream, bool include_usage,
                    std::vector<std::optional<std::string>> echo, size_t per_prompt, bool split_reasoning) {
+    if (tasks.size() > 1 && tasks.front().id_slot >= 0) {
+        throw ApiError(400, "'id_slot' runs one completion in one slot: it needs one prompt and 'n' 1",
+                       "invalid_value");
+    }
     std::vector<int32_t> first_tokens;
     for (const Task &t : tasks) first_tokens.push_back(t.prompt.front());  // prompts are never empty
     const uint64_t n = next_id_.fetch_add(1);
