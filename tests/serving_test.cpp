@@ -331,6 +331,29 @@ TEST_P(Serving, ContextShiftOnOneLayerEqualsAFreshRunOfTheShortenedHistory) {
     }
 }
 
+// Context::context_shift (llama.cpp's): keep 4, drop the older half of the other 46 (23), move the rest down; on a
+// one-layer model the cache then equals a fresh run of the shortened history.
+TEST_P(Serving, ContextShiftHelperDropsTheOlderHalfAfterTheKeptPrefix) {
+    const auto ids = random_ids(50, 15), tail = random_ids(6, 16);
+    Context ctx = make_one_layer();
+    decode_all(ctx, ids);
+    EXPECT_EQ(ctx.context_shift(0, 4), 23);
+    EXPECT_EQ(ctx.seq_pos_max(0), 26);
+    EXPECT_EQ(ctx.seq_n_cells(0), 27);
+    const Logits got = decode_last(ctx, tail, 0, 27);
+    std::vector<int32_t> history(ids.begin(), ids.begin() + 4);
+    history.insert(history.end(), ids.begin() + 27, ids.end());
+    Context fresh = make_one_layer();
+    EXPECT_LT(rel_error(got, decode_last(fresh, concat(history, tail))), 1e-4);
+    // Nothing to drop: one position after the kept ones, or none.
+    Context small = make_one_layer();
+    decode_all(small, random_ids(5, 17));
+    EXPECT_EQ(small.context_shift(0, 4), 0);
+    EXPECT_EQ(small.context_shift(0, 9), 0);
+    EXPECT_EQ(small.seq_pos_max(0), 4);
+    EXPECT_THROW(small.context_shift(0, -1), Error);
+}
+
 TEST_P(Serving, DividedPositionsOnOneLayerEqualAFreshRunAtThosePositions) {
     const auto ids = random_ids(45, 15), tail = random_ids(5, 16);
     Context ctx = make_one_layer();

@@ -36,6 +36,8 @@ struct RunFlags {
     std::string prompt_ids_path;      // ids used verbatim (no BOS added)
     std::string dump_logits_path;     // logits of the last prompt position, as .npy
     std::string dump_selection_path;  // per layer, the keys the last prompt queries attended (JSON)
+    bool context_shift = false;       // a full context drops the older half of what follows the kept tokens
+    int64_t n_keep = 0;               // --keep: prompt tokens a context shift keeps (-1: the whole prompt)
 };
 
 // Throws, naming the flag, when `path` could not be created later: its folder is missing or not writable, or it
@@ -147,13 +149,16 @@ struct Continuation {
     int64_t n_sampled = 0;        // tokens sampled (an end-of-generation token included)
     int64_t n_decoded = 0;        // of `tokens`, those now in the cache (all but the last)
     bool context_full = false;    // stopped because the next token had no cell
+    int64_t n_shifts = 0;         // context shifts (shift_keep >= 0)
+    int64_t n_dropped = 0;        // positions they dropped
 };
 
 // Samples from `logits` (those of the token at pos - 1) and decodes each sampled token at pos, pos + 1, ...
 // until an end-of-generation token, `limit` sampled tokens (-1: no limit) or a full context; prints the
-// pieces as they come.
+// pieces as they come. With shift_keep >= 0 a full context is shifted instead (Context::context_shift: the
+// first shift_keep positions stay, the older half of the rest goes) and generation goes on.
 Continuation continue_from(Context &ctx, Sampler &sampler, LogitAdjuster &adjuster, const Tokenizer &tok,
-                           std::span<const float> logits, int32_t pos, int64_t limit) {
+                           std::span<const float> logits, int32_t pos, int64_t limit, int32_t shift_keep = -1) {
     Continuation c;
     while (limit < 0 || c.n_sampled < limit) {
         const int32_t next = sampler.sample(adjuster.apply(logits));
@@ -166,6 +171,12 @@ Continuation continue_from(Context &ctx, Sampler &sampler, LogitAdjuster &adjust
         std::fwrite(piece.data(), 1, piece.size(), stdout);  // bytes as they are: a piece may hold a NUL
         std::fflush(stdout);
         if (c.n_sampled == limit) break;
+        if (pos >= ctx.n_ctx() && shift_keep >= 0) {
+            const int32_t dropped = ctx.context_shift(0, shift_keep);
+            pos -= dropped;
+            c.n_dropped += dropped;
+            c.n_shifts += dropped > 0 ? 1 : 0;
+        }
         if (pos >= ctx.n_ctx()) {
             c.context_full = true;
             break;
@@ -200,6 +211,30 @@ void print_sampling(const RunFlags &f, const Context &ctx, uint64_t seed) {
                  cache_type_name(ctx.params().cache_type_k), cache_type_name(ctx.params().cache_type_v),
                  f.sampling.temp, f.sampling.top_k, f.sampling.top_p, f.sampling.min_p,
                  f.sampling.describe_adjustments().c_str(), (unsigned long long)seed);
+}
+
+// The positions a context shift keeps: a BOS the prompt starts with, and --keep N of its tokens after that (-1:
+// all of them), as llama.cpp counts them. A shift needs at least two positions after them; when they leave less,
+// `strict` refuses, else shifts are off (-1).
+int32_t shift_keep_for(const RunFlags &f, std::span<const int32_t> prompt, const Tokenizer &tok, int64_t n_ctx,
+                       bool strict) {
+    const auto n_prompt = static_cast<int64_t>(prompt.size());
+    const int64_t bos = !prompt.empty() && tok.bos_id() >= 0 && prompt.front() == tok.bos_id() ? 1 : 0;
+    const int64_t keep = f.n_keep < 0 ? n_prompt : std::min<int64_t>(f.n_keep + bos, n_prompt);
+    if (keep <= n_ctx - 2) return static_cast<int32_t>(keep);
+    if (strict) {
+        throw_error(
+            "--keep: keeping %lld prompt tokens leaves a context shift no room in the context of %lld tokens "
+            "(lower --keep or raise -c)",
+            (long long)keep, (long long)n_ctx);
+    }
+    return -1;
+}
+
+void print_shifts(const Continuation &c, int32_t keep) {
+    if (c.n_shifts == 0) return;
+    std::fprintf(stderr, "run: the context was shifted %lld time%s (%lld positions dropped after the first %d)\n",
+                 (long long)c.n_shifts, c.n_shifts == 1 ? "" : "s", (long long)c.n_dropped, keep);
 }
 
 // The conversation: each user message (the prompt first when there is one, then each line of stdin) joins
@@ -248,8 +283,11 @@ int converse(const RunFlags &f, const Model &model, Context &ctx) {
         // The rendering must leave room for the reply: -n tokens, or a quarter of the context when replies are
         // unbounded. Without it, the oldest exchanges (a user message and what follows up to the next one; system
         // messages stay) are dropped, as a chat front end truncates its history.
-        const int64_t room =
-            f.n_predict >= 0 ? std::max<int64_t>(f.n_predict, 1) : std::max<int64_t>(ctx.n_ctx() / 4, 1);
+        // With --context-shift a reply may outgrow the context, so it needs no more than the quarter.
+        const int64_t quarter = std::max<int64_t>(ctx.n_ctx() / 4, 1);
+        const int64_t room = f.n_predict < 0   ? quarter
+                             : f.context_shift ? std::min(std::max<int64_t>(f.n_predict, 1), quarter)
+                                               : std::max<int64_t>(f.n_predict, 1);
         const auto render = [&] {
             return tok.encode(server::apply_chat_format(format, messages, opts), /*add_special=*/false,
                               /*parse_special=*/true);
@@ -295,14 +333,21 @@ int converse(const RunFlags &f, const Model &model, Context &ctx) {
         const Stopwatch gen_clock;
         const size_t last =
             (prompt.size() - keep - 1) % static_cast<size_t>(ctx.params().n_batch);  // in the last batch
+        const int32_t shift_keep = f.context_shift ? shift_keep_for(f, prompt, tok, ctx.n_ctx(), false) : -1;
         const Continuation c = continue_from(ctx, sampler, adjuster, tok, ctx.logits(last),
-                                             static_cast<int32_t>(prompt.size()), f.n_predict);
+                                             static_cast<int32_t>(prompt.size()), f.n_predict, shift_keep);
         gen_s += gen_clock.seconds();
         std::fputs("\n", stdout);
         std::fflush(stdout);
         ++n_turns;
         n_generated += c.n_sampled;
         cached.insert(cached.end(), c.tokens.begin(), c.tokens.begin() + c.n_decoded);
+        if (c.n_shifts > 0) {
+            // The rows after the kept ones were computed with a longer history: only the kept prefix is reused.
+            print_shifts(c, shift_keep);
+            cached.resize(static_cast<size_t>(shift_keep));
+            ctx.seq_rm(0, shift_keep, -1);
+        }
         messages.push_back({"assistant", c.text, std::nullopt});
         if (c.context_full) {
             std::fprintf(stderr,
@@ -344,11 +389,18 @@ int run(const RunFlags &f) {
         throw_error("the prompt (%zu tokens) does not fit in the context of %lld tokens (raise -c)", prompt.size(),
                     (long long)ctx.n_ctx());
     }
-    // The prompt's tokens and every generated token but the last (sampled, printed, never decoded) need a cell.
-    if (f.n_predict >= 0 && static_cast<int64_t>(prompt.size()) + std::max<int64_t>(f.n_predict - 1, 0) > ctx.n_ctx()) {
+    // The prompt's tokens and every generated token but the last (sampled, printed, never decoded) need a cell,
+    // unless context shifts make room.
+    if (f.context_shift && static_cast<int64_t>(prompt.size()) > ctx.n_ctx()) {
+        throw_error("the prompt (%zu tokens) does not fit in the context of %lld tokens (raise -c)", prompt.size(),
+                    (long long)ctx.n_ctx());
+    }
+    const int32_t shift_keep = f.context_shift ? shift_keep_for(f, prompt, tok, ctx.n_ctx(), true) : -1;
+    if (!f.context_shift && f.n_predict >= 0 &&
+        static_cast<int64_t>(prompt.size()) + std::max<int64_t>(f.n_predict - 1, 0) > ctx.n_ctx()) {
         throw_error(
             "the prompt (%zu tokens) plus %lld tokens to generate does not fit in the context of %lld tokens "
-            "(raise -c or lower -n)",
+            "(raise -c, lower -n or allow --context-shift)",
             prompt.size(), (long long)f.n_predict, (long long)ctx.n_ctx());
     }
     const uint64_t seed = f.sampling.resolved_seed();
@@ -374,13 +426,14 @@ int run(const RunFlags &f) {
     LogitAdjuster adjuster(f.sampling.adjustments(tok.n_vocab()), end_of_generation_ids(tok));
     adjuster.start(prompt);
     const Stopwatch gen_clock;
-    const Continuation c =
-        continue_from(ctx, sampler, adjuster, tok, ctx.logits(last), static_cast<int32_t>(prompt.size()), f.n_predict);
+    const Continuation c = continue_from(ctx, sampler, adjuster, tok, ctx.logits(last),
+                                         static_cast<int32_t>(prompt.size()), f.n_predict, shift_keep);
     const double gen_s = gen_clock.seconds();
     std::fputs("\n", stdout);
     std::fflush(stdout);
     if (c.context_full)
         std::fprintf(stderr, "run: stopped at the end of the context (%lld tokens)\n", (long long)ctx.n_ctx());
+    print_shifts(c, shift_keep);
     print_sparse_stats(ctx, f.model.dsa_stats);
     print_memory(*model, ctx);
     std::fprintf(stderr,
@@ -412,6 +465,15 @@ Command register_run(CLI::App &app) {
                                       "--conversation: per reply, default -1)")
                           ->check(CLI::Range(int64_t(-1), kMaxCount));
     f->sampling.add_to(*cmd);
+    auto *shift =
+        cmd->add_flag("--context-shift", f->context_shift,
+                      "When generation fills the context, drop the older half of what follows the kept prompt tokens "
+                      "(--keep) and go on, as llama.cpp does (keys re-rotated; -n may then exceed the context)");
+    cmd->add_option("--keep", f->n_keep,
+                    "Prompt tokens a context shift keeps after a BOS, which always stays (-1 = the whole prompt; "
+                    "--conversation: of each turn's rendering; default 0)")
+        ->check(CLI::Range(int64_t(-1), kMaxCount))
+        ->needs(shift);
     cmd->add_flag("--verbose-prompt", f->verbose_prompt,
                   "Print the prompt's token ids to stderr (--conversation: each turn's whole rendering)");
     auto *conversation =

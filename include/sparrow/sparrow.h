@@ -188,6 +188,12 @@ class Context {
     // when there are not enough free cells, and refused (position_order) when a shifted position would
     // collide with one the sequence keeps. Nothing changes when it is refused.
     void seq_add(int32_t seq_id, int32_t p0, int32_t p1, int32_t delta);
+    // llama.cpp's context shift, for a sequence at positions 0..p (p = seq_pos_max): [0, n_keep) stays, the older
+    // half of the rest, [n_keep, n_keep + n_discard) with n_discard = (p + 1 - n_keep) / 2, is removed, and the
+    // newer half moves down to follow the kept part (seq_rm, then seq_add: keys re-rotated). Returns n_discard
+    // (0 when fewer than two positions follow n_keep). When seq_add is refused (shared cells and no free ones),
+    // it throws after the removal: the caller must drop the sequence.
+    int32_t context_shift(int32_t seq_id, int32_t n_keep);
     // Divides the positions of seq_id's cells in [p0, p1) by d > 1 (rounding down; several cells may then
     // share a position, as in llama.cpp's self-extend). Keys are re-rotated; shared cells as for seq_add.
     void seq_div(int32_t seq_id, int32_t p0, int32_t p1, int32_t d);

@@ -366,6 +366,17 @@ void Context::Impl::shift(const char *what, int32_t seq, int32_t p0, int32_t p1,
     model->arch().shift_rows(*state, shift_cells, deltas);
 }
 
+int32_t Context::context_shift(int32_t seq_id, int32_t n_keep) {
+    check_seq("context_shift", seq_id);
+    if (n_keep < 0) throw_error_code(ErrorCode::position_order, "context_shift: n_keep %d is negative", n_keep);
+    const int32_t n_left = seq_pos_max(seq_id) + 1 - n_keep;
+    const int32_t n_discard = n_left > 1 ? n_left / 2 : 0;
+    if (n_discard == 0) return 0;
+    seq_rm(seq_id, n_keep, n_keep + n_discard);
+    seq_add(seq_id, n_keep + n_discard, -1, -n_discard);
+    return n_discard;
+}
+
 void Context::seq_add(int32_t seq_id, int32_t p0, int32_t p1, int32_t delta) {
     if (delta == 0) return check_seq("seq_add", seq_id);
     check_seq("seq_add", seq_id);

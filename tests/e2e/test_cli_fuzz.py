@@ -40,7 +40,9 @@ SAMPLING = {"--temp": FLOATS, "--top-k": INTS, "--top-p": FLOATS, "--min-p": FLO
 FLAGS = {
     "run": {**COMMON, **SAMPLING, "--dsa": ["on", "off", "x"], "--indexer-precision": ["exact", "fast", "x"],
             "-n": ["0", "1", "5", "-1", "x"], "--dump-logits": [os.path.join(tmp, "l.npy"), "/nonexistent/l.npy"],
-            "--dump-selection": [os.path.join(tmp, "s.json"), "/nonexistent/s.json"]},
+            "--dump-selection": [os.path.join(tmp, "s.json"), "/nonexistent/s.json"],
+            # alone (--context-shift with -n -1 and --ignore-eos would generate for ever, as it should): refused
+            "--keep": INTS},
     "perplexity": {**COMMON, "--dsa": ["on", "off"], "--chunks": INTS, "--kl-top": INTS,
                    "--kl-divergence-base": [os.path.join(tmp, "kl.bin")],
                    "--kl-divergence": [os.path.join(tmp, "kl.bin"), text, "/nonexistent"]},
