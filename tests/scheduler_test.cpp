@@ -221,6 +221,29 @@ TEST_F(SchedulerTest, SlotActionsAndPinnedTasksWaitForTheirSlot) {
     std::filesystem::remove_all(dir);
 }
 
+// Options::context_shift: a task generates past its slot's context (each shift keeps a BOS and n_keep prompt
+// tokens and drops the older half of the rest), and afterwards the slot offers only the kept tokens for reuse.
+TEST_F(SchedulerTest, ContextShiftsLetATaskOutrunItsSlot) {
+    Scheduler s(model_, context(128), {2, 4, 0, true});  // 64 cells per slot
+    ASSERT_TRUE(s.context_shift());
+    const int32_t bos = model_tokenizer(*model_).bos_id();
+    std::vector<int32_t> prompt = {bos >= 0 ? bos : 5, 6, 7, 8, 9, 10};
+    Task t = greedy(prompt, 300);
+    t.n_keep = 2;
+    t.sampling.adjust.ignore_eos = true;
+    const auto [text, u] = finish(*s.submit(t));
+    EXPECT_EQ(u.n_generated, 300);
+    EXPECT_EQ(u.finish, FinishReason::length);
+    const SchedulerMetrics m = s.metrics();
+    EXPECT_GE(m.context_shifts, 4);  // 300 tokens through 64 cells
+    const int64_t keep = 2 + (bos >= 0 ? 1 : 0);
+    EXPECT_EQ(m.slots[0].n_cached + m.slots[1].n_cached, keep);
+    EXPECT_EQ(m.kv_cells_used, keep);
+    // Without shifts the same task ends with its slot's context.
+    Scheduler plain(model_, context(128), {2, 4});
+    EXPECT_EQ(finish(*plain.submit(t)).second.n_generated, 64 - 6);
+}
+
 TEST_F(SchedulerTest, FullQueueRefusesAndCancelFreesTheSlot) {
     Scheduler s(model_, context(2048), {1, 1});
     Task long_task = greedy({1, 2, 3}, 1500);

@@ -30,6 +30,7 @@ struct ServeFlags {
     std::string reasoning_format = "deepseek";  // deepseek: thinking replies split into reasoning_content; none
     std::string cors_origin;                    // empty: no CORS
     std::string slot_save_path;                 // empty: slot save/restore off
+    bool context_shift = false;
     int64_t max_queue = 64;
     int64_t prefill_chunk = 0;  // 0: the ubatch size
     int64_t max_body_bytes = 1 << 20;
@@ -49,7 +50,8 @@ int serve(const ServeFlags &f) {
 
     auto model = load_model_verbose(f.model);
     const sparrow::server::ChatFormat chat_format = choose_chat_format(f.chat_format, *model, "serve");
-    sparrow::server::Scheduler scheduler(model, f.model.context_params(), {f.n_parallel, f.max_queue, f.prefill_chunk});
+    sparrow::server::Scheduler scheduler(model, f.model.context_params(),
+                                         {f.n_parallel, f.max_queue, f.prefill_chunk, f.context_shift});
     std::fprintf(stderr,
                  "serve: %d slots of %lld tokens (context %lld), batch %lld (%lld while generating), queue %lld, "
                  "chat format %s%s\n",
@@ -130,6 +132,9 @@ Command register_serve(CLI::App &app) {
     cmd->add_option("--cors-origin", f->cors_origin,
                     "Let browser pages of this origin ('*': any) call the API (CORS headers, preflights answered); "
                     "off by default, as any page the user opens could then drive the server");
+    cmd->add_flag("--context-shift", f->context_shift,
+                  "A slot whose context fills while it generates keeps a BOS and the request's n_keep prompt tokens, "
+                  "drops the older half of the rest and goes on (max_tokens may then pass the slot's context)");
     cmd->add_option("--slot-save-path", f->slot_save_path,
                     "Folder for POST /slots/{id}?action=save|restore files (a slot's cache and its tokens); off "
                     "without it")

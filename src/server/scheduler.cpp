@@ -157,7 +157,8 @@ struct Scheduler::Slot {
     // in `text` (it ends where the next one begins, or at the end of `text`)
     std::vector<TokenLogprob> logprobs;
     std::vector<size_t> logprob_starts;
-    std::vector<float> embd_rows;               // embeddings: hidden states gathered so far
+    int32_t shift_keep = -1;       // context shifts of the running task: the positions they keep (-1: none happened)
+    std::vector<float> embd_rows;  // embeddings: hidden states gathered so far
     std::vector<TokenLogprob> prompt_logprobs;  // Task::prompt_logprobs: prompt tokens 1, 2, ... so far
     // Riding along: another slot (the leader, running the task admitted as leader_admitted) reads a prompt that
     // begins like this one, and its prompt tokens up to follow_until are decoded once for both (this slot's
@@ -504,6 +505,13 @@ void Scheduler::release(Slot &slot, FinishReason reason, const std::string &erro
     const std::shared_ptr<TaskChannel> channel = std::move(slot.channel);
     slot.sampler.reset();
     slot.task = Task{};
+    if (slot.shift_keep >= 0) {
+        // Rows after the kept ones were computed with a longer history: reusing them for a later prompt that
+        // begins with these tokens would not be exact.
+        ctx_->seq_rm(slot.seq_id, slot.shift_keep, -1);
+        slot.cache.resize(std::min(slot.cache.size(), static_cast<size_t>(slot.shift_keep)));
+        slot.shift_keep = -1;
+    }
     // Published before the client hears of the end, so that /metrics already counts this task.
     publish_metrics();
     channel->finish(reason, error);
@@ -692,14 +700,43 @@ void Scheduler::handle_output(Slot &s, std::span<const float> logits, Clock::tim
         release(s, FinishReason::stop);
         return;
     }
-    // The next token would sit at position cache.size() + 1; requests are checked to fit, this is a guard.
-    if (s.n_generated >= so.max_tokens || static_cast<int64_t>(s.cache.size()) + 1 >= n_ctx_per_slot_) {
+    // The token goes to position cache.size() at the next step. With context shifts, a full slot is shifted first
+    // (as `run --context-shift` does: when every cell holds a position); without them, requests are checked to
+    // fit and this is a guard.
+    if (options_.context_shift && s.n_generated < so.max_tokens &&
+        static_cast<int64_t>(s.cache.size()) >= n_ctx_per_slot_ && !shift_context(s)) {
+        return;  // released
+    }
+    const int64_t most = options_.context_shift ? n_ctx_per_slot_ : n_ctx_per_slot_ - 1;
+    if (s.n_generated >= so.max_tokens || static_cast<int64_t>(s.cache.size()) >= most) {
         send(s.text.size(), true);
         release(s, FinishReason::length);
         return;
     }
     send(scan.safe_end, false);
     s.next_token = token;
+}
+
+bool Scheduler::shift_context(Slot &s) {
+    const std::vector<int32_t> &prompt = s.task.prompt;
+    const auto n_prompt = static_cast<int64_t>(prompt.size());
+    const int64_t bos = tokenizer_.bos_id() >= 0 && prompt.front() == tokenizer_.bos_id() ? 1 : 0;
+    const int64_t keep = s.task.n_keep < 0 ? n_prompt : std::min(s.task.n_keep + bos, n_prompt);
+    if (keep > n_ctx_per_slot_ - 2) return true;  // no room to make: the task ends (length)
+    int32_t dropped = 0;
+    try {
+        dropped = ctx_->context_shift(s.seq_id, static_cast<int32_t>(keep));
+    } catch (const std::exception &e) {  // shared cells to copy and no free cell: the sequence is damaged
+        ctx_->seq_rm(s.seq_id, 0, -1);
+        s.cache.clear();
+        release(s, FinishReason::error, std::string("context shift failed: ") + e.what());
+        return false;
+    }
+    if (dropped == 0) return true;  // nothing after the kept tokens to drop: the task ends (length)
+    s.cache.erase(s.cache.begin() + keep, s.cache.begin() + keep + dropped);
+    s.shift_keep = static_cast<int32_t>(keep);
+    ++counters_.context_shifts;
+    return true;
 }
 
 void Scheduler::publish_metrics() {

@@ -71,6 +71,8 @@ struct Task {
     bool prompt_logprobs = false;
     // >= 0: run in this slot only (llama.cpp's id_slot), waiting for it while other tasks go ahead; -1: any slot
     int id_slot = -1;
+    // With Options::context_shift: the prompt tokens a context shift keeps after a leading BOS (-1: all of them)
+    int64_t n_keep = 0;
 };
 
 // What Scheduler::slot_action does to a slot's cache: the rows of its sequence with the tokens they hold.
@@ -160,6 +162,7 @@ struct SchedulerMetrics {
     int64_t prompt_tokens = 0;            // prompt tokens of started tasks
     int64_t prompt_tokens_evaluated = 0;  // of which were run through the model (not reused from a cache)
     int64_t prefixes_shared = 0;          // tasks that took their prompt's start from another slot's cells
+    int64_t context_shifts = 0;           // Options::context_shift at work
     int64_t generated_tokens = 0;
     int64_t decode_calls = 0;
     double decode_seconds = 0;
@@ -180,6 +183,10 @@ class Scheduler {
         // Most tokens in a step while any slot generates (decode tokens included; at least one prompt token
         // goes in): 0 means the context's ubatch size, so such a step is one forward pass.
         int64_t prefill_chunk = 0;
+        // A slot whose context fills while it generates keeps a leading BOS and Task::n_keep prompt tokens, drops
+        // the older half of the rest (Context::context_shift) and goes on (llama.cpp's --context-shift); else the
+        // task ends there (length).
+        bool context_shift = false;
     };
     // Creates the context (ContextParams::embeddings is switched on) and starts the scheduler thread.
     // Throws sparrow::Error when the options do not fit the context.
@@ -205,6 +212,7 @@ class Scheduler {
     int64_t max_queue() const { return options_.max_queue; }
     int64_t n_batch() const { return n_batch_; }  // the context's, after its clamp to n_ctx
     int64_t prefill_chunk() const { return prefill_chunk_; }
+    bool context_shift() const { return options_.context_shift; }
 
   private:
     struct Slot;
@@ -220,6 +228,9 @@ class Scheduler {
     // Samples the slot's next token from logits computed by the step that ended at step_end.
     void handle_output(Slot &slot, std::span<const float> logits, std::chrono::steady_clock::time_point step_end);
     void release(Slot &slot, FinishReason reason, const std::string &error = {});
+    // Options::context_shift for a generating slot whose context is full; false when that failed and the task was
+    // released with an error.
+    bool shift_context(Slot &slot);
     void publish_metrics();
     struct PendingAction {
         int slot = 0;

@@ -6,7 +6,8 @@ token and its position, the shifted cache equals a fresh run of the shortened hi
 be what greedy generation from that history gives. The server (same model, greedy) supplies the token ids: the
 first 58 tokens after a 6-token prompt fill a 64-cell context, the 59th is decoded after the shift, and from then on
 the run must continue as /completion does from the shortened history plus that token. Also: many shifts in a long
-run, the counts on stderr, --keep -1, the conversation, and the refusals."""
+run, the counts on stderr, --keep -1, the conversation, the refusals, and `serve --context-shift` (n_keep), whose
+replies equal run's."""
 import os
 import re
 import subprocess
@@ -80,6 +81,30 @@ for arch, extra in [("llama", []), ("deepseek32", ["--top-k", 16])]:
     plain, _ = run_out(model, "-n", 40, "--ignore-eos")
     shifted, _ = run_out(model, "-n", 40, "--context-shift", "--ignore-eos")
     checks.check(plain == shifted, f"{arch}: no shift before the context is full")
+
+    # serve --context-shift: a slot of 64 cells shifts as run does (n_keep as --keep), for every endpoint.
+    with serve_util.Server(model, "-np", 1, "-c", CTX, "--context-shift", *EXACT) as srv:
+        for keep in (0, 5, -1):
+            want, _ = run_out(model, "-n", 150, "--context-shift", "--keep", keep, "--ignore-eos", *EXACT)
+            status, body = srv.request("POST", "/completion", {"prompt": PROMPT, "n_predict": 150, "temperature": 0,
+                                                               "n_keep": keep, "ignore_eos": True})
+            checks.check(status == 200 and body["tokens_predicted"] == 150 and norm(body["content"]) == want,
+                         f"{arch}: serve with n_keep {keep} says what run --keep {keep} says: {status} "
+                         f"{norm(body.get('content', ''))!r} vs {want!r}")
+        status, body = srv.request("POST", "/v1/completions", {"prompt": PROMPT, "max_tokens": 100,
+                                                               "temperature": 0, "ignore_eos": True})
+        checks.check(status == 200 and body["usage"]["completion_tokens"] == 100,
+                     f"{arch}: /v1/completions past the slot's context: {status} {body.get('usage')}")
+        shifts = srv.metrics().get("sparrow_context_shifts_total", 0)
+        checks.check(shifts > 0, f"{arch}: /metrics counts the shifts: {shifts}")
+        for what, fields in [("max_tokens over 2^20", {"max_tokens": 2 ** 20 + 1}),
+                             ("n_keep -2", {"max_tokens": 4, "n_keep": -2}),
+                             ("n_keep a string", {"max_tokens": 4, "n_keep": "3"})]:
+            status, _ = srv.request("POST", "/v1/completions", dict({"prompt": PROMPT}, **fields))
+            checks.check(status == 400, f"{arch}: {what}: {status}")
+    with serve_util.Server(model, "-np", 1, "-c", CTX) as srv:
+        status, _ = srv.request("POST", "/v1/completions", {"prompt": PROMPT, "max_tokens": 100})
+        checks.check(status == 400, f"{arch}: without --context-shift, max_tokens past the context is refused: {status}")
 
 # The conversation: a reply longer than the context is shifted, and the next turn still answers.
 model = serve_util.make_model("llama", os.path.join(tmp, "llama.gguf"))

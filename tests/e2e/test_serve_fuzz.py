@@ -30,7 +30,7 @@ BASES = {
                                           {"role": "user", "content": "Hello there"}],
                              "max_tokens": 6, "temperature": 0.7, "seed": 9, "logprobs": True, "top_logprobs": 2},
     "/completion": {"prompt": "The bird", "n_predict": 5, "temperature": 0, "logit_bias": [[5, False], ["bird", 2]],
-                    "repeat_penalty": 1.1, "repeat_last_n": 16, "ignore_eos": True, "id_slot": 0},
+                    "repeat_penalty": 1.1, "repeat_last_n": 16, "ignore_eos": True, "id_slot": 0, "n_keep": 2},
     "/tokenize": {"content": "Hello world"},
     "/detokenize": {"tokens": [5, 6, 7]},
     "/v1/embeddings": {"input": ["one day", "a tree"], "pooling": "mean"},

@@ -113,6 +113,7 @@ std::map<std::pair<std::string, int>, int64_t> HttpCounters::snapshot() const {
 Api::Api(const Model &model, Scheduler &scheduler, ApiConfig config)
     : model_(model), tokenizer_(model_tokenizer(model)), scheduler_(scheduler), config_(std::move(config)) {
     limits_.n_ctx_per_slot = scheduler_.n_ctx_per_slot();
+    limits_.context_shift = scheduler_.context_shift();
     limits_.n_vocab = tokenizer_.n_vocab();
 }
 
@@ -551,6 +552,8 @@ void Api::metrics(const httplib::Request &, httplib::Response &res) {
            "Prompt tokens run through the model (the rest came from slot caches).", m.prompt_tokens_evaluated);
     metric("sparrow_prefixes_shared_total", "counter",
            "Tasks that took their prompt's start from another slot's cells.", m.prefixes_shared);
+    metric("sparrow_context_shifts_total", "counter",
+           "Context shifts of generating slots whose context was full (--context-shift).", m.context_shifts);
     metric("sparrow_generated_tokens_total", "counter", "Tokens sampled.", m.generated_tokens);
     metric("sparrow_decode_calls_total", "counter", "Batches decoded.", m.decode_calls);
     metric("sparrow_decode_seconds_total", "counter", "Time spent decoding batches.", m.decode_seconds);

@@ -469,6 +469,9 @@ bool pending_step(PendingReply &r, httplib::DataSink &sink) {
     return true;
 }
 
+// llama.cpp's n_keep: the prompt tokens a context shift keeps after a BOS (-1: all of them).
+int64_t read_n_keep(const json &body) { return get_int(body, "n_keep", -1, INT32_MAX).value_or(0); }
+
 // The most choices one request may ask for (`n`).
 constexpr int64_t kMaxChoices = 16;
 
@@ -525,6 +528,7 @@ void Api::completions(const httplib::Request &req, httplib::Response &res) {
         task.sampling.logprobs = static_cast<int>(get_int(body, "logprobs", 0, kMaxTopLogprobs).value_or(-1));
         task.prompt_logprobs = echo && task.sampling.logprobs >= 0;
         task.id_slot = read_id_slot(body);
+        task.n_keep = read_n_keep(body);
         std::optional<std::string> echo_text;
         if (echo) {
             const json &source = *prompts[i].source;
@@ -562,6 +566,7 @@ void Api::chat_completions(const httplib::Request &req, httplib::Response &res) 
                                   static_cast<int64_t>(task.prompt.size()), tokenizer_, limits_);
     if (logprobs) task.sampling.logprobs = static_cast<int>(top_logprobs.value_or(0));
     task.id_slot = read_id_slot(body);
+    task.n_keep = read_n_keep(body);
     const bool stream = get_bool(body, "stream").value_or(false);
     const bool include_usage = read_include_usage(body);
     generate(res, choices(body, std::move(task), scheduler_.max_queue()), Dialect::chat, stream, include_usage, {}, 0,
@@ -599,6 +604,7 @@ void Api::completion(const httplib::Request &req, httplib::Response &res) {
         task.sampling.logprobs = static_cast<int>(*n_probs);
     }
     task.id_slot = read_id_slot(body);
+    task.n_keep = read_n_keep(body);
     std::vector<Task> one;
     one.push_back(std::move(task));
     generate(res, std::move(one), Dialect::llama, get_bool(body, "stream").value_or(false), false);

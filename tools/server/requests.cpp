@@ -189,6 +189,15 @@ SamplingOptions read_sampling(const json &body, const SamplingDefaults &defaults
             throw ApiError(400, strprintf("'%s' must be at least 1", key), "invalid_value");
         }
         if (max_tokens && *max_tokens == -1) max_tokens = room;
+        if (max_tokens && lim.context_shift) {
+            if (*max_tokens > kMaxShiftedTokens) {
+                throw ApiError(400,
+                               strprintf("'%s' is %lld; with context shifts a request may generate at most %lld tokens",
+                                         key, (long long)*max_tokens, (long long)kMaxShiftedTokens),
+                               "invalid_value");
+            }
+            break;
+        }
         if (max_tokens) {
             if (*max_tokens > lim.n_ctx_per_slot) {
                 throw ApiError(400,

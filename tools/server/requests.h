@@ -18,8 +18,12 @@ using sparrow::server::ChatMessage;
 using sparrow::server::SamplingOptions;
 
 // Limits on what one request may ask for.
+// The most tokens one request may generate when context shifts let it outrun its context.
+constexpr int64_t kMaxShiftedTokens = int64_t(1) << 20;
+
 struct RequestLimits {
-    int64_t n_ctx_per_slot = 0;  // prompt + generated tokens of one request
+    int64_t n_ctx_per_slot = 0;  // prompt + generated tokens of one request (without context shifts)
+    bool context_shift = false;  // the scheduler shifts full contexts: max_tokens may pass n_ctx_per_slot
     int32_t n_vocab = 0;
     size_t max_stop_strings = 16;
     size_t max_stop_bytes = 256;
