@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <future>
 #include <limits>
 #include <thread>
 #include <tuple>
@@ -199,24 +200,29 @@ TEST_F(SchedulerTest, ARestoreWithoutTokensIsRefused) {
 // a busy slot waits for it while another task takes the free slot.
 TEST_F(SchedulerTest, SlotActionsAndPinnedTasksWaitForTheirSlot) {
     const std::string dir = test::make_temp_dir("sparrow-slots");
-    Scheduler s(model_, context(1024), {2, 8});
-    Task long_task = greedy({1, 2, 3}, 300);
+    // With context shifts and no end of generation, the long task runs until it is cancelled: no race with it.
+    Scheduler s(model_, context(256), {2, 8, 0, true});
+    Task long_task = greedy({1, 2, 3}, int64_t(1) << 20);
     long_task.id_slot = 0;
     long_task.sampling.adjust.ignore_eos = true;
+    long_task.n_keep = -1;  // shifts keep the prompt, and so does the slot afterwards
     auto running = s.submit(long_task);
-    for (int i = 0; i < 2000 && s.metrics().slots_busy == 0; ++i) std::this_thread::sleep_for(1ms);
+    for (int i = 0; i < 5000 && !s.metrics().slots[0].busy; ++i) std::this_thread::sleep_for(1ms);
     ASSERT_TRUE(s.metrics().slots[0].busy);
     Task pinned = greedy({4, 5}, 2);
     pinned.id_slot = 0;
     auto waiting = s.submit(pinned);
     const auto other = finish(*s.submit(greedy({6, 7}, 2)));
     EXPECT_EQ(other.second.id_slot, 1);     // the free slot
-    EXPECT_FALSE(waiting->wait(0ms).done);  // still queued behind the long task
-    const SlotActionResult saved = s.slot_action(0, SlotActionKind::save, dir + "/busy.state");  // waits
+    EXPECT_FALSE(waiting->wait(0ms).done);  // queued behind the long task
+    auto saving =
+        std::async(std::launch::async, [&] { return s.slot_action(0, SlotActionKind::save, dir + "/busy.state"); });
+    EXPECT_EQ(saving.wait_for(50ms), std::future_status::timeout);  // waits for the slot
+    running->cancel();
+    const SlotActionResult saved = saving.get();
     ASSERT_TRUE(saved.ok) << saved.error;
-    const auto long_done = finish(*running);
-    EXPECT_EQ(long_done.second.n_generated, 300);
-    EXPECT_EQ(saved.n_tokens, 3 + 299);  // saved after the task: its prompt and tokens
+    EXPECT_EQ(finish(*running).second.finish, FinishReason::cancelled);
+    EXPECT_EQ(saved.n_tokens, 3);  // what the shifted task left (its prompt), saved before the pinned task ran
     EXPECT_EQ(finish(*waiting).second.id_slot, 0);
     std::filesystem::remove_all(dir);
 }

@@ -370,7 +370,9 @@ void Scheduler::loop() {
             }
         }
         for (PendingAction &a : runnable) {
-            a.done.set_value(run_action(slots_[static_cast<size_t>(a.slot)], a));
+            SlotActionResult r = run_action(slots_[static_cast<size_t>(a.slot)], a);
+            publish_metrics();  // before the caller hears of it, so that /slots and /metrics already show it
+            a.done.set_value(std::move(r));
         }
         runnable.clear();
         // Pinned tasks first, so that the others' choice of a free slot cannot take theirs.
