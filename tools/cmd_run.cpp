@@ -17,6 +17,7 @@
 #include "common.h"
 #include "core/error.h"
 #include "npy.h"
+#include "runtime/context_shift.h"
 #include "runtime/sampler.h"
 #include "runtime/tokenizer.h"
 
@@ -218,9 +219,7 @@ void print_sampling(const RunFlags &f, const Context &ctx, uint64_t seed) {
 // `strict` refuses, else shifts are off (-1).
 int32_t shift_keep_for(const RunFlags &f, std::span<const int32_t> prompt, const Tokenizer &tok, int64_t n_ctx,
                        bool strict) {
-    const auto n_prompt = static_cast<int64_t>(prompt.size());
-    const int64_t bos = !prompt.empty() && tok.bos_id() >= 0 && prompt.front() == tok.bos_id() ? 1 : 0;
-    const int64_t keep = f.n_keep < 0 ? n_prompt : std::min<int64_t>(f.n_keep + bos, n_prompt);
+    const int64_t keep = context_shift_keep(prompt, tok.bos_id(), f.n_keep);
     if (keep <= n_ctx - 2) return static_cast<int32_t>(keep);
     if (strict) {
         throw_error(

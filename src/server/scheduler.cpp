@@ -9,6 +9,7 @@
 #include <unordered_map>
 
 #include "core/error.h"
+#include "runtime/context_shift.h"
 #include "runtime/sampler.h"
 #include "runtime/tokenizer.h"
 #include "server/stop_strings.h"
@@ -720,10 +721,7 @@ void Scheduler::handle_output(Slot &s, std::span<const float> logits, Clock::tim
 }
 
 bool Scheduler::shift_context(Slot &s) {
-    const std::vector<int32_t> &prompt = s.task.prompt;
-    const auto n_prompt = static_cast<int64_t>(prompt.size());
-    const int64_t bos = tokenizer_.bos_id() >= 0 && prompt.front() == tokenizer_.bos_id() ? 1 : 0;
-    const int64_t keep = s.task.n_keep < 0 ? n_prompt : std::min(s.task.n_keep + bos, n_prompt);
+    const int64_t keep = context_shift_keep(s.task.prompt, tokenizer_.bos_id(), s.task.n_keep);
     if (keep > n_ctx_per_slot_ - 2) return true;  // no room to make: the task ends (length)
     int32_t dropped = 0;
     try {
