@@ -4,9 +4,11 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
 #include <charconv>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <iostream>
 #include <optional>
@@ -41,8 +43,9 @@ struct RunFlags {
     int64_t n_keep = 0;               // --keep: prompt tokens a context shift keeps (-1: the whole prompt)
 };
 
-// Throws, naming the flag, when `path` could not be created later: its folder is missing or not writable, or it
-// names a folder. Checked before the prompt is decoded (minutes for a long prompt on a big model), not after.
+// Throws, naming the flag, when `path` could not be created later: its folder is missing or not writable, it names
+// a folder, or it exists (a file or a link, dangling or not) and cannot be opened for writing. Checked before the
+// prompt is decoded (minutes for a long prompt on a big model), not after.
 void check_output_path(const char *flag, const std::string &path) {
     if (path.empty()) return;
     std::error_code ec;
@@ -54,6 +57,13 @@ void check_output_path(const char *flag, const std::string &path) {
     }
     if (access(dir.c_str(), W_OK) != 0) {
         throw_error("%s: cannot create '%s': the folder '%s' is not writable", flag, path.c_str(), dir.c_str());
+    }
+    // An existing entry: opened to append (nothing truncated; a dangling link's file made where it points, or
+    // refused when it points nowhere), the way the file will be opened after decoding, but now.
+    if (std::filesystem::exists(std::filesystem::symlink_status(p, ec))) {
+        FILE *probe = std::fopen(path.c_str(), "ab");
+        if (!probe) throw_error("%s: cannot write '%s': %s", flag, path.c_str(), std::strerror(errno));
+        std::fclose(probe);
     }
 }
 

@@ -40,6 +40,14 @@ for flag, name in (("--dump-logits", "l.npy"), ("--dump-selection", "s.json")):
                  and proc.stdout == "", f"{flag} into a missing folder fails before decoding: "
                  f"exit {proc.returncode}, stdout {proc.stdout[:40]!r}, stderr {proc.stderr.strip()[-160:]!r}")
 expect_error(["run", "-m", model, "-p", "x", "-n", 0, "--dump-logits", tmp], "is a folder", "--dump-logits a folder")
+# A link into a missing folder passes the folder check (its own folder exists) but cannot be opened: refused before
+# decoding too.
+dangling = os.path.join(tmp, "dangling.npy")
+os.symlink(os.path.join(missing_dir, "x.npy"), dangling)
+proc = harness.run(["run", "-m", model, "-p", "Once upon a time", "-n", 0, "--dump-logits", dangling], check=False)
+checks.check(proc.returncode == 1 and "--dump-logits: cannot write" in proc.stderr and proc.stdout == "",
+             f"--dump-logits onto a dangling link fails before decoding: exit {proc.returncode}, "
+             f"stdout {proc.stdout[:40]!r}, stderr {proc.stderr.strip()[-160:]!r}")
 expect_error(["run", "-m", os.path.join(tmp, "missing.gguf"), "-p", "x"], "cannot open", "missing model file")
 expect_error(["run", "-m", model, "-p", "x", "--temp", "-1"], "temp", "negative temperature")
 
