@@ -57,6 +57,12 @@ with serve_util.Server(model, "-np", 1, "-c", CTX, "--api-key", KEY, "--max-queu
         ("slot save without --slot-save-path", "POST", "/slots/0?action=save", AUTH, {"filename": "a"}, None, 501),
         ("slot 1 of 1", "POST", "/slots/1?action=erase", AUTH, None, None, 404),
         ("id_slot out of range", "POST", C, AUTH, dict(good, id_slot=1), None, 400),
+        ("typical_p 0.9 (not supported)", "POST", C, AUTH, dict(good, typical_p=0.9), None, 400),
+        ("xtc_probability 0.5 (not supported)", "POST", C, AUTH, dict(good, xtc_probability=0.5), None, 400),
+        ("dry_multiplier 0.8 (not supported)", "POST", C, AUTH, dict(good, dry_multiplier=0.8), None, 400),
+        ("dynatemp_range 0.5 (not supported)", "POST", C, AUTH, dict(good, dynatemp_range=0.5), None, 400),
+        ("top_n_sigma 1 (not supported)", "POST", C, AUTH, dict(good, top_n_sigma=1), None, 400),
+        ("typical_p a string", "POST", C, AUTH, dict(good, typical_p="1"), None, 400),
         ("/apply-template: no messages", "POST", "/apply-template", AUTH, {}, None, 400),
         ("/apply-template: a message without content", "POST", "/apply-template", AUTH,
          {"messages": [{"role": "user"}]}, None, 400),
@@ -165,6 +171,12 @@ with serve_util.Server(model, "-np", 1, "-c", CTX, "--api-key", KEY, "--max-queu
         if not srv.alive():
             checks.check(False, f"the server died on: {what}")
             break
+
+    # llama.cpp's other samplers at their "off" values, as clients send them: accepted.
+    off = dict(good, typical_p=1, xtc_probability=0, xtc_threshold=0.1, dry_multiplier=0, dynatemp_range=0,
+               top_n_sigma=-1, mirostat=0)
+    status, reply = srv.request("POST", C, body=off, headers=AUTH, timeout=60)
+    checks.check(status == 200, f"samplers at their off values are accepted: {status} {str(reply)[:160]}")
 
     # The scheme's name is case-insensitive (RFC 9110): "bearer KEY" is accepted.
     status, reply = srv.request("POST", C, body=good, headers={"Authorization": "bearer " + KEY}, timeout=60)

@@ -174,6 +174,17 @@ SamplingOptions read_sampling(const json &body, const SamplingDefaults &defaults
     if (get_int(body, "mirostat", 0, 2).value_or(0) != 0) {
         throw ApiError(400, "'mirostat': only 0 (off) is supported", "unsupported_parameter");
     }
+    // llama.cpp's other samplers: accepted at their "off" values (clients send every field), refused otherwise.
+    const auto refuse_unless = [&](const char *key, double off, double lo, double hi) {
+        if (const auto v = get_number(body, key, lo, hi); v && *v != off) {
+            throw ApiError(400, strprintf("'%s': only %g (off) is supported", key, off), "unsupported_parameter");
+        }
+    };
+    refuse_unless("typical_p", 1.0, 0.0, 1.0);
+    refuse_unless("dynatemp_range", 0.0, 0.0, 100.0);
+    refuse_unless("xtc_probability", 0.0, 0.0, 1.0);
+    refuse_unless("dry_multiplier", 0.0, 0.0, 100.0);
+    refuse_unless("top_n_sigma", -1.0, -1.0, 100.0);
     s.adjust.presence_penalty = static_cast<float>(get_number(body, "presence_penalty", -2.0, 2.0).value_or(0.0));
     s.adjust.frequency_penalty = static_cast<float>(get_number(body, "frequency_penalty", -2.0, 2.0).value_or(0.0));
     const std::optional<int64_t> seed = get_int(body, "seed", INT64_MIN, INT64_MAX);
