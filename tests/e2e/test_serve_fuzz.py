@@ -1,4 +1,5 @@
-"""`sparrow serve` under random request bodies: valid requests of every endpoint, damaged at random (values
+"""`sparrow serve` under random request bodies: valid requests of every endpoint (the slot actions save, restore
+and erase among them), damaged at random (values
 swapped for boundary numbers, wrong types, huge or empty strings and lists, keys removed or added, the JSON
 text cut or a byte changed), sent from two clients at once, some streaming.
 
@@ -34,6 +35,9 @@ BASES = {
     "/tokenize": {"content": "Hello world"},
     "/detokenize": {"tokens": [5, 6, 7]},
     "/v1/embeddings": {"input": ["one day", "a tree"], "pooling": "mean"},
+    "/slots/1?action=save": {"filename": "fuzz.bin"},
+    "/slots/0?action=restore": {"filename": "fuzz.bin"},
+    "/slots/1?action=erase": {},
 }
 STREAMABLE = ("/v1/completions", "/v1/chat/completions", "/completion")
 
@@ -116,6 +120,8 @@ def answer_shape(path, reply):
         return isinstance(reply.get("tokens"), list)
     if path == "/detokenize":
         return isinstance(reply.get("content"), str)
+    if path.startswith("/slots/"):
+        return isinstance(reply.get("id_slot"), int)
     return isinstance(reply.get("data"), list) and all(isinstance(d.get("embedding"), list) for d in reply["data"])
 
 
@@ -141,7 +147,9 @@ def send(srv, request):
     return status, f"status {status}: {str(reply)[:160]}"
 
 
-with serve_util.Server(model, "-np", 2, "-c", 512, "--max-body", 200000) as srv:
+slot_dir = os.path.join(tmp, "slots")
+os.makedirs(slot_dir, exist_ok=True)
+with serve_util.Server(model, "-np", 2, "-c", 512, "--max-body", 200000, "--slot-save-path", slot_dir) as srv:
     probe = {"prompt": "Once upon a time", "max_tokens": 12, "temperature": 0}
     status, before = srv.request("POST", "/v1/completions", probe)
     checks.check(status == 200, f"the probe is served before the fuzzing ({status})")
