@@ -1,6 +1,7 @@
-// The sampler against a plain reference (a full sort by rank, the top-k and nucleus cuts on it, then the tempered
-// softmax): greedy picks and their ties, the set of tokens a draw may return (exact, at the cuts' ties too), and the
-// frequencies of many draws against the reference's probabilities, on logits with ties, -inf and NaN.
+// The sampler against a plain reference (a full sort by rank, the top-k, typical, nucleus, min-p and XTC cuts on it,
+// then the tempered softmax): greedy picks and their ties, the set of tokens a draw may return (exact, at the cuts'
+// ties too), and the frequencies of many draws against the reference's probabilities, on logits with ties, -inf and
+// NaN.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -29,35 +30,85 @@ std::vector<double> reference_probs(const std::vector<float> &logits, const Samp
     std::vector<size_t> order(V);
     std::iota(order.begin(), order.end(), size_t(0));
     std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return v[a] > v[b] || (v[a] == v[b] && a < b); });
-    const double max = v[order[0]];
     size_t n = V;
     if (p.top_k > 0 && static_cast<size_t>(p.top_k) < V) n = static_cast<size_t>(p.top_k);
+    // The probability at temperature 1 of order[i] among order[0, n) (order[0] is the best of them).
+    const auto prob = [&](size_t i) {
+        double total = 0.0;
+        for (size_t j = 0; j < n; ++j) total += std::exp(double(v[order[j]]) - v[order[0]]);
+        return std::exp(double(v[order[i]]) - v[order[0]]) / total;
+    };
+    if (p.typical_p < 1.0f && n > 1) {  // by |surprisal - entropy| (ties by rank), until the mass reaches typical_p
+        double entropy = 0.0;
+        std::vector<double> pr(n);
+        for (size_t i = 0; i < n; ++i) {
+            pr[i] = prob(i);
+            if (pr[i] > 0.0) entropy -= pr[i] * std::log(pr[i]);
+        }
+        std::vector<size_t> by(n);
+        std::iota(by.begin(), by.end(), size_t(0));
+        const auto dist = [&](size_t i) {
+            return pr[i] > 0.0 ? std::abs(-std::log(pr[i]) - entropy) : std::numeric_limits<double>::infinity();
+        };
+        std::stable_sort(by.begin(), by.end(), [&](size_t a, size_t b) { return dist(a) < dist(b); });
+        double cum = 0.0;
+        size_t keep = n;
+        for (size_t i = 0; i < n; ++i) {
+            cum += pr[by[i]];
+            if (cum >= p.typical_p) {
+                keep = i + 1;
+                break;
+            }
+        }
+        by.resize(keep);
+        std::sort(by.begin(), by.end());  // back to rank order
+        std::vector<size_t> kept;
+        for (size_t i : by) kept.push_back(order[i]);
+        std::copy(kept.begin(), kept.end(), order.begin());
+        n = keep;
+    }
     if (p.top_p < 1.0f) {
-        double mass = 0.0;
-        for (size_t i = 0; i < n; ++i) mass += std::exp(double(v[order[i]]) - max);
         double cum = 0.0;
         for (size_t i = 0; i < n; ++i) {
-            cum += std::exp(double(v[order[i]]) - max);
-            if (cum >= p.top_p * mass) {
+            cum += prob(i);
+            if (cum >= p.top_p) {
                 n = i + 1;
                 break;
             }
         }
     }
-    if (p.min_p > 0.0f) {  // then only tokens at or above max + ln(min_p): a shorter prefix of the same order
-        const float keep = min_p_floor(float(max), p.min_p);
+    if (p.min_p > 0.0f) {  // then only tokens at or above best + ln(min_p): a shorter prefix of the same order
+        const float keep = min_p_floor(v[order[0]], p.min_p);
         while (n > 1 && !(v[order[n - 1]] >= keep)) --n;
     }
-    std::vector<double> probs(V, 0.0);
-    double total = 0.0;
-    for (size_t i = 0; i < n; ++i) total += probs[order[i]] = std::exp((double(v[order[i]]) - max) / p.temp);
-    for (double &x : probs) x /= total;
+    // softmax(logit / temp) over order[first, n)
+    const auto tempered = [&](size_t first) {
+        std::vector<double> probs(V, 0.0);
+        double total = 0.0;
+        for (size_t i = first; i < n; ++i)
+            total += probs[order[i]] = std::exp((double(v[order[i]]) - v[order[first]]) / p.temp);
+        for (double &x : probs) x /= total;
+        return probs;
+    };
+    std::vector<double> probs = tempered(0);
+    if (p.xtc_probability > 0.0f && p.xtc_threshold <= 0.5f && n > 1) {
+        // With probability xtc_probability the tokens at or above the threshold go, but the last of them.
+        size_t last_above = 0;
+        while (last_above + 1 < n && prob(last_above + 1) >= p.xtc_threshold) ++last_above;
+        if (last_above > 0) {
+            const std::vector<double> cut = tempered(last_above);
+            const double q = std::min(1.0, double(p.xtc_probability));
+            for (size_t i = 0; i < V; ++i) probs[i] = (1.0 - q) * probs[i] + q * cut[i];
+        }
+    }
     return probs;
 }
 
 std::string describe(const SamplerParams &p, size_t V) {
     return "vocab " + std::to_string(V) + " temp " + std::to_string(p.temp) + " top_k " + std::to_string(p.top_k) +
-           " top_p " + std::to_string(p.top_p) + " min_p " + std::to_string(p.min_p);
+           " top_p " + std::to_string(p.top_p) + " min_p " + std::to_string(p.min_p) + " typical_p " +
+           std::to_string(p.typical_p) + " xtc " + std::to_string(p.xtc_probability) + "/" +
+           std::to_string(p.xtc_threshold);
 }
 
 TEST(Sampler, GreedyTakesTheFirstLargestAndIgnoresNaN) {
@@ -119,6 +170,20 @@ TEST(Sampler, DrawsFollowTheReferenceDistribution) {
             for (float top_p : {0.5f, 0.99f, 1.0f}) check_frequencies(small, {1.0f, top_k, top_p, 13, min_p}, 20000);
         }
         check_frequencies(small, {0.5f, 0, 1.0f, 14, min_p}, 20000);
+    }
+    // Typical-p, alone and between top-k and the later cuts, and XTC, alone and after them (its draw mixes the
+    // distribution with and without the top tokens); a threshold above 0.5 never applies.
+    for (float typical : {0.2f, 0.5f, 0.9f, 0.999f}) {
+        for (int top_k : {0, 8}) {
+            check_frequencies(small, {1.0f, top_k, 1.0f, 21, 0.0f, typical}, 20000);
+            check_frequencies(small, {0.7f, top_k, 0.9f, 22, 0.1f, typical}, 20000);
+        }
+    }
+    for (float probability : {0.3f, 1.0f}) {
+        for (float threshold : {0.02f, 0.1f, 0.2f, 0.6f}) {
+            check_frequencies(small, {1.0f, 0, 1.0f, 23, 0.0f, 1.0f, probability, threshold}, 20000);
+            check_frequencies(small, {1.5f, 8, 0.95f, 24, 0.05f, 0.9f, probability, threshold}, 20000);
+        }
     }
     // 300 tokens with values from a short list (ties everywhere): past the nucleus search's short range, so its
     // partition rounds run and their cut is checked token by token.

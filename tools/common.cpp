@@ -151,6 +151,15 @@ void SamplingFlags::add_to(CLI::App &cmd, const std::string &seed_help) {
     cmd.add_option("--top-p", top_p, "Nucleus sampling threshold (1 = off)")->check(finite_in(0.0, 1.0));
     cmd.add_option("--min-p", min_p, "Keep tokens at least this fraction as likely as the best (0 = off)")
         ->check(finite_in(0.0, 1.0));
+    cmd.add_option(
+           "--typical", typical_p,
+           "Locally typical sampling: keep the tokens nearest the entropy until this much probability (1 = off)")
+        ->check(finite_in(0.0, 1.0));
+    cmd.add_option("--xtc-probability", xtc_probability,
+                   "XTC: how often the tokens above --xtc-threshold are removed, all but the least likely (0 = off)")
+        ->check(finite_in(0.0, 1.0));
+    cmd.add_option("--xtc-threshold", xtc_threshold, "XTC: the probability a top token needs (above 0.5: off)")
+        ->check(finite_in(0.0, 1.0));
     cmd.add_option("--presence-penalty", presence_penalty, "Subtracted from each token generated so far (0 = off)")
         ->check(finite_in(-2.0, 2.0));
     cmd.add_option("--frequency-penalty", frequency_penalty,
@@ -204,6 +213,9 @@ LogitAdjustments SamplingFlags::adjustments(int32_t n_vocab) const {
 
 std::string SamplingFlags::describe_adjustments() const {
     std::string out;
+    if (typical_p < 1.0f) out += strprintf(", typical %.2f", typical_p);
+    if (xtc_probability > 0.0f && xtc_threshold <= 0.5f)
+        out += strprintf(", xtc %.2f above %.2f", xtc_probability, xtc_threshold);
     if (presence_penalty != 0.0f) out += strprintf(", presence-penalty %.2f", presence_penalty);
     if (frequency_penalty != 0.0f) out += strprintf(", frequency-penalty %.2f", frequency_penalty);
     if (repeat_penalty != 1.0f && repeat_last_n != 0) {

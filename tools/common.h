@@ -49,15 +49,17 @@ struct ModelFlags {
 // "exact"; "exact" and "fast" stay as they are.
 std::string resolve_indexer_precision(const std::string &precision);
 
-// Sampling flags of the commands that generate text (run, batched): --temp, --top-k, --top-p, --min-p, -s/--seed,
+// Sampling flags of the commands that generate text (run, batched): --temp, --top-k, --top-p, --min-p, --typical,
+// --xtc-probability, --xtc-threshold, -s/--seed,
 // and what is done to the logits before (LogitAdjustments): --presence-penalty, --frequency-penalty,
 // --repeat-penalty, --repeat-last-n, -l/--logit-bias, --ignore-eos.
 struct SamplingFlags {
     float temp = 0.8f;
     int top_k = 40;
     float top_p = 0.95f;
-    float min_p = 0.05f;  // llama.cpp's default, as the three above
-    int64_t seed = -1;    // -1: a random seed, drawn by resolved_seed()
+    float min_p = 0.05f;                                                   // llama.cpp's default, as the three above
+    float typical_p = 1.0f, xtc_probability = 0.0f, xtc_threshold = 0.1f;  // off, as llama.cpp's defaults
+    int64_t seed = -1;  // -1: a random seed, drawn by resolved_seed()
     float presence_penalty = 0.0f, frequency_penalty = 0.0f;
     float repeat_penalty = 1.0f;  // llama.cpp's defaults: off, over the last 64 tokens
     int64_t repeat_last_n = 64;
@@ -66,11 +68,13 @@ struct SamplingFlags {
 
     void add_to(CLI::App &cmd, const std::string &seed_help = "Random seed (-1 = random)");
     uint64_t resolved_seed() const;
-    SamplerParams params(uint64_t used_seed) const { return {temp, top_k, top_p, used_seed, min_p}; }
+    SamplerParams params(uint64_t used_seed) const {
+        return {temp, top_k, top_p, used_seed, min_p, typical_p, xtc_probability, xtc_threshold};
+    }
     // The logit adjustments of the flags; a --logit-bias token id outside [0, n_vocab) is an error naming it.
     LogitAdjustments adjustments(int32_t n_vocab) const;
-    // The adjustments in force, for the sampling line on stderr (", repeat-penalty 1.10 over 64, ignore-eos"), or
-    // "" when none is.
+    // The samplers past min-p and the adjustments in force, for the sampling line on stderr (", typical 0.90,
+    // repeat-penalty 1.10 over 64, ignore-eos"), or "" when none is.
     std::string describe_adjustments() const;
 };
 

@@ -208,6 +208,7 @@ int32_t Sampler::sample(std::span<const float> logits) {
     // Capped: a subnormal temperature (a request's 1e-44) would make it inf in float, and 0 * inf a NaN weight for
     // the top token; at 1e30 every other token's weight is 0 already.
     const auto inv_temp = static_cast<float>(std::min(1.0 / double(params_.temp), 1e30));
+    if (params_.typical_p < 1.0f || params_.xtc_probability > 0.0f) return sample_staged(logits, max);
 
     if (!cut_k && !cut_p) {
         // The whole distribution: no ranking needed, one pass of weights (min-p zeroes those below its floor) and a
@@ -271,6 +272,82 @@ size_t Sampler::draw(double total) {
         if (u < cum) return i;
     }
     return last;
+}
+
+int32_t Sampler::sample_staged(std::span<const float> logits, float max) {
+    // The candidates with their masses at temperature 1 relative to max: top-k's, else the whole vocabulary. Every
+    // cut below works on candidates_[0, n) in no particular order: selections and partitions, no sort of the
+    // vocabulary (a sort of 129K tokens took 27 ms).
+    const size_t n_vocab = logits.size();
+    if (params_.top_k > 0 && static_cast<size_t>(params_.top_k) < n_vocab) {
+        best_logits(logits, static_cast<size_t>(params_.top_k), candidates_);
+        for (Candidate &c : candidates_) c.mass = exp_nonpositive(c.logit - max);
+    } else {
+        weights_.resize(n_vocab);
+        weigh(logits, max, 1.0f, weights_.data());
+        candidates_.clear();
+        for (size_t i = 0; i < n_vocab; ++i)
+            candidates_.push_back({rank_value(logits[i]), static_cast<int32_t>(i), static_cast<double>(weights_[i])});
+    }
+    size_t n = candidates_.size();
+    const auto kept = [&] { return std::span<Candidate>(candidates_).first(n); };
+    const auto mass_of_kept = [&] {
+        double total = 0.0;
+        for (const Candidate &c : kept()) total += c.mass;
+        return total;
+    };
+    if (params_.typical_p < 1.0f && n > 1) {
+        // With p = mass / Z, the surprisal -ln p = ln Z - (logit - max), so its distance from the entropy H is
+        // |logit - center| with center = max + ln Z - H: the typical set is the tokens nearest the center, fewest
+        // first, until their probability reaches typical_p. A nucleus selection on that key, held in the logit
+        // field meanwhile.
+        const double z = mass_of_kept();
+        double weighted = 0.0;  // sum of mass * (logit - max)
+        for (const Candidate &c : kept()) {
+            if (c.mass > 0.0) weighted += c.mass * (double(c.logit) - max);
+        }
+        const double center = max + weighted / z;  // max + ln Z - H, where H = ln Z - weighted / Z
+        for (Candidate &c : kept()) {
+            c.logit = c.mass > 0.0 ? static_cast<float>(-std::abs(double(c.logit) - center)) : kNegInf;
+        }
+        n = take_nucleus(kept(), params_.typical_p * z);
+        for (Candidate &c : kept()) c.logit = rank_value(logits[static_cast<size_t>(c.id)]);
+    }
+    if (params_.top_p < 1.0f && n > 1) n = take_nucleus(kept(), params_.top_p * mass_of_kept());
+    if (params_.min_p > 0.0f) {  // at least min_p times as likely as the best token left
+        float best = kNegInf;
+        for (const Candidate &c : kept()) best = std::max(best, c.logit);
+        const float floor = min_p_floor(best, params_.min_p);
+        n = static_cast<size_t>(
+            std::partition(kept().begin(), kept().end(), [floor](const Candidate &c) { return c.logit >= floor; }) -
+            kept().begin());
+    }
+    size_t first = 0;
+    if (params_.xtc_probability > 0.0f && params_.xtc_threshold <= 0.5f && n > 1) {
+        // One uniform draw decides (taken whether or not it then applies, so that the stream of draws does not
+        // depend on the distribution); then every token at or above the threshold goes but the least likely of them.
+        const double chance = std::uniform_real_distribution<double>(0.0, 1.0)(rng_);
+        if (chance < params_.xtc_probability) {
+            const double need = params_.xtc_threshold * mass_of_kept();
+            const auto above = static_cast<size_t>(
+                std::partition(kept().begin(), kept().end(), [need](const Candidate &c) { return c.mass >= need; }) -
+                kept().begin());
+            if (above > 1) {
+                std::sort(candidates_.begin(), candidates_.begin() + static_cast<std::ptrdiff_t>(above), ranks_before);
+                first = above - 1;
+            }
+        }
+    }
+    float best = kNegInf;  // the tempered weights relative to the best token left (all of them may be far below max)
+    for (size_t i = first; i < n; ++i) best = std::max(best, candidates_[i].logit);
+    const auto inv_temp = static_cast<float>(std::min(1.0 / double(params_.temp), 1e30));
+    weights_.resize(n - first);
+    double total = 0.0;
+    for (size_t i = first; i < n; ++i) {
+        weights_[i - first] = exp_nonpositive((candidates_[i].logit - best) * inv_temp);
+        total += weights_[i - first];
+    }
+    return candidates_[first + draw(total)].id;
 }
 
 }  // namespace sparrow

@@ -1,5 +1,6 @@
-// Token sampling: greedy at temperature 0, else top-k, then top-p (nucleus, on the untempered
-// distribution), then min-p, then temperature, then a draw from a seeded generator (llama.cpp's default order).
+// Token sampling: greedy at temperature 0, else top-k, then typical-p, then top-p (nucleus, on the untempered
+// distribution), then min-p, then XTC, then temperature, then a draw from a seeded generator (llama.cpp's default
+// order). The cuts after top-k each see the tokens the previous ones kept, renormalised.
 #pragma once
 
 #include <bit>
@@ -18,6 +19,13 @@ struct SamplerParams {
     // > 0: keep only tokens whose probability at temperature 1 is at least min_p times the most likely one's
     // (llama.cpp's min-p: a logit at least max + ln(min_p)); 0: no cut
     float min_p = 0.0f;
+    // < 1: locally typical sampling (llama.cpp's typical_p): the tokens whose surprisal -ln p is closest to the
+    // distribution's entropy, fewest first, until their probability passes typical_p; 1: no cut
+    float typical_p = 1.0f;
+    // XTC, "exclude top choices" (llama.cpp's): with probability xtc_probability, every token at least xtc_threshold
+    // likely but the least likely of them is removed (when at least two are; a threshold above 0.5 never applies)
+    float xtc_probability = 0.0f;
+    float xtc_threshold = 0.1f;
 };
 
 class Sampler {
@@ -37,6 +45,9 @@ class Sampler {
     size_t nucleus(std::span<const float> logits, float max);
     // An index of weights_ drawn with probability weights_[i] / total.
     size_t draw(double total);
+    // With typical-p or XTC on: the cuts one after another, each on what the previous ones kept (top-k's tokens,
+    // else the whole vocabulary), and the draw. max: the largest logit.
+    int32_t sample_staged(std::span<const float> logits, float max);
 
     SamplerParams params_;
     std::mt19937_64 rng_;

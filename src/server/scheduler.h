@@ -38,10 +38,12 @@ enum class FinishReason { none, stop, length, cancelled, error };
 const char *finish_reason_name(FinishReason r);  // "stop", "length", ...
 
 struct SamplingOptions {
-    float temperature = 1.0f;  // <= 0: greedy
-    float top_p = 1.0f;        // >= 1: off
-    int top_k = 0;             // <= 0: off
-    float min_p = 0.0f;        // <= 0: off (SamplerParams::min_p)
+    float temperature = 1.0f;                            // <= 0: greedy
+    float top_p = 1.0f;                                  // >= 1: off
+    int top_k = 0;                                       // <= 0: off
+    float min_p = 0.0f;                                  // <= 0: off (SamplerParams::min_p)
+    float typical_p = 1.0f;                              // >= 1: off (SamplerParams::typical_p)
+    float xtc_probability = 0.0f, xtc_threshold = 0.1f;  // SamplerParams' XTC
     uint64_t seed = 0;
     LogitAdjustments adjust;        // penalties, biases and banned end-of-generation tokens, before the sampler
     int64_t max_tokens = 16;        // tokens to sample at most (>= 1; 0: only evaluate the prompt)

@@ -40,6 +40,30 @@ with serve_util.Server(model, "-np", 1, "-c", 512) as srv:
         checks.check(got == want, f"{what}: run equals /completion ({got!r} vs {want!r})")
         checks.check(got != plain, f"{what}: the greedy text changes")
 
+# Sampled (not greedy), with typical-p and XTC: the same seed draws the same text from run and /completion (one
+# Sampler under both), and the settings change it.
+with serve_util.Server(model, "-np", 1, "-c", 512) as srv:
+    def sampled_run(*flags):
+        out = harness.run(["run", "-m", model, "-p", PROMPT, "-n", N, "-s", 7, "--temp", "1.2"] + list(flags)).stdout
+        return norm(out[len(PROMPT):-1])
+
+    def sampled_serve(**fields):
+        body = dict({"prompt": PROMPT, "n_predict": N, "seed": 7, "temperature": 1.2}, **fields)
+        return norm(srv.request("POST", "/completion", body)[1]["content"])
+
+    base_text = sampled_run()
+    checks.check(base_text == sampled_serve(), "sampled: run and /completion draw the same text from one seed")
+    for what, flags, fields in [
+            ("typical 0.5", ["--typical", "0.5"], {"typical_p": 0.5}),
+            ("xtc always, above 0.02", ["--xtc-probability", "1", "--xtc-threshold", "0.02"],
+             {"xtc_probability": 1, "xtc_threshold": 0.02}),
+            ("typical 0.8 and xtc 0.5 above 0.05", ["--typical", "0.8", "--xtc-probability", "0.5",
+                                                    "--xtc-threshold", "0.05"],
+             {"typical_p": 0.8, "xtc_probability": 0.5, "xtc_threshold": 0.05})]:
+        got = sampled_run(*flags)
+        checks.check(got == sampled_serve(**fields), f"sampled, {what}: run equals /completion ({got!r})")
+        checks.check(got != base_text, f"sampled, {what}: the text changes")
+
 # --ignore-eos: with the end-of-generation token biased to the top, run stops at once; with --ignore-eos it
 # generates all -n tokens.
 eos = int(re.search(r"tokenizer\.ggml\.eos_token_id\s+u32\s+(\d+)", harness.run(["inspect", model]).stdout).group(1))
@@ -72,4 +96,7 @@ harness.expect_error(checks, ["run", "-m", model, "-p", "x", "--repeat-last-n", 
                      "--repeat-last-n -2")
 harness.expect_error(checks, ["run", "-m", model, "-p", "x", "--presence-penalty", "3"], "--presence-penalty",
                      "--presence-penalty 3")
+harness.expect_error(checks, ["run", "-m", model, "-p", "x", "--typical", "1.5"], "--typical", "--typical 1.5")
+harness.expect_error(checks, ["run", "-m", model, "-p", "x", "--xtc-probability", "-0.1"], "--xtc-probability",
+                     "--xtc-probability -0.1")
 checks.finish()

@@ -161,6 +161,9 @@ SamplingOptions read_sampling(const json &body, const SamplingDefaults &defaults
     s.top_p = static_cast<float>(get_number(body, "top_p", 0.0, 1.0).value_or(defaults.top_p));
     s.top_k = static_cast<int>(get_int(body, "top_k", 0, lim.n_vocab).value_or(defaults.top_k));
     s.min_p = static_cast<float>(get_number(body, "min_p", 0.0, 1.0).value_or(defaults.min_p));
+    s.typical_p = static_cast<float>(get_number(body, "typical_p", 0.0, 1.0).value_or(1.0));
+    s.xtc_probability = static_cast<float>(get_number(body, "xtc_probability", 0.0, 1.0).value_or(0.0));
+    s.xtc_threshold = static_cast<float>(get_number(body, "xtc_threshold", 0.0, 1.0).value_or(0.1));
     s.adjust.repeat_penalty = static_cast<float>(get_number(body, "repeat_penalty", 0.001, 100.0).value_or(1.0));
     s.adjust.repeat_last_n = get_int(body, "repeat_last_n", -1, lim.n_ctx_per_slot).value_or(64);
     s.adjust.ignore_eos = get_bool(body, "ignore_eos").value_or(false);
@@ -180,9 +183,7 @@ SamplingOptions read_sampling(const json &body, const SamplingDefaults &defaults
             throw ApiError(400, strprintf("'%s': only %g (off) is supported", key, off), "unsupported_parameter");
         }
     };
-    refuse_unless("typical_p", 1.0, 0.0, 1.0);
     refuse_unless("dynatemp_range", 0.0, 0.0, 100.0);
-    refuse_unless("xtc_probability", 0.0, 0.0, 1.0);
     refuse_unless("dry_multiplier", 0.0, 0.0, 100.0);
     refuse_unless("top_n_sigma", -1.0, -1.0, 100.0);
     s.adjust.presence_penalty = static_cast<float>(get_number(body, "presence_penalty", -2.0, 2.0).value_or(0.0));
