@@ -250,6 +250,36 @@ TEST_F(SchedulerTest, ContextShiftsLetATaskOutrunItsSlot) {
     EXPECT_EQ(finish(*plain.submit(t)).second.n_generated, 64 - 6);
 }
 
+// A slot that has shifted its context while it generates offers other tasks only the prefix the shift kept: the
+// rows after it were computed with a longer history, so a task sharing them would not get what it gets alone.
+TEST_F(SchedulerTest, ATaskSharesNoRowsAShiftLeftInexact) {
+    Scheduler s(model_, context(2048), {2, 4, 0, true});  // 1024 cells per slot
+    const std::vector<int32_t> prompt = {5, 6, 7, 8, 9, 10};
+    Task a = greedy(prompt, int64_t(1) << 20);
+    a.id_slot = 0;
+    a.n_keep = -1;  // shifts keep the prompt
+    a.sampling.adjust.ignore_eos = true;
+    a.sampling.logprobs = 0;  // for the ids of its tokens
+    auto running = s.submit(a);
+    // The first shift comes when 1018 tokens are decoded: it drops the first 509, so the cache then holds the
+    // prompt and generated tokens 509.. 1017, until the next shift 509 tokens later.
+    std::vector<int32_t> generated;
+    while (generated.size() < 1030) {
+        const TaskUpdate u = running->wait(1000ms);
+        for (const TokenLogprob &t : u.logprobs) generated.push_back(t.id);
+        ASSERT_FALSE(u.done);
+    }
+    ASSERT_GE(s.metrics().context_shifts, 1);
+    std::vector<int32_t> b_prompt = prompt;
+    b_prompt.insert(b_prompt.end(), generated.begin() + 509, generated.begin() + 518);  // cached in slot 0, shifted
+    const auto b = finish(*s.submit(greedy(b_prompt, 8)));
+    running->cancel();
+    EXPECT_EQ(b.second.id_slot, 1);
+    EXPECT_EQ(b.second.n_cached, static_cast<int64_t>(prompt.size()));  // the prompt, not the shifted rows after it
+    Scheduler fresh(model_, context(2048), {2, 4, 0, true});
+    EXPECT_EQ(finish(*fresh.submit(greedy(b_prompt, 8))).first, b.first);
+}
+
 TEST_F(SchedulerTest, FullQueueRefusesAndCancelFreesTheSlot) {
     Scheduler s(model_, context(2048), {1, 1});
     Task long_task = greedy({1, 2, 3}, 1500);

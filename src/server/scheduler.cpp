@@ -169,6 +169,9 @@ struct Scheduler::Slot {
     size_t follow_until = 0;
 
     bool busy() const { return channel != nullptr; }
+    // The leading cache tokens whose rows equal a fresh evaluation of them: all, but after a context shift only
+    // those it kept (the later rows were computed with a longer history). Another task may share only these.
+    size_t exact_prefix() const { return shift_keep >= 0 ? std::min(cache.size(), size_t(shift_keep)) : cache.size(); }
     bool reading_prompt() const { return busy() && n_prompt_done < task.prompt.size(); }
     // Still in step with its leader: the leader runs the same task, is as far into its prompt as this slot is,
     // and this slot has not reached follow_until.
@@ -452,7 +455,7 @@ void Scheduler::start_task(Slot &slot, Queued &queued) {
     if (reuse) {
         for (const Slot &s : slots_) {
             if (&s == &slot) continue;
-            const size_t prefix = std::min(common_prefix(s.cache, prompt), limit);
+            const size_t prefix = std::min({common_prefix(s.cache, prompt), s.exact_prefix(), limit});
             if (prefix > keep) {
                 keep = prefix;
                 donor = &s;
