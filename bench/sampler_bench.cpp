@@ -16,7 +16,7 @@ namespace {
 using namespace sparrow;
 
 // range(0): vocabulary size; range(1): 0 greedy, 1 temperature 1 alone, 2 top-p 0.95, 3 top-k 40 + top-p 0.95,
-// 4 typical-p 0.9 alone (the ranked path over the whole vocabulary), 5 top-k 40 + typical 0.9 + XTC 0.5 above 0.1.
+// 4 typical-p 0.9 alone (its selection over the whole vocabulary), 5 top-k 40 + typical 0.9 + XTC 0.5 above 0.1.
 void BM_Sample(benchmark::State &state) {
     const auto n_vocab = static_cast<size_t>(state.range(0));
     std::mt19937 rng(1);

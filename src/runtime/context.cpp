@@ -368,7 +368,7 @@ void Context::Impl::shift(const char *what, int32_t seq, int32_t p0, int32_t p1,
 
 int32_t Context::context_shift(int32_t seq_id, int32_t n_keep) {
     check_seq("context_shift", seq_id);
-    if (n_keep < 0) throw_error_code(ErrorCode::position_order, "context_shift: n_keep %d is negative", n_keep);
+    if (n_keep < 0) throw_error("context_shift: n_keep %d is negative", n_keep);
     const int32_t n_left = seq_pos_max(seq_id) + 1 - n_keep;
     const int32_t n_discard = n_left > 1 ? n_left / 2 : 0;
     if (n_discard == 0) return 0;
@@ -603,31 +603,28 @@ std::vector<int32_t> Context::state_seq_load(int32_t seq_id, const std::string &
     }
     const auto n_cells = r.get<uint32_t>();
     if (n_cells > s.cells.size()) bad(strprintf("%u cells, the context has %lld", n_cells, (long long)s.cells.size()));
-    // After the cells: version 2's tokens (a count and the ids), then the checksum.
-    const size_t cells_at = r.at, tokens_part = version >= 2 ? sizeof(uint32_t) : 0;
-    if (bytes.size() - r.at < size_t(n_cells) * cell_bytes + tokens_part + sizeof stored_sum) {
-        throw_error_code(ErrorCode::state_file, "state file '%s' has %zu bytes of cells, expected %zu", path.c_str(),
-                         bytes.size() - r.at - sizeof stored_sum, size_t(n_cells) * cell_bytes);
-    }
+    // After the cells: version 2's tokens (a count and the ids), then the checksum. The tokens are read first (the
+    // reader jumps past the cells), so that the file's length is checked before anything is placed.
+    const size_t cells_at = r.at, cells_end = cells_at + size_t(n_cells) * cell_bytes;
     std::vector<int32_t> tokens;
-    if (version >= 2) {
-        r.at = cells_at + size_t(n_cells) * cell_bytes;
+    if (version >= 2 && bytes.size() >= cells_end + sizeof(uint32_t)) {
+        r.at = cells_end;
         const auto n_tokens = r.get<uint32_t>();
         if (n_tokens > n_cells) bad(strprintf("%u tokens for %u cells", n_tokens, n_cells));
-        if (bytes.size() - r.at != size_t(n_tokens) * sizeof(int32_t) + sizeof stored_sum) {
-            throw_error_code(ErrorCode::state_file, "state file '%s' has %zu bytes after its cells, expected %zu",
-                             path.c_str(), bytes.size() - r.at, size_t(n_tokens) * sizeof(int32_t) + sizeof stored_sum);
-        }
-        for (uint32_t i = 0; i < n_tokens; ++i) {
-            const auto t = r.get<int32_t>();
-            if (t < 0 || t >= info.n_vocab) bad(strprintf("token %u is %d, outside the vocabulary", i, t));
-            tokens.push_back(t);
-        }
-        r.at = cells_at;
-    } else if (bytes.size() - r.at != size_t(n_cells) * cell_bytes + sizeof stored_sum) {
-        throw_error_code(ErrorCode::state_file, "state file '%s' has %zu bytes of cells, expected %zu", path.c_str(),
-                         bytes.size() - r.at - sizeof stored_sum, size_t(n_cells) * cell_bytes);
+        tokens.resize(n_tokens);
     }
+    const size_t expected =
+        cells_end + (version >= 2 ? sizeof(uint32_t) + tokens.size() * sizeof(int32_t) : 0) + sizeof stored_sum;
+    if (bytes.size() != expected) {
+        throw_error_code(ErrorCode::state_file, "state file '%s' has %zu bytes, expected %zu for its %u cells%s",
+                         path.c_str(), bytes.size(), expected, n_cells, version >= 2 ? " and tokens" : "");
+    }
+    for (size_t i = 0; i < tokens.size(); ++i) {
+        tokens[i] = r.get<int32_t>();
+        if (tokens[i] < 0 || tokens[i] >= info.n_vocab)
+            bad(strprintf("token %zu is %d, outside the vocabulary", i, tokens[i]));
+    }
+    r.at = cells_at;
     int32_t prev = -1;
     for (uint32_t i = 0; i < n_cells; ++i) {
         const auto p = r.get<int32_t>();

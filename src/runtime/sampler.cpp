@@ -250,13 +250,17 @@ int32_t Sampler::sample(std::span<const float> logits) {
                                 candidates_.begin());
     }
     // candidates_[0, n) in no particular order (take_nucleus and the min-p cut reorder): the draw does not need one.
-    weights_.resize(n);
+    return draw_candidate(0, n, max, inv_temp);
+}
+
+int32_t Sampler::draw_candidate(size_t first, size_t n, float reference, float inv_temp) {
+    weights_.resize(n - first);
     double total = 0.0;
-    for (size_t i = 0; i < n; ++i) {
-        weights_[i] = exp_nonpositive((candidates_[i].logit - max) * inv_temp);
-        total += weights_[i];
+    for (size_t i = first; i < n; ++i) {
+        weights_[i - first] = exp_nonpositive((candidates_[i].logit - reference) * inv_temp);
+        total += weights_[i - first];
     }
-    return candidates_[draw(total)].id;
+    return candidates_[first + draw(total)].id;
 }
 
 size_t Sampler::draw(double total) {
@@ -340,14 +344,7 @@ int32_t Sampler::sample_staged(std::span<const float> logits, float max) {
     }
     float best = kNegInf;  // the tempered weights relative to the best token left (all of them may be far below max)
     for (size_t i = first; i < n; ++i) best = std::max(best, candidates_[i].logit);
-    const auto inv_temp = static_cast<float>(std::min(1.0 / double(params_.temp), 1e30));
-    weights_.resize(n - first);
-    double total = 0.0;
-    for (size_t i = first; i < n; ++i) {
-        weights_[i - first] = exp_nonpositive((candidates_[i].logit - best) * inv_temp);
-        total += weights_[i - first];
-    }
-    return candidates_[first + draw(total)].id;
+    return draw_candidate(first, n, best, static_cast<float>(std::min(1.0 / double(params_.temp), 1e30)));
 }
 
 }  // namespace sparrow

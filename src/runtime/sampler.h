@@ -20,7 +20,7 @@ struct SamplerParams {
     // (llama.cpp's min-p: a logit at least max + ln(min_p)); 0: no cut
     float min_p = 0.0f;
     // < 1: locally typical sampling (llama.cpp's typical_p): the tokens whose surprisal -ln p is closest to the
-    // distribution's entropy, fewest first, until their probability passes typical_p; 1: no cut
+    // distribution's entropy, fewest first, until their probability reaches typical_p; 1: no cut
     float typical_p = 1.0f;
     // XTC, "exclude top choices" (llama.cpp's): with probability xtc_probability, every token at least xtc_threshold
     // likely but the least likely of them is removed (when at least two are; a threshold above 0.5 never applies)
@@ -45,6 +45,9 @@ class Sampler {
     size_t nucleus(std::span<const float> logits, float max);
     // An index of weights_ drawn with probability weights_[i] / total.
     size_t draw(double total);
+    // The id of one of candidates_[first, n) drawn by its tempered weight exp((logit - reference) * inv_temp); the
+    // reference is a logit at least as large as theirs, close enough that the weights do not all vanish.
+    int32_t draw_candidate(size_t first, size_t n, float reference, float inv_temp);
     // With typical-p or XTC on: the cuts one after another, each on what the previous ones kept (top-k's tokens,
     // else the whole vocabulary), and the draw. max: the largest logit.
     int32_t sample_staged(std::span<const float> logits, float max);

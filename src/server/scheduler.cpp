@@ -317,9 +317,10 @@ SlotActionResult Scheduler::run_action(Slot &slot, const PendingAction &action) 
 
 void Scheduler::loop() {
     std::vector<PendingAction> runnable;
+    std::vector<bool> reserved, taken;  // per slot, each step: an action waits for it; it can take no task now
     while (true) {
         std::vector<Queued> admitted;
-        std::vector<bool> reserved(slots_.size(), false);  // slots with an action waiting for them
+        reserved.assign(slots_.size(), false);
         {
             std::unique_lock lock(mu_);
             const auto any_busy = [&] {
@@ -349,7 +350,7 @@ void Scheduler::loop() {
             }
             // Tasks pinned to a slot (Task::id_slot) take it when it is free, then the others take the free slots
             // left, in queue order; a pinned task whose slot is busy waits in the queue.
-            std::vector<bool> taken = reserved;
+            taken = reserved;
             for (size_t i = 0; i < slots_.size(); ++i) taken[i] = taken[i] || slots_[i].busy();
             int64_t n_free = std::count(taken.begin(), taken.end(), false);
             for (auto it = queue_.begin(); it != queue_.end() && n_free > 0;) {
