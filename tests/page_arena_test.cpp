@@ -1,12 +1,16 @@
 // PageArena and ZeroedAllocator (core/page_arena.h): the memory of the weights repacked at load and of the cache rows.
 #include <gtest/gtest.h>
+#include <sys/mman.h>
 #include <unistd.h>
+
+#include <cerrno>
 
 #include <cstdint>
 #include <cstring>
 #include <fstream>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "core/error.h"
 #include "core/page_arena.h"
@@ -155,6 +159,81 @@ TEST(ZeroedAllocator, VectorsAreZeroAndCommittedAsWritten) {
     ZeroedVector<int32_t> moved = std::move(small);
     EXPECT_EQ(moved[7], 7);
     EXPECT_EQ(moved[8], 0);
+}
+
+// Whether the page holding p is resident (mincore).
+bool resident(const void *p) {
+    const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+    unsigned char in_core = 0;
+    const auto addr = reinterpret_cast<uintptr_t>(p) / page * page;
+    if (::mincore(reinterpret_cast<void *>(addr), page, &in_core) != 0) return false;
+    return (in_core & 1) != 0;
+}
+
+// An anonymous mapping in ordinary pages (no transparent huge page would commit 2 MiB at the first write).
+struct SmallPages {
+    size_t bytes;
+    uint8_t *p;
+    explicit SmallPages(size_t n) : bytes(n) {
+        void *m = ::mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        p = m == MAP_FAILED ? nullptr : static_cast<uint8_t *>(m);
+        if (p) ::madvise(p, n, MADV_NOHUGEPAGE);
+    }
+    ~SmallPages() {
+        if (p) ::munmap(p, bytes);
+    }
+};
+
+TEST(CommitAhead, CommitsTheChunksAWriteTouchesAndNoOthers) {
+    constexpr size_t kChunk = CommitAhead::kChunk;
+    const size_t bytes = 10 * kChunk + 1000;  // the last chunk ends inside a page
+    SmallPages buf(bytes);
+    ASSERT_NE(buf.p, nullptr);
+#ifndef MADV_POPULATE_WRITE
+    constexpr int MADV_POPULATE_WRITE = 23;
+#endif
+    if (::madvise(buf.p + 9 * kChunk, 4096, MADV_POPULATE_WRITE) != 0 && errno == EINVAL) {
+        GTEST_SKIP() << "this kernel has no MADV_POPULATE_WRITE (Linux 5.14): writes fault their pages in";
+    }
+    CommitAhead commit(bytes);
+    // Eight bytes inside chunk 2: all of chunk 2 is resident, before anything is written.
+    commit.before_write(buf.p, 2 * kChunk + 5000, 8);
+    EXPECT_TRUE(resident(buf.p + 2 * kChunk));
+    EXPECT_TRUE(resident(buf.p + 3 * kChunk - 1));
+    EXPECT_FALSE(resident(buf.p + 3 * kChunk));
+    EXPECT_FALSE(resident(buf.p + 2 * kChunk - 1));
+    EXPECT_FALSE(resident(buf.p));
+    // A write across a chunk boundary commits both chunks; the last, partial chunk up to the buffer's end.
+    commit.before_write(buf.p, 5 * kChunk - 4, 8);
+    EXPECT_TRUE(resident(buf.p + 4 * kChunk));
+    EXPECT_TRUE(resident(buf.p + 6 * kChunk - 1));
+    EXPECT_FALSE(resident(buf.p + 6 * kChunk));
+    commit.before_write(buf.p, bytes - 1, 1);
+    EXPECT_TRUE(resident(buf.p + bytes - 1));
+    EXPECT_TRUE(resident(buf.p + 10 * kChunk));
+    // Populating writes nothing: the memory still reads as zero, and holds what is written.
+    size_t nonzero = 0;
+    for (size_t i = 2 * kChunk; i < 3 * kChunk; ++i) nonzero += buf.p[i] != 0;
+    EXPECT_EQ(nonzero, 0u);
+    buf.p[2 * kChunk + 5000] = 9;
+    EXPECT_EQ(buf.p[2 * kChunk + 5000], 9);
+    // A write of nothing commits nothing.
+    commit.before_write(buf.p, 7 * kChunk, 0);
+    EXPECT_FALSE(resident(buf.p + 7 * kChunk));
+}
+
+TEST(CommitAhead, ABufferFromTheHeapKeepsItsNeighbours) {
+    // A small buffer shares its first and last pages with other heap memory: committing it rounds to those pages
+    // and changes no byte of them.
+    std::vector<uint8_t> before(3000, 0xAB), after(3000, 0xCD);
+    auto *p = static_cast<uint8_t *>(allocate_zeroed(5000));
+    CommitAhead commit(5000);
+    commit.before_write(p, 0, 5000);
+    for (size_t i = 0; i < 5000; ++i) ASSERT_EQ(p[i], 0) << i;
+    std::memset(p, 0x11, 5000);
+    EXPECT_EQ(before, std::vector<uint8_t>(3000, 0xAB));
+    EXPECT_EQ(after, std::vector<uint8_t>(3000, 0xCD));
+    free_zeroed(p, 5000);
 }
 
 }  // namespace

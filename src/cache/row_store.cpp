@@ -60,7 +60,8 @@ RowStore::RowStore(DType type, int64_t n_cells, int64_t width, RowRotation rotat
       width_(width),
       row_bytes_(checked_row_bytes(type, width)),
       rotation_(std::move(rotation)),
-      data_(static_cast<size_t>(n_cells * row_bytes_)) {
+      data_(static_cast<size_t>(n_cells * row_bytes_)),
+      data_commit_(data_.size()) {
     if (!rotation_.empty() && rotation_.width() != width) {
         throw_error("cache rotation covers %lld elements of %lld-element rows", (long long)rotation_.width(),
                     (long long)width);
@@ -80,9 +81,9 @@ void RowStore::write(int64_t cell, const float *src) {
     // token on one thread, and F16C converts 8 floats per instruction where the portable conversion branches per
     // element (a 4-sequence decode profile: 65 samples in it against 38 in F16C's, over the same 300 steps).
     if (type_ == DType::F16) {
-        cpu::kernels().from_f32_f16(src, data_.data() + cell * row_bytes_, width_);
+        cpu::kernels().from_f32_f16(src, row_mut(cell), width_);
     } else {
-        quantize_row(type_, src, data_.data() + cell * row_bytes_, width_);
+        quantize_row(type_, src, row_mut(cell), width_);
     }
     written_ = true;
     refresh_int8(cell);
@@ -98,6 +99,7 @@ void RowStore::copy_row(int64_t src, int64_t dst) {
     std::memcpy(row_mut(dst), row(src), static_cast<size_t>(row_bytes_));
     written_ = true;
     if (quantize_) {
+        commit_int8(dst);
         std::memcpy(int8_.data() + dst * int8_width_, int8_row(src), static_cast<size_t>(int8_width_));
         int8_scale_[static_cast<size_t>(dst)] = int8_scale(src);
         int8_sum_[static_cast<size_t>(dst)] = int8_sum(src);
@@ -124,6 +126,9 @@ void RowStore::keep_int8_copy(Int8RowQuantizer quantize, int64_t dp) {
     int8_ = ZeroedVector<int8_t>(static_cast<size_t>(n_cells * dp));
     int8_scale_ = ZeroedVector<float>(static_cast<size_t>(n_cells));
     int8_sum_ = ZeroedVector<int32_t>(static_cast<size_t>(n_cells));
+    int8_commit_ = CommitAhead(int8_.size());
+    int8_scale_commit_ = CommitAhead(int8_scale_.size() * sizeof(float));
+    int8_sum_commit_ = CommitAhead(int8_sum_.size() * sizeof(int32_t));
     // A row of zero bytes quantises to what the vectors above hold (zeros, scale 0, sum 0): only the others are
     // quantised, and a store never written is not even read (reading its rows would make them resident).
     for (int64_t c = 0; c < n_cells && written_; ++c) {
@@ -132,8 +137,16 @@ void RowStore::keep_int8_copy(Int8RowQuantizer quantize, int64_t dp) {
     }
 }
 
+void RowStore::commit_int8(int64_t cell) {
+    const auto c = static_cast<size_t>(cell);
+    int8_commit_.before_write(int8_.data(), c * static_cast<size_t>(int8_width_), static_cast<size_t>(int8_width_));
+    int8_scale_commit_.before_write(int8_scale_.data(), c * sizeof(float), sizeof(float));
+    int8_sum_commit_.before_write(int8_sum_.data(), c * sizeof(int32_t), sizeof(int32_t));
+}
+
 void RowStore::refresh_int8(int64_t cell) {
     if (!quantize_) return;
+    commit_int8(cell);
     const void *rows[1] = {row(cell)};
     uint32_t row_type = static_cast<uint32_t>(type_);
     if (!int8_rotation_.empty()) {  // the row as stored, widened and rotated (int8_rotation)

@@ -112,7 +112,8 @@ class RowStore {
     // The rows, zero until written, in memory that is committed as it is written (core/page_arena.h): a cache
     // sized for a long context costs neither a zeroing pass nor its full size in resident memory up front.
     ZeroedVector<uint8_t> data_;
-    bool written_ = false;  // whether any row was ever stored (write, write_raw, copy_row): else all are zero
+    CommitAhead data_commit_;  // commits data_'s pages ahead of the rows written (page_arena.h)
+    bool written_ = false;     // whether any row was ever stored (write, write_raw, copy_row): else all are zero
     // The int8 copy (keep_int8_copy): [n_cells, int8_width_] values, [n_cells] scales and sums.
     Int8RowQuantizer quantize_ = nullptr;
     int64_t int8_width_ = 0;
@@ -120,8 +121,16 @@ class RowStore {
     ZeroedVector<float> int8_scale_;
     ZeroedVector<int32_t> int8_sum_;
     RowRotation int8_rotation_;
+    CommitAhead int8_commit_, int8_scale_commit_, int8_sum_commit_;
 
-    void *row_mut(int64_t cell) { return data_.data() + cell * row_bytes_; }
+    // Row `cell` to be written: its pages committed first.
+    void *row_mut(int64_t cell) {
+        data_commit_.before_write(data_.data(), static_cast<size_t>(cell * row_bytes_),
+                                  static_cast<size_t>(row_bytes_));
+        return data_.data() + cell * row_bytes_;
+    }
+    // The same for the int8 copy's row, scale and sum of `cell`.
+    void commit_int8(int64_t cell);
     void refresh_int8(int64_t cell);  // re-quantises the copy of `cell` from its stored row
 };
 

@@ -104,4 +104,23 @@ void free_zeroed(void *p, size_t bytes) {
     }
 }
 
+void CommitAhead::commit(uint8_t *base, size_t first, size_t last) {
+#ifndef MADV_POPULATE_WRITE
+    constexpr int MADV_POPULATE_WRITE = 23;  // Linux 5.14's value, for older headers
+#endif
+    for (size_t c = first; c <= last; ++c) {
+        if (done_[c]) continue;
+        done_[c] = 1;
+        // The chunk's whole pages: the rounding stays inside pages that hold bytes of the buffer (a calloc'ed one
+        // may share its first and last page with other memory, which populating leaves as it is).
+        const auto lo = reinterpret_cast<uintptr_t>(base + c * kChunk) / kPage * kPage;
+        const auto hi = round_up(reinterpret_cast<uintptr_t>(base + std::min(bytes_, (c + 1) * kChunk)), kPage);
+        if (::madvise(reinterpret_cast<void *>(lo), hi - lo, MADV_POPULATE_WRITE) != 0 &&
+            (errno == EINVAL || errno == ENOSYS || errno == EPERM)) {
+            off_ = true;  // not this kernel's: writes fault their pages in
+            return;
+        }
+    }
+}
+
 }  // namespace sparrow
