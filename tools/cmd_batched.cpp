@@ -58,7 +58,7 @@ class Generation {
           logits_index_(static_cast<size_t>(n_seq), last),
           done_(static_cast<size_t>(n_seq), false) {
         const std::vector<int32_t> eog = end_of_generation_ids(tok);
-        const LogitAdjustments adjustments = f.sampling.adjustments(tok.n_vocab());
+        const LogitAdjustments adjustments = f.sampling.adjustments(tok);
         for (int64_t s = 0; s < n_seq; ++s) {
             samplers_.emplace_back(f.sampling.params(seed + s));
             adjusters_.emplace_back(adjustments, eog);

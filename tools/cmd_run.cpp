@@ -265,7 +265,7 @@ int converse(const RunFlags &f, const Model &model, Context &ctx) {
     if (!f.system_prompt.empty()) messages.push_back({"system", f.system_prompt, std::nullopt});
 
     Sampler sampler(f.sampling.params(seed));
-    LogitAdjuster adjuster(f.sampling.adjustments(tok.n_vocab()), end_of_generation_ids(tok));
+    LogitAdjuster adjuster(f.sampling.adjustments(tok), end_of_generation_ids(tok));
     std::vector<int32_t> cached;  // the tokens sequence 0 holds, at positions 0, 1, ...
     std::optional<std::string> first = f.prompt;
     if (!f.prompt_file.empty()) first = read_file(f.prompt_file);
@@ -432,7 +432,7 @@ int run(const RunFlags &f) {
     if (!f.dump_selection_path.empty()) write_selection_json(f.dump_selection_path, selections);
 
     Sampler sampler(f.sampling.params(seed));
-    LogitAdjuster adjuster(f.sampling.adjustments(tok.n_vocab()), end_of_generation_ids(tok));
+    LogitAdjuster adjuster(f.sampling.adjustments(tok), end_of_generation_ids(tok));
     adjuster.start(prompt);
     const Stopwatch gen_clock;
     const Continuation c = continue_from(ctx, sampler, adjuster, tok, ctx.logits(last),

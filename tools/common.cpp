@@ -16,6 +16,7 @@
 #include "attention/lightning_indexer.h"
 #include "core/error.h"
 #include "model/model.h"
+#include "runtime/tokenizer.h"
 
 namespace sparrow::tools {
 
@@ -178,6 +179,30 @@ void SamplingFlags::add_to(CLI::App &cmd, const std::string &seed_help) {
             },
             "ID(+|-)BIAS"))
         ->allow_extra_args(false);
+    cmd.add_option("--dry-multiplier", dry_multiplier,
+                   "DRY: penalty for a token that would extend a repetition of the sequence's last tokens (0 = off)")
+        ->check(finite_in(0.0, 100.0));
+    cmd.add_option("--dry-base", dry_base, "DRY: the penalty grows by this factor per repeated token (1.75)")
+        ->check(finite_in(1.0, 100.0));
+    cmd.add_option("--dry-allowed-length", dry_allowed_length, "DRY: repetitions this long go unpenalised (2)")
+        ->check(CLI::Range(int64_t(1), kMaxCount));
+    cmd.add_option("--dry-penalty-last-n", dry_penalty_last_n,
+                   "DRY: tokens of the sequence it looks back over (-1 = all, 0 = off)")
+        ->check(CLI::Range(int64_t(-1), kMaxCount));
+    cmd.add_option_function<std::vector<std::string>>(
+           "--dry-sequence-breaker",
+           [this](const std::vector<std::string> &values) {
+               dry_breakers.clear();
+               for (const std::string &v : values) {
+                   if (v != "none") dry_breakers.push_back(v);
+               }
+           },
+           "DRY: a text no repetition extends across (repeatable; replaces the defaults \\n : \" *; 'none': no "
+           "breaker)")
+        ->check(CLI::Validator(
+            [](std::string &text) -> std::string { return text.empty() ? "a sequence breaker must not be empty" : ""; },
+            "TEXT"))
+        ->allow_extra_args(false);
     cmd.add_flag("--ignore-eos", ignore_eos, "Never sample an end-of-generation token (generate the full -n)");
     // -1 or a value in [0, 2^63 - 1], checked on the text: CLI11 would saturate a longer number silently.
     cmd.add_option("-s,--seed", seed, seed_help)
@@ -192,8 +217,14 @@ void SamplingFlags::add_to(CLI::App &cmd, const std::string &seed_help) {
             "INT in [-1, 2^63 - 1]"));
 }
 
-LogitAdjustments SamplingFlags::adjustments(int32_t n_vocab) const {
+LogitAdjustments SamplingFlags::adjustments(const Tokenizer &tok) const {
+    const int32_t n_vocab = tok.n_vocab();
     LogitAdjustments a;
+    a.dry_multiplier = dry_multiplier;
+    a.dry_base = dry_base;
+    a.dry_allowed_length = dry_allowed_length;
+    a.dry_penalty_last_n = dry_penalty_last_n;
+    if (dry_multiplier > 0.0f) a.dry_breakers = dry_breaker_tokens(tok, dry_breakers);
     a.presence_penalty = presence_penalty;
     a.frequency_penalty = frequency_penalty;
     a.repeat_penalty = repeat_penalty;
@@ -225,6 +256,11 @@ std::string SamplingFlags::describe_adjustments() const {
     }
     if (!logit_bias.empty())
         out += strprintf(", %zu logit bias%s", logit_bias.size(), logit_bias.size() > 1 ? "es" : "");
+    if (dry_multiplier > 0.0f && dry_penalty_last_n != 0) {
+        out += strprintf(", dry %.2f x %.2f^(length - %lld)", dry_multiplier, dry_base, (long long)dry_allowed_length);
+        out += dry_penalty_last_n < 0 ? std::string(" over the whole sequence")
+                                      : strprintf(" over %lld tokens", (long long)dry_penalty_last_n);
+    }
     if (ignore_eos) out += ", ignore-eos";
     return out;
 }

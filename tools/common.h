@@ -65,14 +65,17 @@ struct SamplingFlags {
     int64_t repeat_last_n = 64;
     std::vector<std::string> logit_bias;  // llama.cpp's TOKEN_ID(+|-)BIAS, e.g. 15043+1 or 2-inf
     bool ignore_eos = false;
+    float dry_multiplier = 0.0f, dry_base = 1.75f;  // DRY, llama.cpp's defaults (off)
+    int64_t dry_allowed_length = 2, dry_penalty_last_n = -1;
+    std::vector<std::string> dry_breakers = default_dry_breakers();  // --dry-sequence-breaker ("none": no breaker)
 
     void add_to(CLI::App &cmd, const std::string &seed_help = "Random seed (-1 = random)");
     uint64_t resolved_seed() const;
     SamplerParams params(uint64_t used_seed) const {
         return {temp, top_k, top_p, used_seed, min_p, typical_p, xtc_probability, xtc_threshold};
     }
-    // The logit adjustments of the flags; a --logit-bias token id outside [0, n_vocab) is an error naming it.
-    LogitAdjustments adjustments(int32_t n_vocab) const;
+    // The logit adjustments of the flags; a --logit-bias token id outside the vocabulary is an error naming it.
+    LogitAdjustments adjustments(const Tokenizer &tok) const;
     // The samplers past min-p and the adjustments in force, for the sampling line on stderr (", typical 0.90,
     // repeat-penalty 1.10 over 64, ignore-eos"), or "" when none is.
     std::string describe_adjustments() const;

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <span>
+#include <string>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -26,6 +27,15 @@ struct LogitAdjustments {
     // more than once (the biases add up)
     std::vector<std::pair<int32_t, float>> logit_bias;
     bool ignore_eos = false;  // end-of-generation tokens are never sampled
+    // DRY ("don't repeat yourself", llama.cpp's): where the sequence's last L tokens (L >= dry_allowed_length) also
+    // stand earlier in its last dry_penalty_last_n tokens (-1: all of it, prompt included), the token that followed
+    // them there has dry_multiplier * dry_base^(L - dry_allowed_length) subtracted, with the longest such L per
+    // token. A repetition never extends back past a breaker token (dry_breaker_tokens). 0: off.
+    float dry_multiplier = 0.0f;
+    float dry_base = 1.75f;
+    int64_t dry_allowed_length = 2;
+    int64_t dry_penalty_last_n = -1;
+    std::vector<int32_t> dry_breakers;  // sorted token ids (dry_breaker_tokens)
 
     // Whether any of the above changes a logit.
     bool any() const;
@@ -35,6 +45,18 @@ struct LogitAdjustments {
 // multiplied by it otherwise (in place; ids must index logits). `window` is sorted and made unique on the way (its
 // order and repeats do not matter to the penalty).
 void apply_repeat_penalty(std::span<float> logits, std::vector<int32_t> &window, float penalty);
+
+// llama.cpp's default DRY sequence breakers: newline, colon, double quote, asterisk.
+std::vector<std::string> default_dry_breakers();
+// The tokens (sorted ids) whose text holds one of `breakers` (non-empty strings): a breaker spelled over several
+// tokens, none of which holds it whole, is not seen.
+std::vector<int32_t> dry_breaker_tokens(const Tokenizer &tok, std::span<const std::string> breakers);
+
+// DRY's penalty (LogitAdjustments' dry_* fields) for the tokens that would repeat `window` (the sequence's last
+// tokens), subtracted from logits in place (ids must index logits). z: a workspace. Linear in the window: the
+// repeated lengths of every position come from one Z-function of the reversed window.
+void apply_dry_penalty(std::span<float> logits, std::span<const int32_t> window, const LogitAdjustments &a,
+                       std::vector<int32_t> &z);
 
 // The vocabulary's end-of-generation tokens (what LogitAdjustments::ignore_eos bans).
 std::vector<int32_t> end_of_generation_ids(const Tokenizer &tok);
@@ -60,6 +82,7 @@ class LogitAdjuster {
     std::vector<int32_t> sequence_;                // the prompt, then every generated token
     std::unordered_map<int32_t, int64_t> counts_;  // generated token -> occurrences
     std::vector<int32_t> window_;                  // the repetition penalty's tokens of a step (reused)
+    std::vector<int32_t> dry_z_;                   // DRY's workspace (reused)
     std::vector<float> adjusted_;
 };
 

@@ -1,5 +1,5 @@
 """`sparrow run` and `batched` take the server's logit adjustments as flags (--logit-bias, --repeat-penalty,
---repeat-last-n, --presence-penalty, --frequency-penalty, --ignore-eos): greedy `run` with each equals the server's
+--repeat-last-n, --presence-penalty, --frequency-penalty, DRY's --dry-*, --ignore-eos): greedy `run` with each equals the server's
 /completion with the same settings (one LogitAdjuster under both), and bad values are refused with the flag named."""
 import os
 import re
@@ -39,6 +39,30 @@ with serve_util.Server(model, "-np", 1, "-c", 512) as srv:
         want = norm(srv.request("POST", "/completion", dict(base, **fields))[1]["content"])
         checks.check(got == want, f"{what}: run equals /completion ({got!r} vs {want!r})")
         checks.check(got != plain, f"{what}: the greedy text changes")
+    # DRY: a word's token biased up by 100 repeats it all along; DRY's penalty, growing with the repeat,
+    # breaks it: run and /completion alike, with the breakers each is given.
+    word = srv.request("POST", "/tokenize", {"content": " the"})[1]["tokens"][0]
+    piece = srv.request("POST", "/detokenize", {"tokens": [word]})[1]["content"]
+    push = (["-l", f"{word}+100"], {"logit_bias": [[word, 100]]})
+    repeated = serve_util.run_greedy(model, PROMPT, N, *push[0])
+    for what, flags, fields in [
+            ("DRY from one repeated token", ["--dry-multiplier", "3", "--dry-allowed-length", "1"],
+             {"dry_multiplier": 3, "dry_allowed_length": 1}),
+            ("DRY over the last 6 tokens, base 3", ["--dry-multiplier", "5", "--dry-base", "3",
+                                                    "--dry-penalty-last-n", "6"],
+             {"dry_multiplier": 5, "dry_base": 3, "dry_penalty_last_n": 6}),
+            ("DRY with no breaker", ["--dry-multiplier", "3", "--dry-sequence-breaker", "none"],
+             {"dry_multiplier": 3, "dry_sequence_breakers": []})]:
+        got = serve_util.run_greedy(model, PROMPT, N, *push[0], *flags)
+        want = norm(srv.request("POST", "/completion", dict(base, **push[1], **fields))[1]["content"])
+        checks.check(got == want, f"{what}: run equals /completion ({got!r} vs {want!r})")
+        checks.check(got != repeated, f"{what}: the repeat is broken ({repeated!r})")
+    # The repeated token's own text as the breaker: no repeat reaches back past it, so nothing is penalised.
+    flags = ["--dry-multiplier", "3", "--dry-allowed-length", "1", "--dry-sequence-breaker", piece]
+    got = serve_util.run_greedy(model, PROMPT, N, *push[0], *flags)
+    want = norm(srv.request("POST", "/completion", dict(base, **push[1], dry_multiplier=3, dry_allowed_length=1,
+                                                       dry_sequence_breakers=[piece]))[1]["content"])
+    checks.check(got == want == repeated, f"DRY, the token's text {piece!r} a breaker: nothing changes ({got!r})")
 
 # Sampled (not greedy), with typical-p and XTC: the same seed draws the same text from run and /completion (one
 # Sampler under both), and the settings change it.
@@ -97,6 +121,14 @@ harness.expect_error(checks, ["run", "-m", model, "-p", "x", "--repeat-last-n", 
 harness.expect_error(checks, ["run", "-m", model, "-p", "x", "--presence-penalty", "3"], "--presence-penalty",
                      "--presence-penalty 3")
 harness.expect_error(checks, ["run", "-m", model, "-p", "x", "--typical", "1.5"], "--typical", "--typical 1.5")
+harness.expect_error(checks, ["run", "-m", model, "-p", "x", "--dry-allowed-length", "0"], "--dry-allowed-length",
+                     "--dry-allowed-length 0")
+harness.expect_error(checks, ["run", "-m", model, "-p", "x", "--dry-base", "0.5"], "--dry-base", "--dry-base 0.5")
+harness.expect_error(checks, ["run", "-m", model, "-p", "x", "--dry-sequence-breaker", ""], "--dry-sequence-breaker",
+                     "--dry-sequence-breaker ''")
+proc = harness.run(["run", "-m", model, "-p", PROMPT, "-n", 1, "--dry-multiplier", 0.8])
+line = next(l for l in proc.stderr.splitlines() if "sampling:" in l)
+checks.check("dry 0.80 x 1.75^(length - 2) over the whole sequence" in line, f"run's sampling line names DRY: {line!r}")
 harness.expect_error(checks, ["run", "-m", model, "-p", "x", "--xtc-probability", "-0.1"], "--xtc-probability",
                      "--xtc-probability -0.1")
 checks.finish()

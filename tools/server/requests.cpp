@@ -152,6 +152,42 @@ std::vector<std::pair<int32_t, float>> read_logit_bias(const json &body, const T
     return out;
 }
 
+namespace {
+
+// llama.cpp's DRY fields: dry_multiplier (0: off), dry_base, dry_allowed_length, dry_penalty_last_n (-1: the whole
+// sequence) and dry_sequence_breakers (an array of strings; [] for none), within the stop strings' limits.
+void read_dry(const json &body, const Tokenizer &tok, const RequestLimits &lim, LogitAdjustments &a) {
+    a.dry_multiplier = static_cast<float>(get_number(body, "dry_multiplier", 0.0, 100.0).value_or(0.0));
+    a.dry_base = static_cast<float>(get_number(body, "dry_base", 1.0, 100.0).value_or(1.75));
+    a.dry_allowed_length = get_int(body, "dry_allowed_length", 1, lim.n_ctx_per_slot).value_or(2);
+    a.dry_penalty_last_n = get_int(body, "dry_penalty_last_n", -1, lim.n_ctx_per_slot).value_or(-1);
+    std::vector<std::string> breakers = default_dry_breakers();
+    if (const auto it = body.find("dry_sequence_breakers"); it != body.end() && !it->is_null()) {
+        if (!it->is_array()) throw ApiError(400, "'dry_sequence_breakers' must be an array of strings", "invalid_type");
+        breakers.clear();
+        for (const json &v : *it) {
+            if (!v.is_string())
+                throw ApiError(400, "'dry_sequence_breakers' must be an array of strings", "invalid_type");
+            breakers.push_back(v.get<std::string>());
+            if (breakers.back().empty() || breakers.back().size() > lim.max_stop_bytes) {
+                throw ApiError(
+                    400, strprintf("'dry_sequence_breakers' strings must hold 1 to %zu bytes", lim.max_stop_bytes),
+                    "invalid_value");
+            }
+        }
+        if (breakers.size() > lim.max_stop_strings) {
+            throw ApiError(400,
+                           strprintf("'dry_sequence_breakers' holds %zu strings; at most %zu are allowed",
+                                     breakers.size(), lim.max_stop_strings),
+                           "invalid_value");
+        }
+    }
+    // Only a request that uses DRY pays for the pass over the vocabulary.
+    if (a.dry_multiplier > 0.0f && a.dry_penalty_last_n != 0) a.dry_breakers = dry_breaker_tokens(tok, breakers);
+}
+
+}  // namespace
+
 SamplingOptions read_sampling(const json &body, const SamplingDefaults &defaults,
                               std::initializer_list<const char *> max_tokens_keys, int64_t n_prompt,
                               const Tokenizer &tok, const RequestLimits &lim) {
@@ -184,8 +220,8 @@ SamplingOptions read_sampling(const json &body, const SamplingDefaults &defaults
         }
     };
     refuse_unless("dynatemp_range", 0.0, 0.0, 100.0);
-    refuse_unless("dry_multiplier", 0.0, 0.0, 100.0);
     refuse_unless("top_n_sigma", -1.0, -1.0, 100.0);
+    read_dry(body, tok, lim, s.adjust);
     s.adjust.presence_penalty = static_cast<float>(get_number(body, "presence_penalty", -2.0, 2.0).value_or(0.0));
     s.adjust.frequency_penalty = static_cast<float>(get_number(body, "frequency_penalty", -2.0, 2.0).value_or(0.0));
     const std::optional<int64_t> seed = get_int(body, "seed", INT64_MIN, INT64_MAX);
