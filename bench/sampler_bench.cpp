@@ -16,7 +16,8 @@ namespace {
 using namespace sparrow;
 
 // range(0): vocabulary size; range(1): 0 greedy, 1 temperature 1 alone, 2 top-p 0.95, 3 top-k 40 + top-p 0.95,
-// 4 typical-p 0.9 alone (its selection over the whole vocabulary), 5 top-k 40 + typical 0.9 + XTC 0.5 above 0.1.
+// 4 typical-p 0.9 alone (its selection over the whole vocabulary), 5 top-k 40 + typical 0.9 + XTC 0.5 above 0.1,
+// 6 top-n-sigma 1 alone (its mean and deviation over the whole vocabulary, then the tokens above the floor).
 void BM_Sample(benchmark::State &state) {
     const auto n_vocab = static_cast<size_t>(state.range(0));
     std::mt19937 rng(1);
@@ -30,15 +31,16 @@ void BM_Sample(benchmark::State &state) {
         case 2: p = {0.8f, 0, 0.95f, 1}; break;
         case 3: p = {0.8f, 40, 0.95f, 1}; break;
         case 4: p = {1.0f, 0, 1.0f, 1, 0.0f, 0.9f}; break;
-        default: p = {0.8f, 40, 0.95f, 1, 0.05f, 0.9f, 0.5f, 0.1f}; break;
+        case 5: p = {0.8f, 40, 0.95f, 1, 0.05f, 0.9f, 0.5f, 0.1f}; break;
+        default: p = {1.0f, 0, 1.0f, 1, 0.0f, 1.0f, 0.0f, 0.1f, 1.0f}; break;
     }
     Sampler sampler(p);
     for (auto _ : state) benchmark::DoNotOptimize(sampler.sample(logits));
-    const char *names[] = {"greedy",      "temperature 1",         "top-p 0.95", "top-k 40, top-p 0.95",
-                           "typical 0.9", "top-k 40, typical, XTC"};
+    const char *names[] = {"greedy",      "temperature 1",          "top-p 0.95",   "top-k 40, top-p 0.95",
+                           "typical 0.9", "top-k 40, typical, XTC", "top-n-sigma 1"};
     state.SetLabel(names[state.range(1)]);
 }
-BENCHMARK(BM_Sample)->ArgsProduct({{32000, 129280}, {0, 1, 2, 3, 4, 5}})->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_Sample)->ArgsProduct({{32000, 129280}, {0, 1, 2, 3, 4, 5, 6}})->Unit(benchmark::kMicrosecond);
 
 // The log probability of a token and the 5 most likely ones (a request with logprobs: 5), per generated token.
 void BM_TokenLogprob(benchmark::State &state) {

@@ -31,7 +31,19 @@ std::vector<double> reference_probs(const std::vector<float> &logits, const Samp
     std::iota(order.begin(), order.end(), size_t(0));
     std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return v[a] > v[b] || (v[a] == v[b] && a < b); });
     size_t n = V;
-    if (p.top_k > 0 && static_cast<size_t>(p.top_k) < V) n = static_cast<size_t>(p.top_k);
+    if (p.top_n_sigma > 0.0f) {  // first: the logits at least max - top_n_sigma x (deviation of the finite ones)
+        double mean = 0.0, var = 0.0, count = 0.0;
+        for (const float x : v) {
+            if (std::isfinite(x)) mean += x, count += 1.0;
+        }
+        mean /= count;
+        for (const float x : v) {
+            if (std::isfinite(x)) var += (x - mean) * (x - mean);
+        }
+        const double floor = v[order[0]] - p.top_n_sigma * std::sqrt(var / count);
+        while (n > 1 && !(v[order[n - 1]] >= floor)) --n;
+    }
+    if (p.top_k > 0 && static_cast<size_t>(p.top_k) < n) n = static_cast<size_t>(p.top_k);
     // The probability at temperature 1 of order[i] among order[0, n) (order[0] is the best of them).
     const auto prob = [&](size_t i) {
         double total = 0.0;
@@ -108,7 +120,7 @@ std::string describe(const SamplerParams &p, size_t V) {
     return "vocab " + std::to_string(V) + " temp " + std::to_string(p.temp) + " top_k " + std::to_string(p.top_k) +
            " top_p " + std::to_string(p.top_p) + " min_p " + std::to_string(p.min_p) + " typical_p " +
            std::to_string(p.typical_p) + " xtc " + std::to_string(p.xtc_probability) + "/" +
-           std::to_string(p.xtc_threshold);
+           std::to_string(p.xtc_threshold) + " top_n_sigma " + std::to_string(p.top_n_sigma);
 }
 
 TEST(Sampler, GreedyTakesTheFirstLargestAndIgnoresNaN) {
@@ -178,6 +190,18 @@ TEST(Sampler, DrawsFollowTheReferenceDistribution) {
             check_frequencies(small, {1.0f, top_k, 1.0f, 21, 0.0f, typical}, 20000);
             check_frequencies(small, {0.7f, top_k, 0.9f, 22, 0.1f, typical}, 20000);
         }
+    }
+    // Top-n-sigma, alone and before every other cut (the list's finite logits: mean ~1.6, deviation ~1.45; 0.5 keeps
+    // those >= ~3.3, 1 >= ~2.6, 2 >= ~1.1).
+    for (float sigma : {0.5f, 1.0f, 2.0f}) {
+        SamplerParams alone{1.0f, 0, 1.0f, 25};
+        alone.top_n_sigma = sigma;
+        check_frequencies(small, alone, 20000);
+        SamplerParams all{0.8f, 8, 0.9f, 26, 0.05f, 0.9f, 0.5f, 0.1f};
+        all.top_n_sigma = sigma;
+        check_frequencies(small, all, 20000);
+        all.top_k = 2;
+        check_frequencies(small, all, 20000);
     }
     for (float probability : {0.3f, 1.0f}) {
         for (float threshold : {0.02f, 0.1f, 0.2f, 0.6f}) {

@@ -156,6 +156,9 @@ void SamplingFlags::add_to(CLI::App &cmd, const std::string &seed_help) {
            "--typical", typical_p,
            "Locally typical sampling: keep the tokens nearest the entropy until this much probability (1 = off)")
         ->check(finite_in(0.0, 1.0));
+    cmd.add_option("--top-n-sigma", top_n_sigma,
+                   "Keep the tokens within N standard deviations of the logits below the best (first cut; -1 = off)")
+        ->check(finite_in(-1.0, 100.0));
     cmd.add_option("--xtc-probability", xtc_probability,
                    "XTC: how often the tokens above --xtc-threshold are removed, all but the least likely (0 = off)")
         ->check(finite_in(0.0, 1.0));
@@ -244,6 +247,7 @@ LogitAdjustments SamplingFlags::adjustments(const Tokenizer &tok) const {
 
 std::string SamplingFlags::describe_adjustments() const {
     std::string out;
+    if (top_n_sigma > 0.0f) out += strprintf(", top-n-sigma %.2f", top_n_sigma);
     if (typical_p < 1.0f) out += strprintf(", typical %.2f", typical_p);
     if (xtc_probability > 0.0f && xtc_threshold <= 0.5f)
         out += strprintf(", xtc %.2f above %.2f", xtc_probability, xtc_threshold);

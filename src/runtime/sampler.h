@@ -26,6 +26,9 @@ struct SamplerParams {
     // likely but the least likely of them is removed (when at least two are; a threshold above 0.5 never applies)
     float xtc_probability = 0.0f;
     float xtc_threshold = 0.1f;
+    // > 0: top-n-sigma (llama.cpp's), the first cut: keep the tokens whose logit is at least the maximum minus
+    // top_n_sigma standard deviations of the finite logits (over the whole vocabulary); <= 0: no cut
+    float top_n_sigma = -1.0f;
 };
 
 class Sampler {

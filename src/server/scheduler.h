@@ -44,6 +44,7 @@ struct SamplingOptions {
     float min_p = 0.0f;                                  // <= 0: off (SamplerParams::min_p)
     float typical_p = 1.0f;                              // >= 1: off (SamplerParams::typical_p)
     float xtc_probability = 0.0f, xtc_threshold = 0.1f;  // SamplerParams' XTC
+    float top_n_sigma = -1.0f;                           // <= 0: off (SamplerParams::top_n_sigma)
     uint64_t seed = 0;
     LogitAdjustments adjust;        // penalties, biases and banned end-of-generation tokens, before the sampler
     int64_t max_tokens = 16;        // tokens to sample at most (>= 1; 0: only evaluate the prompt)

@@ -79,6 +79,9 @@ with serve_util.Server(model, "-np", 1, "-c", 512) as srv:
     checks.check(base_text == sampled_serve(), "sampled: run and /completion draw the same text from one seed")
     for what, flags, fields in [
             ("typical 0.5", ["--typical", "0.5"], {"typical_p": 0.5}),
+            ("top-n-sigma 0.5", ["--top-n-sigma", "0.5"], {"top_n_sigma": 0.5}),
+            ("top-n-sigma 2 with typical 0.9", ["--top-n-sigma", "2", "--typical", "0.9"],
+             {"top_n_sigma": 2, "typical_p": 0.9}),
             ("xtc always, above 0.02", ["--xtc-probability", "1", "--xtc-threshold", "0.02"],
              {"xtc_probability": 1, "xtc_threshold": 0.02}),
             ("typical 0.8 and xtc 0.5 above 0.05", ["--typical", "0.8", "--xtc-probability", "0.5",
@@ -121,6 +124,7 @@ harness.expect_error(checks, ["run", "-m", model, "-p", "x", "--repeat-last-n", 
 harness.expect_error(checks, ["run", "-m", model, "-p", "x", "--presence-penalty", "3"], "--presence-penalty",
                      "--presence-penalty 3")
 harness.expect_error(checks, ["run", "-m", model, "-p", "x", "--typical", "1.5"], "--typical", "--typical 1.5")
+harness.expect_error(checks, ["run", "-m", model, "-p", "x", "--top-n-sigma", "-3"], "--top-n-sigma", "--top-n-sigma -3")
 harness.expect_error(checks, ["run", "-m", model, "-p", "x", "--dry-allowed-length", "0"], "--dry-allowed-length",
                      "--dry-allowed-length 0")
 harness.expect_error(checks, ["run", "-m", model, "-p", "x", "--dry-base", "0.5"], "--dry-base", "--dry-base 0.5")

@@ -27,7 +27,7 @@ BASES = {
     "/v1/completions": {"prompt": "Once upon a time", "max_tokens": 6, "temperature": 0, "top_p": 0.9, "top_k": 8,
                         "seed": 3, "stop": ["zz"], "presence_penalty": 0.1, "frequency_penalty": 0.2,
                         "logit_bias": {"5": 3, "9": -100}, "min_p": 0.05, "typical_p": 0.9, "xtc_probability": 0.5,
-                        "xtc_threshold": 0.1},
+                        "xtc_threshold": 0.1, "top_n_sigma": 2},
     "/v1/chat/completions": {"messages": [{"role": "system", "content": "Be brief."},
                                           {"role": "user", "content": "Hello there"}],
                              "max_tokens": 6, "temperature": 0.7, "seed": 9, "logprobs": True, "top_logprobs": 2},

@@ -289,6 +289,7 @@ void Api::props(const httplib::Request &, httplib::Response &res) {
                         {"typical_p", 1.0},
                         {"xtc_probability", 0.0},
                         {"xtc_threshold", shortest(0.1f)},
+                        {"top_n_sigma", -1.0},
                         {"n_predict", -1},
                         {"repeat_penalty", shortest(off.repeat_penalty)},
                         {"repeat_last_n", off.repeat_last_n},

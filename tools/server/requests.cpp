@@ -200,6 +200,7 @@ SamplingOptions read_sampling(const json &body, const SamplingDefaults &defaults
     s.typical_p = static_cast<float>(get_number(body, "typical_p", 0.0, 1.0).value_or(1.0));
     s.xtc_probability = static_cast<float>(get_number(body, "xtc_probability", 0.0, 1.0).value_or(0.0));
     s.xtc_threshold = static_cast<float>(get_number(body, "xtc_threshold", 0.0, 1.0).value_or(0.1));
+    s.top_n_sigma = static_cast<float>(get_number(body, "top_n_sigma", -1.0, 100.0).value_or(-1.0));
     s.adjust.repeat_penalty = static_cast<float>(get_number(body, "repeat_penalty", 0.001, 100.0).value_or(1.0));
     s.adjust.repeat_last_n = get_int(body, "repeat_last_n", -1, lim.n_ctx_per_slot).value_or(64);
     s.adjust.ignore_eos = get_bool(body, "ignore_eos").value_or(false);
@@ -220,7 +221,6 @@ SamplingOptions read_sampling(const json &body, const SamplingDefaults &defaults
         }
     };
     refuse_unless("dynatemp_range", 0.0, 0.0, 100.0);
-    refuse_unless("top_n_sigma", -1.0, -1.0, 100.0);
     read_dry(body, tok, lim, s.adjust);
     s.adjust.presence_penalty = static_cast<float>(get_number(body, "presence_penalty", -2.0, 2.0).value_or(0.0));
     s.adjust.frequency_penalty = static_cast<float>(get_number(body, "frequency_penalty", -2.0, 2.0).value_or(0.0));
