@@ -96,9 +96,20 @@ std::vector<double> reference_probs(const std::vector<float> &logits, const Samp
     // softmax(logit / temp) over order[first, n)
     const auto tempered = [&](size_t first) {
         std::vector<double> probs(V, 0.0);
-        double total = 0.0;
+        double total = 0.0, temp = p.temp;
+        if (p.dynatemp_range > 0.0f && n - first > 1) {  // from the entropy of softmax(logit) over order[first, n)
+            double z = 0.0;
+            for (size_t i = first; i < n; ++i) z += std::exp(double(v[order[i]]) - v[order[first]]);
+            double entropy = 0.0;
+            for (size_t i = first; i < n; ++i) {
+                const double q = std::exp(double(v[order[i]]) - v[order[first]]) / z;
+                if (q > 0.0) entropy -= q * std::log(q);
+            }
+            const double lo = std::max(0.0, temp - p.dynatemp_range), hi = temp + p.dynatemp_range;
+            temp = lo + (hi - lo) * std::pow(entropy / std::log(double(n - first)), double(p.dynatemp_exponent));
+        }
         for (size_t i = first; i < n; ++i)
-            total += probs[order[i]] = std::exp((double(v[order[i]]) - v[order[first]]) / p.temp);
+            total += probs[order[i]] = std::exp((double(v[order[i]]) - v[order[first]]) / temp);
         for (double &x : probs) x /= total;
         return probs;
     };
@@ -120,7 +131,8 @@ std::string describe(const SamplerParams &p, size_t V) {
     return "vocab " + std::to_string(V) + " temp " + std::to_string(p.temp) + " top_k " + std::to_string(p.top_k) +
            " top_p " + std::to_string(p.top_p) + " min_p " + std::to_string(p.min_p) + " typical_p " +
            std::to_string(p.typical_p) + " xtc " + std::to_string(p.xtc_probability) + "/" +
-           std::to_string(p.xtc_threshold) + " top_n_sigma " + std::to_string(p.top_n_sigma);
+           std::to_string(p.xtc_threshold) + " top_n_sigma " + std::to_string(p.top_n_sigma) + " dynatemp " +
+           std::to_string(p.dynatemp_range) + "^" + std::to_string(p.dynatemp_exponent);
 }
 
 TEST(Sampler, GreedyTakesTheFirstLargestAndIgnoresNaN) {
@@ -164,6 +176,98 @@ void check_frequencies(const std::vector<float> &logits, const SamplerParams &p,
     }
 }
 
+// Mirostat's distribution for one draw from mu, written out: softmax(logit / temp) over the vocabulary in rank
+// order; version 2 keeps the prefix whose surprise -log2 p is at most mu (at least the best token), version 1 the
+// top k, k = (e 2^mu / (1 - V^-e))^(1 / s), e = s - 1, s the least-squares slope of ln(p_i / p_i+1) on
+// ln((i + 2) / (i + 1)) over the 100 best; then softmax(logit / temp) over what is kept.
+std::vector<double> mirostat_reference(const std::vector<float> &logits, const SamplerParams &p, double mu) {
+    const size_t V = logits.size();
+    std::vector<size_t> order(V);
+    std::iota(order.begin(), order.end(), size_t(0));
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return logits[a] > logits[b]; });
+    std::vector<double> pr(V);
+    double z = 0.0;
+    for (size_t i = 0; i < V; ++i) z += pr[i] = std::exp((double(logits[order[i]]) - logits[order[0]]) / p.temp);
+    for (double &x : pr) x /= z;
+    size_t n = 0;
+    if (p.mirostat == 2) {
+        while (n < V && -std::log2(pr[n]) <= mu) ++n;
+        n = std::max<size_t>(n, 1);
+    } else {
+        double tb = 0.0, tt = 0.0;
+        for (size_t i = 0; i + 1 < std::min<size_t>(100, V); ++i) {
+            const double t = std::log(double(i + 2) / double(i + 1));
+            tb += t * std::log(pr[i] / pr[i + 1]);
+            tt += t * t;
+        }
+        const double sl = tb / tt, e = sl - 1.0;
+        const double k = std::pow(e * std::pow(2.0, mu) / (1.0 - std::pow(double(V), -e)), 1.0 / sl);
+        n = std::isnan(k) ? V : k < 1.0 ? 1 : static_cast<size_t>(std::min(k, double(V)));
+    }
+    std::vector<double> probs(V, 0.0);
+    double kept = 0.0;
+    for (size_t i = 0; i < n; ++i) kept += pr[i];
+    for (size_t i = 0; i < n; ++i) probs[order[i]] = pr[i] / kept;
+    return probs;
+}
+
+// Both versions: the first draws of fresh samplers follow the reference from mu = 2 tau, and along one sampler's
+// draws mu moves by eta times each draw's surprise error (the surprise under the reference), drawing only kept
+// tokens; over many draws the mean surprise settles near tau.
+TEST(Sampler, MirostatDrawsTrackTheTargetSurprise) {
+    std::vector<float> zipf(500);  // a Zipf-like spread with some noise, distinct logits
+    std::mt19937 rng(5);
+    for (size_t i = 0; i < zipf.size(); ++i)
+        zipf[i] = -1.2f * std::log(float(i + 1)) + 0.01f * float(rng() % 100) + 3.0f;
+    std::shuffle(zipf.begin(), zipf.end(), rng);
+    for (int version : {1, 2}) {
+        for (float temp : {1.0f, 0.7f}) {
+            for (float tau : {2.0f, 4.0f}) {
+                SamplerParams p{temp, 40, 0.5f, 0};  // top-k and top-p are ignored under Mirostat
+                p.mirostat = version;
+                p.mirostat_tau = tau;
+                p.mirostat_eta = 0.1f;
+                const std::string what = "mirostat " + std::to_string(version) + " temp " + std::to_string(temp) +
+                                         " tau " + std::to_string(tau);
+                const std::vector<double> first = mirostat_reference(zipf, p, 2.0 * tau);
+                constexpr int kDraws = 20000;
+                std::vector<int> count(zipf.size(), 0);
+                for (int d = 0; d < kDraws; ++d) {
+                    p.seed = static_cast<uint64_t>(d);
+                    Sampler fresh(p);
+                    ASSERT_DOUBLE_EQ(fresh.mirostat_mu(), 2.0 * tau);
+                    const int32_t t = fresh.sample(zipf);
+                    ASSERT_GT(first[static_cast<size_t>(t)], 0.0) << what << ": drew token " << t;
+                    ++count[static_cast<size_t>(t)];
+                    if (d < 50) {
+                        const double surprise = -std::log2(first[static_cast<size_t>(t)]);
+                        EXPECT_NEAR(fresh.mirostat_mu(), 2.0 * tau - 0.1 * (surprise - tau), 1e-4) << what;
+                    }
+                }
+                for (size_t i = 0; i < zipf.size(); ++i) {
+                    const double q = first[i], f = double(count[i]) / kDraws;
+                    EXPECT_LE(std::abs(f - q), 5.0 * std::sqrt(q * (1.0 - q) / kDraws) + 1e-12)
+                        << what << ": token " << i << " drawn " << f << ", want " << q;
+                }
+                p.seed = 9;
+                Sampler one(p);
+                double total_surprise = 0.0;
+                constexpr int kSteps = 3000;
+                for (int d = 0; d < kSteps; ++d) {
+                    const double mu = one.mirostat_mu();
+                    const std::vector<double> want = mirostat_reference(zipf, p, mu);
+                    const int32_t t = one.sample(zipf);
+                    ASSERT_GT(want[static_cast<size_t>(t)], 0.0) << what << " step " << d;
+                    const double surprise = -std::log2(want[static_cast<size_t>(t)]);
+                    ASSERT_NEAR(one.mirostat_mu(), mu - 0.1 * (surprise - tau), 1e-3) << what << " step " << d;
+                    total_surprise += surprise;
+                }
+                EXPECT_NEAR(total_surprise / kSteps, tau, 0.25 * tau) << what;
+            }
+        }
+    }
+}
+
 TEST(Sampler, DrawsFollowTheReferenceDistribution) {
     const float nan = std::numeric_limits<float>::quiet_NaN();
     // Ties at several places (the top-k and nucleus cuts fall among them), -inf and NaN entries.
@@ -202,6 +306,19 @@ TEST(Sampler, DrawsFollowTheReferenceDistribution) {
         check_frequencies(small, all, 20000);
         all.top_k = 2;
         check_frequencies(small, all, 20000);
+    }
+    // Dynamic temperature over what the cuts keep (and after XTC's cut, over what it leaves).
+    for (float range : {0.5f, 1.5f}) {
+        for (float exponent : {0.5f, 1.0f, 2.0f}) {
+            SamplerParams alone{1.0f, 0, 1.0f, 27};
+            alone.dynatemp_range = range;
+            alone.dynatemp_exponent = exponent;
+            check_frequencies(small, alone, 20000);
+            SamplerParams all{0.8f, 8, 0.95f, 28, 0.05f, 1.0f, 0.5f, 0.1f};
+            all.dynatemp_range = range;
+            all.dynatemp_exponent = exponent;
+            check_frequencies(small, all, 20000);
+        }
     }
     for (float probability : {0.3f, 1.0f}) {
         for (float threshold : {0.02f, 0.1f, 0.2f, 0.6f}) {

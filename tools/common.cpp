@@ -159,6 +159,17 @@ void SamplingFlags::add_to(CLI::App &cmd, const std::string &seed_help) {
     cmd.add_option("--top-n-sigma", top_n_sigma,
                    "Keep the tokens within N standard deviations of the logits below the best (first cut; -1 = off)")
         ->check(finite_in(-1.0, 100.0));
+    cmd.add_option("--dynatemp-range", dynatemp_range,
+                   "Dynamic temperature: --temp plus or minus this, by the kept tokens' entropy (0 = off)")
+        ->check(finite_in(0.0, 100.0));
+    cmd.add_option("--dynatemp-exp", dynatemp_exponent, "Dynamic temperature: the exponent on the entropy (1)")
+        ->check(finite_in(0.0, 100.0));
+    cmd.add_option("--mirostat", mirostat,
+                   "Mirostat 1 or 2: draw so that the tokens' surprise tracks --mirostat-ent (replaces top-k, top-p, "
+                   "min-p, typical, XTC; 0 = off)")
+        ->check(CLI::Range(0, 2));
+    cmd.add_option("--mirostat-ent", mirostat_tau, "Mirostat's target surprise, tau (5)")->check(finite_in(0.0, 100.0));
+    cmd.add_option("--mirostat-lr", mirostat_eta, "Mirostat's learning rate, eta (0.1)")->check(finite_in(0.0, 10.0));
     cmd.add_option("--xtc-probability", xtc_probability,
                    "XTC: how often the tokens above --xtc-threshold are removed, all but the least likely (0 = off)")
         ->check(finite_in(0.0, 1.0));
@@ -247,7 +258,9 @@ LogitAdjustments SamplingFlags::adjustments(const Tokenizer &tok) const {
 
 std::string SamplingFlags::describe_adjustments() const {
     std::string out;
+    if (mirostat != 0) out += strprintf(", mirostat %d (tau %.2f, eta %.2f)", mirostat, mirostat_tau, mirostat_eta);
     if (top_n_sigma > 0.0f) out += strprintf(", top-n-sigma %.2f", top_n_sigma);
+    if (dynatemp_range > 0.0f) out += strprintf(", dynatemp +-%.2f exponent %.2f", dynatemp_range, dynatemp_exponent);
     if (typical_p < 1.0f) out += strprintf(", typical %.2f", typical_p);
     if (xtc_probability > 0.0f && xtc_threshold <= 0.5f)
         out += strprintf(", xtc %.2f above %.2f", xtc_probability, xtc_threshold);

@@ -60,6 +60,9 @@ struct SamplingFlags {
     float min_p = 0.05f;                                                   // llama.cpp's default, as the three above
     float typical_p = 1.0f, xtc_probability = 0.0f, xtc_threshold = 0.1f;  // off, as llama.cpp's defaults
     float top_n_sigma = -1.0f;                                             // off
+    float dynatemp_range = 0.0f, dynatemp_exponent = 1.0f;                 // off
+    int mirostat = 0;                                                      // off
+    float mirostat_tau = 5.0f, mirostat_eta = 0.1f;
     int64_t seed = -1;  // -1: a random seed, drawn by resolved_seed()
     float presence_penalty = 0.0f, frequency_penalty = 0.0f;
     float repeat_penalty = 1.0f;  // llama.cpp's defaults: off, over the last 64 tokens
@@ -73,7 +76,8 @@ struct SamplingFlags {
     void add_to(CLI::App &cmd, const std::string &seed_help = "Random seed (-1 = random)");
     uint64_t resolved_seed() const;
     SamplerParams params(uint64_t used_seed) const {
-        return {temp, top_k, top_p, used_seed, min_p, typical_p, xtc_probability, xtc_threshold, top_n_sigma};
+        return {temp,          top_k,       top_p,          used_seed,         min_p,    typical_p,    xtc_probability,
+                xtc_threshold, top_n_sigma, dynatemp_range, dynatemp_exponent, mirostat, mirostat_tau, mirostat_eta};
     }
     // The logit adjustments of the flags; a --logit-bias token id outside the vocabulary is an error naming it.
     LogitAdjustments adjustments(const Tokenizer &tok) const;

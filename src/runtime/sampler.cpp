@@ -4,6 +4,7 @@
 #include <array>
 #include <cmath>
 #include <limits>
+#include <numbers>
 
 #include "core/error.h"
 
@@ -78,7 +79,8 @@ int32_t argmax(std::span<const float> logits) {
 
 float min_p_floor(float max, float min_p) { return max + std::log(std::min(min_p, 1.0f)); }
 
-Sampler::Sampler(const SamplerParams &params) : params_(params), rng_(params.seed) {}
+Sampler::Sampler(const SamplerParams &params)
+    : params_(params), rng_(params.seed), mu_(2.0 * double(params.mirostat_tau)) {}
 
 void best_logits(std::span<const float> logits, size_t n, std::vector<Sampler::Candidate> &out) {
     n = std::min(n, logits.size());
@@ -208,7 +210,9 @@ int32_t Sampler::sample(std::span<const float> logits) {
     // Capped: a subnormal temperature (a request's 1e-44) would make it inf in float, and 0 * inf a NaN weight for
     // the top token; at 1e30 every other token's weight is 0 already.
     const auto inv_temp = static_cast<float>(std::min(1.0 / double(params_.temp), 1e30));
-    if (params_.typical_p < 1.0f || params_.xtc_probability > 0.0f || params_.top_n_sigma > 0.0f)
+    if (params_.mirostat == 1 || params_.mirostat == 2) return sample_mirostat(logits, max, inv_temp);
+    if (params_.typical_p < 1.0f || params_.xtc_probability > 0.0f || params_.top_n_sigma > 0.0f ||
+        params_.dynatemp_range > 0.0f)
         return sample_staged(logits, max);
 
     if (!cut_k && !cut_p) {
@@ -374,7 +378,66 @@ int32_t Sampler::sample_staged(std::span<const float> logits, float max) {
     }
     float best = kNegInf;  // the tempered weights relative to the best token left (all of them may be far below max)
     for (size_t i = first; i < n; ++i) best = std::max(best, candidates_[i].logit);
-    return draw_candidate(first, n, best, static_cast<float>(std::min(1.0 / double(params_.temp), 1e30)));
+    double temp = params_.temp;
+    if (params_.dynatemp_range > 0.0f && n - first > 1) {
+        // The kept tokens' entropy at temperature 1 over its maximum, ln(count), sets the temperature in the range.
+        double z = 0.0, weighted = 0.0;  // sum of mass and of mass * (logit - best), masses relative to best
+        for (size_t i = first; i < n; ++i) {
+            const double m = exp_nonpositive(candidates_[i].logit - best);
+            z += m;
+            if (m > 0.0) weighted += m * (double(candidates_[i].logit) - best);
+        }
+        const double entropy = std::log(z) - weighted / z, normalised = entropy / std::log(double(n - first));
+        const double lo = std::max(0.0, temp - params_.dynatemp_range), hi = temp + params_.dynatemp_range;
+        temp = lo + (hi - lo) * std::pow(std::clamp(normalised, 0.0, 1.0), double(params_.dynatemp_exponent));
+    }
+    // Capped: a temperature at or near 0 draws the best token.
+    return draw_candidate(first, n, best, static_cast<float>(std::min(1.0 / temp, 1e30)));
+}
+
+int32_t Sampler::sample_mirostat(std::span<const float> logits, float max, float inv_temp) {
+    const size_t n_vocab = logits.size();
+    if (params_.mirostat == 2) {
+        // -log2 p <= mu, with p = exp((logit - max) * inv_temp) / z: a floor on the tempered logit, no ranking.
+        weights_.resize(n_vocab);
+        const double z = weigh(logits, max, inv_temp, weights_.data());
+        const double floor = std::log(z) - mu_ * std::numbers::ln2;
+        candidates_.clear();
+        for (size_t i = 0; i < n_vocab; ++i) {
+            const float l = rank_value(logits[i]);
+            if ((double(l) - max) * inv_temp >= floor) candidates_.push_back({l, static_cast<int32_t>(i), 0.0});
+        }
+        if (candidates_.empty()) best_logits(logits, 1, candidates_);  // mu below every surprise: the best token
+    } else {
+        // Zipf's exponent s from the best m = 100 tokens' successive probability ratios (least squares through 0 of
+        // ln(p_i / p_i+1) on ln((i + 2) / (i + 1))), then k = (e 2^mu / (1 - N^-e))^(1 / s) with e = s - 1.
+        constexpr size_t kZipfTokens = 100;
+        best_logits(logits, kZipfTokens, candidates_);
+        double sum_tb = 0.0, sum_tt = 0.0;
+        for (size_t i = 0; i + 1 < candidates_.size() && std::isfinite(candidates_[i + 1].logit); ++i) {
+            const double t = std::log(double(i + 2) / double(i + 1));
+            sum_tb += t * (double(candidates_[i].logit) - candidates_[i + 1].logit) * inv_temp;
+            sum_tt += t * t;
+        }
+        const double s = sum_tt > 0.0 ? sum_tb / sum_tt : 0.0, e = s - 1.0;
+        const double k = std::pow(e * std::exp2(mu_) / (1.0 - std::pow(double(n_vocab), -e)), 1.0 / s);
+        // At least one token (as llama.cpp's sampler API); a degenerate estimate (s = 0 or e = 0: a NaN) keeps all.
+        const size_t top = std::isnan(k) ? n_vocab : k < 1.0 ? 1 : static_cast<size_t>(std::min(k, double(n_vocab)));
+        best_logits(logits, top, candidates_);
+    }
+    // The draw at the temperature over the kept tokens, and the surprise of the drawn one among them.
+    float best = kNegInf;
+    for (const Candidate &c : candidates_) best = std::max(best, c.logit);
+    weights_.resize(candidates_.size());
+    double total = 0.0;
+    for (size_t i = 0; i < candidates_.size(); ++i) {
+        weights_[i] = exp_nonpositive((candidates_[i].logit - best) * inv_temp);
+        total += weights_[i];
+    }
+    const size_t at = draw(total);
+    const double surprise = -std::log2(double(weights_[at]) / total);
+    mu_ -= double(params_.mirostat_eta) * (surprise - double(params_.mirostat_tau));
+    return candidates_[at].id;
 }
 
 }  // namespace sparrow

@@ -29,12 +29,26 @@ struct SamplerParams {
     // > 0: top-n-sigma (llama.cpp's), the first cut: keep the tokens whose logit is at least the maximum minus
     // top_n_sigma standard deviations of the finite logits (over the whole vocabulary); <= 0: no cut
     float top_n_sigma = -1.0f;
+    // > 0: dynamic temperature (llama.cpp's dynatemp): the temperature runs from max(0, temp - dynatemp_range) to
+    // temp + dynatemp_range with the kept tokens' entropy at temperature 1 over its maximum (the log of their count)
+    // raised to dynatemp_exponent; 0: the fixed temperature
+    float dynatemp_range = 0.0f;
+    float dynatemp_exponent = 1.0f;
+    // 1 or 2: Mirostat (llama.cpp's), which replaces every cut above: tokens are drawn at the temperature from a set
+    // sized so that the surprise -log2 p of the drawn tokens tracks mirostat_tau, with mu (starting at 2 tau) moved
+    // by mirostat_eta times each draw's error. Version 2 keeps the tokens whose surprise is at most mu; version 1
+    // the top k, k from mu and the Zipf exponent estimated on the 100 best tokens. 0: off
+    int mirostat = 0;
+    float mirostat_tau = 5.0f;
+    float mirostat_eta = 0.1f;
 };
 
 class Sampler {
   public:
     explicit Sampler(const SamplerParams &params);
     int32_t sample(std::span<const float> logits);
+    // Mirostat's mu now (2 mirostat_tau before the first draw).
+    double mirostat_mu() const { return mu_; }
 
     struct Candidate {
         float logit;  // NaN as -inf
@@ -51,15 +65,18 @@ class Sampler {
     // The id of one of candidates_[first, n) drawn by its tempered weight exp((logit - reference) * inv_temp); the
     // reference is a logit at least as large as theirs, close enough that the weights do not all vanish.
     int32_t draw_candidate(size_t first, size_t n, float reference, float inv_temp);
-    // With typical-p or XTC on: the cuts one after another, each on what the previous ones kept (top-k's tokens,
+    // With typical-p, XTC, top-n-sigma or a dynamic temperature on: the cuts one after another, each on what the previous ones kept (top-k's tokens,
     // else the whole vocabulary), and the draw. max: the largest logit.
     int32_t sample_staged(std::span<const float> logits, float max);
+    // Mirostat (params_.mirostat 1 or 2): the draw and mu's update.
+    int32_t sample_mirostat(std::span<const float> logits, float max, float inv_temp);
 
     SamplerParams params_;
     std::mt19937_64 rng_;
     std::vector<Candidate> candidates_;  // reused between calls
     std::vector<float> weights_;         // of the candidates (or of the vocabulary), reused
     std::vector<uint16_t> buckets_;      // nucleus: each token's bucket of logit below the maximum
+    double mu_ = 0.0;                    // Mirostat's surprise bound, carried from one draw to the next
 };
 
 int32_t argmax(std::span<const float> logits);

@@ -82,6 +82,11 @@ with serve_util.Server(model, "-np", 1, "-c", 512) as srv:
             ("top-n-sigma 0.5", ["--top-n-sigma", "0.5"], {"top_n_sigma": 0.5}),
             ("top-n-sigma 2 with typical 0.9", ["--top-n-sigma", "2", "--typical", "0.9"],
              {"top_n_sigma": 2, "typical_p": 0.9}),
+            ("dynatemp 1.0, exponent 0.5", ["--dynatemp-range", "1.0", "--dynatemp-exp", "0.5"],
+             {"dynatemp_range": 1.0, "dynatemp_exponent": 0.5}),
+            ("mirostat 1, tau 3", ["--mirostat", "1", "--mirostat-ent", "3"], {"mirostat": 1, "mirostat_tau": 3}),
+            ("mirostat 2, tau 2, eta 0.3", ["--mirostat", "2", "--mirostat-ent", "2", "--mirostat-lr", "0.3"],
+             {"mirostat": 2, "mirostat_tau": 2, "mirostat_eta": 0.3}),
             ("xtc always, above 0.02", ["--xtc-probability", "1", "--xtc-threshold", "0.02"],
              {"xtc_probability": 1, "xtc_threshold": 0.02}),
             ("typical 0.8 and xtc 0.5 above 0.05", ["--typical", "0.8", "--xtc-probability", "0.5",
@@ -125,6 +130,9 @@ harness.expect_error(checks, ["run", "-m", model, "-p", "x", "--presence-penalty
                      "--presence-penalty 3")
 harness.expect_error(checks, ["run", "-m", model, "-p", "x", "--typical", "1.5"], "--typical", "--typical 1.5")
 harness.expect_error(checks, ["run", "-m", model, "-p", "x", "--top-n-sigma", "-3"], "--top-n-sigma", "--top-n-sigma -3")
+harness.expect_error(checks, ["run", "-m", model, "-p", "x", "--dynatemp-range", "-1"], "--dynatemp-range",
+                     "--dynatemp-range -1")
+harness.expect_error(checks, ["run", "-m", model, "-p", "x", "--mirostat", "3"], "--mirostat", "--mirostat 3")
 harness.expect_error(checks, ["run", "-m", model, "-p", "x", "--dry-allowed-length", "0"], "--dry-allowed-length",
                      "--dry-allowed-length 0")
 harness.expect_error(checks, ["run", "-m", model, "-p", "x", "--dry-base", "0.5"], "--dry-base", "--dry-base 0.5")

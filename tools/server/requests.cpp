@@ -201,6 +201,8 @@ SamplingOptions read_sampling(const json &body, const SamplingDefaults &defaults
     s.xtc_probability = static_cast<float>(get_number(body, "xtc_probability", 0.0, 1.0).value_or(0.0));
     s.xtc_threshold = static_cast<float>(get_number(body, "xtc_threshold", 0.0, 1.0).value_or(0.1));
     s.top_n_sigma = static_cast<float>(get_number(body, "top_n_sigma", -1.0, 100.0).value_or(-1.0));
+    s.dynatemp_range = static_cast<float>(get_number(body, "dynatemp_range", 0.0, 100.0).value_or(0.0));
+    s.dynatemp_exponent = static_cast<float>(get_number(body, "dynatemp_exponent", 0.0, 100.0).value_or(1.0));
     s.adjust.repeat_penalty = static_cast<float>(get_number(body, "repeat_penalty", 0.001, 100.0).value_or(1.0));
     s.adjust.repeat_last_n = get_int(body, "repeat_last_n", -1, lim.n_ctx_per_slot).value_or(64);
     s.adjust.ignore_eos = get_bool(body, "ignore_eos").value_or(false);
@@ -211,16 +213,9 @@ SamplingOptions read_sampling(const json &body, const SamplingDefaults &defaults
     if (const auto js = body.find("json_schema"); js != body.end() && !js->is_null()) {
         throw ApiError(400, "'json_schema': schema-constrained sampling is not supported", "unsupported_parameter");
     }
-    if (get_int(body, "mirostat", 0, 2).value_or(0) != 0) {
-        throw ApiError(400, "'mirostat': only 0 (off) is supported", "unsupported_parameter");
-    }
-    // llama.cpp's other samplers: accepted at their "off" values (clients send every field), refused otherwise.
-    const auto refuse_unless = [&](const char *key, double off, double lo, double hi) {
-        if (const auto v = get_number(body, key, lo, hi); v && *v != off) {
-            throw ApiError(400, strprintf("'%s': only %g (off) is supported", key, off), "unsupported_parameter");
-        }
-    };
-    refuse_unless("dynatemp_range", 0.0, 0.0, 100.0);
+    s.mirostat = static_cast<int>(get_int(body, "mirostat", 0, 2).value_or(0));
+    s.mirostat_tau = static_cast<float>(get_number(body, "mirostat_tau", 0.0, 100.0).value_or(5.0));
+    s.mirostat_eta = static_cast<float>(get_number(body, "mirostat_eta", 0.0, 10.0).value_or(0.1));
     read_dry(body, tok, lim, s.adjust);
     s.adjust.presence_penalty = static_cast<float>(get_number(body, "presence_penalty", -2.0, 2.0).value_or(0.0));
     s.adjust.frequency_penalty = static_cast<float>(get_number(body, "frequency_penalty", -2.0, 2.0).value_or(0.0));
