@@ -123,6 +123,9 @@ Command register_make_model(CLI::App &app) {
         cmd->add_option("--outlier-scale", given->outlier_scale, "Factor of the outlier channels (default 30)")
             ->check(finite_in(1.0, 1e4));
     CLI::Option *seed = cmd->add_option("--seed", given->seed, "Random seed");
+    cmd->add_flag("--fim-tokens", given->fim_tokens,
+                  "Fill-in-the-middle tokens in the vocabulary (llama: named by tokenizer.ggml.fim_*_token_id; "
+                  "deepseek32 / glm-dsa: found by their text)");
     CLI::Option *tied =
         cmd->add_flag("--tied-output", given->tied_output, "No output.weight: the output reuses token_embd");
     CLI::Option *yarn = cmd->add_flag("--yarn", given->yarn,
@@ -151,6 +154,7 @@ Command register_make_model(CLI::App &app) {
         if (seed->count()) p.seed = given->seed;
         if (outlier_scale->count()) p.outlier_scale = given->outlier_scale;
         if (tied->count()) p.tied_output = true;
+        p.fim_tokens = given->fim_tokens;
         if (yarn->count()) p.yarn = true;
         if (*no_bias) p.probs_bias = false;
         if (*fuse) p.fuse_gate_up_exps = true;

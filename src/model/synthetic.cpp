@@ -88,8 +88,8 @@ class TensorSink {
     std::mt19937_64 rng_;
 };
 
-void write_vocab(gguf::Writer &w, int64_t n_vocab) {
-    const SyntheticVocab v = make_synthetic_vocab(n_vocab);
+void write_vocab(gguf::Writer &w, int64_t n_vocab, bool fim, bool fim_keys) {
+    const SyntheticVocab v = make_synthetic_vocab(n_vocab, fim);
     std::vector<Value> tokens, types, merges;
     for (const auto &t : v.tokens) tokens.push_back(Value::str(t));
     for (int32_t t : v.token_types) types.push_back(Value::i32(t));
@@ -102,6 +102,11 @@ void write_vocab(gguf::Writer &w, int64_t n_vocab) {
     w.set("tokenizer.ggml.bos_token_id", Value::u32(static_cast<uint32_t>(v.bos_id)));
     w.set("tokenizer.ggml.eos_token_id", Value::u32(static_cast<uint32_t>(v.eos_id)));
     w.set("tokenizer.ggml.add_bos_token", Value::boolean(true));
+    if (fim && fim_keys) {  // the three FIM tokens follow EOS
+        w.set("tokenizer.ggml.fim_pre_token_id", Value::u32(static_cast<uint32_t>(v.eos_id + 1)));
+        w.set("tokenizer.ggml.fim_suf_token_id", Value::u32(static_cast<uint32_t>(v.eos_id + 2)));
+        w.set("tokenizer.ggml.fim_mid_token_id", Value::u32(static_cast<uint32_t>(v.eos_id + 3)));
+    }
 }
 
 void write_llama(const SyntheticParams &p, gguf::Writer &w) {
@@ -126,7 +131,7 @@ void write_llama(const SyntheticParams &p, gguf::Writer &w) {
     w.set(a + ".rope.dimension_count", Value::u32(static_cast<uint32_t>(head_dim)));
     w.set(a + ".rope.freq_base", Value::f32(10000.0f));
     w.set(a + ".vocab_size", Value::u32(static_cast<uint32_t>(p.n_vocab)));
-    write_vocab(w, p.n_vocab);
+    write_vocab(w, p.n_vocab, p.fim_tokens, /*fim_keys=*/true);
 
     TensorSink s(w, p.type, p.seed);
     const int64_t q_dim = p.n_head * head_dim, kv_dim = p.n_head_kv * head_dim;
@@ -399,7 +404,7 @@ void write_dsa(const SyntheticParams &p, gguf::Writer &w, ThreadPool &pool) {
         for (int t : types) v.push_back(Value::boolean(t != 0));
         w.set(a + ".attention.indexer.types", Value::array(ValueType::BOOL, std::move(v)));
     }
-    write_vocab(w, p.n_vocab);
+    write_vocab(w, p.n_vocab, p.fim_tokens, /*fim_keys=*/false);
 
     // Gains (output std for unit inputs) chosen so that the model is far from uniform: peaked next-token
     // distributions and attention / indexer scores of a few units (checked by tests/e2e/test_make_model_dsa.py).

@@ -18,7 +18,9 @@ struct SyntheticVocab {
     int32_t bos_id = 0;
     int32_t eos_id = 0;
 };
-SyntheticVocab make_synthetic_vocab(int64_t n_vocab);
+// fim: DeepSeek's three fill-in-the-middle control tokens after BOS and EOS (<｜fim▁begin｜>, <｜fim▁hole｜>,
+// <｜fim▁end｜>: prefix, suffix, middle).
+SyntheticVocab make_synthetic_vocab(int64_t n_vocab, bool fim = false);
 
 // Sizes and options of a synthetic model. The defaults are those of the tiny llama; synthetic_defaults()
 // gives each architecture's own (and the "bench" preset's). Fields a given architecture does not use are
@@ -39,6 +41,10 @@ struct SyntheticParams {
     std::optional<DType> stack_type;
     uint64_t seed = 42;
     bool tied_output = false;
+    // Fill-in-the-middle tokens in the vocabulary (make_synthetic_vocab's fim); llama also names them in
+    // tokenizer.ggml.fim_pre/suf/mid_token_id, as llama.cpp's converter writes them, while deepseek32 and glm-dsa
+    // leave them to be found by their text, as files converted before those keys existed.
+    bool fim_tokens = false;
     // deepseek32 / glm-dsa: the routed experts' gate and up in one ffn_gate_up_exps {n_embd, 2 * n_ff_exp, n_expert}
     // (llama.cpp's converter with --fuse-gate-up-exps), holding the values the two separate tensors would hold.
     bool fuse_gate_up_exps = false;

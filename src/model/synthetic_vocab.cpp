@@ -73,8 +73,9 @@ std::vector<std::string> split_words(const std::string &text) {
 
 }  // namespace
 
-SyntheticVocab make_synthetic_vocab(int64_t n_vocab) {
-    const std::vector<std::string> special = {"<|bos|>", "<|eos|>"};
+SyntheticVocab make_synthetic_vocab(int64_t n_vocab, bool fim) {
+    std::vector<std::string> special = {"<|bos|>", "<|eos|>"};
+    if (fim) special.insert(special.end(), {"<｜fim▁begin｜>", "<｜fim▁hole｜>", "<｜fim▁end｜>"});
     const int64_t n_min = 256 + static_cast<int64_t>(special.size());
     if (n_vocab < n_min) throw_error("a byte-level vocabulary needs at least %lld tokens", (long long)n_min);
 

@@ -81,7 +81,8 @@ constexpr Endpoint kEndpoints[] = {
     {"/metrics", "GET"},         {"/v1/completions", "POST"}, {"/v1/chat/completions", "POST"},
     {"/completion", "POST"},     {"/tokenize", "POST"},       {"/detokenize", "POST"},
     {"/v1/embeddings", "POST"},  {"/embeddings", "POST"},     {"/props", "GET"},
-    {"/apply-template", "POST"}, {"/slots", "GET"},           {"/slots/{id}", "POST"}};
+    {"/apply-template", "POST"}, {"/slots", "GET"},           {"/slots/{id}", "POST"},
+    {"/infill", "POST"}};
 
 const Endpoint *endpoint_of(const std::string &path) {
     const std::string_view models = "/v1/models/", slots = "/slots/";
@@ -115,6 +116,7 @@ Api::Api(const Model &model, Scheduler &scheduler, ApiConfig config)
     limits_.n_ctx_per_slot = scheduler_.n_ctx_per_slot();
     limits_.context_shift = scheduler_.context_shift();
     limits_.n_vocab = tokenizer_.n_vocab();
+    fim_ = sparrow::server::fim_tokens(model_.file(), tokenizer_);
 }
 
 httplib::Server::Handler Api::route(const std::string &path, Handler handler) {
@@ -215,6 +217,7 @@ void Api::install(httplib::Server &server) {
     server.Post("/v1/completions", route("/v1/completions", &Api::completions));
     server.Post("/v1/chat/completions", route("/v1/chat/completions", &Api::chat_completions));
     server.Post("/completion", route("/completion", &Api::completion));
+    server.Post("/infill", route("/infill", &Api::infill));
     server.Post("/apply-template", route("/apply-template", &Api::apply_template));
     server.Get("/slots", route("/slots", &Api::slots));
     server.Post(R"(/slots/([^/]+))", route("/slots/{id}", &Api::slot_action));

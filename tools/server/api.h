@@ -13,6 +13,7 @@
 
 #include "server/api_common.h"
 #include "server/chat_format.h"
+#include "server/infill.h"
 #include "server/requests.h"
 #include "server/scheduler.h"
 #include "sparrow/sparrow.h"
@@ -79,6 +80,7 @@ class Api {
     void completions(const httplib::Request &req, httplib::Response &res);       // /v1/completions
     void chat_completions(const httplib::Request &req, httplib::Response &res);  // /v1/chat/completions
     void completion(const httplib::Request &req, httplib::Response &res);        // llama.cpp's /completion
+    void infill(const httplib::Request &req, httplib::Response &res);            // llama.cpp's /infill
     // llama.cpp's /apply-template: the prompt a chat request's messages render to, as /v1/chat/completions reads it
     void apply_template(const httplib::Request &req, httplib::Response &res);
     // A chat request's messages in the server's chat format (chat_template_kwargs.enable_thinking honoured).
@@ -103,6 +105,7 @@ class Api {
     Scheduler &scheduler_;
     ApiConfig config_;
     RequestLimits limits_;
+    sparrow::server::FimTokens fim_;  // the model's fill-in-the-middle tokens (/infill)
     HttpCounters counters_;
     std::atomic<uint64_t> next_id_{1};  // response ids
 };

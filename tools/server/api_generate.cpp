@@ -610,6 +610,44 @@ void Api::completion(const httplib::Request &req, httplib::Response &res) {
     generate(res, std::move(one), Dialect::llama, get_bool(body, "stream").value_or(false), false);
 }
 
+// llama.cpp's /infill: input_prefix and input_suffix around the hole, prompt (text after the middle token),
+// input_extra ([{"filename", "text"}], other files of the project), and /completion's other fields. The prompt's
+// parts are cut to fit (sparrow::server::infill_prompt): half the slot's context for prefix, suffix and prompt, a
+// quarter for the other files, the rest for the reply.
+void Api::infill(const httplib::Request &req, httplib::Response &res) {
+    const json body = parse_body(req);
+    check_model(body);
+    if (!fim_.usable()) {
+        throw ApiError(501, "infill needs fill-in-the-middle tokens (prefix, suffix, middle), which this model lacks",
+                       "not_supported");
+    }
+    const auto text = [&](const char *key) { return get_string(body, key).value_or(std::string()); };
+    std::vector<sparrow::server::InfillChunk> extra;
+    if (const auto it = body.find("input_extra"); it != body.end() && !it->is_null()) {
+        if (!it->is_array()) throw ApiError(400, "'input_extra' must be an array of objects", "invalid_type");
+        for (const json &chunk : *it) {
+            if (!chunk.is_object()) throw ApiError(400, "'input_extra' must be an array of objects", "invalid_type");
+            extra.push_back({get_string(chunk, "filename", "input_extra").value_or(std::string()),
+                             get_string(chunk, "text", "input_extra").value_or(std::string())});
+        }
+    }
+    (void)get_int(body, "n", 1, 1);
+    Task task;
+    task.prompt = sparrow::server::infill_prompt(
+        tokenizer_, fim_, text("input_prefix"), text("input_suffix"), text("prompt"), extra,
+        {.budget = limits_.n_ctx_per_slot / 2, .extra_budget = limits_.n_ctx_per_slot / 4});
+    task.sampling = read_sampling(body, kLlamaCompletionDefaults, {"n_predict", "max_tokens"},
+                                  static_cast<int64_t>(task.prompt.size()), tokenizer_, limits_);
+    if (const auto n_probs = get_int(body, "n_probs", 0, kMaxTopLogprobs); n_probs && *n_probs > 0) {
+        task.sampling.logprobs = static_cast<int>(*n_probs);
+    }
+    task.id_slot = read_id_slot(body);
+    task.n_keep = read_n_keep(body);
+    std::vector<Task> one;
+    one.push_back(std::move(task));
+    generate(res, std::move(one), Dialect::llama, get_bool(body, "stream").value_or(false), false);
+}
+
 void Api::generate(httplib::Response &res, std::vector<Task> tasks, Dialect dialect, bool stream, bool include_usage,
                    std::vector<std::optional<std::string>> echo, size_t per_prompt, bool split_reasoning) {
     if (tasks.size() > 1 && tasks.front().id_slot >= 0) {
