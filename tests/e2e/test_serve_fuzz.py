@@ -18,7 +18,8 @@ import serve_util
 
 checks = harness.Checks()
 tmp = harness.temp_dir()
-model = serve_util.make_model("deepseek32", os.path.join(tmp, "ds.gguf"), "--n-layer", 2, "--top-k", 16)
+model = serve_util.make_model("deepseek32", os.path.join(tmp, "ds.gguf"), "--n-layer", 2, "--top-k", 16,
+                               "--fim-tokens")
 N_REQUESTS = int(os.environ.get("SPARROW_SERVE_FUZZ_REQUESTS", 150 if serve_util.LIGHT else 400))
 SEED = int(os.environ.get("SPARROW_SERVE_FUZZ_SEED", 20261201))
 rng = random.Random(SEED)
@@ -37,13 +38,15 @@ BASES = {
                     "dry_multiplier": 0.8, "dry_base": 1.75, "dry_allowed_length": 2, "dry_penalty_last_n": 64,
                     "dry_sequence_breakers": ["\n", ":"]},
     "/tokenize": {"content": "Hello world"},
+    "/infill": {"input_prefix": "def f(", "input_suffix": "):\n", "prompt": "x", "n_predict": 4, "temperature": 0,
+                "input_extra": [{"filename": "a.py", "text": "y = 1"}]},
     "/detokenize": {"tokens": [5, 6, 7]},
     "/v1/embeddings": {"input": ["one day", "a tree"], "pooling": "mean"},
     "/slots/1?action=save": {"filename": "fuzz.bin"},
     "/slots/0?action=restore": {"filename": "fuzz.bin"},
     "/slots/1?action=erase": {},
 }
-STREAMABLE = ("/v1/completions", "/v1/chat/completions", "/completion")
+STREAMABLE = ("/v1/completions", "/v1/chat/completions", "/completion", "/infill")
 
 HOSTILE = [None, True, False, 0, -1, 1, 7, 2 ** 31 - 1, 2 ** 31, 2 ** 53 + 1, 2 ** 63, -2 ** 63, 2 ** 64, 10 ** 30,
            0.5, -0.0, 1e-320, 1e308, -1e308, "", "x", "\u0000", "\ud7ff\ue000", "\U0001f600" * 3, "a" * 3000, [],
@@ -118,7 +121,7 @@ def answer_shape(path, reply):
         return False
     if path in ("/v1/completions", "/v1/chat/completions"):
         return isinstance(reply.get("choices"), list) and len(reply["choices"]) == 1 and "usage" in reply
-    if path == "/completion":
+    if path in ("/completion", "/infill"):
         return isinstance(reply.get("content"), str)
     if path == "/tokenize":
         return isinstance(reply.get("tokens"), list)
@@ -136,7 +139,7 @@ def send(srv, request):
         if stream:
             status, events, done = srv.stream(path, body, timeout=120)
             if status == 200:  # OpenAI streams end with [DONE], llama.cpp's /completion with an event "stop": true
-                ended = done if path != "/completion" else bool(events) and events[-1].get("stop") is True
+                ended = done if path not in ("/completion", "/infill") else bool(events) and events[-1].get("stop") is True
                 return status, None if ended else "a stream that does not end"
             ok = 400 <= status < 500 and events and error_shape(events[0])
             return status, None if ok else f"stream status {status}"
