@@ -92,6 +92,9 @@ class Api {
     void generate(httplib::Response &res, std::vector<Task> tasks, Dialect dialect, bool stream, bool include_usage,
                   std::vector<std::optional<std::string>> echo = {}, size_t per_prompt = 0,
                   bool split_reasoning = false);
+    // /completion's and /infill's one task for `prompt`, read with the rest of the request (sampling, n_probs,
+    // id_slot, n_keep, stream) and answered in llama.cpp's shape.
+    void generate_llama(httplib::Response &res, const json &body, std::vector<int32_t> prompt);
     void check_model(const json &body) const;
     int read_id_slot(const json &body) const;  // llama.cpp's id_slot: -1 (any) or a slot, 400 otherwise
     void slots(const httplib::Request &req, httplib::Response &res);        // llama.cpp's GET /slots

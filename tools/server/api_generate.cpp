@@ -593,9 +593,13 @@ void Api::completion(const httplib::Request &req, httplib::Response &res) {
     check_model(body);
     const auto prompt = body.find("prompt");
     if (prompt == body.end() || prompt->is_null()) throw ApiError(400, "'prompt' is required", "missing_field");
+    generate_llama(res, body, read_prompt(*prompt, "prompt", tokenizer_, limits_));
+}
+
+void Api::generate_llama(httplib::Response &res, const json &body, std::vector<int32_t> prompt) {
     (void)get_int(body, "n", 1, 1);  // one completion per request here
     Task task;
-    task.prompt = read_prompt(*prompt, "prompt", tokenizer_, limits_);
+    task.prompt = std::move(prompt);
     // n_predict 0 only evaluates the prompt (llama.cpp's; clients use it to fill the prompt cache).
     task.sampling = read_sampling(body, kLlamaCompletionDefaults, {"n_predict", "max_tokens"},
                                   static_cast<int64_t>(task.prompt.size()), tokenizer_, limits_);
@@ -631,21 +635,10 @@ void Api::infill(const httplib::Request &req, httplib::Response &res) {
                              get_string(chunk, "text", "input_extra").value_or(std::string())});
         }
     }
-    (void)get_int(body, "n", 1, 1);
-    Task task;
-    task.prompt = sparrow::server::infill_prompt(
-        tokenizer_, fim_, text("input_prefix"), text("input_suffix"), text("prompt"), extra,
-        {.budget = limits_.n_ctx_per_slot / 2, .extra_budget = limits_.n_ctx_per_slot / 4});
-    task.sampling = read_sampling(body, kLlamaCompletionDefaults, {"n_predict", "max_tokens"},
-                                  static_cast<int64_t>(task.prompt.size()), tokenizer_, limits_);
-    if (const auto n_probs = get_int(body, "n_probs", 0, kMaxTopLogprobs); n_probs && *n_probs > 0) {
-        task.sampling.logprobs = static_cast<int>(*n_probs);
-    }
-    task.id_slot = read_id_slot(body);
-    task.n_keep = read_n_keep(body);
-    std::vector<Task> one;
-    one.push_back(std::move(task));
-    generate(res, std::move(one), Dialect::llama, get_bool(body, "stream").value_or(false), false);
+    generate_llama(res, body,
+                   sparrow::server::infill_prompt(
+                       tokenizer_, fim_, text("input_prefix"), text("input_suffix"), text("prompt"), extra,
+                       {.budget = limits_.n_ctx_per_slot / 2, .extra_budget = limits_.n_ctx_per_slot / 4}));
 }
 
 void Api::generate(httplib::Response &res, std::vector<Task> tasks, Dialect dialect, bool stream, bool include_usage,
