@@ -129,9 +129,9 @@ TEST(DryPenalty, MatchesItsDefinitionOnRepetitiveSequences) {
         std::vector<float> logits(static_cast<size_t>(n_vocab));
         for (auto &v : logits) v = static_cast<float>(rng() % 1000) / 100.0f - 5.0f;
         const std::vector<double> want = dry_reference(std::vector<double>(logits.begin(), logits.end()), w, a);
-        std::vector<int32_t> z;
+        DryWorkspace ws;
         std::vector<float> got = logits;
-        apply_dry_penalty(got, w, a, z);
+        apply_dry_penalty(got, w, a, ws);
         for (size_t id = 0; id < got.size(); ++id) {
             ASSERT_NEAR(got[id], want[id], 1e-4 * std::max(1.0, std::abs(want[id])))
                 << "trial " << trial << " token " << id;
@@ -151,15 +151,15 @@ TEST(DryPenalty, PenalisesTheTokenThatWouldExtendARepeat) {
     a.dry_base = 2.0f;
     a.dry_allowed_length = 2;
     std::vector<float> logits(10, 0.0f);
-    std::vector<int32_t> z;
-    apply_dry_penalty(logits, w, a, z);
+    DryWorkspace ws;
+    apply_dry_penalty(logits, w, a, ws);
     std::vector<float> want(10, 0.0f);
     want[4] = -2.0f;  // 1 x 2^(3 - 2)
     EXPECT_EQ(logits, want);
     // A breaker between the two copies' ends cuts the repeat: "3" is a breaker, so nothing before it counts.
     a.dry_breakers = {3};
     std::fill(logits.begin(), logits.end(), 0.0f);
-    apply_dry_penalty(logits, w, a, z);
+    apply_dry_penalty(logits, w, a, ws);
     EXPECT_EQ(logits, std::vector<float>(10, 0.0f));
     // Through LogitAdjuster, over the prompt and the generated tokens, and only within dry_penalty_last_n.
     a.dry_breakers.clear();

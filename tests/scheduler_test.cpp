@@ -24,7 +24,7 @@ using namespace std::chrono_literals;
 Task greedy(std::vector<int32_t> prompt, int64_t n) {
     Task t;
     t.prompt = std::move(prompt);
-    t.sampling.temperature = 0;
+    t.sampling.params.temp = 0;
     t.sampling.max_tokens = n;
     return t;
 }

@@ -76,8 +76,20 @@ struct SamplingFlags {
     void add_to(CLI::App &cmd, const std::string &seed_help = "Random seed (-1 = random)");
     uint64_t resolved_seed() const;
     SamplerParams params(uint64_t used_seed) const {
-        return {temp,          top_k,       top_p,          used_seed,         min_p,    typical_p,    xtc_probability,
-                xtc_threshold, top_n_sigma, dynatemp_range, dynatemp_exponent, mirostat, mirostat_tau, mirostat_eta};
+        return {.temp = temp,
+                .top_k = top_k,
+                .top_p = top_p,
+                .seed = used_seed,
+                .min_p = min_p,
+                .typical_p = typical_p,
+                .xtc_probability = xtc_probability,
+                .xtc_threshold = xtc_threshold,
+                .top_n_sigma = top_n_sigma,
+                .dynatemp_range = dynatemp_range,
+                .dynatemp_exponent = dynatemp_exponent,
+                .mirostat = mirostat,
+                .mirostat_tau = mirostat_tau,
+                .mirostat_eta = mirostat_eta};
     }
     // The logit adjustments of the flags; a --logit-bias token id outside the vocabulary is an error naming it.
     LogitAdjustments adjustments(const Tokenizer &tok) const;

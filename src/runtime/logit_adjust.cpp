@@ -31,7 +31,7 @@ std::vector<int32_t> dry_breaker_tokens(const Tokenizer &tok, std::span<const st
 }
 
 void apply_dry_penalty(std::span<float> logits, std::span<const int32_t> window, const LogitAdjustments &a,
-                       std::vector<int32_t> &z) {
+                       DryWorkspace &ws) {
     const auto n = static_cast<int64_t>(window.size());
     if (n < 2 || a.dry_multiplier <= 0.0f) return;
     const auto is_breaker = [&](int32_t id) {
@@ -44,6 +44,7 @@ void apply_dry_penalty(std::span<float> logits, std::span<const int32_t> window,
     // r = the window reversed; z[k] = the longest common prefix of r and r[k..]: the tokens ending at position
     // n - 1 - k that equal the window's last ones (Z-function, linear: [lo, hi) is the rightmost match found).
     const auto r = [&](int64_t i) { return window[static_cast<size_t>(n - 1 - i)]; };
+    std::vector<int32_t> &z = ws.z;
     z.assign(static_cast<size_t>(n), 0);
     for (int64_t k = 1, lo = 0, hi = 0; k < n; ++k) {
         int64_t len = k < hi ? std::min<int64_t>(hi - k, z[static_cast<size_t>(k - lo)]) : 0;
@@ -53,7 +54,8 @@ void apply_dry_penalty(std::span<float> logits, std::span<const int32_t> window,
     }
     // The token after each earlier match (position n - k) with the match's length; each token is penalised once,
     // by its longest.
-    std::vector<std::pair<int32_t, int32_t>> best;  // (token, length)
+    std::vector<std::pair<int32_t, int32_t>> &best = ws.best;
+    best.clear();
     for (int64_t k = 1; k < n; ++k) {
         const int64_t len = std::min<int64_t>(z[static_cast<size_t>(k)], limit);
         if (len < a.dry_allowed_length) continue;
@@ -120,7 +122,7 @@ std::span<const float> LogitAdjuster::apply(std::span<const float> logits) {
         const size_t n = a_.dry_penalty_last_n < 0
                              ? sequence_.size()
                              : std::min(sequence_.size(), static_cast<size_t>(a_.dry_penalty_last_n));
-        apply_dry_penalty(adjusted_, std::span<const int32_t>(sequence_).last(n), a_, dry_z_);
+        apply_dry_penalty(adjusted_, std::span<const int32_t>(sequence_).last(n), a_, dry_);
     }
     if (a_.presence_penalty != 0.0f || a_.frequency_penalty != 0.0f) {
         for (const auto &[id, count] : counts_) {

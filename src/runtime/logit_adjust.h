@@ -52,11 +52,17 @@ std::vector<std::string> default_dry_breakers();
 // tokens, none of which holds it whole, is not seen.
 std::vector<int32_t> dry_breaker_tokens(const Tokenizer &tok, std::span<const std::string> breakers);
 
+// DRY's buffers, kept between steps so that a step allocates nothing.
+struct DryWorkspace {
+    std::vector<int32_t> z;                         // per position of the reversed window: its repeat length
+    std::vector<std::pair<int32_t, int32_t>> best;  // (token, repeat length) of the tokens that would repeat
+};
+
 // DRY's penalty (LogitAdjustments' dry_* fields) for the tokens that would repeat `window` (the sequence's last
-// tokens), subtracted from logits in place (ids must index logits). z: a workspace. Linear in the window: the
-// repeated lengths of every position come from one Z-function of the reversed window.
+// tokens), subtracted from logits in place (ids must index logits). Linear in the window: the repeated lengths of
+// every position come from one Z-function of the reversed window.
 void apply_dry_penalty(std::span<float> logits, std::span<const int32_t> window, const LogitAdjustments &a,
-                       std::vector<int32_t> &z);
+                       DryWorkspace &ws);
 
 // The vocabulary's end-of-generation tokens (what LogitAdjustments::ignore_eos bans).
 std::vector<int32_t> end_of_generation_ids(const Tokenizer &tok);
@@ -82,7 +88,7 @@ class LogitAdjuster {
     std::vector<int32_t> sequence_;                // the prompt, then every generated token
     std::unordered_map<int32_t, int64_t> counts_;  // generated token -> occurrences
     std::vector<int32_t> window_;                  // the repetition penalty's tokens of a step (reused)
-    std::vector<int32_t> dry_z_;                   // DRY's workspace (reused)
+    DryWorkspace dry_;                             // DRY's buffers (reused)
     std::vector<float> adjusted_;
 };
 

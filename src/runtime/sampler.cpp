@@ -258,14 +258,19 @@ int32_t Sampler::sample(std::span<const float> logits) {
     return draw_candidate(0, n, max, inv_temp);
 }
 
-int32_t Sampler::draw_candidate(size_t first, size_t n, float reference, float inv_temp) {
+size_t Sampler::draw_index(size_t first, size_t n, float reference, float inv_temp, double &total) {
     weights_.resize(n - first);
-    double total = 0.0;
+    total = 0.0;
     for (size_t i = first; i < n; ++i) {
         weights_[i - first] = exp_nonpositive((candidates_[i].logit - reference) * inv_temp);
         total += weights_[i - first];
     }
-    return candidates_[first + draw(total)].id;
+    return first + draw(total);
+}
+
+int32_t Sampler::draw_candidate(size_t first, size_t n, float reference, float inv_temp) {
+    double total = 0.0;
+    return candidates_[draw_index(first, n, reference, inv_temp, total)].id;
 }
 
 size_t Sampler::draw(double total) {
@@ -285,7 +290,8 @@ size_t Sampler::draw(double total) {
 
 int32_t Sampler::sample_staged(std::span<const float> logits, float max) {
     // Top-n-sigma's floor first: max minus top_n_sigma population deviations of the whole vocabulary's finite
-    // logits (-inf: no cut). A floor commutes with top-k's selection, so it may be applied after it.
+    // logits (-inf: no cut). A floor commutes with top-k's selection, so it is applied to top-k's tokens, or while
+    // the vocabulary's candidates are gathered.
     float sigma_floor = kNegInf;
     if (params_.top_n_sigma > 0.0f) {
         double sum = 0.0, sum_sq = 0.0;
@@ -308,6 +314,11 @@ int32_t Sampler::sample_staged(std::span<const float> logits, float max) {
     const size_t n_vocab = logits.size();
     if (params_.top_k > 0 && static_cast<size_t>(params_.top_k) < n_vocab) {
         best_logits(logits, static_cast<size_t>(params_.top_k), candidates_);
+        if (sigma_floor > kNegInf) {
+            candidates_.erase(std::partition(candidates_.begin(), candidates_.end(),
+                                             [sigma_floor](const Candidate &c) { return c.logit >= sigma_floor; }),
+                              candidates_.end());
+        }
         for (Candidate &c : candidates_) c.mass = exp_nonpositive(c.logit - max);
     } else if (sigma_floor > kNegInf) {
         candidates_.clear();
@@ -324,11 +335,6 @@ int32_t Sampler::sample_staged(std::span<const float> logits, float max) {
     }
     size_t n = candidates_.size();
     const auto kept = [&] { return std::span<Candidate>(candidates_).first(n); };
-    if (sigma_floor > kNegInf) {
-        n = static_cast<size_t>(std::partition(kept().begin(), kept().end(),
-                                               [sigma_floor](const Candidate &c) { return c.logit >= sigma_floor; }) -
-                                kept().begin());
-    }
     const auto mass_of_kept = [&] {
         double total = 0.0;
         for (const Candidate &c : kept()) total += c.mass;
@@ -428,13 +434,8 @@ int32_t Sampler::sample_mirostat(std::span<const float> logits, float max, float
     // The draw at the temperature over the kept tokens, and the surprise of the drawn one among them.
     float best = kNegInf;
     for (const Candidate &c : candidates_) best = std::max(best, c.logit);
-    weights_.resize(candidates_.size());
     double total = 0.0;
-    for (size_t i = 0; i < candidates_.size(); ++i) {
-        weights_[i] = exp_nonpositive((candidates_[i].logit - best) * inv_temp);
-        total += weights_[i];
-    }
-    const size_t at = draw(total);
+    const size_t at = draw_index(0, candidates_.size(), best, inv_temp, total);
     const double surprise = -std::log2(double(weights_[at]) / total);
     mu_ -= double(params_.mirostat_eta) * (surprise - double(params_.mirostat_tau));
     return candidates_[at].id;

@@ -65,6 +65,9 @@ class Sampler {
     // The id of one of candidates_[first, n) drawn by its tempered weight exp((logit - reference) * inv_temp); the
     // reference is a logit at least as large as theirs, close enough that the weights do not all vanish.
     int32_t draw_candidate(size_t first, size_t n, float reference, float inv_temp);
+    // The same draw, as an index of candidates_; leaves weights_[i - first] and their total (Mirostat reads the
+    // drawn token's probability from them).
+    size_t draw_index(size_t first, size_t n, float reference, float inv_temp, double &total);
     // With typical-p, XTC, top-n-sigma or a dynamic temperature on: the cuts one after another, each on what the
     // previous ones kept (top-k's tokens, else the whole vocabulary), and the draw. max: the largest logit.
     int32_t sample_staged(std::span<const float> logits, float max);

@@ -490,9 +490,7 @@ void Scheduler::start_task(Slot &slot, Queued &queued) {
     }
     slot.n_prompt_done = keep;
     const SamplingOptions &so = slot.task.sampling;
-    slot.sampler.emplace(SamplerParams{so.temperature, so.top_k, so.top_p, so.seed, so.min_p, so.typical_p,
-                                       so.xtc_probability, so.xtc_threshold, so.top_n_sigma, so.dynatemp_range,
-                                       so.dynatemp_exponent, so.mirostat, so.mirostat_tau, so.mirostat_eta});
+    slot.sampler.emplace(so.params);
     slot.next_token = -1;
     slot.n_generated = 0;
     slot.adjuster.emplace(so.adjust, eog_ids_);

@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "runtime/logit_adjust.h"
+#include "runtime/sampler.h"
 #include "sparrow/sparrow.h"
 
 namespace sparrow::server {
@@ -38,17 +39,8 @@ enum class FinishReason { none, stop, length, cancelled, error };
 const char *finish_reason_name(FinishReason r);  // "stop", "length", ...
 
 struct SamplingOptions {
-    float temperature = 1.0f;                               // <= 0: greedy
-    float top_p = 1.0f;                                     // >= 1: off
-    int top_k = 0;                                          // <= 0: off
-    float min_p = 0.0f;                                     // <= 0: off (SamplerParams::min_p)
-    float typical_p = 1.0f;                                 // >= 1: off (SamplerParams::typical_p)
-    float xtc_probability = 0.0f, xtc_threshold = 0.1f;     // SamplerParams' XTC
-    float top_n_sigma = -1.0f;                              // <= 0: off (SamplerParams::top_n_sigma)
-    float dynatemp_range = 0.0f, dynatemp_exponent = 1.0f;  // SamplerParams' dynamic temperature
-    int mirostat = 0;                                       // SamplerParams' Mirostat (0: off)
-    float mirostat_tau = 5.0f, mirostat_eta = 0.1f;
-    uint64_t seed = 0;
+    // The sampler's settings and seed; by default OpenAI's: temperature 1 and no cut.
+    SamplerParams params{.temp = 1.0f, .top_k = 0, .top_p = 1.0f};
     LogitAdjustments adjust;        // penalties, biases and banned end-of-generation tokens, before the sampler
     int64_t max_tokens = 16;        // tokens to sample at most (>= 1; 0: only evaluate the prompt)
     std::vector<std::string> stop;  // generation ends before the first occurrence of any of these

@@ -487,7 +487,8 @@ std::vector<Task> choices(const json &body, Task task, int64_t max_queue) {
                        "invalid_value");
     }
     std::vector<Task> tasks(static_cast<size_t>(n), task);
-    for (int64_t k = 0; k < n; ++k) tasks[static_cast<size_t>(k)].sampling.seed = task.sampling.seed + uint64_t(k);
+    for (int64_t k = 0; k < n; ++k)
+        tasks[static_cast<size_t>(k)].sampling.params.seed = task.sampling.params.seed + uint64_t(k);
     return tasks;
 }
 

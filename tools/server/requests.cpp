@@ -193,16 +193,16 @@ SamplingOptions read_sampling(const json &body, const SamplingDefaults &defaults
                               const Tokenizer &tok, const RequestLimits &lim) {
     SamplingOptions s;
     s.adjust.logit_bias = read_logit_bias(body, tok, lim);
-    s.temperature = static_cast<float>(get_number(body, "temperature", 0.0, 100.0).value_or(defaults.temperature));
-    s.top_p = static_cast<float>(get_number(body, "top_p", 0.0, 1.0).value_or(defaults.top_p));
-    s.top_k = static_cast<int>(get_int(body, "top_k", 0, lim.n_vocab).value_or(defaults.top_k));
-    s.min_p = static_cast<float>(get_number(body, "min_p", 0.0, 1.0).value_or(defaults.min_p));
-    s.typical_p = static_cast<float>(get_number(body, "typical_p", 0.0, 1.0).value_or(1.0));
-    s.xtc_probability = static_cast<float>(get_number(body, "xtc_probability", 0.0, 1.0).value_or(0.0));
-    s.xtc_threshold = static_cast<float>(get_number(body, "xtc_threshold", 0.0, 1.0).value_or(0.1));
-    s.top_n_sigma = static_cast<float>(get_number(body, "top_n_sigma", -1.0, 100.0).value_or(-1.0));
-    s.dynatemp_range = static_cast<float>(get_number(body, "dynatemp_range", 0.0, 100.0).value_or(0.0));
-    s.dynatemp_exponent = static_cast<float>(get_number(body, "dynatemp_exponent", 0.0, 100.0).value_or(1.0));
+    s.params.temp = static_cast<float>(get_number(body, "temperature", 0.0, 100.0).value_or(defaults.temperature));
+    s.params.top_p = static_cast<float>(get_number(body, "top_p", 0.0, 1.0).value_or(defaults.top_p));
+    s.params.top_k = static_cast<int>(get_int(body, "top_k", 0, lim.n_vocab).value_or(defaults.top_k));
+    s.params.min_p = static_cast<float>(get_number(body, "min_p", 0.0, 1.0).value_or(defaults.min_p));
+    s.params.typical_p = static_cast<float>(get_number(body, "typical_p", 0.0, 1.0).value_or(1.0));
+    s.params.xtc_probability = static_cast<float>(get_number(body, "xtc_probability", 0.0, 1.0).value_or(0.0));
+    s.params.xtc_threshold = static_cast<float>(get_number(body, "xtc_threshold", 0.0, 1.0).value_or(0.1));
+    s.params.top_n_sigma = static_cast<float>(get_number(body, "top_n_sigma", -1.0, 100.0).value_or(-1.0));
+    s.params.dynatemp_range = static_cast<float>(get_number(body, "dynatemp_range", 0.0, 100.0).value_or(0.0));
+    s.params.dynatemp_exponent = static_cast<float>(get_number(body, "dynatemp_exponent", 0.0, 100.0).value_or(1.0));
     s.adjust.repeat_penalty = static_cast<float>(get_number(body, "repeat_penalty", 0.001, 100.0).value_or(1.0));
     s.adjust.repeat_last_n = get_int(body, "repeat_last_n", -1, lim.n_ctx_per_slot).value_or(64);
     s.adjust.ignore_eos = get_bool(body, "ignore_eos").value_or(false);
@@ -213,14 +213,14 @@ SamplingOptions read_sampling(const json &body, const SamplingDefaults &defaults
     if (const auto js = body.find("json_schema"); js != body.end() && !js->is_null()) {
         throw ApiError(400, "'json_schema': schema-constrained sampling is not supported", "unsupported_parameter");
     }
-    s.mirostat = static_cast<int>(get_int(body, "mirostat", 0, 2).value_or(0));
-    s.mirostat_tau = static_cast<float>(get_number(body, "mirostat_tau", 0.0, 100.0).value_or(5.0));
-    s.mirostat_eta = static_cast<float>(get_number(body, "mirostat_eta", 0.0, 10.0).value_or(0.1));
+    s.params.mirostat = static_cast<int>(get_int(body, "mirostat", 0, 2).value_or(0));
+    s.params.mirostat_tau = static_cast<float>(get_number(body, "mirostat_tau", 0.0, 100.0).value_or(5.0));
+    s.params.mirostat_eta = static_cast<float>(get_number(body, "mirostat_eta", 0.0, 10.0).value_or(0.1));
     read_dry(body, tok, lim, s.adjust);
     s.adjust.presence_penalty = static_cast<float>(get_number(body, "presence_penalty", -2.0, 2.0).value_or(0.0));
     s.adjust.frequency_penalty = static_cast<float>(get_number(body, "frequency_penalty", -2.0, 2.0).value_or(0.0));
     const std::optional<int64_t> seed = get_int(body, "seed", INT64_MIN, INT64_MAX);
-    s.seed = seed ? static_cast<uint64_t>(*seed) : std::random_device{}();
+    s.params.seed = seed ? static_cast<uint64_t>(*seed) : std::random_device{}();
 
     const int64_t room = lim.n_ctx_per_slot - n_prompt;
     std::optional<int64_t> max_tokens;
