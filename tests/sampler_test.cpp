@@ -460,6 +460,112 @@ TEST(Sampler, ExpNonPositiveIsAccurate) {
     EXPECT_NEAR(sum_exp(logits, 1.0f), want, 1e-6 * want);
 }
 
+// The vocabulary-wide loops scan whole blocks first (argmax 64 logits, top-k's filter 64, the draw 64 weights): the
+// largest logit at every position around the blocks' edges and in the tail after the last whole block, with an
+// equal one later (the lower id wins), NaN-only blocks before it, and vocabularies of every size around a block.
+TEST(Sampler, GreedyFindsTheFirstLargestAcrossBlocks) {
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    for (size_t V : {63, 64, 65, 127, 128, 129, 200, 4099}) {
+        for (size_t at : {size_t(0), size_t(1), size_t(62), size_t(63), size_t(64), size_t(65), size_t(127),
+                          size_t(128), V - 2, V - 1}) {
+            if (at >= V) continue;
+            std::vector<float> logits(V, -1.0f);
+            for (size_t i = 0; i < std::min<size_t>(at, 64); ++i) logits[i] = nan;  // a block of NaN first
+            logits[at] = 3.0f;
+            EXPECT_EQ(argmax(logits), static_cast<int32_t>(at)) << "vocab " << V << " at " << at;
+            if (at + 1 < V) {
+                logits[V - 1] = 3.0f;
+                EXPECT_EQ(argmax(logits), static_cast<int32_t>(at)) << "vocab " << V << " at " << at << ", tie last";
+            }
+            logits[at] = kInf;  // +inf is a logit like any other
+            EXPECT_EQ(argmax(logits), static_cast<int32_t>(at)) << "vocab " << V << " at " << at << ", +inf";
+        }
+        std::vector<float> all_nan(V, nan);
+        EXPECT_EQ(argmax(all_nan), 0) << "vocab " << V;
+        all_nan[V - 1] = -kInf;
+        EXPECT_EQ(argmax(all_nan), 0) << "vocab " << V;  // nothing above -inf: the first
+    }
+}
+
+// best_logits (top-k's selection) against a full sort by rank, on logits with ties, NaN and -inf, for vocabularies
+// around its filter's block of 64 and k on both sides of its heap's 256.
+TEST(Sampler, BestLogitsMatchAFullSort) {
+    std::mt19937 rng(12);
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    for (size_t V : {1, 15, 63, 64, 65, 130, 1000, 20001}) {
+        std::vector<float> logits(V);
+        std::normal_distribution<float> gauss(0.0f, 2.0f);
+        for (float &x : logits) x = std::round(gauss(rng) * 8.0f) / 8.0f;  // many ties
+        for (size_t i = 3; i < V; i += 41) logits[i] = nan;
+        for (size_t i = 5; i < V; i += 53) logits[i] = -kInf;
+        if (V > 100) logits[V - 1] = 100.0f;  // the best in the tail after the whole blocks
+        std::vector<int32_t> order(V);
+        std::iota(order.begin(), order.end(), 0);
+        const auto rank = [&](int32_t i) { return logits[i] == logits[i] ? logits[i] : -kInf; };
+        std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return rank(a) > rank(b); });
+        for (size_t k : {1, 5, 40, 256, 300}) {
+            std::vector<Sampler::Candidate> got;
+            best_logits(logits, k, got);
+            const size_t want_n = std::min(k, V);
+            ASSERT_EQ(got.size(), want_n) << "vocab " << V << " k " << k;
+            for (size_t j = 0; j < want_n; ++j) {
+                EXPECT_EQ(got[j].id, order[j]) << "vocab " << V << " k " << k << " rank " << j;
+                EXPECT_EQ(got[j].logit, rank(order[j])) << "vocab " << V << " k " << k << " rank " << j;
+            }
+        }
+    }
+}
+
+// Draws over the whole distribution land only on the tokens with weight, wherever they sit against the draw's
+// blocks of 64 (the first, around an edge, alone in the tail after the last whole block), and each of two is drawn.
+TEST(Sampler, DrawsFindTheWeightsAcrossBlocks) {
+    for (size_t V : {64, 65, 200, 4099}) {
+        for (auto [a, b] : {std::pair<size_t, size_t>{0, 1}, {63, 64}, {V - 2, V - 1}, {1, V - 1}}) {
+            if (b >= V) continue;
+            std::vector<float> logits(V, -kInf);
+            logits[a] = 0.0f;
+            logits[b] = 0.5f;
+            Sampler s({1.0f, 0, 1.0f, 11});
+            int n_a = 0, n_b = 0;
+            for (int d = 0; d < 200; ++d) {
+                const int32_t t = s.sample(logits);
+                ASSERT_TRUE(t == static_cast<int32_t>(a) || t == static_cast<int32_t>(b))
+                    << "vocab " << V << " weights at " << a << ", " << b << ": drew " << t;
+                (t == static_cast<int32_t>(a) ? n_a : n_b) += 1;
+            }
+            EXPECT_GT(n_a, 20) << "vocab " << V << " at " << a;  // p = 0.38 and 0.62
+            EXPECT_GT(n_b, 20) << "vocab " << V << " at " << b;
+        }
+    }
+}
+
+// The sampler's loops run in whichever of their AVX-512, AVX2 or baseline versions the CPU takes; all must give the
+// baseline's bits. sum_exp written out here (this file is compiled for the baseline): its pieces of 256, four
+// running totals in each, in the same order. Equal, not near: an FMA in a wider version would show.
+TEST(Sampler, VectorLoopsGiveTheBaselineBits) {
+    std::mt19937 rng(13);
+    std::normal_distribution<float> gauss(0.0f, 3.0f);
+    for (size_t V : {1, 7, 255, 256, 1000, 32000}) {
+        std::vector<float> logits(V);
+        for (float &x : logits) x = gauss(rng);
+        if (V > 1) logits[V / 2] = -kInf;
+        const float max = max_logit(logits);
+        double want = 0.0;
+        for (size_t p0 = 0; p0 < V; p0 += 256) {
+            const size_t n = std::min<size_t>(256, V - p0);
+            double sums[4] = {0.0, 0.0, 0.0, 0.0};
+            size_t i = 0;
+            for (; i + 4 <= n; i += 4) {
+                for (size_t l = 0; l < 4; ++l) sums[l] += exp_nonpositive((logits[p0 + i + l] - max) * 1.0f);
+            }
+            for (; i < n; ++i) sums[0] += exp_nonpositive((logits[p0 + i] - max) * 1.0f);
+            want += (sums[0] + sums[1]) + (sums[2] + sums[3]);
+        }
+        EXPECT_EQ(sum_exp(logits, max), want) << "vocab " << V;
+        EXPECT_EQ(max, *std::max_element(logits.begin(), logits.end())) << "vocab " << V;
+    }
+}
+
 TEST(Sampler, SeedsRepeatAndDiffer) {
     std::vector<float> logits(500);
     std::mt19937 rng(9);
