@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "runtime/context_shift.h"
+#include "runtime/json_prefix.h"
 #include "runtime/sampler.h"
 #include "runtime/tokenizer.h"
 #include "server/stop_strings.h"
@@ -152,6 +153,7 @@ struct Scheduler::Slot {
     int32_t next_token = -1;  // sampled, to be decoded at the next step
     int64_t n_generated = 0;
     std::optional<LogitAdjuster> adjuster;  // the task's penalties and biases over its sequence
+    std::optional<JsonConstraint> json;     // SamplingOptions::json_object: what may come next
     std::string text;                       // generated text so far
     size_t n_sent = 0;                      // bytes of text handed to the channel
     // logprobs >= 0: the entries of generated tokens not yet handed over, with where each token's text begins
@@ -495,6 +497,19 @@ void Scheduler::start_task(Slot &slot, Queued &queued) {
     slot.n_generated = 0;
     slot.adjuster.emplace(so.adjust, eog_ids_);
     slot.adjuster->start(slot.task.prompt);
+    slot.json.reset();
+    if (so.json_object) {
+        if (pieces_.empty()) {
+            const int32_t n_vocab = tokenizer_.n_vocab();
+            pieces_.resize(static_cast<size_t>(n_vocab));
+            eog_flags_.resize(static_cast<size_t>(n_vocab));
+            for (int32_t id = 0; id < n_vocab; ++id) {
+                pieces_[static_cast<size_t>(id)] = tokenizer_.token_to_piece(id);
+                eog_flags_[static_cast<size_t>(id)] = tokenizer_.is_eog(id) ? 1 : 0;
+            }
+        }
+        slot.json.emplace(pieces_, eog_flags_);
+    }
     slot.text.clear();
     slot.n_sent = 0;
     slot.logprobs.clear();
@@ -511,6 +526,7 @@ void Scheduler::release(Slot &slot, FinishReason reason, const std::string &erro
     if (reason == FinishReason::stop || reason == FinishReason::length) ++counters_.tasks_completed;
     const std::shared_ptr<TaskChannel> channel = std::move(slot.channel);
     slot.sampler.reset();
+    slot.json.reset();
     slot.task = Task{};
     if (slot.shift_keep >= 0) {
         // Rows after the kept ones were computed with a longer history: reusing them for a later prompt that
@@ -665,7 +681,27 @@ void Scheduler::handle_output(Slot &s, std::span<const float> logits, Clock::tim
     const SamplingOptions &so = s.task.sampling;
     const std::span<const float> model_logits = logits;
     logits = s.adjuster->apply(logits);
-    const int32_t token = s.sampler->sample(logits);
+    int32_t token = s.sampler->sample(logits);
+    if (s.json && !s.json->allows(token)) {
+        // JSON mode: the pick would break the object, so the tokens that cannot come next are masked and the
+        // sampler draws again (checking the pick first, as llama.cpp's grammars do, spares the mask when it fits).
+        masked_.assign(logits.begin(), logits.end());
+        if (s.json->mask(masked_) == 0) {
+            // Nothing may follow: a whole object whose end-of-generation tokens are banned (ignore_eos) ends here;
+            // else the vocabulary cannot continue the object.
+            if (s.json->complete()) {
+                s.channel->push(std::string_view(s.text).substr(s.n_sent), s.n_generated,
+                                std::span<const TokenLogprob>(s.logprobs.data(), s.logprobs.size()));
+                release(s, FinishReason::stop);
+            } else {
+                release(s, FinishReason::error, "no token of the vocabulary continues the JSON object");
+            }
+            return;
+        }
+        token = s.sampler->sample(masked_);
+        if (!s.json->allows(token)) token = argmax(masked_);  // a cut left nothing but masked tokens to draw
+    }
+    if (s.json) s.json->accept(token);
     ++s.n_generated;
     ++counters_.generated_tokens;
     if (s.n_generated == 1) {

@@ -47,6 +47,9 @@ struct SamplingOptions {
     // >= 0: report each generated token's log probability and the `logprobs` most likely tokens at its
     // position, under the model's distribution (the logits before penalties and temperature); -1: none.
     int logprobs = -1;
+    // OpenAI's response_format {"type": "json_object"}: only tokens that keep the text the beginning of one JSON
+    // object are sampled, and generation ends (only) once it is whole (runtime/json_prefix.h).
+    bool json_object = false;
 };
 
 // One generated token's log probabilities (SamplingOptions::logprobs >= 0).
@@ -241,6 +244,11 @@ class Scheduler {
     std::shared_ptr<const Model> model_;
     const Tokenizer &tokenizer_;
     std::vector<int32_t> eog_ids_;  // the vocabulary's end-of-generation tokens (LogitAdjustments::ignore_eos)
+    // JSON mode's view of the vocabulary (each token's text, and whether it ends generation), made at the first
+    // task that asks for it; and the logits it masks. Scheduler thread only.
+    std::vector<std::string> pieces_;
+    std::vector<uint8_t> eog_flags_;
+    std::vector<float> masked_;
     Options options_;
     std::unique_ptr<Context> ctx_;  // touched only by the scheduler thread after construction
     int64_t n_ctx_ = 0;

@@ -278,7 +278,8 @@ with serve_util.Server(model, "-np", 1, "-c", CTX) as srv:
                         ({"messages": [user, {"role": "assistant", "content": "x", "reasoning_content": 3}]},
                          "messages[1].reasoning_content"),
                         ({"messages": [user], "response_format": {"type": 3}}, "response_format.type"),
-                        ({"messages": [user], "response_format": {"type": "json_object"}}, "response_format"),
+                        ({"messages": [user], "response_format": {"type": "json_schema"}}, "response_format"),
+                        ({"messages": [user], "response_format": "json"}, "response_format"),
                         ({"messages": [user], "chat_template_kwargs": {"enable_thinking": "yes"}},
                          "chat_template_kwargs.enable_thinking")):
         status, reply = srv.request("POST", "/v1/chat/completions", body)

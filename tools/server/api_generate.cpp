@@ -554,11 +554,6 @@ void Api::chat_completions(const httplib::Request &req, httplib::Response &res) 
     const bool logprobs = get_bool(body, "logprobs").value_or(false);
     const std::optional<int64_t> top_logprobs = get_int(body, "top_logprobs", 0, kMaxTopLogprobs);
     if (top_logprobs && !logprobs) throw ApiError(400, "'top_logprobs' needs 'logprobs': true", "invalid_value");
-    if (const auto rf = body.find("response_format"); rf != body.end() && !rf->is_null()) {
-        if (!rf->is_object() || get_string(*rf, "type", "response_format").value_or("text") != "text") {
-            throw ApiError(400, "'response_format': only {\"type\": \"text\"} is supported", "unsupported_parameter");
-        }
-    }
     const std::string text = render_chat(body);
     Task task;
     task.prompt = tokenizer_.encode(text, /*add_special=*/false, /*parse_special=*/true);

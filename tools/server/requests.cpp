@@ -206,7 +206,20 @@ SamplingOptions read_sampling(const json &body, const SamplingDefaults &defaults
     s.adjust.repeat_penalty = static_cast<float>(get_number(body, "repeat_penalty", 0.001, 100.0).value_or(1.0));
     s.adjust.repeat_last_n = get_int(body, "repeat_last_n", -1, lim.n_ctx_per_slot).value_or(64);
     s.adjust.ignore_eos = get_bool(body, "ignore_eos").value_or(false);
-    // llama.cpp's output constraints: refused, since ignoring them would hand back text that breaks them.
+    // OpenAI's response_format: text, or JSON mode (a JSON object); a schema is refused, as llama.cpp's other
+    // output constraints below, since ignoring it would hand back text that breaks it.
+    if (const auto rf = body.find("response_format"); rf != body.end() && !rf->is_null()) {
+        if (!rf->is_object()) throw ApiError(400, "'response_format' must be an object", "invalid_type");
+        const std::string type = get_string(*rf, "type", "response_format").value_or("text");
+        if (type == "json_object") {
+            s.json_object = true;
+        } else if (type == "json_schema") {
+            throw ApiError(400, "'response_format': schema-constrained sampling is not supported (json_object is)",
+                           "unsupported_parameter");
+        } else if (type != "text") {
+            throw ApiError(400, "'response_format': type must be text or json_object", "invalid_value");
+        }
+    }
     if (const auto g = get_string(body, "grammar"); g && !g->empty()) {
         throw ApiError(400, "'grammar': grammar-constrained sampling is not supported", "unsupported_parameter");
     }

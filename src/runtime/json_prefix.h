@@ -1,0 +1,89 @@
+// JSON mode (OpenAI's response_format {"type": "json_object"}): the sampler may only pick tokens that keep the
+// generated text the beginning of a JSON object (RFC 8259), and may end only once the object is whole.
+//
+// JsonPrefix reads a text byte by byte and says whether it can still be continued into one JSON object; it is a
+// small trivially copyable state (a stack of open containers and the lexical state), so checking a candidate
+// token is a copy and a feed of its text. JsonConstraint applies it to a vocabulary: which tokens may come next.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace sparrow {
+
+class JsonPrefix {
+  public:
+    // Containers nested deeper than this are refused (the automaton stays finite; a model that keeps opening
+    // brackets is stopped there).
+    static constexpr int kMaxDepth = 32;
+    // Longest run of whitespace between tokens (as llama.cpp's JSON grammar bounds it): a model cannot pad forever.
+    static constexpr int kMaxWhitespace = 20;
+
+    // Reads `bytes`; false when they cannot continue the text read so far (the state is then unspecified: check
+    // on a copy).
+    bool feed(std::string_view bytes);
+    // A whole object has been read (only whitespace may follow it).
+    bool complete() const { return state_ == State::done; }
+
+  private:
+    enum class State : uint8_t {
+        value,            // a value (at the top: an object)
+        key_or_end,       // after '{': a key or '}'
+        key,              // after ',' in an object: a key
+        colon,            // after a key
+        value_or_end,     // after '[': a value or ']'
+        after_value,      // after a value inside a container: ',' or the container's close
+        string,           // inside a string
+        string_escape,    // after '\'
+        string_hex,       // after '\u' and hex_left more hex digits to read
+        string_utf8,      // inside a multi-byte UTF-8 character, utf8_left continuation bytes to read
+        minus,            // a number's '-': a digit next
+        zero,             // a number's leading 0: '.', 'e', or its end
+        integer,          // a number's integer digits
+        dot,              // a number's '.': a digit next
+        fraction,         // a number's fraction digits
+        exponent,         // 'e' or 'E': a sign or a digit next
+        exponent_sign,    // the exponent's sign: a digit next
+        exponent_digits,  // the exponent's digits
+        literal,          // inside true / false / null
+        done,             // the object is whole
+    };
+    bool byte(uint8_t c);
+    bool start_value(uint8_t c);
+    bool end_value();  // a value ended: after_value inside a container, done at the top
+
+    State state_ = State::value;
+    bool key_string_ = false;  // the string being read is an object key
+    uint8_t hex_left_ = 0, utf8_left_ = 0;
+    uint16_t code_ = 0;         // the \u escape's value so far
+    bool pending_low_ = false;  // a high surrogate's escape was read: its low half must follow
+    uint8_t utf8_min_second_ = 0x80, utf8_max_second_ = 0xBF;  // the range the next continuation byte must be in
+    uint8_t literal_ = 0, literal_at_ = 0;                     // which of true / false / null, and bytes matched
+    uint8_t whitespace_run_ = 0;
+    int depth_ = 0;
+    char stack_[kMaxDepth] = {};  // '{' or '[' per open container
+};
+
+// A JsonPrefix over a vocabulary: pieces[id] is each token's text, eog[id] whether it ends generation.
+class JsonConstraint {
+  public:
+    JsonConstraint(std::span<const std::string> pieces, std::span<const uint8_t> eog);
+    // Whether `token` may come next: end-of-generation tokens once the object is whole, and before that tokens
+    // whose text (not empty) continues it.
+    bool allows(int32_t token) const;
+    // Sets every logit of a token that may not come next to -inf; returns how many may.
+    int64_t mask(std::span<float> logits) const;
+    // Takes `token` (one that allows() accepted) as generated.
+    void accept(int32_t token);
+    bool complete() const { return prefix_.complete(); }
+
+  private:
+    std::span<const std::string> pieces_;
+    std::span<const uint8_t> eog_;
+    JsonPrefix prefix_;
+};
+
+}  // namespace sparrow
