@@ -1,5 +1,7 @@
 #include "runtime/json_prefix.h"
 
+#include <algorithm>
+#include <array>
 #include <limits>
 
 #include "core/error.h"
@@ -246,9 +248,28 @@ bool JsonConstraint::allows(int32_t token) const {
 }
 
 int64_t JsonConstraint::mask(std::span<float> logits) const {
+    // The bytes that may come next, tried once each: a token whose first byte is not one of them is out without
+    // a trial of its own (between values only a few bytes may come; 129K tokens took 1.3 ms a mask without this).
+    std::array<bool, 256> first_ok{};
+    for (int b = 0; b < 256; ++b) {
+        JsonPrefix trial = prefix_;
+        first_ok[static_cast<size_t>(b)] =
+            !prefix_.complete() && trial.feed(std::string_view(reinterpret_cast<const char *>(&b), 1));
+    }
     int64_t n = 0;
+    const size_t n_vocab = std::min(logits.size(), pieces_.size());
     for (size_t i = 0; i < logits.size(); ++i) {
-        if (allows(static_cast<int32_t>(i))) {
+        bool ok = false;
+        if (i < n_vocab) {
+            const std::string &piece = pieces_[i];
+            if (eog_[i]) {
+                ok = prefix_.complete();
+            } else if (!piece.empty() && first_ok[static_cast<uint8_t>(piece[0])]) {
+                JsonPrefix trial = prefix_;
+                ok = trial.feed(piece);
+            }
+        }
+        if (ok) {
             ++n;
         } else {
             logits[i] = -std::numeric_limits<float>::infinity();
