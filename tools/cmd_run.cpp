@@ -20,6 +20,7 @@
 #include "core/error.h"
 #include "npy.h"
 #include "runtime/context_shift.h"
+#include "runtime/json_prefix.h"
 #include "runtime/sampler.h"
 #include "runtime/tokenizer.h"
 
@@ -39,6 +40,7 @@ struct RunFlags {
     std::string prompt_ids_path;      // ids used verbatim (no BOS added)
     std::string dump_logits_path;     // logits of the last prompt position, as .npy
     std::string dump_selection_path;  // per layer, the keys the last prompt queries attended (JSON)
+    bool json = false;                // JSON mode: each reply is one JSON object (runtime/json_prefix.h)
     bool context_shift = false;       // a full context drops the older half of what follows the kept tokens
     int64_t n_keep = 0;               // --keep: prompt tokens a context shift keeps (-1: the whole prompt)
 };
@@ -169,10 +171,20 @@ struct Continuation {
 // pieces as they come. With shift_keep >= 0 a full context is shifted instead (Context::context_shift: the
 // first shift_keep positions stay, the older half of the rest goes) and generation goes on.
 Continuation continue_from(Context &ctx, Sampler &sampler, LogitAdjuster &adjuster, const Tokenizer &tok,
-                           std::span<const float> logits, int32_t pos, int64_t limit, int32_t shift_keep = -1) {
+                           std::span<const float> logits, int32_t pos, int64_t limit, int32_t shift_keep = -1,
+                           const JsonVocabulary *json_vocab = nullptr) {
     Continuation c;
+    std::optional<JsonConstraint> json;  // JSON mode (json_vocab given): only an object's text, ended once whole
+    std::vector<float> masked;
+    if (json_vocab) json.emplace(json_vocab->pieces, json_vocab->eog);
     while (limit < 0 || c.n_sampled < limit) {
-        const int32_t next = sampler.sample(adjuster.apply(logits));
+        const std::span<const float> adjusted = adjuster.apply(logits);
+        const int32_t next = json ? sample_json(sampler, adjusted, *json, masked) : sampler.sample(adjusted);
+        if (next < 0) {  // JSON mode: nothing may follow (a whole object with its end banned, or a dead end)
+            if (!json->complete())
+                std::fprintf(stderr, "\nrun: no token of the vocabulary continues the JSON object\n");
+            break;
+        }
         ++c.n_sampled;
         if (tok.is_eog(next)) break;
         adjuster.accept(next);
@@ -266,6 +278,7 @@ int converse(const RunFlags &f, const Model &model, Context &ctx) {
 
     Sampler sampler(f.sampling.params(seed));
     LogitAdjuster adjuster(f.sampling.adjustments(tok), end_of_generation_ids(tok));
+    const JsonVocabulary json_vocab = f.json ? json_vocabulary(tok) : JsonVocabulary{};
     std::vector<int32_t> cached;  // the tokens sequence 0 holds, at positions 0, 1, ...
     std::optional<std::string> first = f.prompt;
     if (!f.prompt_file.empty()) first = read_file(f.prompt_file);
@@ -343,8 +356,9 @@ int converse(const RunFlags &f, const Model &model, Context &ctx) {
         const size_t last =
             (prompt.size() - keep - 1) % static_cast<size_t>(ctx.params().n_batch);  // in the last batch
         const int32_t shift_keep = f.context_shift ? shift_keep_for(f, prompt, tok, ctx.n_ctx(), false) : -1;
-        const Continuation c = continue_from(ctx, sampler, adjuster, tok, ctx.logits(last),
-                                             static_cast<int32_t>(prompt.size()), f.n_predict, shift_keep);
+        const Continuation c =
+            continue_from(ctx, sampler, adjuster, tok, ctx.logits(last), static_cast<int32_t>(prompt.size()),
+                          f.n_predict, shift_keep, f.json ? &json_vocab : nullptr);
         gen_s += gen_clock.seconds();
         std::fputs("\n", stdout);
         std::fflush(stdout);
@@ -434,9 +448,11 @@ int run(const RunFlags &f) {
     Sampler sampler(f.sampling.params(seed));
     LogitAdjuster adjuster(f.sampling.adjustments(tok), end_of_generation_ids(tok));
     adjuster.start(prompt);
+    const JsonVocabulary json_vocab = f.json ? json_vocabulary(tok) : JsonVocabulary{};
     const Stopwatch gen_clock;
-    const Continuation c = continue_from(ctx, sampler, adjuster, tok, ctx.logits(last),
-                                         static_cast<int32_t>(prompt.size()), f.n_predict, shift_keep);
+    const Continuation c =
+        continue_from(ctx, sampler, adjuster, tok, ctx.logits(last), static_cast<int32_t>(prompt.size()), f.n_predict,
+                      shift_keep, f.json ? &json_vocab : nullptr);
     const double gen_s = gen_clock.seconds();
     std::fputs("\n", stdout);
     std::fflush(stdout);
@@ -478,6 +494,9 @@ Command register_run(CLI::App &app) {
         cmd->add_flag("--context-shift", f->context_shift,
                       "When generation fills the context, drop the older half of what follows the kept prompt tokens "
                       "(--keep) and go on, as llama.cpp does (keys re-rotated; -n may then exceed the context)");
+    cmd->add_flag(
+        "--json", f->json,
+        "JSON mode: the reply is one JSON object (only tokens that keep it so are sampled; it ends once whole)");
     cmd->add_option("--keep", f->n_keep,
                     "Prompt tokens a context shift keeps after a BOS, which always stays (-1 = the whole prompt; "
                     "--conversation: of each turn's rendering; default 0)")

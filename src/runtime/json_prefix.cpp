@@ -5,6 +5,8 @@
 #include <limits>
 
 #include "core/error.h"
+#include "runtime/sampler.h"
+#include "runtime/tokenizer.h"
 
 namespace sparrow {
 
@@ -270,7 +272,7 @@ int64_t JsonConstraint::mask(std::span<float> logits) const {
             }
         }
         if (ok) {
-            ++n;
+            n += logits[i] > -std::numeric_limits<float>::infinity() ? 1 : 0;
         } else {
             logits[i] = -std::numeric_limits<float>::infinity();
         }
@@ -281,6 +283,31 @@ int64_t JsonConstraint::mask(std::span<float> logits) const {
 void JsonConstraint::accept(int32_t token) {
     SPARROW_ASSERT(allows(token));
     if (!eog_[static_cast<size_t>(token)]) prefix_.feed(pieces_[static_cast<size_t>(token)]);
+}
+
+JsonVocabulary json_vocabulary(const Tokenizer &tok) {
+    JsonVocabulary v;
+    const int32_t n_vocab = tok.n_vocab();
+    v.pieces.resize(static_cast<size_t>(n_vocab));
+    v.eog.resize(static_cast<size_t>(n_vocab));
+    for (int32_t id = 0; id < n_vocab; ++id) {
+        v.pieces[static_cast<size_t>(id)] = tok.token_to_piece(id);
+        v.eog[static_cast<size_t>(id)] = tok.is_eog(id) ? 1 : 0;
+    }
+    return v;
+}
+
+int32_t sample_json(Sampler &sampler, std::span<const float> logits, JsonConstraint &json,
+                    std::vector<float> &scratch) {
+    int32_t token = sampler.sample(logits);
+    if (!json.allows(token)) {
+        scratch.assign(logits.begin(), logits.end());
+        if (json.mask(scratch) == 0) return -1;
+        token = sampler.sample(scratch);
+        if (!json.allows(token)) token = argmax(scratch);  // a cut left only masked tokens to draw: the best allowed
+    }
+    json.accept(token);
+    return token;
 }
 
 }  // namespace sparrow

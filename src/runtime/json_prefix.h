@@ -68,13 +68,23 @@ class JsonPrefix {
 };
 
 // A JsonPrefix over a vocabulary: pieces[id] is each token's text, eog[id] whether it ends generation.
+class Sampler;
+class Tokenizer;
+
+// What a JsonConstraint reads of a vocabulary: each token's text and whether it ends generation.
+struct JsonVocabulary {
+    std::vector<std::string> pieces;
+    std::vector<uint8_t> eog;
+};
+JsonVocabulary json_vocabulary(const Tokenizer &tok);
+
 class JsonConstraint {
   public:
     JsonConstraint(std::span<const std::string> pieces, std::span<const uint8_t> eog);
     // Whether `token` may come next: end-of-generation tokens once the object is whole, and before that tokens
     // whose text (not empty) continues it.
     bool allows(int32_t token) const;
-    // Sets every logit of a token that may not come next to -inf; returns how many may.
+    // Sets every logit of a token that may not come next to -inf; returns how many may and have a logit above -inf.
     int64_t mask(std::span<float> logits) const;
     // Takes `token` (one that allows() accepted) as generated.
     void accept(int32_t token);
@@ -85,5 +95,11 @@ class JsonConstraint {
     std::span<const uint8_t> eog_;
     JsonPrefix prefix_;
 };
+
+// The next token drawn by `sampler` from `logits`, kept to what `json` allows and taken by it: the draw is checked
+// first, and only when it would break the object are the tokens that cannot come next masked (into `scratch`) and
+// the sampler draws again (as llama.cpp's grammars do: most draws of a model asked for JSON fit). -1 when no token
+// may come next (json.complete() tells whether the object is whole).
+int32_t sample_json(Sampler &sampler, std::span<const float> logits, JsonConstraint &json, std::vector<float> &scratch);
 
 }  // namespace sparrow

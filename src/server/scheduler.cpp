@@ -499,16 +499,8 @@ void Scheduler::start_task(Slot &slot, Queued &queued) {
     slot.adjuster->start(slot.task.prompt);
     slot.json.reset();
     if (so.json_object) {
-        if (pieces_.empty()) {
-            const int32_t n_vocab = tokenizer_.n_vocab();
-            pieces_.resize(static_cast<size_t>(n_vocab));
-            eog_flags_.resize(static_cast<size_t>(n_vocab));
-            for (int32_t id = 0; id < n_vocab; ++id) {
-                pieces_[static_cast<size_t>(id)] = tokenizer_.token_to_piece(id);
-                eog_flags_[static_cast<size_t>(id)] = tokenizer_.is_eog(id) ? 1 : 0;
-            }
-        }
-        slot.json.emplace(pieces_, eog_flags_);
+        if (json_vocab_.pieces.empty()) json_vocab_ = json_vocabulary(tokenizer_);
+        slot.json.emplace(json_vocab_.pieces, json_vocab_.eog);
     }
     slot.text.clear();
     slot.n_sent = 0;
@@ -681,27 +673,19 @@ void Scheduler::handle_output(Slot &s, std::span<const float> logits, Clock::tim
     const SamplingOptions &so = s.task.sampling;
     const std::span<const float> model_logits = logits;
     logits = s.adjuster->apply(logits);
-    int32_t token = s.sampler->sample(logits);
-    if (s.json && !s.json->allows(token)) {
-        // JSON mode: the pick would break the object, so the tokens that cannot come next are masked and the
-        // sampler draws again (checking the pick first, as llama.cpp's grammars do, spares the mask when it fits).
-        masked_.assign(logits.begin(), logits.end());
-        if (s.json->mask(masked_) == 0) {
-            // Nothing may follow: a whole object whose end-of-generation tokens are banned (ignore_eos) ends here;
-            // else the vocabulary cannot continue the object.
-            if (s.json->complete()) {
-                s.channel->push(std::string_view(s.text).substr(s.n_sent), s.n_generated,
-                                std::span<const TokenLogprob>(s.logprobs.data(), s.logprobs.size()));
-                release(s, FinishReason::stop);
-            } else {
-                release(s, FinishReason::error, "no token of the vocabulary continues the JSON object");
-            }
-            return;
+    const int32_t token = s.json ? sample_json(*s.sampler, logits, *s.json, masked_) : s.sampler->sample(logits);
+    if (token < 0) {
+        // JSON mode and nothing may follow: a whole object whose end-of-generation tokens are banned (ignore_eos)
+        // ends here; else the vocabulary (with the request's biases) cannot continue the object.
+        if (s.json->complete()) {
+            s.channel->push(std::string_view(s.text).substr(s.n_sent), s.n_generated,
+                            std::span<const TokenLogprob>(s.logprobs.data(), s.logprobs.size()));
+            release(s, FinishReason::stop);
+        } else {
+            release(s, FinishReason::error, "no token of the vocabulary continues the JSON object");
         }
-        token = s.sampler->sample(masked_);
-        if (!s.json->allows(token)) token = argmax(masked_);  // a cut left nothing but masked tokens to draw
+        return;
     }
-    if (s.json) s.json->accept(token);
     ++s.n_generated;
     ++counters_.generated_tokens;
     if (s.n_generated == 1) {

@@ -27,6 +27,7 @@
 #include <thread>
 #include <vector>
 
+#include "runtime/json_prefix.h"
 #include "runtime/logit_adjust.h"
 #include "runtime/sampler.h"
 #include "sparrow/sparrow.h"
@@ -246,8 +247,7 @@ class Scheduler {
     std::vector<int32_t> eog_ids_;  // the vocabulary's end-of-generation tokens (LogitAdjustments::ignore_eos)
     // JSON mode's view of the vocabulary (each token's text, and whether it ends generation), made at the first
     // task that asks for it; and the logits it masks. Scheduler thread only.
-    std::vector<std::string> pieces_;
-    std::vector<uint8_t> eog_flags_;
+    JsonVocabulary json_vocab_;
     std::vector<float> masked_;
     Options options_;
     std::unique_ptr<Context> ctx_;  // touched only by the scheduler thread after construction

@@ -1,6 +1,7 @@
 """JSON mode (OpenAI's response_format {"type": "json_object"}): with random tiny models, whose unconstrained text is
 never JSON, every reply that ends by itself is one JSON object (chat and /v1/completions, greedy and sampled), a
-streamed reply is the same text as the whole one, and a schema is refused."""
+streamed reply is the same text as the whole one, `sparrow run --json` gives the server's text, and a schema is
+refused."""
 import json
 import os
 
@@ -79,6 +80,14 @@ for arch in ("llama", "deepseek32"):
                      f"{arch}: streamed JSON-mode text equals the whole reply ({streamed[:60]!r} vs {whole_text!r:.60})")
         if whole["choices"][0]["finish_reason"] == "stop":
             checks.check(isinstance(json.loads(whole_text), dict), f"{arch}: /v1/completions gives an object")
+
+        # `sparrow run --json` samples the same way: its greedy text is the server's.
+        for prompt in ("data:", "Reply with a JSON object."):
+            ran = serve_util.run_greedy(model, prompt, 300, "--json")
+            status, served = srv.request("POST", "/v1/completions",
+                                         {"prompt": prompt, "max_tokens": 300, "temperature": 0, **JSON_MODE})
+            checks.check(status == 200 and serve_util.norm(served["choices"][0]["text"]) == ran,
+                         f"{arch}: run --json equals the server's JSON mode ({ran[:60]!r})")
 
         for rf, what in (({"type": "json_schema", "json_schema": {"schema": {}}}, "a schema"),
                          ({"type": "yaml"}, "an unknown type"), ("json", "not an object")):
