@@ -182,6 +182,45 @@ TEST(Ops, RopeFollowsTheDefinition) {
     }
 }
 
+// A RopeTable made once gives rope() the bits of the RopeParams call, over many calls (plain and YaRN, both layouts,
+// n_rot below the head width); an empty or odd table is refused, not a silent no-op.
+TEST(Ops, RopeTableGivesTheParamsBits) {
+    std::mt19937 rng(21);
+    std::normal_distribution<float> gauss(0.0f, 1.0f);
+    for (RopeLayout layout : {RopeLayout::adjacent, RopeLayout::half_split}) {
+        for (float ext : {0.0f, 1.0f}) {
+            RopeParams p;
+            p.layout = layout;
+            p.n_rot = 48;
+            p.freq_base = 50000.0f;
+            p.freq_scale = ext != 0.0f ? 0.25f : 1.0f;
+            p.ext_factor = ext;
+            p.attn_factor = 1.1f;
+            p.n_ctx_orig = 4096;
+            const RopeTable table(p);
+            for (int call = 0; call < 5; ++call) {
+                const int64_t T = 3, H = 2, D = 64;
+                std::vector<float> a(static_cast<size_t>(T * H * D));
+                for (float &v : a) v = gauss(rng);
+                std::vector<float> b = a;
+                const int32_t pos[T] = {call, 1000 * call + 7, 131071 - call};
+                rope(a.data(), T, H, D, pos, p);
+                rope(b.data(), T, H, D, pos, table);
+                EXPECT_EQ(a, b) << "layout " << int(layout) << " ext " << ext << " call " << call;
+            }
+        }
+    }
+    std::vector<float> x(8, 1.0f);
+    const int32_t pos = 1;
+    EXPECT_THROW(rope(x.data(), 1, 1, 8, &pos, RopeTable()), Error);
+    RopeParams odd;
+    odd.n_rot = 7;
+    EXPECT_THROW(RopeTable{odd}, Error);
+    RopeParams wide;
+    wide.n_rot = 16;
+    EXPECT_THROW(rope(x.data(), 1, 1, 8, &pos, RopeTable(wide)), Error);  // n_rot above the head width
+}
+
 TEST(Ops, RopeYarnRampAndMagnitude) {
     // n_rot 64, n_ctx_orig 4096, base 10000, beta 32/1: ggml's correction dims are
     // floor(64 ln(4096 / (32 * 2pi)) / (2 ln 10000)) = floor(10.47) = 10 and ceil(22.52) = 23.

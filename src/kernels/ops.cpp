@@ -198,14 +198,11 @@ void layer_norm(const float *x, const float *w, const float *b, float *y, int64_
     }
 }
 
-void rope(float *x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, const int32_t *pos, const RopeParams &p) {
+RopeTable::RopeTable(const RopeParams &p) : p_(p) {
     const int n_rot = p.n_rot;
-    if (n_rot <= 0 || n_rot % 2 != 0 || n_rot > head_dim) {
-        throw_error("rope: n_rot = %d must be even and in (0, head_dim = %lld]", n_rot, (long long)head_dim);
-    }
+    if (n_rot <= 0 || n_rot % 2 != 0) throw_error("rope: n_rot = %d must be even and positive", n_rot);
     const int half = n_rot / 2;
     const bool yarn = p.ext_factor != 0.0f;
-
     // YaRN correction range in pair indices, in f32 exactly as ggml (ggml_rope_yarn_corr_dims), so that the
     // floor/ceil land where ggml's do.
     const auto corr_dim = [&](float beta) {
@@ -214,22 +211,37 @@ void rope(float *x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, const i
     };
     const float corr_low = std::max(0.0f, std::floor(corr_dim(p.beta_fast)));
     const float corr_high = std::min(float(n_rot - 1), std::ceil(corr_dim(p.beta_slow)));
-    const float mscale = yarn ? p.attn_factor * (1.0f + 0.1f * std::log(1.0f / p.freq_scale)) : p.attn_factor;
+    mscale_ = yarn ? p.attn_factor * (1.0f + 0.1f * std::log(1.0f / p.freq_scale)) : p.attn_factor;
+    // Per pair: its frequency and YaRN mix.
+    inv_freq_.resize(static_cast<size_t>(half));
+    mix_.resize(static_cast<size_t>(half));
+    for (int i = 0; i < half; ++i) {
+        inv_freq_[static_cast<size_t>(i)] = std::pow(double(p.freq_base), -2.0 * i / n_rot);
+        const double ramp =
+            1.0 - std::clamp((i - double(corr_low)) / std::max(0.001, double(corr_high) - corr_low), 0.0, 1.0);
+        mix_[static_cast<size_t>(i)] = yarn ? ramp * p.ext_factor : 0.0;
+    }
+}
 
-    // Pairs go in chunks so the per-pair tables live on the stack: per chunk, the frequency and YaRN mix
-    // of each pair (once per call), then per token cos/sin (once per token, shared by every head).
+void rope(float *x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, const int32_t *pos, const RopeParams &p) {
+    rope(x, n_tokens, n_heads, head_dim, pos, RopeTable(p));
+}
+
+void rope(float *x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, const int32_t *pos, const RopeTable &table) {
+    const RopeParams &p = table.params();
+    const int n_rot = p.n_rot;
+    if (n_rot <= 0 || n_rot % 2 != 0 || n_rot > head_dim) {
+        throw_error("rope: n_rot = %d must be even and in (0, head_dim = %lld]", n_rot, (long long)head_dim);
+    }
+    const int half = n_rot / 2;
+    const float mscale = table.mscale();
+    // Pairs go in chunks so the per-token cos/sin live on the stack: per token, cos/sin of each pair (once per
+    // token, shared by every head).
     constexpr int kChunk = 128;
-    double inv_freq[kChunk], mix[kChunk];
     float cos_t[kChunk], sin_t[kChunk];
     for (int i0 = 0; i0 < half; i0 += kChunk) {
         const int n_pairs = std::min(kChunk, half - i0);
-        for (int k = 0; k < n_pairs; ++k) {
-            const int i = i0 + k;
-            inv_freq[k] = std::pow(double(p.freq_base), -2.0 * i / n_rot);
-            const double ramp =
-                1.0 - std::clamp((i - double(corr_low)) / std::max(0.001, double(corr_high) - corr_low), 0.0, 1.0);
-            mix[k] = yarn ? ramp * p.ext_factor : 0.0;
-        }
+        const double *inv_freq = table.inv_freq() + i0, *mix = table.mix() + i0;
         for (int64_t t = 0; t < n_tokens; ++t) {
             for (int k = 0; k < n_pairs; ++k) {
                 // theta in double: positions reach 1e5+, where an f32 angle would be off by ~1e-2 rad. The

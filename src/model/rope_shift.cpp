@@ -14,11 +14,12 @@ void shift_stored_rope(RowStore &store, std::span<const int32_t> cells, std::spa
     // that the extra rotation has unit magnitude.
     RopeParams unit = params;
     unit.attn_factor = params.ext_factor != 0.0f ? 1.0f / (1.0f + 0.1f * std::log(1.0f / params.freq_scale)) : 1.0f;
+    const RopeTable table(unit);
     std::vector<float> row(static_cast<size_t>(store.width()));
     for (size_t i = 0; i < cells.size(); ++i) {
         if (deltas[i] == 0) continue;
         store.read(cells[i], row.data());
-        rope(row.data() + offset, 1, n_heads, head_dim, &deltas[i], unit);
+        rope(row.data() + offset, 1, n_heads, head_dim, &deltas[i], table);
         store.write(cells[i], row.data());
     }
 }

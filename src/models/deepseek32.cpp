@@ -256,6 +256,8 @@ class DsaModel final : public ArchModel {
         if (hp_.idx_head_dim < hp_.n_rot)
             throw_error("%s: indexer key_length is smaller than the rope dims", f.name().c_str());
         read_rope(f, a, hp_, key_length_mla);
+        rope_table_ = RopeTable(hp_.rope);
+        rope_indexer_table_ = RopeTable(hp_.rope_indexer);
         hp_.indexer_full = read_indexer_types(f, a, hp_, n_block);
         hp_.any_shared = std::find(hp_.indexer_full.begin(), hp_.indexer_full.end(), false) != hp_.indexer_full.end();
 
@@ -614,7 +616,7 @@ class DsaModel final : public ArchModel {
             rms_norm(row, L.kv_a_norm, row, 1, C, hp_.rms_eps);
             std::copy_n(row + C, R, s.pe.data() + t * R);
         }
-        rope(s.pe.data(), n, 1, R, ub.pos.data() + c0, hp_.rope);
+        rope(s.pe.data(), n, 1, R, ub.pos.data() + c0, rope_table_);
         for (int64_t t = 0; t < n; ++t) {
             std::copy_n(s.pe.data() + t * R, R, s.kv.data() + t * lat + C);
             s.latent[il].write(ub.cells[c0 + t], s.kv.data() + t * lat);
@@ -622,7 +624,7 @@ class DsaModel final : public ArchModel {
         const auto t1 = std::chrono::steady_clock::now();
         if (hp_.indexer_full[il]) {
             layer_norm(s.ik.data(), L.idx_k_norm_w, L.idx_k_norm_b, s.ik.data(), n, D, 1e-6f);
-            rope(s.ik.data(), n, 1, D, ub.pos.data() + c0, hp_.rope_indexer);  // rope part first: [rope | nope]
+            rope(s.ik.data(), n, 1, D, ub.pos.data() + c0, rope_indexer_table_);  // rope part first: [rope | nope]
             for (int64_t t = 0; t < n; ++t) s.indexer_key[il].write(ub.cells[c0 + t], s.ik.data() + t * D);
         }
         const auto t2 = std::chrono::steady_clock::now();
@@ -669,7 +671,7 @@ class DsaModel final : public ArchModel {
                                            {&L.q_b, s.qa.data(), n, s.q.data()}};      // [n, NH * (N + R)]
             matmul_many(pool, s.op, from_qa, 2);
             q_ready = true;
-            rope(s.iq.data(), n, H, D, ub.pos.data() + c0, hp_.rope_indexer);
+            rope(s.iq.data(), n, H, D, ub.pos.data() + c0, rope_indexer_table_);
             s.indexer_key[il].rotation().apply(s.iq.data(), n * H);  // as the stored keys (identity if none)
             if (!query_started) matmul(pool, s.op, L.idx_proj, h, n, s.iw.data());  // [n, H]
             const float w_scale = 1.0f / std::sqrt(static_cast<float>(D * H));
@@ -754,7 +756,7 @@ class DsaModel final : public ArchModel {
             for (int64_t hd = 0; hd < NH; ++hd)
                 std::copy_n(s.q.data() + (t * NH + hd) * qk + N, R, s.q_abs.data() + (t * NH + hd) * lat + C);
         }
-        rope(s.q_abs.data() + C, T, NH, lat, ub.pos.data() + c0, hp_.rope);  // the k_pe part of every head
+        rope(s.q_abs.data() + C, T, NH, lat, ub.pos.data() + c0, rope_table_);  // the k_pe part of every head
 
         // Attention over the latent rows: MQA with K = [c_kv | k_pe] and V = c_kv. A rotated cache holds
         // [H c_kv | H k_pe]: queries are rotated alike, and the output (a sum of H c_kv) rotated back.
@@ -810,6 +812,7 @@ class DsaModel final : public ArchModel {
     }
 
     DsaHParams hp_;
+    RopeTable rope_table_, rope_indexer_table_;  // hp_.rope's and hp_.rope_indexer's pair tables
     WeightMatrix tok_embd_, output_;
     const float *output_norm_ = nullptr;
     std::vector<DsaLayer> layers_;

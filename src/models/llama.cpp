@@ -117,6 +117,7 @@ class LlamaModel final : public ArchModel {
             throw_error("%s: llama with different key and value head sizes is not supported", f.name().c_str());
         }
         hp_.rope = read_rope(f, a, hp_.head_dim);
+        rope_table_ = RopeTable(hp_.rope);
         if (w.has("rope_freqs.weight")) {
             throw_error(
                 "%s: per-dimension RoPE frequency factors (rope_freqs.weight, Llama 3.1) are not supported "
@@ -204,7 +205,7 @@ class LlamaModel final : public ArchModel {
             rms_norm(x, L.attn_norm, cur, T, n_embd, hp_.rms_eps);
             matmul(pool, s.op, L.wk, cur, T, s.k.data());  // [T, n_head_kv*d]
             matmul(pool, s.op, L.wv, cur, T, s.v.data());  // [T, n_head_kv*d]
-            rope(s.k.data(), T, hp_.n_head_kv, hp_.head_dim, ub.pos.data(), hp_.rope);
+            rope(s.k.data(), T, hp_.n_head_kv, hp_.head_dim, ub.pos.data(), rope_table_);
             for (int64_t t = 0; t < T; ++t) {
                 s.k_cache[il].write(ub.cells[t], s.k.data() + t * kv_dim);
                 s.v_cache[il].write(ub.cells[t], s.v.data() + t * kv_dim);
@@ -218,7 +219,7 @@ class LlamaModel final : public ArchModel {
             }
             const int64_t TQ = q_ub->size();
             matmul(pool, s.op, L.wq, cur, TQ, s.q.data());  // [TQ, n_head*d]
-            rope(s.q.data(), TQ, hp_.n_head, hp_.head_dim, q_ub->pos.data(), hp_.rope);
+            rope(s.q.data(), TQ, hp_.n_head, hp_.head_dim, q_ub->pos.data(), rope_table_);
             s.q_rotation.apply(s.q.data(), TQ * hp_.n_head);  // as the stored K rows (identity if not rotated)
             attention(pool, shape, s.q.data(), TQ, s.k_cache[il], s.v_cache[il], s.visible.rows(), s.att.data(),
                       &s.attention_workspace);
@@ -283,6 +284,7 @@ class LlamaModel final : public ArchModel {
 
   private:
     LlamaHParams hp_;
+    RopeTable rope_table_;   // hp_.rope's pair tables
     WeightMatrix tok_embd_;  // [n_vocab, n_embd]
     const float *output_norm_ = nullptr;
     WeightMatrix output_;  // [n_vocab, n_embd]; token_embd when tied
