@@ -162,6 +162,7 @@ struct Continuation {
     int64_t n_sampled = 0;        // tokens sampled (an end-of-generation token included)
     int64_t n_decoded = 0;        // of `tokens`, those now in the cache (all but the last)
     bool context_full = false;    // stopped because the next token had no cell
+    bool json_dead_end = false;   // JSON mode: stopped because no token could continue the object
     int64_t n_shifts = 0;         // context shifts (shift_keep >= 0)
     int64_t n_dropped = 0;        // positions they dropped
 };
@@ -181,8 +182,7 @@ Continuation continue_from(Context &ctx, Sampler &sampler, LogitAdjuster &adjust
         const std::span<const float> adjusted = adjuster.apply(logits);
         const int32_t next = json ? sample_json(sampler, adjusted, *json, masked) : sampler.sample(adjusted);
         if (next < 0) {  // JSON mode: nothing may follow (a whole object with its end banned, or a dead end)
-            if (!json->complete())
-                std::fprintf(stderr, "\nrun: no token of the vocabulary continues the JSON object\n");
+            c.json_dead_end = !json->complete();
             break;
         }
         ++c.n_sampled;
@@ -378,6 +378,10 @@ int converse(const RunFlags &f, const Model &model, Context &ctx) {
                          "drops the oldest exchanges\n",
                          (long long)ctx.n_ctx());
         }
+        if (c.json_dead_end)
+            std::fprintf(stderr,
+                         "run: no token of the vocabulary (with the logit biases given) continues the JSON "
+                         "object; the reply ends there\n");
     }
     print_sparse_stats(ctx, f.model.dsa_stats);
     print_memory(model, ctx);
@@ -458,6 +462,11 @@ int run(const RunFlags &f) {
     std::fflush(stdout);
     if (c.context_full)
         std::fprintf(stderr, "run: stopped at the end of the context (%lld tokens)\n", (long long)ctx.n_ctx());
+    if (c.json_dead_end) {
+        std::fprintf(stderr,
+                     "run: no token of the vocabulary (with the logit biases given) continues the JSON object\n");
+        return 1;
+    }
     print_shifts(c, shift_keep);
     print_sparse_stats(ctx, f.model.dsa_stats);
     print_memory(*model, ctx);

@@ -67,7 +67,6 @@ class JsonPrefix {
     char stack_[kMaxDepth] = {};  // '{' or '[' per open container
 };
 
-// A JsonPrefix over a vocabulary: pieces[id] is each token's text, eog[id] whether it ends generation.
 class Sampler;
 class Tokenizer;
 
@@ -78,6 +77,8 @@ struct JsonVocabulary {
 };
 JsonVocabulary json_vocabulary(const Tokenizer &tok);
 
+// A JsonPrefix over a vocabulary: pieces[id] is each token's text, eog[id] whether it ends generation (both must
+// outlive the constraint).
 class JsonConstraint {
   public:
     JsonConstraint(std::span<const std::string> pieces, std::span<const uint8_t> eog);

@@ -89,6 +89,17 @@ for arch in ("llama", "deepseek32"):
             checks.check(status == 200 and serve_util.norm(served["choices"][0]["text"]) == ran,
                          f"{arch}: run --json equals the server's JSON mode ({ran[:60]!r})")
 
+        # With '{' banned no object can begin: the server fails the request, run exits non-zero, both saying why.
+        brace = token_of("{")[0]
+        status, reply = srv.request("POST", "/v1/completions", {"prompt": "x", "max_tokens": 40, "temperature": 0,
+                                                                "logit_bias": {str(brace): False}, **JSON_MODE})
+        checks.check(status >= 400 and "JSON object" in reply.get("error", {}).get("message", ""),
+                     f"{arch}: '{{' banned: the request fails ({status} {reply})")
+        proc = harness.run(["run", "-m", model, "-p", "x", "-n", 40, "--temp", 0, "--json", "-l", f"{brace}-inf"],
+                           check=False)
+        checks.check(proc.returncode != 0 and "continues the JSON object" in proc.stderr,
+                     f"{arch}: run --json with '{{' banned exits {proc.returncode}")
+
         for rf, what in (({"type": "json_schema", "json_schema": {"schema": {}}}, "a schema"),
                          ({"type": "yaml"}, "an unknown type"), ("json", "not an object")):
             status, reply = srv.request("POST", "/v1/chat/completions", dict(chat, response_format=rf))
