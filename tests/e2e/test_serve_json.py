@@ -106,4 +106,15 @@ for arch in ("llama", "deepseek32"):
             checks.check(status == 400 and reply["error"]["param"].startswith("response_format"),
                          f"{arch}: response_format {what}: 400 ({status} {reply})")
 
+# A chat format whose prompt opens a thinking block: JSON mode would constrain the reasoning, so it is refused.
+model = serve_util.make_model("deepseek32", os.path.join(tmp, "deepseek32.gguf"))
+with serve_util.Server(model, "-np", 1, "-c", 512, "--chat-format", "deepseek3") as srv:
+    body = {"messages": [{"role": "user", "content": "x"}], "max_tokens": 8, **JSON_MODE}
+    status, reply = srv.request("POST", "/v1/chat/completions",
+                                dict(body, chat_template_kwargs={"enable_thinking": True}))
+    checks.check(status == 400 and reply["error"]["param"] == "response_format",
+                 f"JSON mode with a thinking block open: 400 ({status} {reply})")
+    status, reply = srv.request("POST", "/v1/chat/completions", body)
+    checks.check(status == 200, f"JSON mode without thinking on the same format: 200 ({status})")
+
 checks.finish()
