@@ -120,7 +120,7 @@ void TaskChannel::set_prompt_logprobs(std::vector<TokenLogprob> entries) {
     cv_.notify_all();
 }
 
-void TaskChannel::finish(FinishReason reason, const std::string &error) {
+void TaskChannel::finish(FinishReason reason, const std::string &error, bool request_error) {
     {
         std::lock_guard lock(mu_);
         if (state_.done) return;
@@ -130,6 +130,7 @@ void TaskChannel::finish(FinishReason reason, const std::string &error) {
         state_.done = true;
         state_.finish = reason;
         state_.error = error;
+        state_.request_error = request_error;
         news_ = true;
     }
     cv_.notify_all();
@@ -512,7 +513,7 @@ void Scheduler::start_task(Slot &slot, Queued &queued) {
     counters_.prompt_tokens += static_cast<int64_t>(prompt.size());
 }
 
-void Scheduler::release(Slot &slot, FinishReason reason, const std::string &error) {
+void Scheduler::release(Slot &slot, FinishReason reason, const std::string &error, bool request_error) {
     if (reason == FinishReason::cancelled) ++counters_.tasks_cancelled;
     if (reason == FinishReason::error) ++counters_.tasks_failed;
     if (reason == FinishReason::stop || reason == FinishReason::length) ++counters_.tasks_completed;
@@ -529,7 +530,7 @@ void Scheduler::release(Slot &slot, FinishReason reason, const std::string &erro
     }
     // Published before the client hears of the end, so that /metrics already counts this task.
     publish_metrics();
-    channel->finish(reason, error);
+    channel->finish(reason, error, request_error);
 }
 
 bool Scheduler::step() {
@@ -682,7 +683,9 @@ void Scheduler::handle_output(Slot &s, std::span<const float> logits, Clock::tim
                             std::span<const TokenLogprob>(s.logprobs.data(), s.logprobs.size()));
             release(s, FinishReason::stop);
         } else {
-            release(s, FinishReason::error, "no token of the vocabulary continues the JSON object");
+            release(s, FinishReason::error,
+                    "no token of the vocabulary continues the JSON object (the request's biases ban those that could)",
+                    /*request_error=*/true);
         }
         return;
     }

@@ -104,6 +104,7 @@ struct TaskUpdate {
     bool done = false;
     FinishReason finish = FinishReason::none;
     std::string error;             // finish == error: what went wrong
+    bool request_error = false;    // finish == error: the request's own settings made it fail (an HTTP 400)
     int64_t n_prompt = 0;          // prompt tokens
     int64_t n_cached = 0;          // of which were reused from the slot's cache
     int64_t n_generated = 0;       // tokens sampled so far (an end-of-generation token included)
@@ -130,7 +131,7 @@ class TaskChannel {
     void push(std::string_view text, int64_t n_generated, std::span<const TokenLogprob> logprobs = {});
     void set_embedding(std::vector<float> rows, int64_t n_rows);
     void set_prompt_logprobs(std::vector<TokenLogprob> entries);
-    void finish(FinishReason reason, const std::string &error = {});
+    void finish(FinishReason reason, const std::string &error = {}, bool request_error = false);
 
   private:
     std::mutex mu_;
@@ -229,7 +230,7 @@ class Scheduler {
     bool step();                                  // one batch; false when nothing ran
     // Samples the slot's next token from logits computed by the step that ended at step_end.
     void handle_output(Slot &slot, std::span<const float> logits, std::chrono::steady_clock::time_point step_end);
-    void release(Slot &slot, FinishReason reason, const std::string &error = {});
+    void release(Slot &slot, FinishReason reason, const std::string &error = {}, bool request_error = false);
     // Options::context_shift for a generating slot whose context is full; false when that failed and the task was
     // released with an error.
     bool shift_context(Slot &slot);

@@ -93,8 +93,14 @@ for arch in ("llama", "deepseek32"):
         brace = token_of("{")[0]
         status, reply = srv.request("POST", "/v1/completions", {"prompt": "x", "max_tokens": 40, "temperature": 0,
                                                                 "logit_bias": {str(brace): False}, **JSON_MODE})
-        checks.check(status >= 400 and "JSON object" in reply.get("error", {}).get("message", ""),
-                     f"{arch}: '{{' banned: the request fails ({status} {reply})")
+        checks.check(status == 400 and "JSON object" in reply.get("error", {}).get("message", ""),
+                     f"{arch}: '{{' banned: the request fails with a 400 ({status} {reply})")
+        status, events, _ = srv.stream("/v1/completions", {"prompt": "x", "max_tokens": 40, "temperature": 0,
+                                                           "logit_bias": {str(brace): False}, "stream": True,
+                                                           **JSON_MODE})
+        errors = [e for e in events if "error" in e]
+        checks.check(len(errors) == 1 and errors[0]["error"]["type"] == "invalid_request_error",
+                     f"{arch}: '{{' banned, streaming: an error event of the request's kind ({errors})")
         proc = harness.run(["run", "-m", model, "-p", "x", "-n", 40, "--temp", 0, "--json", "-l", f"{brace}-inf"],
                            check=False)
         checks.check(proc.returncode != 0 and "continues the JSON object" in proc.stderr,

@@ -49,7 +49,12 @@ json usage_json(const TaskUpdate &u) {
 }
 
 // A task that ended without a result: the client's reply status and message.
-int failure_status(const TaskUpdate &u) { return u.error.find("shutting down") != std::string::npos ? 503 : 500; }
+int failure_status(const TaskUpdate &u) {
+    if (u.request_error) return 400;
+    return u.error.find("shutting down") != std::string::npos ? 503 : 500;
+}
+// The error code of a failed task's reply.
+const char *failure_code(int status) { return status < 500 ? "invalid_request" : "server_error"; }
 
 std::string sse(const json &j) { return "data: " + dump_json(j) + "\n\n"; }
 
@@ -270,8 +275,9 @@ std::string choice_events(StreamState &st, size_t k, const TaskUpdate &u) {
     if (!u.done) return out;
     if (failed(u)) {
         st.finished = true;
-        return out + sse(error_body(failure_status(u), u.error.empty() ? "the request was cancelled" : u.error,
-                                    "server_error"));
+        const int status = failure_status(u);
+        return out +
+               sse(error_body(status, u.error.empty() ? "the request was cancelled" : u.error, failure_code(status)));
     }
     const char *finish = sparrow::server::finish_reason_name(u.finish);
     if (d == Dialect::chat && st.split_reasoning) {  // what the splitter held back (an unfinished tag is reasoning)
@@ -389,7 +395,7 @@ std::pair<int, json> final_reply(const PendingReply &r) {
         if (failed(c.last)) {
             const int status = failure_status(c.last);
             return {status, error_body(status, c.last.error.empty() ? "the request was cancelled" : c.last.error,
-                                       "server_error")};
+                                       failure_code(status))};
         }
     }
     if (r.dialect == Dialect::llama) {
