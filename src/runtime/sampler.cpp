@@ -184,7 +184,7 @@ void best_logits(std::span<const float> logits, size_t n, std::vector<Sampler::C
 
 namespace {
 
-// Buckets of rank key below the best key: bucket b holds top - key in [b, b + 1) / kPerUnit, the last also
+// Buckets of rank key below the best key: bucket b holds top - key in [b, b + 1) / kNucleusPerUnit, the last also
 // everything lower (exp_nonpositive is 0 from 87.34 below the maximum on, so those masses are 0 in float).
 constexpr int kNucleusBuckets = 1024;
 constexpr float kNucleusPerUnit = float(kNucleusBuckets) / 88.0f;
@@ -206,9 +206,8 @@ size_t Sampler::nucleus(std::span<const float> logits, float max) {
     const double total = weigh(logits, max, 1.0f, weights_.data());  // the masses at temperature 1
     const double need = params_.top_p * total;
     // Buckets of logit below the maximum, in rank order (nucleus_bucket): the mass of each, then the bucket where the
-    // running mass reaches
-    // `need`. Every token of an earlier bucket is in the nucleus, and only the crossing bucket's tokens need the
-    // quickselect, so the candidates are those few instead of the whole vocabulary (16 bytes each).
+    // running mass reaches `need`. Every token of an earlier bucket is in the nucleus, and only the crossing bucket's
+    // tokens need the quickselect, so the candidates are those few instead of the whole vocabulary (16 bytes each).
     buckets_.resize(n_vocab);
     for (size_t i = 0; i < n_vocab; ++i)
         buckets_[i] = static_cast<uint16_t>(nucleus_bucket(max, rank_value(logits[i])));  // NaN counts as -inf
