@@ -240,5 +240,48 @@ TEST(JsonConstraint, SamplingThroughTheMaskMakesObjects) {
     EXPECT_GT(ended, 30);  // some runs reach a whole object and end there
 }
 
+// The plain-string shortcut of the mask (tokens of plain characters taken inside a string without a trial) allows
+// exactly what a trial of each token allows, in every state that prefixes of generated documents reach.
+TEST(JsonConstraint, PlainShortcutAllowsWhatTrialsAllow) {
+    Generator gen(5);
+    std::mt19937 rng(6);
+    static const std::string kChars = "ab {}[]\":,\\-.0123456789etrufalsn\x7f\x01\xc3\xa9\t\n";
+    JsonVocabulary v;
+    v.pieces = {"", "\"", "{", "}", "abc", "a b", "x\"", "\\n", "\xc3\xa9", "~!", "\x7f"};
+    for (int i = 0; i < 300; ++i) {
+        std::string p;
+        for (int n = 1 + static_cast<int>(rng() % 4); n > 0; --n) p += kChars[rng() % kChars.size()];
+        v.pieces.push_back(p);
+    }
+    v.eog.assign(v.pieces.size(), 0);
+    v.eog[0] = 1;
+    for (size_t i = 0; i < v.pieces.size(); ++i) v.plain.push_back(!v.eog[i] && JsonPrefix::plain(v.pieces[i]));
+    EXPECT_TRUE(JsonPrefix::plain("abc") && JsonPrefix::plain("~!") && !JsonPrefix::plain("x\"") &&
+                !JsonPrefix::plain("\x7f") && !JsonPrefix::plain(""));
+    int in_string = 0;
+    for (int d = 0; d < 300; ++d) {
+        const std::string doc = gen.document();
+        const size_t cut = rng() % (doc.size() + 1);
+        // The cut's state, reached through one more token holding the whole prefix (with and without the flags).
+        JsonPrefix state;
+        ASSERT_TRUE(state.feed(doc.substr(0, cut)));
+        std::vector<std::string> pieces = v.pieces;
+        pieces.push_back(doc.substr(0, cut));
+        std::vector<uint8_t> eog = v.eog, plain = v.plain;
+        eog.push_back(0);
+        plain.push_back(0);
+        JsonConstraint a(pieces, eog, plain), b(pieces, eog);
+        if (cut > 0) {
+            a.accept(static_cast<int32_t>(pieces.size() - 1));
+            b.accept(static_cast<int32_t>(pieces.size() - 1));
+        }
+        in_string += state.in_plain_string() ? 1 : 0;
+        std::vector<float> la(pieces.size(), 0.0f), lb(pieces.size(), 0.0f);
+        EXPECT_EQ(a.mask(la), b.mask(lb)) << doc.substr(0, cut);
+        EXPECT_EQ(la, lb) << doc.substr(0, cut);
+    }
+    EXPECT_GT(in_string, 10);  // the cuts land inside strings often enough
+}
+
 }  // namespace
 }  // namespace sparrow

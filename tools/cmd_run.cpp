@@ -177,7 +177,7 @@ Continuation continue_from(Context &ctx, Sampler &sampler, LogitAdjuster &adjust
     Continuation c;
     std::optional<JsonConstraint> json;  // JSON mode (json_vocab given): only an object's text, ended once whole
     std::vector<float> masked;
-    if (json_vocab) json.emplace(json_vocab->pieces, json_vocab->eog);
+    if (json_vocab) json.emplace(*json_vocab);
     while (limit < 0 || c.n_sampled < limit) {
         const std::span<const float> adjusted = adjuster.apply(logits);
         const int32_t next = json ? sample_json(sampler, adjusted, *json, masked) : sampler.sample(adjusted);

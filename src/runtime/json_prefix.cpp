@@ -234,10 +234,20 @@ bool JsonPrefix::byte(uint8_t c) {
     }
 }
 
-JsonConstraint::JsonConstraint(std::span<const std::string> pieces, std::span<const uint8_t> eog)
-    : pieces_(pieces), eog_(eog) {
-    if (pieces.size() != eog.size())
-        throw_error("json constraint: %zu pieces but %zu flags", pieces.size(), eog.size());
+bool JsonPrefix::plain(std::string_view text) {
+    if (text.empty()) return false;
+    for (const char ch : text) {
+        const auto c = static_cast<uint8_t>(ch);
+        if (c < 0x20 || c > 0x7E || c == '"' || c == '\\') return false;
+    }
+    return true;
+}
+
+JsonConstraint::JsonConstraint(std::span<const std::string> pieces, std::span<const uint8_t> eog,
+                               std::span<const uint8_t> plain)
+    : pieces_(pieces), eog_(eog), plain_(plain) {
+    if (pieces.size() != eog.size() || (!plain.empty() && plain.size() != pieces.size()))
+        throw_error("json constraint: %zu pieces but %zu and %zu flags", pieces.size(), eog.size(), plain.size());
 }
 
 bool JsonConstraint::allows(int32_t token) const {
@@ -258,6 +268,9 @@ int64_t JsonConstraint::mask(std::span<float> logits) const {
         first_ok[static_cast<size_t>(b)] =
             !prefix_.complete() && trial.feed(std::string_view(reinterpret_cast<const char *>(&b), 1));
     }
+    // Inside a string, plain tokens (most of a vocabulary) are taken as they are: no trial either (129K tokens: 2.8
+    // ms a mask with a trial each).
+    const bool plain_ok = !plain_.empty() && prefix_.in_plain_string();
     int64_t n = 0;
     const size_t n_vocab = std::min(logits.size(), pieces_.size());
     for (size_t i = 0; i < logits.size(); ++i) {
@@ -266,6 +279,8 @@ int64_t JsonConstraint::mask(std::span<float> logits) const {
             const std::string &piece = pieces_[i];
             if (eog_[i]) {
                 ok = prefix_.complete();
+            } else if (plain_ok && plain_[i]) {
+                ok = true;
             } else if (!piece.empty() && first_ok[static_cast<uint8_t>(piece[0])]) {
                 JsonPrefix trial = prefix_;
                 ok = trial.feed(piece);
@@ -294,6 +309,8 @@ JsonVocabulary json_vocabulary(const Tokenizer &tok) {
         v.pieces[static_cast<size_t>(id)] = tok.token_to_piece(id);
         v.eog[static_cast<size_t>(id)] = tok.is_eog(id) ? 1 : 0;
     }
+    v.plain.resize(static_cast<size_t>(n_vocab));
+    for (size_t i = 0; i < v.pieces.size(); ++i) v.plain[i] = !v.eog[i] && JsonPrefix::plain(v.pieces[i]) ? 1 : 0;
     return v;
 }
 

@@ -27,6 +27,10 @@ class JsonPrefix {
     bool feed(std::string_view bytes);
     // A whole object has been read (only whitespace may follow it).
     bool complete() const { return state_ == State::done; }
+    // Inside a string where any plain character (0x20-0x7E but '"' and '\\') is taken and leaves the state as it is.
+    bool in_plain_string() const { return state_ == State::string && !pending_low_; }
+    // Whether every byte of `text` is a plain character (and there is one): what in_plain_string() always takes.
+    static bool plain(std::string_view text);
 
   private:
     enum class State : uint8_t {
@@ -74,14 +78,17 @@ class Tokenizer;
 struct JsonVocabulary {
     std::vector<std::string> pieces;
     std::vector<uint8_t> eog;
+    std::vector<uint8_t> plain;  // JsonPrefix::plain(piece): taken inside a string without a trial
 };
 JsonVocabulary json_vocabulary(const Tokenizer &tok);
 
-// A JsonPrefix over a vocabulary: pieces[id] is each token's text, eog[id] whether it ends generation (both must
-// outlive the constraint).
+// A JsonPrefix over a vocabulary: pieces[id] is each token's text, eog[id] whether it ends generation, and plain[id]
+// (optional: empty for none) whether JsonPrefix::plain(pieces[id]); all must outlive the constraint.
 class JsonConstraint {
   public:
-    JsonConstraint(std::span<const std::string> pieces, std::span<const uint8_t> eog);
+    JsonConstraint(std::span<const std::string> pieces, std::span<const uint8_t> eog,
+                   std::span<const uint8_t> plain = {});
+    explicit JsonConstraint(const JsonVocabulary &v) : JsonConstraint(v.pieces, v.eog, v.plain) {}
     // Whether `token` may come next: end-of-generation tokens once the object is whole, and before that tokens
     // whose text (not empty) continues it.
     bool allows(int32_t token) const;
@@ -93,7 +100,7 @@ class JsonConstraint {
 
   private:
     std::span<const std::string> pieces_;
-    std::span<const uint8_t> eog_;
+    std::span<const uint8_t> eog_, plain_;
     JsonPrefix prefix_;
 };
 
