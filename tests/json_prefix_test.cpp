@@ -240,6 +240,61 @@ TEST(JsonConstraint, SamplingThroughTheMaskMakesObjects) {
     EXPECT_GT(ended, 30);  // some runs reach a whole object and end there
 }
 
+// JSON mode after a thinking block: before "</think>" any token may come but an end of generation (and one that
+// ends the block with bytes that cannot begin an object); after its first occurrence the text is an object's
+// beginning, and generation ends only on a whole one. The block's end comes whole or split over tokens.
+TEST(JsonConstraint, AnObjectAfterTheThinkingBlock) {
+    const std::vector<std::string> pieces = {"",   "</think>", "</th", "ink>", "</think>{",  "</think>x", "think",
+                                             "<",  "/",        "{",    "}",    "\"k\":",     "1",         " ",
+                                             "ab", ">",        "\"",   ",",    "</think>\n", ":"};
+    std::vector<uint8_t> eog = {1};
+    eog.resize(pieces.size(), 0);
+    std::mt19937 rng(8);
+    std::uniform_real_distribution<float> u(-3.0f, 3.0f);
+    int objects = 0;
+    for (int run = 0; run < 400; ++run) {
+        JsonConstraint c(pieces, eog, {}, "</think>");
+        std::string text;
+        for (int step = 0; step < 120; ++step) {
+            std::vector<float> logits(pieces.size());
+            for (float &l : logits) l = u(rng);
+            ASSERT_GT(c.mask(logits), 0) << text;
+            const auto best = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+            const size_t end = text.find("</think>");
+            if (end == std::string::npos) {
+                EXPECT_NE(best, 0) << "an end before the thinking block closed: " << text;
+            }
+            c.accept(best);
+            if (best == 0) {
+                ASSERT_NE(end, std::string::npos);
+                EXPECT_TRUE(nlohmann_object(text.substr(end + 8))) << text;
+                ++objects;
+                break;
+            }
+            text += pieces[static_cast<size_t>(best)];
+            const size_t now = text.find("</think>");
+            if (now != std::string::npos) {
+                JsonPrefix check;
+                ASSERT_TRUE(check.feed(text.substr(now + 8))) << text;
+            }
+        }
+    }
+    EXPECT_GT(objects, 20);
+    // A token that closes the block and goes on with what cannot begin an object is refused; one that goes on with
+    // the object's first bytes is taken.
+    JsonConstraint c(pieces, eog, {}, "</think>");
+    EXPECT_FALSE(c.allows(5));  // "</think>x"
+    EXPECT_TRUE(c.allows(4));   // "</think>{"
+    EXPECT_FALSE(c.allows(0));  // no end yet
+    c.accept(2);                // "</th"
+    EXPECT_TRUE(c.allows(9));   // "{" is still thinking text
+    EXPECT_TRUE(c.allows(3));   // "ink>" ends the block across tokens
+    c.accept(3);
+    EXPECT_FALSE(c.allows(14));  // "ab": the object must begin now
+    EXPECT_TRUE(c.allows(9));    // "{"
+    EXPECT_FALSE(c.allows(0));   // and no end before it is whole
+}
+
 // The plain-string shortcut of the mask (tokens of plain characters taken inside a string without a trial) allows
 // exactly what a trial of each token allows, in every state that prefixes of generated documents reach.
 TEST(JsonConstraint, PlainShortcutAllowsWhatTrialsAllow) {

@@ -84,11 +84,16 @@ JsonVocabulary json_vocabulary(const Tokenizer &tok);
 
 // A JsonPrefix over a vocabulary: pieces[id] is each token's text, eog[id] whether it ends generation, and plain[id]
 // (optional: empty for none) whether JsonPrefix::plain(pieces[id]); all must outlive the constraint.
+//
+// With `start_after` (a thinking model's "</think>"), the object begins after the first occurrence of that text:
+// until then any token may come but an end of generation (the reply must reach its object) and a token whose text
+// completes `start_after` with bytes after it that cannot begin the object.
 class JsonConstraint {
   public:
     JsonConstraint(std::span<const std::string> pieces, std::span<const uint8_t> eog,
-                   std::span<const uint8_t> plain = {});
-    explicit JsonConstraint(const JsonVocabulary &v) : JsonConstraint(v.pieces, v.eog, v.plain) {}
+                   std::span<const uint8_t> plain = {}, std::string start_after = {});
+    explicit JsonConstraint(const JsonVocabulary &v, std::string start_after = {})
+        : JsonConstraint(v.pieces, v.eog, v.plain, std::move(start_after)) {}
     // Whether `token` may come next: end-of-generation tokens once the object is whole, and before that tokens
     // whose text (not empty) continues it.
     bool allows(int32_t token) const;
@@ -102,6 +107,11 @@ class JsonConstraint {
     std::span<const std::string> pieces_;
     std::span<const uint8_t> eog_, plain_;
     JsonPrefix prefix_;
+    std::string start_after_;  // empty, or the text the object comes after
+    bool started_ = true;      // the object has begun (start_after_ seen, or none)
+    std::string tail_;         // before the start: the text's last bytes, shorter than start_after_
+    // Before the start: where in tail_ + piece start_after_ ends, or npos when it does not occur there.
+    size_t start_end(const std::string &piece) const;
 };
 
 // The next token drawn by `sampler` from `logits`, kept to what `json` allows and taken by it: the draw is checked

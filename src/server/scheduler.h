@@ -51,6 +51,7 @@ struct SamplingOptions {
     // OpenAI's response_format {"type": "json_object"}: only tokens that keep the text the beginning of one JSON
     // object are sampled, and generation ends (only) once it is whole (runtime/json_prefix.h).
     bool json_object = false;
+    std::string json_after;  // json_object: the object comes after this text (a thinking block's "</think>")
 };
 
 // One generated token's log probabilities (SamplingOptions::logprobs >= 0).

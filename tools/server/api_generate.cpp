@@ -567,14 +567,9 @@ void Api::chat_completions(const httplib::Request &req, httplib::Response &res) 
     task.sampling = read_sampling(body, {}, {"max_completion_tokens", "max_tokens"},
                                   static_cast<int64_t>(task.prompt.size()), tokenizer_, limits_);
     if (logprobs) task.sampling.logprobs = static_cast<int>(top_logprobs.value_or(0));
-    // JSON mode constrains the whole reply: after an opened thinking block, the reasoning would have to be JSON
-    // and the object would land in reasoning_content. Refused until the constraint can start at the block's end.
-    if (task.sampling.json_object && text.ends_with("<think>")) {
-        throw ApiError(400,
-                       "'response_format': json_object with a thinking block (chat_template_kwargs enable_thinking) "
-                       "is not supported",
-                       "unsupported_parameter");
-    }
+    // JSON mode after an opened thinking block: the reasoning is free and the object comes after its end, so that
+    // the object is the reply's content.
+    if (task.sampling.json_object && text.ends_with("<think>")) task.sampling.json_after = "</think>";
     task.id_slot = read_id_slot(body);
     task.n_keep = read_n_keep(body);
     const bool stream = get_bool(body, "stream").value_or(false);
