@@ -139,9 +139,9 @@ struct RopeParams {
 void rope(float *x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, const int32_t *pos, const RopeParams &p);
 
 // RopeParams with each pair's frequency and YaRN mix computed once (a model keeps one per set of parameters):
-// rope() over a table skips the pow() per pair that every call over RopeParams pays (32 pairs: ~1-2 us a call,
-// three calls a layer in a DeepSeek decode step). Same bits either way. Throws sparrow::Error for an odd or
-// non-positive n_rot; a default-constructed table has none, and rope() refuses it.
+// rope() over a table skips the pow() per pair that every call over RopeParams pays (32 pairs, one token and one
+// head: 0.4 against 1.2 us a call; three calls a layer in a DeepSeek decode step). Same bits either way. Throws
+// sparrow::Error for an odd or non-positive n_rot; a default-constructed table has none, and rope() refuses it.
 class RopeTable {
   public:
     RopeTable() = default;

@@ -110,8 +110,8 @@ class JsonConstraint {
     std::string start_after_;  // empty, or the text the object comes after
     bool started_ = true;      // the object has begun (start_after_ seen, or none)
     std::string tail_;         // before the start: the text's last bytes, shorter than start_after_
-    // Before the start: where in tail_ + piece start_after_ ends, or npos when it does not occur there.
-    size_t start_end(const std::string &piece) const;
+    // Before the start: where in `text` (tail_ and a token's text) start_after_ ends, or npos when it does not occur.
+    size_t start_end(std::string_view text) const;
 };
 
 // The next token drawn by `sampler` from `logits`, kept to what `json` allows and taken by it: the draw is checked

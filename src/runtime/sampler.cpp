@@ -29,7 +29,8 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 // A logit as the sampler ranks it: NaN counts as -inf (never chosen while anything else can be).
 inline float rank_value(float v) { return v == v ? v : kNegInf; }
 
-// Elements per block where a scan over the vocabulary looks at whole blocks first (argmax, Sampler::draw).
+// Elements per block where a scan over the vocabulary looks at whole blocks first (argmax, top-k's heap filter,
+// Sampler::draw).
 constexpr size_t kScanBlock = 64;
 
 // The start of the first whole block of x[0, n) that holds v, or of the elements after the whole blocks.
@@ -43,16 +44,13 @@ SPARROW_VECTOR_CLONES size_t first_block_holding(const float *x, size_t n, float
     return i;
 }
 
-// Elements per block that top-k's heap filter turns away together.
-constexpr size_t kFilterBlock = 64;
-
-// The start of the first whole block of x[from, n) (blocks of kFilterBlock from `from`) with an element above v,
+// The start of the first whole block of x[from, n) (blocks of kScanBlock from `from`) with an element above v,
 // or of the elements after the whole blocks. NaN is above nothing.
 SPARROW_VECTOR_CLONES size_t first_block_above(const float *x, size_t n, size_t from, float v) {
     size_t i = from;
-    for (; i + kFilterBlock <= n; i += kFilterBlock) {
+    for (; i + kScanBlock <= n; i += kScanBlock) {
         int hits = 0;
-        for (size_t j = 0; j < kFilterBlock; ++j) hits += x[i + j] > v ? 1 : 0;
+        for (size_t j = 0; j < kScanBlock; ++j) hits += x[i + j] > v ? 1 : 0;
         if (hits > 0) break;
     }
     return i;
@@ -170,7 +168,7 @@ void best_logits(std::span<const float> logits, size_t n, std::vector<Sampler::C
     float worst = out.front().logit;
     while (i < logits.size()) {
         i = first_block_above(logits.data(), logits.size(), i, worst);
-        const size_t end = std::min(logits.size(), i + kFilterBlock);
+        const size_t end = std::min(logits.size(), i + kScanBlock);
         for (; i < end; ++i) {
             if (!(logits[i] > worst)) continue;  // NaN too
             std::pop_heap(out.begin(), out.end(), ranks_before);

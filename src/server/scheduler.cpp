@@ -673,30 +673,6 @@ bool Scheduler::step() {
 void Scheduler::handle_output(Slot &s, std::span<const float> logits, Clock::time_point step_end) {
     const SamplingOptions &so = s.task.sampling;
     const std::span<const float> model_logits = logits;
-    logits = s.adjuster->apply(logits);
-    const int32_t token = s.json ? sample_json(*s.sampler, logits, *s.json, masked_) : s.sampler->sample(logits);
-    if (token < 0) {
-        // JSON mode and nothing may follow: a whole object whose end-of-generation tokens are banned (ignore_eos)
-        // ends here; else the vocabulary (with the request's biases) cannot continue the object.
-        if (s.json->complete()) {
-            s.channel->push(std::string_view(s.text).substr(s.n_sent), s.n_generated,
-                            std::span<const TokenLogprob>(s.logprobs.data(), s.logprobs.size()));
-            release(s, FinishReason::stop);
-        } else {
-            release(s, FinishReason::error,
-                    "no token of the vocabulary continues the JSON object (the request's biases ban those that could)",
-                    /*request_error=*/true);
-        }
-        return;
-    }
-    ++s.n_generated;
-    ++counters_.generated_tokens;
-    if (s.n_generated == 1) {
-        counters_.time_to_first_token.add(std::chrono::duration<double>(step_end - s.submitted).count());
-    } else {
-        counters_.inter_token.add(std::chrono::duration<double>(step_end - s.last_token).count());
-    }
-    s.last_token = step_end;
     // Hands the channel text[n_sent, end) with the log probabilities of the tokens whose text ends in it, or,
     // when the task ends here (last), of every token whose text begins before `end` (a stop string may cut
     // the last one; tokens wholly inside the stop string are not reported).
@@ -713,6 +689,29 @@ void Scheduler::handle_output(Slot &s, std::span<const float> logits, Clock::tim
         s.logprob_starts.erase(s.logprob_starts.begin(), s.logprob_starts.begin() + static_cast<std::ptrdiff_t>(n));
         s.n_sent = end;
     };
+    logits = s.adjuster->apply(logits);
+    const int32_t token = s.json ? sample_json(*s.sampler, logits, *s.json, masked_) : s.sampler->sample(logits);
+    if (token < 0) {
+        // JSON mode and nothing may follow: a whole object whose end-of-generation tokens are banned (ignore_eos)
+        // ends here, as at one of them; else the vocabulary (with the request's biases) cannot continue the object.
+        if (s.json->complete()) {
+            send(s.text.size(), true);
+            release(s, FinishReason::stop);
+        } else {
+            release(s, FinishReason::error,
+                    "no token of the vocabulary continues the JSON object (the request's biases ban those that could)",
+                    /*request_error=*/true);
+        }
+        return;
+    }
+    ++s.n_generated;
+    ++counters_.generated_tokens;
+    if (s.n_generated == 1) {
+        counters_.time_to_first_token.add(std::chrono::duration<double>(step_end - s.submitted).count());
+    } else {
+        counters_.inter_token.add(std::chrono::duration<double>(step_end - s.last_token).count());
+    }
+    s.last_token = step_end;
     if (tokenizer_.is_eog(token)) {
         send(s.text.size(), true);
         release(s, FinishReason::stop);
