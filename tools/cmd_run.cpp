@@ -11,6 +11,8 @@
 #include <cstring>
 #include <filesystem>
 #include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <system_error>
 #include <vector>
@@ -21,6 +23,7 @@
 #include "npy.h"
 #include "runtime/context_shift.h"
 #include "runtime/json_prefix.h"
+#include "runtime/json_schema.h"
 #include "runtime/sampler.h"
 #include "runtime/tokenizer.h"
 
@@ -41,6 +44,8 @@ struct RunFlags {
     std::string dump_logits_path;     // logits of the last prompt position, as .npy
     std::string dump_selection_path;  // per layer, the keys the last prompt queries attended (JSON)
     bool json = false;                // JSON mode: each reply is one JSON object (runtime/json_prefix.h)
+    std::string json_schema;          // --json-schema: the reply is a document this schema (JSON text) accepts
+    std::string json_schema_file;     // --json-schema-file: the same, from a file
     bool context_shift = false;       // a full context drops the older half of what follows the kept tokens
     int64_t n_keep = 0;               // --keep: prompt tokens a context shift keeps (-1: the whole prompt)
 };
@@ -173,11 +178,13 @@ struct Continuation {
 // first shift_keep positions stay, the older half of the rest goes) and generation goes on.
 Continuation continue_from(Context &ctx, Sampler &sampler, LogitAdjuster &adjuster, const Tokenizer &tok,
                            std::span<const float> logits, int32_t pos, int64_t limit, int32_t shift_keep = -1,
-                           const JsonVocabulary *json_vocab = nullptr) {
+                           const JsonVocabulary *json_vocab = nullptr,
+                           std::shared_ptr<const JsonSchema> json_schema = nullptr) {
     Continuation c;
-    std::optional<JsonConstraint> json;  // JSON mode (json_vocab given): only an object's text, ended once whole
+    // JSON mode (json_vocab given): only an object's text (or, with a schema, a document it accepts), ended once whole.
+    std::optional<JsonConstraint> json;
     std::vector<float> masked;
-    if (json_vocab) json.emplace(*json_vocab);
+    if (json_vocab) json.emplace(*json_vocab, std::string(), std::move(json_schema));
     while (limit < 0 || c.n_sampled < limit) {
         const std::span<const float> adjusted = adjuster.apply(logits);
         const int32_t next = json ? sample_json(sampler, adjusted, *json, masked) : sampler.sample(adjusted);
@@ -265,6 +272,24 @@ void print_shifts(const Continuation &c, int32_t keep) {
 // room for a reply, the oldest exchanges are dropped (then only the cached part before them is reused); a
 // message that does not fit even alone is refused with a notice, and a reply that
 // fills the context is cut. The conversation goes on in each case.
+// --json-schema / --json-schema-file compiled (runtime/json_schema.h), or none.
+std::shared_ptr<const JsonSchema> read_json_schema(const RunFlags &f) {
+    if (f.json_schema.empty() && f.json_schema_file.empty()) return nullptr;
+    const char *flag = f.json_schema.empty() ? "--json-schema-file" : "--json-schema";
+    const std::string text = f.json_schema.empty() ? read_file(f.json_schema_file) : f.json_schema;
+    nlohmann::json schema;
+    try {
+        schema = nlohmann::json::parse(text);
+    } catch (const std::exception &e) {
+        throw_error("%s: not JSON (%s)", flag, e.what());
+    }
+    try {
+        return std::make_shared<const JsonSchema>(JsonSchema::compile(schema));
+    } catch (const std::exception &e) {
+        throw_error("%s: %s", flag, e.what());
+    }
+}
+
 int converse(const RunFlags &f, const Model &model, Context &ctx) {
     const Tokenizer &tok = model_tokenizer(model);
     const server::ChatFormat format = choose_chat_format(f.chat_format, model, "run");
@@ -278,7 +303,9 @@ int converse(const RunFlags &f, const Model &model, Context &ctx) {
 
     Sampler sampler(f.sampling.params(seed));
     LogitAdjuster adjuster(f.sampling.adjustments(tok), end_of_generation_ids(tok));
-    const JsonVocabulary json_vocab = f.json ? json_vocabulary(tok) : JsonVocabulary{};
+    const std::shared_ptr<const JsonSchema> schema = read_json_schema(f);
+    const bool json_mode = f.json || schema;
+    const JsonVocabulary json_vocab = json_mode ? json_vocabulary(tok) : JsonVocabulary{};
     std::vector<int32_t> cached;  // the tokens sequence 0 holds, at positions 0, 1, ...
     std::optional<std::string> first = f.prompt;
     if (!f.prompt_file.empty()) first = read_file(f.prompt_file);
@@ -358,7 +385,7 @@ int converse(const RunFlags &f, const Model &model, Context &ctx) {
         const int32_t shift_keep = f.context_shift ? shift_keep_for(f, prompt, tok, ctx.n_ctx(), false) : -1;
         const Continuation c =
             continue_from(ctx, sampler, adjuster, tok, ctx.logits(last), static_cast<int32_t>(prompt.size()),
-                          f.n_predict, shift_keep, f.json ? &json_vocab : nullptr);
+                          f.n_predict, shift_keep, json_mode ? &json_vocab : nullptr, schema);
         gen_s += gen_clock.seconds();
         std::fputs("\n", stdout);
         std::fflush(stdout);
@@ -396,6 +423,8 @@ int converse(const RunFlags &f, const Model &model, Context &ctx) {
 int run(const RunFlags &f) {
     check_output_path("--dump-logits", f.dump_logits_path);
     check_output_path("--dump-selection", f.dump_selection_path);
+    const std::shared_ptr<const JsonSchema> schema =
+        read_json_schema(f);  // before the model loads: a bad schema fails fast
     auto model = load_model_verbose(f.model);
     const Tokenizer &tok = model_tokenizer(*model);
     ContextParams cp = f.model.context_params();
@@ -452,11 +481,12 @@ int run(const RunFlags &f) {
     Sampler sampler(f.sampling.params(seed));
     LogitAdjuster adjuster(f.sampling.adjustments(tok), end_of_generation_ids(tok));
     adjuster.start(prompt);
-    const JsonVocabulary json_vocab = f.json ? json_vocabulary(tok) : JsonVocabulary{};
+    const bool json_mode = f.json || schema;
+    const JsonVocabulary json_vocab = json_mode ? json_vocabulary(tok) : JsonVocabulary{};
     const Stopwatch gen_clock;
     const Continuation c =
         continue_from(ctx, sampler, adjuster, tok, ctx.logits(last), static_cast<int32_t>(prompt.size()), f.n_predict,
-                      shift_keep, f.json ? &json_vocab : nullptr);
+                      shift_keep, json_mode ? &json_vocab : nullptr, schema);
     const double gen_s = gen_clock.seconds();
     std::fputs("\n", stdout);
     std::fflush(stdout);
@@ -506,6 +536,12 @@ Command register_run(CLI::App &app) {
     cmd->add_flag(
         "--json", f->json,
         "JSON mode: the reply is one JSON object (only tokens that keep it so are sampled; it ends once whole)");
+    auto *schema_text = cmd->add_option("--json-schema", f->json_schema,
+                                        "JSON mode with a JSON Schema (given as JSON text) the reply must satisfy: "
+                                        "the subset structured outputs use (see README)");
+    cmd->add_option("--json-schema-file", f->json_schema_file, "--json-schema read from this file")
+        ->check(CLI::ExistingFile)
+        ->excludes(schema_text);
     cmd->add_option("--keep", f->n_keep,
                     "Prompt tokens a context shift keeps after a BOS, which always stays (-1 = the whole prompt; "
                     "--conversation: of each turn's rendering; default 0)")

@@ -18,6 +18,19 @@ bool is_digit(uint8_t c) { return c >= '0' && c <= '9'; }
 bool is_hex(uint8_t c) { return is_digit(c) || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F'); }
 int hex_value(uint8_t c) { return is_digit(c) ? c - '0' : (c | 0x20) - 'a' + 10; }
 
+// The kind of value a first byte starts, or -1.
+int kind_of_first(uint8_t c) {
+    switch (c) {
+        case '{': return static_cast<int>(JsonKind::object);
+        case '[': return static_cast<int>(JsonKind::array);
+        case '"': return static_cast<int>(JsonKind::string);
+        case 't':
+        case 'f': return static_cast<int>(JsonKind::boolean);
+        case 'n': return static_cast<int>(JsonKind::null);
+        default: return c == '-' || is_digit(c) ? static_cast<int>(JsonKind::number) : -1;
+    }
+}
+
 }  // namespace
 
 bool JsonPrefix::feed(std::string_view bytes) {
@@ -28,18 +41,170 @@ bool JsonPrefix::feed(std::string_view bytes) {
 }
 
 bool JsonPrefix::end_value() {
-    state_ = depth_ == 0 ? State::done : State::after_value;
+    state_ = levels_.depth == 0 ? State::done : State::after_value;
+    if (levels_.depth > 0 && levels_.top().open == '[') ++levels_.top().count;
     return true;
+}
+
+bool JsonPrefix::start_schema_value(uint8_t c) {
+    const int kind = kind_of_first(c);
+    if (kind < 0 || (levels_.depth == 0 && kind == static_cast<int>(JsonKind::number))) return false;
+    const int32_t g = schema_->node(value_node_).by_kind[static_cast<size_t>(kind)];
+    if (g == JsonSchemaNode::kNone) return false;
+    const JsonSchemaNode &n = schema_->node(g);
+    if (!n.literals.empty()) {
+        uint64_t cands = 0;
+        for (size_t i = 0; i < n.literals.size(); ++i) {
+            if (static_cast<uint8_t>(n.literals[i][0]) == c) cands |= uint64_t(1) << i;
+        }
+        if (cands == 0) return false;
+        literal_value_ = true;
+        lit_node_ = g;
+        lit_cands_ = cands;
+        lit_at_ = 1;
+        return true;
+    }
+    switch (static_cast<JsonKind>(kind)) {
+        case JsonKind::object:
+        case JsonKind::array:
+            if (levels_.depth == kMaxDepth) return false;
+            levels_.at[levels_.depth].node = g;  // the push below sets the rest
+            value_node_ = n.items;
+            break;
+        case JsonKind::string:
+            str_min_ = n.min_length;
+            str_max_ = n.max_length;
+            break;
+        case JsonKind::number:
+            num_node_ = n.integer_only ? g : -1;
+            num_neg_ = c == '-';
+            num_digits_ = c != '-';
+            num_mag_ = c == '-' ? 0 : c - '0';
+            if (num_node_ >= 0 && n.bounded && !integer_reachable(c != '0')) return false;
+            break;
+        default: break;
+    }
+    return true;
+}
+
+// A byte of an enum / const value: the candidate texts that go on with it stay; a self-delimiting text (a string,
+// container or literal) ends the value at its last byte, a number when the next byte continues none of them.
+bool JsonPrefix::literal_byte(uint8_t c) {
+    const std::vector<std::string> &texts = schema_->node(lit_node_).literals;
+    uint64_t next = 0;
+    bool whole = false;  // a candidate ended before c
+    for (size_t i = 0; i < texts.size(); ++i) {
+        if (!(lit_cands_ >> i & 1)) continue;
+        if (texts[i].size() == lit_at_) {
+            whole = true;
+        } else if (static_cast<uint8_t>(texts[i][lit_at_]) == c) {
+            next |= uint64_t(1) << i;
+        }
+    }
+    if (next != 0) {
+        lit_cands_ = next;
+        ++lit_at_;
+        for (size_t i = 0; i < texts.size(); ++i) {
+            if ((next >> i & 1) && texts[i].size() == lit_at_ &&
+                kind_of_first(static_cast<uint8_t>(texts[i][0])) != static_cast<int>(JsonKind::number)) {
+                literal_value_ = false;
+                return end_value();
+            }
+        }
+        return true;
+    }
+    if (!whole) return false;
+    literal_value_ = false;
+    end_value();
+    return byte(c);
+}
+
+// A byte inside an object key (before its closing quote): the properties whose escaped name goes on with it stay.
+bool JsonPrefix::key_byte(uint8_t c) {
+    const JsonSchemaNode &n = container();
+    uint64_t next = 0;
+    for (size_t i = 0; i < n.keys.size(); ++i) {
+        if ((key_cands_ >> i & 1) && n.keys[i].size() > key_at_ && static_cast<uint8_t>(n.keys[i][key_at_]) == c)
+            next |= uint64_t(1) << i;
+    }
+    key_cands_ = next;
+    ++key_at_;
+    return next != 0 || key_free_;
+}
+
+// The key's closing quote: a property (not written before) or, where allowed, another key.
+bool JsonPrefix::close_key() {
+    const JsonSchemaNode &n = container();
+    key_prop_ = -1;
+    for (size_t i = 0; i < n.keys.size(); ++i) {
+        if ((key_cands_ >> i & 1) && n.keys[i].size() == key_at_) key_prop_ = static_cast<int32_t>(i);
+    }
+    if (key_prop_ >= 0) {
+        if (levels_.top().seen >> key_prop_ & 1) return false;  // written already
+        levels_.top().seen |= uint64_t(1) << key_prop_;
+        return true;
+    }
+    return key_free_;
+}
+
+// Whether the open object may take one more key: another key is allowed, or a property is left.
+bool JsonPrefix::more_keys() const {
+    const JsonSchemaNode &n = container();
+    if (n.additional != JsonSchemaNode::kNone) return true;
+    for (size_t i = 0; i < n.keys.size(); ++i) {
+        if (!(levels_.top().seen >> i & 1) && n.key_nodes[i] != JsonSchemaNode::kNone) return true;
+    }
+    return false;
+}
+
+// Whether the integer read so far (sign, magnitude) can still end within the node's bounds: as it stands, or, when
+// `extendable`, with j more digits (magnitudes [m 10^j, m 10^j + 10^j - 1]).
+bool JsonPrefix::integer_reachable(bool extendable) const {
+    const JsonSchemaNode &n = schema_->node(num_node_);
+    const __int128 lo = n.minimum, hi = n.maximum;
+    if (!num_digits_) return lo <= -1 && hi >= lo;  // just '-': some negative integer fits
+    __int128 base = num_mag_, span = 1;
+    for (int j = 0; j <= 19; ++j) {
+        const __int128 a = num_neg_ ? -(base + span - 1) : base, b = num_neg_ ? -base : base + span - 1;
+        if (a <= hi && b >= lo) return true;
+        if (!extendable || base > (__int128(1) << 64)) break;  // beyond every int64 bound
+        base *= 10;
+        span *= 10;
+    }
+    return false;
+}
+
+// A digit of a number under an integer_only node (after its first character).
+bool JsonPrefix::integer_digit(uint8_t c) {
+    const JsonSchemaNode &n = schema_->node(num_node_);
+    if (!n.bounded) return true;
+    const bool first = !num_digits_;
+    if (num_mag_ > std::numeric_limits<uint64_t>::max() / 10 - 1) return false;  // beyond int64's bounds anyway
+    num_mag_ = num_mag_ * 10 + (c - '0');
+    num_digits_ = true;
+    return integer_reachable(!(first && c == '0'));
 }
 
 // The first byte of a value (whitespace handled by the caller).
 bool JsonPrefix::start_value(uint8_t c) {
-    if (depth_ == 0 && c != '{') return false;  // the top is an object
+    if (schema_) {
+        if (!start_schema_value(c)) return false;
+        if (literal_value_) return true;
+    } else if (levels_.depth == 0 && c != '{') {
+        return false;  // the top is an object
+    }
+    str_chars_ = 0;
     switch (c) {
         case '{':
         case '[':
-            if (depth_ == kMaxDepth) return false;
-            stack_[depth_++] = static_cast<char>(c);
+            if (levels_.depth == kMaxDepth) return false;
+            {
+                Level &l = levels_.at[levels_.depth++];
+                l.open = static_cast<char>(c);
+                l.seen = 0;
+                l.count = 0;
+                if (!schema_) l.node = 0;
+            }
             state_ = c == '{' ? State::key_or_end : State::value_or_end;
             return true;
         case '"':
@@ -66,15 +231,27 @@ bool JsonPrefix::start_value(uint8_t c) {
 
 bool JsonPrefix::byte(uint8_t c) {
     if (c != ' ' && c != '\t' && c != '\n' && c != '\r') whitespace_run_ = 0;  // a run ends at anything else
+    if (literal_value_) return literal_byte(c);
+    const bool in_string = state_ == State::string || state_ == State::string_escape || state_ == State::string_hex ||
+                           state_ == State::string_utf8;
+    const bool closing = state_ == State::string && c == '"' && !pending_low_;
+    if (schema_ && key_string_ && in_string && !closing && !key_byte(c)) return false;
     switch (state_) {
         case State::string:
             if (pending_low_ && c != '\\') return false;  // a high surrogate's escape wants its low half next
             if (c == '"') {
                 if (key_string_) {
+                    if (schema_ && !close_key()) return false;
                     state_ = State::colon;
                     return true;
                 }
+                if (str_chars_ < str_min_) return false;
                 return end_value();
+            }
+            // A character starts here (a low surrogate's escape continues its high half's).
+            if (!pending_low_) {
+                if (str_chars_ >= str_max_) return false;
+                ++str_chars_;
             }
             if (c == '\\') {
                 state_ = State::string_escape;
@@ -136,19 +313,22 @@ bool JsonPrefix::byte(uint8_t c) {
             return true;
         }
         case State::minus:
-            if (c == '0') {
-                state_ = State::zero;
-                return true;
-            }
-            if (c >= '1' && c <= '9') {
-                state_ = State::integer;
-                return true;
-            }
-            return false;
+            if (!is_digit(c)) return false;
+            if (num_node_ >= 0 && !integer_digit(c)) return false;
+            state_ = c == '0' ? State::zero : State::integer;
+            return true;
         case State::integer:
-            if (is_digit(c)) return true;
+            if (is_digit(c)) return num_node_ < 0 || integer_digit(c);
             [[fallthrough]];
         case State::zero:
+            if (num_node_ >= 0) {  // an integer: it ends here, within its bounds
+                const JsonSchemaNode &n = schema_->node(num_node_);
+                if (c == '.' || c == 'e' || c == 'E') return false;
+                if (n.bounded && !integer_reachable(false)) return false;
+                num_node_ = -1;
+                end_value();
+                return byte(c);
+            }
             if (c == '.') {
                 state_ = State::dot;
                 return true;
@@ -199,13 +379,16 @@ bool JsonPrefix::byte(uint8_t c) {
         case State::value: return start_value(c);
         case State::value_or_end:
             if (c == ']') {
-                --depth_;
+                if (schema_ && container().min_items > 0) return false;
+                --levels_.depth;
                 return end_value();
             }
+            if (schema_ && container().max_items == 0) return false;
             return start_value(c);
         case State::key_or_end:
             if (c == '}') {
-                --depth_;
+                if (schema_ && container().required != 0) return false;
+                --levels_.depth;
                 return end_value();
             }
             [[fallthrough]];
@@ -213,19 +396,46 @@ bool JsonPrefix::byte(uint8_t c) {
             if (c != '"') return false;
             key_string_ = true;
             state_ = State::string;
+            str_chars_ = 0;
+            str_min_ = 0;
+            str_max_ = std::numeric_limits<uint32_t>::max();
+            if (schema_) {
+                // The properties not written yet (and, when other keys are allowed, those written too: a repeat is
+                // refused at the closing quote, while the key may still grow into another).
+                const JsonSchemaNode &n = container();
+                key_free_ = n.additional != JsonSchemaNode::kNone;
+                key_cands_ = 0;
+                for (size_t i = 0; i < n.keys.size(); ++i) {
+                    if (n.key_nodes[i] != JsonSchemaNode::kNone && (key_free_ || !(levels_.top().seen >> i & 1)))
+                        key_cands_ |= uint64_t(1) << i;
+                }
+                key_at_ = 0;
+                if (key_cands_ == 0 && !key_free_) return false;
+            }
             return true;
         case State::colon:
             if (c != ':') return false;
             state_ = State::value;
+            if (schema_) {
+                const JsonSchemaNode &n = container();
+                value_node_ = key_prop_ >= 0 ? n.key_nodes[static_cast<size_t>(key_prop_)] : n.additional;
+            }
             return true;
         case State::after_value: {
-            const char open = stack_[depth_ - 1];
+            const char open = levels_.top().open;
             if (c == ',') {
+                if (schema_ && open == '{' && !more_keys()) return false;
+                if (schema_ && open == '[') {
+                    if (levels_.top().count >= container().max_items) return false;
+                    value_node_ = container().items;
+                }
                 state_ = open == '{' ? State::key : State::value;
                 return true;
             }
             if ((open == '{' && c == '}') || (open == '[' && c == ']')) {
-                --depth_;
+                if (schema_ && open == '{' && (container().required & ~levels_.top().seen) != 0) return false;
+                if (schema_ && open == '[' && levels_.top().count < container().min_items) return false;
+                --levels_.depth;
                 return end_value();
             }
             return false;
@@ -244,8 +454,15 @@ bool JsonPrefix::plain(std::string_view text) {
 }
 
 JsonConstraint::JsonConstraint(std::span<const std::string> pieces, std::span<const uint8_t> eog,
-                               std::span<const uint8_t> plain, std::string start_after)
-    : pieces_(pieces), eog_(eog), plain_(plain), start_after_(std::move(start_after)), started_(start_after_.empty()) {
+                               std::span<const uint8_t> plain, std::string start_after,
+                               std::shared_ptr<const JsonSchema> schema)
+    : pieces_(pieces),
+      eog_(eog),
+      plain_(plain),
+      schema_(std::move(schema)),
+      prefix_(schema_.get()),
+      start_after_(std::move(start_after)),
+      started_(start_after_.empty()) {
     if (pieces.size() != eog.size() || (!plain.empty() && plain.size() != pieces.size()))
         throw_error("json constraint: %zu pieces but %zu and %zu flags", pieces.size(), eog.size(), plain.size());
 }

@@ -1,21 +1,32 @@
 // JSON mode (OpenAI's response_format {"type": "json_object"}): the sampler may only pick tokens that keep the
-// generated text the beginning of a JSON object (RFC 8259), and may end only once the object is whole.
+// generated text the beginning of a JSON object (RFC 8259), and may end only once the object is whole; with a
+// schema ({"type": "json_schema"}, runtime/json_schema.h), the beginning of a document the schema accepts.
 //
-// JsonPrefix reads a text byte by byte and says whether it can still be continued into one JSON object; it is a
-// small trivially copyable state (a stack of open containers and the lexical state), so checking a candidate
-// token is a copy and a feed of its text. JsonConstraint applies it to a vocabulary: which tokens may come next.
+// JsonPrefix reads a text byte by byte and says whether it can still be continued into one such document; it is a
+// small state (a stack of open containers with their schema nodes, and the lexical state), so checking a candidate
+// token is a copy and a feed of its text. JsonConstraint applies it to a vocabulary: which tokens may
+// come next.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
+#include <limits>
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "runtime/json_schema.h"
+
 namespace sparrow {
 
 class JsonPrefix {
   public:
+    // Any JSON object, or with `schema` (which must outlive this) a document it accepts.
+    explicit JsonPrefix(const JsonSchema *schema = nullptr)
+        : schema_(schema), value_node_(schema ? schema->root() : 0) {}
+
     // Containers nested deeper than this are refused (the automaton stays finite; a model that keeps opening
     // brackets is stopped there).
     static constexpr int kMaxDepth = 32;
@@ -27,8 +38,12 @@ class JsonPrefix {
     bool feed(std::string_view bytes);
     // A whole object has been read (only whitespace may follow it).
     bool complete() const { return state_ == State::done; }
-    // Inside a string where any plain character (0x20-0x7E but '"' and '\\') is taken and leaves the state as it is.
-    bool in_plain_string() const { return state_ == State::string && !pending_low_; }
+    // Inside a string where any plain character (0x20-0x7E but '"' and '\\') is taken (with a schema: a value string
+    // with no maximum length, or a key where other keys than the properties are allowed).
+    bool in_plain_string() const {
+        return state_ == State::string && !pending_low_ &&
+               (!schema_ || (key_string_ ? key_free_ : str_max_ == std::numeric_limits<uint32_t>::max()));
+    }
     // Whether every byte of `text` is a plain character (and there is one): what in_plain_string() always takes.
     static bool plain(std::string_view text);
 
@@ -58,6 +73,16 @@ class JsonPrefix {
     bool byte(uint8_t c);
     bool start_value(uint8_t c);
     bool end_value();  // a value ended: after_value inside a container, done at the top
+    // The schema's side (schema_ set): a value's start under value_node_, a byte of an enum / const value, of an
+    // object key, whether the open object may take another key, and a bounded integer's digits.
+    bool start_schema_value(uint8_t c);
+    bool literal_byte(uint8_t c);
+    bool key_byte(uint8_t c);
+    bool close_key();
+    bool more_keys() const;
+    bool integer_digit(uint8_t c);
+    bool integer_reachable(bool extendable) const;
+    const JsonSchemaNode &container() const { return schema_->node(levels_.top().node); }
 
     State state_ = State::value;
     bool key_string_ = false;  // the string being read is an object key
@@ -67,8 +92,50 @@ class JsonPrefix {
     uint8_t utf8_min_second_ = 0x80, utf8_max_second_ = 0xBF;  // the range the next continuation byte must be in
     uint8_t literal_ = 0, literal_at_ = 0;                     // which of true / false / null, and bytes matched
     uint8_t whitespace_run_ = 0;
-    int depth_ = 0;
-    char stack_[kMaxDepth] = {};  // '{' or '[' per open container
+    // One open container: '{' or '[', its schema node, and the properties written (objects, a bit each) or the items
+    // written (arrays).
+    struct Level {
+        char open;
+        int32_t node;
+        uint64_t seen;
+        uint32_t count;
+    };
+    // The open containers, copied only as deep as they go: a trial copies the whole state once per candidate token
+    // (a mask over a 128K vocabulary copied ~700 bytes 40K times inside a string when all 32 levels were copied).
+    struct Levels {
+        int depth = 0;
+        Level at[kMaxDepth];  // [0, depth) are set
+        Levels() = default;
+        Levels(const Levels &o) : depth(o.depth) { std::copy_n(o.at, depth, at); }
+        Levels &operator=(const Levels &o) {
+            depth = o.depth;
+            std::copy_n(o.at, depth, at);
+            return *this;
+        }
+        Level &top() { return at[depth - 1]; }
+        const Level &top() const { return at[depth - 1]; }
+    };
+    Levels levels_;
+
+    const JsonSchema *schema_ = nullptr;
+    int32_t value_node_ = 0;  // the schema node of the next value to start
+    // The string being read: code points so far and the bounds (keys: none).
+    uint32_t str_chars_ = 0, str_min_ = 0, str_max_ = std::numeric_limits<uint32_t>::max();
+    // The key being read: the properties it may still be (a bit each), bytes read, whether other keys are allowed;
+    // once closed, its property (-1: another key).
+    uint64_t key_cands_ = 0;
+    uint32_t key_at_ = 0;
+    bool key_free_ = false;
+    int32_t key_prop_ = -1;
+    // An enum / const value being read: its node, the texts it may still be, bytes read.
+    bool literal_value_ = false;
+    int32_t lit_node_ = 0;
+    uint64_t lit_cands_ = 0;
+    uint32_t lit_at_ = 0;
+    // A number under a node with integer_only (num_node_ >= 0): its sign and magnitude so far (bounded nodes).
+    int32_t num_node_ = -1;
+    bool num_neg_ = false, num_digits_ = false;
+    uint64_t num_mag_ = 0;
 };
 
 class Sampler;
@@ -90,10 +157,13 @@ JsonVocabulary json_vocabulary(const Tokenizer &tok);
 // completes `start_after` with bytes after it that cannot begin the object.
 class JsonConstraint {
   public:
+    // With `schema`, the document is one the schema accepts (the constraint keeps it alive).
     JsonConstraint(std::span<const std::string> pieces, std::span<const uint8_t> eog,
-                   std::span<const uint8_t> plain = {}, std::string start_after = {});
-    explicit JsonConstraint(const JsonVocabulary &v, std::string start_after = {})
-        : JsonConstraint(v.pieces, v.eog, v.plain, std::move(start_after)) {}
+                   std::span<const uint8_t> plain = {}, std::string start_after = {},
+                   std::shared_ptr<const JsonSchema> schema = nullptr);
+    explicit JsonConstraint(const JsonVocabulary &v, std::string start_after = {},
+                            std::shared_ptr<const JsonSchema> schema = nullptr)
+        : JsonConstraint(v.pieces, v.eog, v.plain, std::move(start_after), std::move(schema)) {}
     // Whether `token` may come next: end-of-generation tokens once the object is whole, and before that tokens
     // whose text (not empty) continues it.
     bool allows(int32_t token) const;
@@ -106,6 +176,7 @@ class JsonConstraint {
   private:
     std::span<const std::string> pieces_;
     std::span<const uint8_t> eog_, plain_;
+    std::shared_ptr<const JsonSchema> schema_;
     JsonPrefix prefix_;
     std::string start_after_;  // empty, or the text the object comes after
     bool started_ = true;      // the object has begun (start_after_ seen, or none)

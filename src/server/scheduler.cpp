@@ -501,7 +501,7 @@ void Scheduler::start_task(Slot &slot, Queued &queued) {
     slot.json.reset();
     if (so.json_object) {
         if (json_vocab_.pieces.empty()) json_vocab_ = json_vocabulary(tokenizer_);
-        slot.json.emplace(json_vocab_, so.json_after);
+        slot.json.emplace(json_vocab_, so.json_after, so.json_schema);
     }
     slot.text.clear();
     slot.n_sent = 0;

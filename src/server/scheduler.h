@@ -49,8 +49,10 @@ struct SamplingOptions {
     // position, under the model's distribution (the logits before penalties and temperature); -1: none.
     int logprobs = -1;
     // OpenAI's response_format {"type": "json_object"}: only tokens that keep the text the beginning of one JSON
-    // object are sampled, and generation ends (only) once it is whole (runtime/json_prefix.h).
+    // object are sampled, and generation ends (only) once it is whole (runtime/json_prefix.h); with json_schema
+    // ({"type": "json_schema"}), of one document the schema accepts (runtime/json_schema.h).
     bool json_object = false;
+    std::shared_ptr<const JsonSchema> json_schema;
     std::string json_after;  // json_object: the object comes after this text (a thinking block's "</think>")
 };
 

@@ -6,6 +6,7 @@
 #include <random>
 
 #include "core/error.h"
+#include "runtime/json_schema.h"
 #include "runtime/tokenizer.h"
 
 namespace sparrow::tools::http {
@@ -206,25 +207,46 @@ SamplingOptions read_sampling(const json &body, const SamplingDefaults &defaults
     s.adjust.repeat_penalty = static_cast<float>(get_number(body, "repeat_penalty", 0.001, 100.0).value_or(1.0));
     s.adjust.repeat_last_n = get_int(body, "repeat_last_n", -1, lim.n_ctx_per_slot).value_or(64);
     s.adjust.ignore_eos = get_bool(body, "ignore_eos").value_or(false);
-    // OpenAI's response_format: text, or JSON mode (a JSON object); a schema is refused, as llama.cpp's other
-    // output constraints below, since ignoring it would hand back text that breaks it.
+    // OpenAI's response_format: text, JSON mode (a JSON object) or a JSON schema the reply must satisfy
+    // ({"type": "json_schema", "json_schema": {"name": ..., "schema": {...}}}; llama.cpp also takes the schema as
+    // json_object's "schema" and as a top-level "json_schema"). A schema outside the supported subset is refused,
+    // as a grammar is, since ignoring it would hand back text that breaks it.
+    const auto use_schema = [&s](const nlohmann::json &schema, const char *where) {
+        try {
+            s.json_schema = std::make_shared<const JsonSchema>(JsonSchema::compile(schema));
+        } catch (const std::exception &e) {
+            throw ApiError(400, std::string("'") + where + "': " + e.what(), "invalid_value");
+        }
+        s.json_object = true;
+    };
     if (const auto rf = body.find("response_format"); rf != body.end() && !rf->is_null()) {
         if (!rf->is_object()) throw ApiError(400, "'response_format' must be an object", "invalid_type");
         const std::string type = get_string(*rf, "type", "response_format").value_or("text");
         if (type == "json_object") {
             s.json_object = true;
+            if (const auto sc = rf->find("schema"); sc != rf->end() && !sc->is_null())
+                use_schema(*sc, "response_format");
         } else if (type == "json_schema") {
-            throw ApiError(400, "'response_format': schema-constrained sampling is not supported (json_object is)",
-                           "unsupported_parameter");
+            const auto js = rf->find("json_schema");
+            if (js == rf->end() || !js->is_object())
+                throw ApiError(400, "'response_format': json_schema must be an object with the schema under \"schema\"",
+                               "invalid_type");
+            if (const auto sc = js->find("schema"); sc != js->end() && !sc->is_null()) {
+                use_schema(*sc, "response_format");
+            } else {
+                s.json_object = true;  // no schema given: any JSON object
+            }
         } else if (type != "text") {
-            throw ApiError(400, "'response_format': type must be text or json_object", "invalid_value");
+            throw ApiError(400, "'response_format': type must be text, json_object or json_schema", "invalid_value");
         }
     }
     if (const auto g = get_string(body, "grammar"); g && !g->empty()) {
-        throw ApiError(400, "'grammar': grammar-constrained sampling is not supported", "unsupported_parameter");
+        throw ApiError(400, "'grammar': grammar-constrained sampling is not supported (json_schema is)",
+                       "unsupported_parameter");
     }
     if (const auto js = body.find("json_schema"); js != body.end() && !js->is_null()) {
-        throw ApiError(400, "'json_schema': schema-constrained sampling is not supported", "unsupported_parameter");
+        if (s.json_schema) throw ApiError(400, "'json_schema' given twice (with response_format too)", "invalid_value");
+        use_schema(*js, "json_schema");
     }
     s.params.mirostat = static_cast<int>(get_int(body, "mirostat", 0, 2).value_or(0));
     s.params.mirostat_tau = static_cast<float>(get_number(body, "mirostat_tau", 0.0, 100.0).value_or(5.0));

@@ -58,7 +58,8 @@ inline constexpr SamplingDefaults kLlamaCompletionDefaults{
 
 // temperature, top_p, top_k, min_p, seed, presence_penalty, frequency_penalty, repeat_penalty, repeat_last_n, stop,
 // logit_bias, ignore_eos, and max_tokens under the names given (the first present wins), checked to fit the context
-// with the prompt. Constraints this server does not apply (grammar, json_schema, mirostat) are refused, not ignored.
+// with the prompt; response_format (JSON mode, a JSON schema) and llama.cpp's json_schema. Constraints this server does
+// not apply (grammar) are refused, not ignored.
 SamplingOptions read_sampling(const json &body, const SamplingDefaults &defaults,
                               std::initializer_list<const char *> max_tokens_keys, int64_t n_prompt,
                               const Tokenizer &tok, const RequestLimits &lim);

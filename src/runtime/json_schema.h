@@ -1,0 +1,75 @@
+// A JSON Schema compiled for constrained sampling (OpenAI's response_format {"type": "json_schema"}): a table of
+// nodes that JsonPrefix consults byte by byte, so that the generated text stays the beginning of a document the
+// schema accepts and can always be finished into one.
+//
+// The subset (what structured-output schemas use): type (one or a list), properties, required,
+// additionalProperties (a boolean or a schema), items, minItems, maxItems, minLength, maxLength, enum, const,
+// anyOf / oneOf whose alternatives take different JSON types (a value's first byte tells which one applies),
+// allOf of one schema, $ref into #/$defs or #/definitions (recursion included), and minimum / maximum /
+// exclusiveMinimum / exclusiveMaximum on integers. Annotations (title, description, format, default, ...) are
+// ignored, as JSON Schema allows. Assertions outside the subset (pattern, multipleOf, number bounds, ...) are
+// refused with a message naming them: a schema is never half applied.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+namespace sparrow {
+
+// The kinds of JSON value, as a value's first byte tells them apart.
+enum class JsonKind : uint8_t { object, array, string, number, boolean, null };
+constexpr int kJsonKinds = 6;
+
+struct JsonSchemaNode {
+    static constexpr int32_t kNone = -1;
+    // The node that governs a value of each kind (itself, or an anyOf alternative's); kNone: the kind is refused.
+    std::array<int32_t, kJsonKinds> by_kind{kNone, kNone, kNone, kNone, kNone, kNone};
+    // enum / const: a value must be one of these texts byte for byte (compact JSON, as nlohmann writes it).
+    std::vector<std::string> literals;
+    // Numbers: integers only (no fraction or exponent), within [minimum, maximum] when bounded.
+    bool integer_only = false;
+    bool bounded = false;
+    int64_t minimum = std::numeric_limits<int64_t>::min(), maximum = std::numeric_limits<int64_t>::max();
+    // Objects: the properties (keys as written between the quotes, escaped as nlohmann writes them), which are
+    // required (a bit per property), and what other keys may hold (a node, or kNone: no other keys).
+    std::vector<std::string> keys;
+    std::vector<int32_t> key_nodes;
+    uint64_t required = 0;
+    int32_t additional = 0;
+    // Arrays: each item's node and the count's bounds.
+    int32_t items = 0;
+    uint32_t min_items = 0, max_items = std::numeric_limits<uint32_t>::max();
+    // Strings: the length's bounds in code points.
+    uint32_t min_length = 0, max_length = std::numeric_limits<uint32_t>::max();
+};
+
+class JsonSchema {
+  public:
+    // At most this many properties per object and values per enum (JsonPrefix keeps a bit for each).
+    static constexpr size_t kMaxAlternatives = 64;
+
+    // Compiles `schema`; throws (core/error.h) naming the keyword and where it sits when the schema is malformed,
+    // outside the subset, or accepts no document.
+    static JsonSchema compile(const nlohmann::json &schema);
+
+    // Node 0 accepts any value; root() is the document's.
+    const JsonSchemaNode &node(int32_t i) const { return nodes_[static_cast<size_t>(i)]; }
+    int32_t root() const { return root_; }
+    size_t size() const { return nodes_.size(); }
+
+  private:
+    friend class JsonSchemaCompiler;
+    std::vector<JsonSchemaNode> nodes_;
+    int32_t root_ = 0;
+};
+
+// Whether `document` satisfies `schema` (the same subset, checked on a whole parsed value): what the constrained
+// text must parse into. For tests and for checking a finished reply.
+bool json_schema_accepts(const JsonSchema &schema, const nlohmann::json &document);
+
+}  // namespace sparrow
