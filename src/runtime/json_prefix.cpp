@@ -76,11 +76,15 @@ bool JsonPrefix::start_schema_value(uint8_t c) {
             str_max_ = n.max_length;
             break;
         case JsonKind::number:
-            num_node_ = n.integer_only ? g : -1;
+            num_node_ = n.integer_only || n.bounded ? g : -1;
             num_neg_ = c == '-';
             num_digits_ = c != '-';
+            num_frac_ = false;
             num_mag_ = c == '-' ? 0 : c - '0';
-            if (num_node_ >= 0 && n.bounded && !integer_reachable(c != '0')) return false;
+            num_n_ = c == '-' ? 0 : 1;
+            num_k_ = 0;
+            if (num_node_ >= 0 && n.integer_only && !integer_reachable(c != '0')) return false;
+            if (num_node_ >= 0 && !n.integer_only && !decimal_reachable()) return false;
             break;
         default: break;
     }
@@ -172,6 +176,85 @@ bool JsonPrefix::integer_reachable(bool extendable) const {
         span *= 10;
     }
     return false;
+}
+
+// Whether values of magnitude [lo, hi] (each end closed or open; in units of 10^-scale; negated for a negative
+// number) meet the node's bounds.
+bool JsonPrefix::decimal_meets(__int128 lo, bool lo_closed, __int128 hi, bool hi_closed, int scale) const {
+    const JsonSchemaNode &n = schema_->node(num_node_);
+    if (num_neg_) {
+        const __int128 t = lo;
+        lo = -hi;
+        hi = -t;
+        std::swap(lo_closed, hi_closed);
+    }
+    __int128 unit = 1;
+    for (int i = 0; i < scale; ++i) unit *= 10;
+    // The greater lower end and the smaller upper end, each with whether it is included.
+    if (n.minimum != std::numeric_limits<int64_t>::min()) {
+        const __int128 b = n.minimum * unit;
+        if (b > lo || (b == lo && n.min_exclusive)) {
+            lo = b;
+            lo_closed = !n.min_exclusive;
+        }
+    }
+    if (n.maximum != std::numeric_limits<int64_t>::max()) {
+        const __int128 b = n.maximum * unit;
+        if (b < hi || (b == hi && n.max_exclusive)) {
+            hi = b;
+            hi_closed = !n.max_exclusive;
+        }
+    }
+    return lo < hi || (lo == hi && lo_closed && hi_closed);
+}
+
+// Whether a number under a bounded node (not integers only) can still end within the bounds, from what is written:
+// more integer digits (each one multiplies the reach by ten), a fraction, or nothing more; at most kMaxBoundedDigits
+// digits in all.
+bool JsonPrefix::decimal_reachable() const {
+    constexpr int kMax = JsonSchemaNode::kMaxBoundedDigits;
+    __int128 limit = 1;
+    for (int i = 0; i < kMax; ++i) limit *= 10;
+    if (!num_digits_) return decimal_meets(0, true, limit, false, 0);  // just '-': (-10^15, 0]
+    const __int128 s = num_mag_;
+    if (num_frac_) {  // [s, s + 1) in units of 10^-k, or s alone with no digit left
+        return num_n_ < kMax ? decimal_meets(s, true, s + 1, false, num_k_) : decimal_meets(s, true, s, true, num_k_);
+    }
+    if (s == 0) return num_n_ < kMax ? decimal_meets(0, true, 1, false, 0) : decimal_meets(0, true, 0, true, 0);
+    // j more integer digits: [s 10^j, (s + 1) 10^j), whole numbers only when no digit is left for a fraction.
+    __int128 base = s, span = 1;
+    for (int d = num_n_; d <= kMax; ++d) {
+        if (d < kMax ? decimal_meets(base, true, base + span, false, 0)
+                     : decimal_meets(base, true, base + span - 1, true, 0))
+            return true;
+        base *= 10;
+        span *= 10;
+    }
+    return false;
+}
+
+// A digit of a number under a bounded node (not integers only).
+bool JsonPrefix::decimal_digit(uint8_t c) {
+    if (num_n_ >= JsonSchemaNode::kMaxBoundedDigits) return false;
+    num_mag_ = num_mag_ * 10 + (c - '0');
+    ++num_n_;
+    if (num_frac_) ++num_k_;
+    num_digits_ = true;
+    return decimal_reachable();
+}
+
+// A digit of a number under a node with integers only or bounds (after its first character).
+bool JsonPrefix::number_digit(uint8_t c) {
+    return schema_->node(num_node_).integer_only ? integer_digit(c) : decimal_digit(c);
+}
+
+// The number ends here: within its bounds.
+bool JsonPrefix::number_ends() {
+    const JsonSchemaNode &n = schema_->node(num_node_);
+    const bool ok = n.integer_only ? integer_reachable(false)
+                                   : decimal_meets(num_mag_, true, num_mag_, true, num_frac_ ? num_k_ : 0);
+    num_node_ = -1;
+    return ok;
 }
 
 // A digit of a number under an integer_only node (after its first character).
@@ -314,18 +397,23 @@ bool JsonPrefix::byte(uint8_t c) {
         }
         case State::minus:
             if (!is_digit(c)) return false;
-            if (num_node_ >= 0 && !integer_digit(c)) return false;
+            if (num_node_ >= 0 && !number_digit(c)) return false;
             state_ = c == '0' ? State::zero : State::integer;
             return true;
         case State::integer:
-            if (is_digit(c)) return num_node_ < 0 || integer_digit(c);
+            if (is_digit(c)) return num_node_ < 0 || number_digit(c);
             [[fallthrough]];
         case State::zero:
-            if (num_node_ >= 0) {  // an integer: it ends here, within its bounds
+            if (num_node_ >= 0) {  // integers only or bounds: no exponent, a fraction only on numbers
                 const JsonSchemaNode &n = schema_->node(num_node_);
-                if (c == '.' || c == 'e' || c == 'E') return false;
-                if (n.bounded && !integer_reachable(false)) return false;
-                num_node_ = -1;
+                if (c == 'e' || c == 'E' || (c == '.' && n.integer_only)) return false;
+                if (c == '.') {
+                    if (num_n_ >= JsonSchemaNode::kMaxBoundedDigits) return false;  // no digit could follow
+                    num_frac_ = true;
+                    state_ = State::dot;
+                    return decimal_reachable();
+                }
+                if (!number_ends()) return false;
                 end_value();
                 return byte(c);
             }
@@ -341,14 +429,17 @@ bool JsonPrefix::byte(uint8_t c) {
             return byte(c);
         case State::dot:
             if (!is_digit(c)) return false;
+            if (num_node_ >= 0 && !decimal_digit(c)) return false;
             state_ = State::fraction;
             return true;
         case State::fraction:
-            if (is_digit(c)) return true;
+            if (is_digit(c)) return num_node_ < 0 || decimal_digit(c);
             if (c == 'e' || c == 'E') {
+                if (num_node_ >= 0) return false;
                 state_ = State::exponent;
                 return true;
             }
+            if (num_node_ >= 0 && !number_ends()) return false;
             end_value();
             return byte(c);
         case State::exponent:

@@ -82,6 +82,11 @@ class JsonPrefix {
     bool more_keys() const;
     bool integer_digit(uint8_t c);
     bool integer_reachable(bool extendable) const;
+    bool number_digit(uint8_t c);
+    bool number_ends();
+    bool decimal_digit(uint8_t c);
+    bool decimal_reachable() const;
+    bool decimal_meets(__int128 lo, bool lo_closed, __int128 hi, bool hi_closed, int scale) const;
     const JsonSchemaNode &container() const { return schema_->node(levels_.top().node); }
 
     State state_ = State::value;
@@ -132,10 +137,12 @@ class JsonPrefix {
     int32_t lit_node_ = 0;
     uint64_t lit_cands_ = 0;
     uint32_t lit_at_ = 0;
-    // A number under a node with integer_only (num_node_ >= 0): its sign and magnitude so far (bounded nodes).
+    // A number under a node with integer_only or bounds (num_node_ >= 0): its sign, its digits so far as one integer
+    // (the fraction's too), how many, and after a '.' how many of them are the fraction's.
     int32_t num_node_ = -1;
-    bool num_neg_ = false, num_digits_ = false;
+    bool num_neg_ = false, num_digits_ = false, num_frac_ = false;
     uint64_t num_mag_ = 0;
+    int num_n_ = 0, num_k_ = 0;
 };
 
 class Sampler;

@@ -99,7 +99,14 @@ bool accepts(const std::vector<JsonSchemaNode> &nodes, int32_t n, const json &v,
     }
     switch (kind) {
         case JsonKind::number: {
-            if (!node.integer_only) return true;
+            if (!node.integer_only) {
+                if (!node.bounded) return true;
+                const double x = v.get<double>();
+                const auto lo = static_cast<double>(node.minimum), hi = static_cast<double>(node.maximum);
+                return (node.minimum == std::numeric_limits<int64_t>::min() ||
+                        (node.min_exclusive ? x > lo : x >= lo)) &&
+                       (node.maximum == std::numeric_limits<int64_t>::max() || (node.max_exclusive ? x < hi : x <= hi));
+            }
             if (!v.is_number_integer()) return false;
             if (!node.bounded) return true;
             if (v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(std::numeric_limits<int64_t>::max()))
@@ -325,26 +332,45 @@ class JsonSchemaCompiler {
         }
         node.integer_only = integer && !number;
         const int32_t self = static_cast<int32_t>(nodes_.size());  // this node's index once added
-        // Numbers' bounds (integers only: a prefix of a decimal fraction has no simple test of its reach).
+        // Numbers' bounds: any on integers (rounded into them); whole ones below 1e15 on other numbers, whose text
+        // then has no exponent and at most 15 digits (JsonPrefix tests a prefix's reach exactly in decimal).
         for (const char *keyword : {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"}) {
             const auto b = s.find(keyword);
             if (b == s.end()) continue;
             if (!b->is_number()) throw_error("json_schema: %s/%s: must be a number", where.c_str(), keyword);
-            if (!node.integer_only)
-                throw_error("json_schema: %s/%s: bounds are supported on integers only (type \"integer\")",
-                            where.c_str(), keyword);
             const double x = b->get<double>();
-            node.bounded = true;
             const std::string k = keyword;
-            if (k == "minimum") node.minimum = std::max(node.minimum, integer_bound(std::ceil(x)));
-            if (k == "exclusiveMinimum") node.minimum = std::max(node.minimum, integer_bound(std::floor(x) + 1));
-            if (k == "maximum") node.maximum = std::min(node.maximum, integer_bound(std::floor(x)));
-            if (k == "exclusiveMaximum") node.maximum = std::min(node.maximum, integer_bound(std::ceil(x) - 1));
+            const bool lower = k == "minimum" || k == "exclusiveMinimum", exclusive = k.rfind("exclusive", 0) == 0;
+            node.bounded = true;
+            if (node.integer_only) {
+                if (k == "minimum") node.minimum = std::max(node.minimum, integer_bound(std::ceil(x)));
+                if (k == "exclusiveMinimum") node.minimum = std::max(node.minimum, integer_bound(std::floor(x) + 1));
+                if (k == "maximum") node.maximum = std::min(node.maximum, integer_bound(std::floor(x)));
+                if (k == "exclusiveMaximum") node.maximum = std::min(node.maximum, integer_bound(std::ceil(x) - 1));
+                continue;
+            }
+            if (std::floor(x) != x || std::fabs(x) >= 1e15)
+                throw_error("json_schema: %s/%s: bounds on numbers must be whole and below 1e15 (integers take any)",
+                            where.c_str(), keyword);
+            const auto v = static_cast<int64_t>(x);
+            // The stricter of two bounds on one side (at the same value, the exclusive one).
+            if (lower && (v > node.minimum || (v == node.minimum && exclusive))) {
+                node.minimum = v;
+                node.min_exclusive = exclusive;
+            }
+            if (!lower && (v < node.maximum || (v == node.maximum && exclusive))) {
+                node.maximum = v;
+                node.max_exclusive = exclusive;
+            }
         }
+        if (!node.integer_only && node.bounded &&
+            (node.minimum > node.maximum ||
+             (node.minimum == node.maximum && (node.min_exclusive || node.max_exclusive))))
+            allowed[at(JsonKind::number)] = false;
         // Integers stay within 64 bits even unbounded: what parsers (nlohmann, JavaScript's near 2^53 aside) read
         // back as integers.
         if (node.integer_only) node.bounded = true;
-        if (node.bounded && node.minimum > node.maximum) allowed[at(JsonKind::number)] = false;
+        if (node.integer_only && node.minimum > node.maximum) allowed[at(JsonKind::number)] = false;
         if (const auto v = s.find("minLength"); v != s.end()) node.min_length = count_bound(*v, where + "/minLength");
         if (const auto v = s.find("maxLength"); v != s.end()) node.max_length = count_bound(*v, where + "/maxLength");
         if (node.min_length > node.max_length) allowed[at(JsonKind::string)] = false;

@@ -6,9 +6,9 @@
 // additionalProperties (a boolean or a schema), items, minItems, maxItems, minLength, maxLength, enum, const,
 // anyOf / oneOf whose alternatives take different JSON types (a value's first byte tells which one applies),
 // allOf of one schema, $ref into #/$defs or #/definitions (recursion included), and minimum / maximum /
-// exclusiveMinimum / exclusiveMaximum on integers. Annotations (title, description, format, default, ...) are
-// ignored, as JSON Schema allows. Assertions outside the subset (pattern, multipleOf, number bounds, ...) are
-// refused with a message naming them: a schema is never half applied.
+// exclusiveMinimum / exclusiveMaximum on integers, and whole ones on numbers. Annotations (title, description, format,
+// default, ...) are ignored, as JSON Schema allows. Assertions outside the subset (pattern, multipleOf, number bounds,
+// ...) are refused with a message naming them: a schema is never half applied.
 #pragma once
 
 #include <array>
@@ -31,10 +31,14 @@ struct JsonSchemaNode {
     std::array<int32_t, kJsonKinds> by_kind{kNone, kNone, kNone, kNone, kNone, kNone};
     // enum / const: a value must be one of these texts byte for byte (compact JSON, as nlohmann writes it).
     std::vector<std::string> literals;
-    // Numbers: integers only (no fraction or exponent), within [minimum, maximum] when bounded.
+    // Numbers: integers only (no fraction or exponent), within [minimum, maximum] when bounded. Bounded numbers that
+    // are not integers only have whole bounds (exclusive ones kept as such), no exponent and at most
+    // kMaxBoundedDigits digits, so that any double reads them back on the right side of a bound.
+    static constexpr int kMaxBoundedDigits = 15;
     bool integer_only = false;
     bool bounded = false;
     int64_t minimum = std::numeric_limits<int64_t>::min(), maximum = std::numeric_limits<int64_t>::max();
+    bool min_exclusive = false, max_exclusive = false;  // numbers (not integers only)
     // Objects: the properties (keys as written between the quotes, escaped as nlohmann writes them), which are
     // required (a bit per property), and what other keys may hold (a node, or kNone: no other keys).
     std::vector<std::string> keys;

@@ -33,6 +33,10 @@ BOUNDED = [
                     "label": {"anyOf": [{"type": "string", "maxLength": 4}, {"type": "null"}]}},
      "required": ["points", "label"], "additionalProperties": False},
     {"type": "array", "items": {"const": "yes"}, "minItems": 2, "maxItems": 2},
+    {"type": "object",
+     "properties": {"confidence": {"type": "number", "minimum": 0, "maximum": 1},
+                    "delta": {"type": "number", "exclusiveMinimum": -1, "exclusiveMaximum": 1}},
+     "required": ["confidence", "delta"], "additionalProperties": False},
 ]
 # Open ones (free strings, other keys): replies that end must satisfy them; some may run to max_tokens.
 OPEN = [
@@ -103,8 +107,8 @@ for arch in ("llama", "deepseek32"):
 
         # Refusals: outside the subset, malformed, unsatisfiable; each a 400 whose message says what.
         for bad, words in (({"type": "string", "pattern": "^a"}, "'pattern' is not supported"),
-                           ({"type": "object", "properties": {"n": {"type": "number", "maximum": 3}}},
-                            "integers only"),
+                           ({"type": "object", "properties": {"n": {"type": "number", "maximum": 2.5}}},
+                            "must be whole"),
                            ({"type": "object", "properties": {"a": {}}, "required": ["a"],
                              "additionalProperties": False, "minProperties": 1}, "'minProperties'"),
                            ({"$ref": "#/$defs/nowhere"}, "points to nothing"),
