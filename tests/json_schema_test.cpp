@@ -47,6 +47,12 @@ const std::vector<std::string> &schemas() {
         R"({"type": "object", "properties": {"p": {"type": "number", "minimum": 0, "maximum": 1},
             "t": {"type": "number", "exclusiveMinimum": -2, "exclusiveMaximum": 3}, "u": {"type": "number",
             "minimum": 10}}, "required": ["p", "t"], "additionalProperties": false})",
+        R"({"type": "object", "properties": {"pair": {"type": "array", "prefixItems": [{"type": "integer",
+            "minimum": 0, "maximum": 9}, {"enum": ["x", "y"]}], "items": false, "minItems": 1},
+            "old": {"type": "array", "items": [{"type": "boolean"}], "additionalItems": {"type": "null"},
+            "maxItems": 3}, "a": {"type": "integer", "minimum": 0, "maximum": 5}, "b": {"type": "boolean"},
+            "c": {"type": "null"}}, "required": ["pair"], "minProperties": 2, "maxProperties": 3,
+            "additionalProperties": {"type": "integer", "minimum": 0, "maximum": 3}})",
     };
     return kSchemas;
 }
@@ -99,15 +105,24 @@ class DocumentGenerator {
         }
         switch (static_cast<JsonKind>(kind)) {
             case JsonKind::object: {
+                // The required properties, then optional ones and other keys while maxProperties allows (and until
+                // minProperties is met).
                 json o = json::object();
-                for (size_t i = 0; i < g.keys.size(); ++i) {
-                    const bool required = g.required >> i & 1;
-                    if (g.key_nodes[i] == JsonSchemaNode::kNone || (!required && (depth > 3 || pick(2) == 0))) continue;
+                const auto name = [&](size_t i) {
                     std::string quoted = "\"";
                     quoted.append(g.keys[i]).push_back('"');
-                    o[json::parse(quoted).get<std::string>()] = value(g.key_nodes[i], depth + 1);
+                    return json::parse(quoted).get<std::string>();
+                };
+                for (size_t i = 0; i < g.keys.size(); ++i) {
+                    if (g.required >> i & 1) o[name(i)] = value(g.key_nodes[i], depth + 1);
                 }
-                if (g.additional != JsonSchemaNode::kNone && depth < 3 && pick(3) == 0)
+                for (size_t i = 0; i < g.keys.size() && o.size() < g.max_properties; ++i) {
+                    if ((g.required >> i & 1) || g.key_nodes[i] == JsonSchemaNode::kNone) continue;
+                    if (o.size() >= g.min_properties && (depth > 3 || pick(2) == 0)) continue;
+                    o[name(i)] = value(g.key_nodes[i], depth + 1);
+                }
+                while (g.additional != JsonSchemaNode::kNone && o.size() < g.max_properties &&
+                       (o.size() < g.min_properties || (depth < 3 && pick(3) == 0)))
                     o[std::string("extra_").append(std::to_string(pick(100)))] = value(g.additional, depth + 1);
                 return o;
             }
@@ -116,7 +131,7 @@ class DocumentGenerator {
                 const uint32_t most = std::min<uint32_t>(g.max_items, g.min_items + (depth > 3 ? 0 : 3));
                 const uint32_t n_items =
                     g.min_items + static_cast<uint32_t>(pick(static_cast<int>(most - g.min_items) + 1));
-                for (uint32_t i = 0; i < n_items; ++i) a.push_back(value(g.items, depth + 1));
+                for (uint32_t i = 0; i < n_items; ++i) a.push_back(value(g.item_node(i), depth + 1));
                 return a;
             }
             case JsonKind::string: {
@@ -184,7 +199,15 @@ TEST(JsonSchema, RefusesWhatItCannotApplyNamingIt) {
             "required": ["next"]}}, "$ref": "#/$defs/L"})",
          "no document satisfies"},
         {R"({"type": "tuple"})", "unknown type 'tuple'"},
-        {R"({"type": "array", "items": [{"type": "string"}]})", "a list of schemas is not supported"},
+        {R"({"type": "array", "items": {"type": "string"}, "uniqueItems": true})", "'uniqueItems' is not supported"},
+        {R"({"type": "array", "prefixItems": {"type": "string"}})", "must be a list of schemas"},
+        {R"({"type": "array", "additionalItems": false})", "only beside a list under items"},
+        {R"({"type": "object", "properties": {"a": {}, "b": {}}, "required": ["a", "b"], "maxProperties": 1})",
+         "no document satisfies"},
+        {R"({"type": "object", "properties": {"a": {}}, "additionalProperties": false, "minProperties": 2})",
+         "no document satisfies"},
+        {R"({"type": "array", "prefixItems": [{"type": "string"}], "items": false, "minItems": 2})",
+         "no document satisfies"},
         {R"({"allOf": [{"type": "object"}, {"required": []}]})", "only a list of one schema"},
         {R"({"type": "object", "anyOf": [{"type": "object"}]})", "beside 'anyOf'"},
         {R"({"enum": []})", "non-empty list"},
@@ -251,21 +274,31 @@ TEST(JsonSchema, NearMissesAreRefused) {
         {4, R"({"ok": true, "n": 10})"},                                                // exclusiveMinimum 10
         {4, R"({"ok": true, "n": 1000})"},                                              // exclusiveMaximum 1000
         {4, R"({"ok": true, "e": "x"})"},                                               // const
-        {4, R"({"ok": true, "other": false})"},       // other keys hold strings or integers
-        {4, R"({"ok": true, "ok": true})"},           // a repeated key where other keys are allowed
-        {5, R"([[1]])"},                              // minItems 2
-        {5, R"([[1, 2, 3], []])"},                    // maxItems 2 inside
-        {5, R"([[10], []])"},                         // maximum 9
-        {6, R"({"a": {}, "s": "abc"})"},              // a's b missing
-        {6, R"({"a": {"b": {}}, "s": "abcd"})"},      // exactly 3 characters
-        {7, R"({"p": 1.5, "t": 0})"},                 // above the maximum
-        {7, R"({"p": 1.0000001, "t": 0})"},           // just above it
-        {7, R"({"p": -0.1, "t": 0})"},                // below the minimum
-        {7, R"({"p": 0, "t": 3})"},                   // exclusiveMaximum 3
-        {7, R"({"p": 0, "t": -2.0})"},                // exclusiveMinimum -2
-        {7, R"({"p": 0, "t": 0, "u": 9.99})"},        // minimum 10
-        {7, R"({"p": 0, "t": 0, "u": 1e3})"},         // bounded numbers are written without an exponent
-        {7, R"({"p": 0.1234567890123456, "t": 0})"},  // 16 digits: more than a bounded number's 15
+        {4, R"({"ok": true, "other": false})"},                      // other keys hold strings or integers
+        {4, R"({"ok": true, "ok": true})"},                          // a repeated key where other keys are allowed
+        {5, R"([[1]])"},                                             // minItems 2
+        {5, R"([[1, 2, 3], []])"},                                   // maxItems 2 inside
+        {5, R"([[10], []])"},                                        // maximum 9
+        {6, R"({"a": {}, "s": "abc"})"},                             // a's b missing
+        {6, R"({"a": {"b": {}}, "s": "abcd"})"},                     // exactly 3 characters
+        {7, R"({"p": 1.5, "t": 0})"},                                // above the maximum
+        {7, R"({"p": 1.0000001, "t": 0})"},                          // just above it
+        {7, R"({"p": -0.1, "t": 0})"},                               // below the minimum
+        {7, R"({"p": 0, "t": 3})"},                                  // exclusiveMaximum 3
+        {7, R"({"p": 0, "t": -2.0})"},                               // exclusiveMinimum -2
+        {7, R"({"p": 0, "t": 0, "u": 9.99})"},                       // minimum 10
+        {7, R"({"p": 0, "t": 0, "u": 1e3})"},                        // bounded numbers are written without an exponent
+        {7, R"({"p": 0.1234567890123456, "t": 0})"},                 // 16 digits: more than a bounded number's 15
+        {8, R"({"pair": [1]})"},                                     // minProperties 2
+        {8, R"({"pair": [1, "x"], "a": 1, "b": true, "c": null})"},  // maxProperties 3
+        {8, R"({"pair": [1, "x", 2], "a": 1})"},                     // no items past the prefix
+        {8, R"({"pair": [], "a": 1})"},                              // minItems 1
+        {8, R"({"pair": ["x"], "a": 1})"},                           // the first item is an integer
+        {8, R"({"pair": [1, "z"], "a": 1})"},                        // the second one of the enum
+        {8, R"({"pair": [1], "old": [null], "a": 1})"},              // old's first item is a boolean
+        {8, R"({"pair": [1], "old": [true, 1]})"},                   // then nulls
+        {8, R"({"pair": [1], "zz": 4})"},                            // other keys hold 0..3
+        {8, R"({"a": 1, "b": true, "c": null})"},                    // pair is required
     };
     for (const auto &[si, text] : misses) {
         const JsonSchema s = compiled(schemas()[si]);
@@ -277,6 +310,17 @@ TEST(JsonSchema, NearMissesAreRefused) {
             EXPECT_FALSE(json_schema_accepts(s, json::parse(text))) << si << ": " << text;
         }
         EXPECT_FALSE(reads_whole(s, text)) << si << ": " << text;
+        // Every prefix read can still go on with something other than whitespace (or is whole): a miss is refused
+        // at the byte that breaks it, never by a state with no way out.
+        JsonPrefix p(&s);
+        for (size_t i = 0; i < text.size() && p.feed(text.substr(i, 1)); ++i) {
+            bool goes_on = p.complete();
+            for (int b = 0x21; b < 256 && !goes_on; ++b) {
+                JsonPrefix trial = p;
+                goes_on = trial.feed(std::string(1, static_cast<char>(b)));
+            }
+            EXPECT_TRUE(goes_on) << si << ": dead end after " << text.substr(0, i + 1);
+        }
     }
     // And their fixed forms are read.
     const std::vector<std::pair<size_t, std::string>> hits = {
@@ -291,6 +335,9 @@ TEST(JsonSchema, NearMissesAreRefused) {
         {7, R"({"p": 1.00000000, "t": 2.9999, "u": 10})"},
         {7, R"({"p": 0.0, "t": -0, "u": 123456789012345})"},
         {7, R"({"t": 0.5, "p": -0.0})"},
+        {8, R"({"pair": [1, "y"], "old": [true, null, null]})"},
+        {8, R"({"pair": [0], "zz": 3})"},
+        {8, R"({"b": false, "pair": [9, "x"], "c": null})"},
     };
     for (const auto &[si, text] : hits) {
         const JsonSchema s = compiled(schemas()[si]);

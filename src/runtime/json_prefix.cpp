@@ -69,7 +69,7 @@ bool JsonPrefix::start_schema_value(uint8_t c) {
         case JsonKind::array:
             if (levels_.depth == kMaxDepth) return false;
             levels_.at[levels_.depth].node = g;  // the push below sets the rest
-            value_node_ = n.items;
+            value_node_ = n.item_node(0);
             break;
         case JsonKind::string:
             str_min_ = n.min_length;
@@ -146,14 +146,17 @@ bool JsonPrefix::close_key() {
     if (key_prop_ >= 0) {
         if (levels_.top().seen >> key_prop_ & 1) return false;  // written already
         levels_.top().seen |= uint64_t(1) << key_prop_;
-        return true;
+    } else if (!key_free_) {
+        return false;
     }
-    return key_free_;
+    ++levels_.top().count;
+    return true;
 }
 
-// Whether the open object may take one more key: another key is allowed, or a property is left.
+// Whether the open object may take one more key: below maxProperties, another key is allowed, or a property is left.
 bool JsonPrefix::more_keys() const {
     const JsonSchemaNode &n = container();
+    if (levels_.top().count >= n.max_properties) return false;
     if (n.additional != JsonSchemaNode::kNone) return true;
     for (size_t i = 0; i < n.keys.size(); ++i) {
         if (!(levels_.top().seen >> i & 1) && n.key_nodes[i] != JsonSchemaNode::kNone) return true;
@@ -478,7 +481,7 @@ bool JsonPrefix::byte(uint8_t c) {
             return start_value(c);
         case State::key_or_end:
             if (c == '}') {
-                if (schema_ && container().required != 0) return false;
+                if (schema_ && (container().required != 0 || container().min_properties > 0)) return false;
                 --levels_.depth;
                 return end_value();
             }
@@ -493,11 +496,17 @@ bool JsonPrefix::byte(uint8_t c) {
             if (schema_) {
                 // The properties not written yet (and, when other keys are allowed, those written too: a repeat is
                 // refused at the closing quote, while the key may still grow into another).
+                // Where maxProperties leaves room only for the required properties not written yet, only they.
                 const JsonSchemaNode &n = container();
-                key_free_ = n.additional != JsonSchemaNode::kNone;
+                const Level &l = levels_.top();
+                const uint64_t required_left = n.required & ~l.seen;
+                const bool only_required =
+                    l.count + static_cast<uint32_t>(__builtin_popcountll(required_left)) >= n.max_properties;
+                key_free_ = n.additional != JsonSchemaNode::kNone && !only_required;
                 key_cands_ = 0;
                 for (size_t i = 0; i < n.keys.size(); ++i) {
-                    if (n.key_nodes[i] != JsonSchemaNode::kNone && (key_free_ || !(levels_.top().seen >> i & 1)))
+                    if (n.key_nodes[i] != JsonSchemaNode::kNone && (key_free_ || !(l.seen >> i & 1)) &&
+                        (!only_required || (required_left >> i & 1)))
                         key_cands_ |= uint64_t(1) << i;
                 }
                 key_at_ = 0;
@@ -518,13 +527,16 @@ bool JsonPrefix::byte(uint8_t c) {
                 if (schema_ && open == '{' && !more_keys()) return false;
                 if (schema_ && open == '[') {
                     if (levels_.top().count >= container().max_items) return false;
-                    value_node_ = container().items;
+                    value_node_ = container().item_node(levels_.top().count);
                 }
                 state_ = open == '{' ? State::key : State::value;
                 return true;
             }
             if ((open == '{' && c == '}') || (open == '[' && c == ']')) {
-                if (schema_ && open == '{' && (container().required & ~levels_.top().seen) != 0) return false;
+                if (schema_ && open == '{' &&
+                    ((container().required & ~levels_.top().seen) != 0 ||
+                     levels_.top().count < container().min_properties))
+                    return false;
                 if (schema_ && open == '[' && levels_.top().count < container().min_items) return false;
                 --levels_.depth;
                 return end_value();

@@ -29,15 +29,11 @@ const std::set<std::string> kAnnotations = {
 const std::set<std::string> kUnsupported = {"pattern",
                                             "patternProperties",
                                             "propertyNames",
-                                            "minProperties",
-                                            "maxProperties",
                                             "multipleOf",
                                             "uniqueItems",
                                             "contains",
                                             "minContains",
                                             "maxContains",
-                                            "prefixItems",
-                                            "additionalItems",
                                             "unevaluatedItems",
                                             "unevaluatedProperties",
                                             "if",
@@ -120,7 +116,11 @@ bool accepts(const std::vector<JsonSchemaNode> &nodes, int32_t n, const json &v,
         }
         case JsonKind::array: {
             if (v.size() < node.min_items || v.size() > node.max_items) return false;
-            return std::all_of(v.begin(), v.end(), [&](const json &item) { return accepts(nodes, node.items, item); });
+            for (size_t i = 0; i < v.size(); ++i) {
+                const int32_t item = node.item_node(static_cast<uint32_t>(i));
+                if (item == kNone || !accepts(nodes, item, v[i])) return false;
+            }
+            return true;
         }
         case JsonKind::object: {
             uint64_t seen = 0;
@@ -134,7 +134,7 @@ bool accepts(const std::vector<JsonSchemaNode> &nodes, int32_t n, const json &v,
                     return false;
                 }
             }
-            return (node.required & ~seen) == 0;
+            return (node.required & ~seen) == 0 && v.size() >= node.min_properties && v.size() <= node.max_properties;
         }
         default: return true;
     }
@@ -377,12 +377,32 @@ class JsonSchemaCompiler {
         if (const auto v = s.find("minItems"); v != s.end()) node.min_items = count_bound(*v, where + "/minItems");
         if (const auto v = s.find("maxItems"); v != s.end()) node.max_items = count_bound(*v, where + "/maxItems");
         if (node.min_items > node.max_items) allowed[at(JsonKind::array)] = false;
+        if (const auto v = s.find("minProperties"); v != s.end())
+            node.min_properties = count_bound(*v, where + "/minProperties");
+        if (const auto v = s.find("maxProperties"); v != s.end())
+            node.max_properties = count_bound(*v, where + "/maxProperties");
         nodes_.push_back(node);  // reserved: the subschemas below refer to it by index only through by_kind
-        if (const auto v = s.find("items"); v != s.end()) {
-            if (v->is_array()) throw_error("json_schema: %s/items: a list of schemas is not supported", where.c_str());
-            const int32_t items = compile(*v, where + "/items");
-            nodes_[static_cast<size_t>(self)].items = items;
+        // Tuples: prefixItems with items for the rest (2020-12), or a list under items with additionalItems (draft 7).
+        const auto items = s.find("items");
+        const bool draft7_tuple = items != s.end() && items->is_array();
+        const auto prefix = draft7_tuple ? items : s.find("prefixItems");
+        if (prefix != s.end()) {
+            const std::string at_prefix = where + (draft7_tuple ? "/items" : "/prefixItems");
+            if (!prefix->is_array()) throw_error("json_schema: %s: must be a list of schemas", at_prefix.c_str());
+            for (size_t i = 0; i < prefix->size(); ++i) {
+                const int32_t n = compile((*prefix)[i], at_prefix + "/" + std::to_string(i));
+                nodes_[static_cast<size_t>(self)].prefix_items.push_back(n);
+            }
         }
+        const auto rest = draft7_tuple ? s.find("additionalItems") : items;
+        if (rest != s.end()) {
+            const int32_t n = rest->is_boolean()
+                                  ? (rest->get<bool>() ? 0 : kNone)
+                                  : compile(*rest, where + (draft7_tuple ? "/additionalItems" : "/items"));
+            nodes_[static_cast<size_t>(self)].items = n;
+        }
+        if (s.contains("additionalItems") && !draft7_tuple)
+            throw_error("json_schema: %s/additionalItems: only beside a list under items", where.c_str());
         if (const auto v = s.find("properties"); v != s.end()) {
             if (!v->is_object()) throw_error("json_schema: %s/properties: must be an object", where.c_str());
             if (v->size() > JsonSchema::kMaxAlternatives)
@@ -469,11 +489,23 @@ class JsonSchemaCompiler {
                         ok = std::any_of(node.literals.begin(), node.literals.end(),
                                          [&](const std::string &l) { return kind_of(json::parse(l)) == kKinds[k]; });
                     } else if (kKinds[k] == JsonKind::object) {
+                        // The required properties, and enough keys for minProperties within maxProperties.
+                        uint32_t n_required = 0, n_possible = 0;
                         for (size_t p = 0; p < node.keys.size(); ++p) {
-                            if ((node.required >> p & 1) && !node_sat(node.key_nodes[p])) ok = false;
+                            const bool possible = node_sat(node.key_nodes[p]);
+                            n_possible += possible ? 1 : 0;
+                            if (node.required >> p & 1) {
+                                ++n_required;
+                                if (!possible) ok = false;
+                            }
                         }
+                        if (n_required > node.max_properties || node.min_properties > node.max_properties) ok = false;
+                        if (!node_sat(node.additional) && n_possible < node.min_properties) ok = false;
                     } else if (kKinds[k] == JsonKind::array) {
-                        ok = node.min_items == 0 || node_sat(node.items);
+                        for (uint32_t item = 0; item < node.min_items && ok; ++item) {
+                            ok = node_sat(node.item_node(item));
+                            if (item >= node.prefix_items.size()) break;  // the rest share one node
+                        }
                     }
                     if (ok) {
                         sat[i][k] = true;
@@ -496,9 +528,16 @@ class JsonSchemaCompiler {
                 if (!node_sat(node.key_nodes[p])) node.key_nodes[p] = kNone;
             }
             if (!node_sat(node.additional)) node.additional = kNone;
+            // An array ends before the first item no document satisfies.
+            for (size_t j = 0; j < node.prefix_items.size(); ++j) {
+                if (!node_sat(node.prefix_items[j])) {
+                    node.max_items = std::min<uint32_t>(node.max_items, static_cast<uint32_t>(j));
+                    break;
+                }
+            }
             if (!node_sat(node.items)) {
                 node.items = kNone;
-                node.max_items = 0;
+                node.max_items = std::min<uint32_t>(node.max_items, static_cast<uint32_t>(node.prefix_items.size()));
             }
         }
     }

@@ -3,7 +3,8 @@
 // schema accepts and can always be finished into one.
 //
 // The subset (what structured-output schemas use): type (one or a list), properties, required,
-// additionalProperties (a boolean or a schema), items, minItems, maxItems, minLength, maxLength, enum, const,
+// additionalProperties (a boolean or a schema), minProperties, maxProperties, items, prefixItems (or draft 7's
+// items list with additionalItems), minItems, maxItems, minLength, maxLength, enum, const,
 // anyOf / oneOf whose alternatives take different JSON types (a value's first byte tells which one applies),
 // allOf of one schema, $ref into #/$defs or #/definitions (recursion included), and minimum / maximum /
 // exclusiveMinimum / exclusiveMaximum on integers, and whole ones on numbers. Annotations (title, description, format,
@@ -40,13 +41,18 @@ struct JsonSchemaNode {
     int64_t minimum = std::numeric_limits<int64_t>::min(), maximum = std::numeric_limits<int64_t>::max();
     bool min_exclusive = false, max_exclusive = false;  // numbers (not integers only)
     // Objects: the properties (keys as written between the quotes, escaped as nlohmann writes them), which are
-    // required (a bit per property), and what other keys may hold (a node, or kNone: no other keys).
+    // required (a bit per property), what other keys may hold (a node, or kNone: no other keys), and the bounds on
+    // the number of keys.
     std::vector<std::string> keys;
     std::vector<int32_t> key_nodes;
     uint64_t required = 0;
     int32_t additional = 0;
-    // Arrays: each item's node and the count's bounds.
+    uint32_t min_properties = 0, max_properties = std::numeric_limits<uint32_t>::max();
+    // Arrays: the first items' nodes (prefixItems, or draft 7's list of items), then the rest's, and the count's
+    // bounds.
+    std::vector<int32_t> prefix_items;
     int32_t items = 0;
+    int32_t item_node(uint32_t i) const { return i < prefix_items.size() ? prefix_items[i] : items; }
     uint32_t min_items = 0, max_items = std::numeric_limits<uint32_t>::max();
     // Strings: the length's bounds in code points.
     uint32_t min_length = 0, max_length = std::numeric_limits<uint32_t>::max();
