@@ -53,6 +53,10 @@ const std::vector<std::string> &schemas() {
             "maxItems": 3}, "a": {"type": "integer", "minimum": 0, "maximum": 5}, "b": {"type": "boolean"},
             "c": {"type": "null"}}, "required": ["pair"], "minProperties": 2, "maxProperties": 3,
             "additionalProperties": {"type": "integer", "minimum": 0, "maximum": 3}})",
+        R"({"type": "object", "properties": {"date": {"type": "string", "pattern": "^\\d{4}-\\d{2}-\\d{2}$"},
+            "code": {"type": "string", "pattern": "^[A-Z]{2,3}$"}, "note": {"type": "string", "pattern": "ok|fine"},
+            "kind": {"enum": ["ab", "abc", "x"], "pattern": "^ab"}}, "required": ["date", "code"],
+            "additionalProperties": false})",
     };
     return kSchemas;
 }
@@ -135,6 +139,23 @@ class DocumentGenerator {
                 return a;
             }
             case JsonKind::string: {
+                if (g.pattern != JsonSchemaNode::kNone) {
+                    // A walk through the pattern's automaton over printable ASCII, stopping at a match.
+                    const JsonPattern &pat = s_.pattern(g.pattern);
+                    JsonPattern::States st = pat.start();
+                    std::string text;
+                    while (!(pat.matches(st) && (text.size() > 12 || pick(3) == 0))) {
+                        std::vector<char> next;
+                        for (char c = 0x20; c < 0x7F; ++c) {
+                            if (!pat.step(st, static_cast<uint8_t>(c)).empty()) next.push_back(c);
+                        }
+                        if (next.empty()) break;  // a whole match that nothing may follow
+                        const char c = next[static_cast<size_t>(pick(static_cast<int>(next.size())))];
+                        st = pat.step(st, static_cast<uint8_t>(c));
+                        text += c;
+                    }
+                    return text;
+                }
                 static const std::vector<std::string> kChars = {
                     "a", "Z", " ", "\"", "\\", "\n", "\xc3\xa9", "\xe2\x82\xac", "\xf0\x9f\x98\x80", "{", ":"};
                 const uint32_t most = std::min<uint32_t>(g.max_length, g.min_length + 6);
@@ -179,7 +200,9 @@ class DocumentGenerator {
 
 TEST(JsonSchema, RefusesWhatItCannotApplyNamingIt) {
     const std::vector<std::pair<std::string, std::string>> cases = {
-        {R"({"type": "string", "pattern": "^a"})", "'pattern' is not supported"},
+        {R"x({"type": "string", "pattern": "(?=a)"})x", "lookarounds are not supported"},
+        {R"({"type": "string", "pattern": "a", "maxLength": 3})", "beside minLength / maxLength"},
+        {R"({"type": "string", "pattern": 5})", "must be a string"},
         {R"({"type": "object", "properties": {"n": {"type": "number", "minimum": 0.5}}})", "must be whole"},
         {R"({"type": "object", "properties": {"n": {"type": "number", "maximum": 1e16}}})", "below 1e15"},
         {R"({"type": "integer", "multipleOf": 2})", "'multipleOf'"},
@@ -299,6 +322,12 @@ TEST(JsonSchema, NearMissesAreRefused) {
         {8, R"({"pair": [1], "old": [true, 1]})"},                   // then nulls
         {8, R"({"pair": [1], "zz": 4})"},                            // other keys hold 0..3
         {8, R"({"a": 1, "b": true, "c": null})"},                    // pair is required
+        {9, R"({"date": "2024-1-01", "code": "AB"})"},               // \d{2}
+        {9, R"({"date": "2024-01-01", "code": "ABCD"})"},            // [A-Z]{2,3}
+        {9, R"({"date": "2024-01-01", "code": "Ab"})"},
+        {9, R"({"date": "2024-01-01", "code": "AB", "note": "nope"})"},  // neither ok nor fine
+        {9, R"({"date": "2024-01-01", "code": "AB", "kind": "x"})"},     // an enum value the pattern refuses
+        {9, R"({"date": "2024-01-01\n", "code": "AB"})"},                // $ ends the string
     };
     for (const auto &[si, text] : misses) {
         const JsonSchema s = compiled(schemas()[si]);
@@ -338,6 +367,8 @@ TEST(JsonSchema, NearMissesAreRefused) {
         {8, R"({"pair": [1, "y"], "old": [true, null, null]})"},
         {8, R"({"pair": [0], "zz": 3})"},
         {8, R"({"b": false, "pair": [9, "x"], "c": null})"},
+        {9, R"({"code": "XYZ", "date": "1999-12-31", "note": "it is fine \u00e9", "kind": "abc"})"},
+        {9, R"({"date": "0000-00-00", "code": "\u0041B", "note": "\"ok\""})"},
     };
     for (const auto &[si, text] : hits) {
         const JsonSchema s = compiled(schemas()[si]);
@@ -407,6 +438,8 @@ TEST(JsonSchema, SamplingThroughTheMaskEndsInAcceptedDocuments) {
         "5",      "null",  "true",  "false", "\"name", "\":", "name", "age", "\"age\": ", "colour", "tags", "\\\"",
         "points", "label", "value", "next",  "ok",     "n",   "s",    "\"}", "\"]",       "é"};
     for (char c = 'a'; c <= 'z'; ++c) pieces.emplace_back(1, c);  // every key can be finished letter by letter
+    for (char c = 'A'; c <= 'Z'; ++c) pieces.emplace_back(1, c);  // and every pattern's letters and digits written
+    for (char c = '0'; c <= '9'; ++c) pieces.emplace_back(1, c);
     pieces.emplace_back("");                                      // the end of generation
     std::vector<uint8_t> eog(pieces.size(), 0);
     eog[pieces.size() - 1] = 1;

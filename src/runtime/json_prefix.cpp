@@ -74,6 +74,8 @@ bool JsonPrefix::start_schema_value(uint8_t c) {
         case JsonKind::string:
             str_min_ = n.min_length;
             str_max_ = n.max_length;
+            pat_id_ = n.pattern;
+            if (pat_id_ >= 0) pat_ = schema_->pattern(pat_id_).start();
             break;
         case JsonKind::number:
             num_node_ = n.integer_only || n.bounded ? g : -1;
@@ -246,6 +248,37 @@ bool JsonPrefix::decimal_digit(uint8_t c) {
     return decimal_reachable();
 }
 
+// Whether a character whose code point lies in [lo, hi] can continue the string under its pattern (the first
+// bytes of a UTF-8 character, or of an escape, are read).
+bool JsonPrefix::pattern_range(uint32_t lo, uint32_t hi) const {
+    return pat_id_ < 0 || schema_->pattern(pat_id_).can_step(pat_, lo, hi);
+}
+
+// The same inside a \u escape, from the hex digits read so far (a high surrogate's pair reaches the planes above).
+bool JsonPrefix::pattern_hex() const {
+    if (pat_id_ < 0) return true;
+    const uint32_t rest = (uint32_t(1) << (4 * hex_left_)) - 1;  // the digits still to come
+    const uint32_t lo = uint32_t(code_) << (4 * hex_left_), hi = lo | rest;
+    if (pending_low_) {  // the low half: the pair's code points
+        const uint32_t base = 0x10000 + ((uint32_t(high_) - 0xD800) << 10);
+        return pattern_range(base + (std::max(lo, 0xDC00u) - 0xDC00), base + (std::min(hi, 0xDFFFu) - 0xDC00));
+    }
+    if (lo <= 0xD7FF && pattern_range(lo, std::min(hi, 0xD7FFu))) return true;
+    if (hi >= 0xE000 && pattern_range(std::max(lo, 0xE000u), hi)) return true;
+    if (lo <= 0xDBFF && hi >= 0xD800) {  // a high surrogate: any code point of its planes
+        const uint32_t h0 = std::max(lo, 0xD800u), h1 = std::min(hi, 0xDBFFu);
+        return pattern_range(0x10000 + ((h0 - 0xD800) << 10), 0x10000 + ((h1 - 0xD800) << 10) + 0x3FF);
+    }
+    return false;
+}
+
+// A character of a string under a pattern: the pattern's states after it, which must not be empty.
+bool JsonPrefix::pattern_char(uint32_t cp) {
+    if (pat_id_ < 0) return true;
+    pat_ = schema_->pattern(pat_id_).step(pat_, cp);
+    return !pat_.empty();
+}
+
 // A digit of a number under a node with integers only or bounds (after its first character).
 bool JsonPrefix::number_digit(uint8_t c) {
     return schema_->node(num_node_).integer_only ? integer_digit(c) : decimal_digit(c);
@@ -332,6 +365,8 @@ bool JsonPrefix::byte(uint8_t c) {
                     return true;
                 }
                 if (str_chars_ < str_min_) return false;
+                if (pat_id_ >= 0 && !schema_->pattern(pat_id_).matches(pat_)) return false;
+                pat_id_ = -1;
                 return end_value();
             }
             // A character starts here (a low surrogate's escape continues its high half's).
@@ -341,62 +376,79 @@ bool JsonPrefix::byte(uint8_t c) {
             }
             if (c == '\\') {
                 state_ = State::string_escape;
-                return true;
+                // Any character can be escaped (\u); a low surrogate's escape continues its pair.
+                return pending_low_ || pattern_range(0, 0x10FFFF);
             }
             if (c < 0x20) return false;  // control characters are escaped in JSON
-            if (c < 0x80) return true;
+            if (c < 0x80) return pattern_char(c);
             // A UTF-8 lead byte (RFC 3629): its length and the range of its first continuation byte.
             utf8_min_second_ = 0x80;
             utf8_max_second_ = 0xBF;
             if (c >= 0xC2 && c <= 0xDF) {
                 utf8_left_ = 1;
+                utf8_cp_ = c & 0x1F;
             } else if (c >= 0xE0 && c <= 0xEF) {
                 utf8_left_ = 2;
+                utf8_cp_ = c & 0x0F;
                 if (c == 0xE0) utf8_min_second_ = 0xA0;  // no overlong forms
                 if (c == 0xED) utf8_max_second_ = 0x9F;  // no surrogates
             } else if (c >= 0xF0 && c <= 0xF4) {
                 utf8_left_ = 3;
+                utf8_cp_ = c & 0x07;
                 if (c == 0xF0) utf8_min_second_ = 0x90;
                 if (c == 0xF4) utf8_max_second_ = 0x8F;  // nothing above U+10FFFF
             } else {
                 return false;
             }
             state_ = State::string_utf8;
-            return true;
+            {  // the code points the lead byte and its first continuation byte's range allow
+                const int rest = 6 * (utf8_left_ - 1);
+                const uint32_t lo = (utf8_cp_ << 6 | (utf8_min_second_ & 0x3F)) << rest;
+                const uint32_t hi = (utf8_cp_ << 6 | (utf8_max_second_ & 0x3F)) << rest | ((1u << rest) - 1);
+                return pattern_range(lo, hi);
+            }
         case State::string_utf8:
             if (c < utf8_min_second_ || c > utf8_max_second_) return false;
             utf8_min_second_ = 0x80;
             utf8_max_second_ = 0xBF;
-            if (--utf8_left_ == 0) state_ = State::string;
-            return true;
+            utf8_cp_ = utf8_cp_ << 6 | (c & 0x3F);
+            if (--utf8_left_ > 0)
+                return pattern_range(utf8_cp_ << (6 * utf8_left_),
+                                     (utf8_cp_ << (6 * utf8_left_)) | ((1u << (6 * utf8_left_)) - 1));
+            state_ = State::string;
+            return pattern_char(utf8_cp_);
         case State::string_escape:
             if (pending_low_ && c != 'u') return false;
             switch (c) {
                 case '"':
                 case '\\':
-                case '/':
-                case 'b':
-                case 'f':
-                case 'n':
-                case 'r':
-                case 't': state_ = State::string; return true;
+                case '/': state_ = State::string; return pattern_char(c);
+                case 'b': state_ = State::string; return pattern_char('\b');
+                case 'f': state_ = State::string; return pattern_char('\f');
+                case 'n': state_ = State::string; return pattern_char('\n');
+                case 'r': state_ = State::string; return pattern_char('\r');
+                case 't': state_ = State::string; return pattern_char('\t');
                 case 'u':
                     state_ = State::string_hex;
                     hex_left_ = 4;
                     code_ = 0;
-                    return true;
+                    return pattern_hex();
                 default: return false;
             }
         case State::string_hex: {
             if (!is_hex(c)) return false;
             code_ = static_cast<uint16_t>(code_ * 16 + hex_value(c));
-            if (--hex_left_ > 0) return true;
+            if (--hex_left_ > 0) return pattern_hex();
             // Surrogates come in pairs, high (D800-DBFF) then low (DC00-DFFF), as nlohmann and most parsers demand.
             const bool high = code_ >= 0xD800 && code_ <= 0xDBFF, low = code_ >= 0xDC00 && code_ <= 0xDFFF;
             if (pending_low_ != low) return false;
             pending_low_ = high;
             state_ = State::string;
-            return true;
+            if (high) {
+                high_ = code_;  // its character comes with the low half
+                return true;
+            }
+            return pattern_char(low ? 0x10000 + ((uint32_t(high_) - 0xD800) << 10) + (code_ - 0xDC00) : code_);
         }
         case State::minus:
             if (!is_digit(c)) return false;
@@ -493,6 +545,7 @@ bool JsonPrefix::byte(uint8_t c) {
             str_chars_ = 0;
             str_min_ = 0;
             str_max_ = std::numeric_limits<uint32_t>::max();
+            pat_id_ = -1;
             if (schema_) {
                 // The properties not written yet (and, when other keys are allowed, those written too: a repeat is
                 // refused at the closing quote, while the key may still grow into another).

@@ -42,7 +42,8 @@ class JsonPrefix {
     // with no maximum length, or a key where other keys than the properties are allowed).
     bool in_plain_string() const {
         return state_ == State::string && !pending_low_ &&
-               (!schema_ || (key_string_ ? key_free_ : str_max_ == std::numeric_limits<uint32_t>::max()));
+               (!schema_ ||
+                (key_string_ ? key_free_ : str_max_ == std::numeric_limits<uint32_t>::max() && pat_id_ < 0));
     }
     // Whether every byte of `text` is a plain character (and there is one): what in_plain_string() always takes.
     static bool plain(std::string_view text);
@@ -80,6 +81,9 @@ class JsonPrefix {
     bool key_byte(uint8_t c);
     bool close_key();
     bool more_keys() const;
+    bool pattern_char(uint32_t cp);
+    bool pattern_range(uint32_t lo, uint32_t hi) const;
+    bool pattern_hex() const;
     bool integer_digit(uint8_t c);
     bool integer_reachable(bool extendable) const;
     bool number_digit(uint8_t c);
@@ -124,8 +128,14 @@ class JsonPrefix {
 
     const JsonSchema *schema_ = nullptr;
     int32_t value_node_ = 0;  // the schema node of the next value to start
-    // The string being read: code points so far and the bounds (keys: none).
+    // The string being read: code points so far and the bounds (keys: none); with a pattern (pat_id_ >= 0), the
+    // states its characters so far leave it in, each character decoded from its UTF-8 bytes (utf8_cp_) or escape
+    // (a surrogate pair's high half kept in high_).
     uint32_t str_chars_ = 0, str_min_ = 0, str_max_ = std::numeric_limits<uint32_t>::max();
+    int32_t pat_id_ = -1;
+    JsonPattern::States pat_;
+    uint32_t utf8_cp_ = 0;
+    uint16_t high_ = 0;
     // The key being read: the properties it may still be (a bit each), bytes read, whether other keys are allowed;
     // once closed, its property (-1: another key).
     uint64_t key_cands_ = 0;

@@ -26,8 +26,7 @@ const std::set<std::string> kAnnotations = {
     "title",  "description", "default",          "examples",        "$schema",    "$id",         "$comment",
     "format", "deprecated",  "readOnly",         "writeOnly",       "$defs",      "definitions", "$anchor",
     "strict", "name",        "contentMediaType", "contentEncoding", "$vocabulary"};
-const std::set<std::string> kUnsupported = {"pattern",
-                                            "patternProperties",
+const std::set<std::string> kUnsupported = {"patternProperties",
                                             "propertyNames",
                                             "multipleOf",
                                             "uniqueItems",
@@ -84,8 +83,10 @@ size_t code_points(const std::string &s) {
     return static_cast<size_t>(std::count_if(s.begin(), s.end(), [](char c) { return (c & 0xC0) != 0x80; }));
 }
 
-// Whether `v` satisfies node n of `nodes` (the node's literals aside when `literals` is false).
-bool accepts(const std::vector<JsonSchemaNode> &nodes, int32_t n, const json &v, bool literals = true) {
+// Whether `v` satisfies node n of `nodes` (the node's literals aside when `literals` is false); `patterns` are the
+// schema's.
+bool accepts(const std::vector<JsonSchemaNode> &nodes, const std::vector<JsonPattern> &patterns, int32_t n,
+             const json &v, bool literals = true) {
     const JsonKind kind = kind_of(v);
     const int32_t m = nodes[static_cast<size_t>(n)].by_kind[at(kind)];
     if (m == kNone) return false;
@@ -111,14 +112,16 @@ bool accepts(const std::vector<JsonSchemaNode> &nodes, int32_t n, const json &v,
             return x >= node.minimum && x <= node.maximum;
         }
         case JsonKind::string: {
-            const size_t n_chars = code_points(v.get<std::string>());
-            return n_chars >= node.min_length && n_chars <= node.max_length;
+            const std::string &text = v.get_ref<const std::string &>();
+            const size_t n_chars = code_points(text);
+            return n_chars >= node.min_length && n_chars <= node.max_length &&
+                   (node.pattern == kNone || patterns[static_cast<size_t>(node.pattern)].matches(text));
         }
         case JsonKind::array: {
             if (v.size() < node.min_items || v.size() > node.max_items) return false;
             for (size_t i = 0; i < v.size(); ++i) {
                 const int32_t item = node.item_node(static_cast<uint32_t>(i));
-                if (item == kNone || !accepts(nodes, item, v[i])) return false;
+                if (item == kNone || !accepts(nodes, patterns, item, v[i])) return false;
             }
             return true;
         }
@@ -129,8 +132,8 @@ bool accepts(const std::vector<JsonSchemaNode> &nodes, int32_t n, const json &v,
                 if (it != node.keys.end()) {
                     const auto i = static_cast<size_t>(it - node.keys.begin());
                     seen |= uint64_t(1) << i;
-                    if (!accepts(nodes, node.key_nodes[i], value)) return false;
-                } else if (node.additional == kNone || !accepts(nodes, node.additional, value)) {
+                    if (!accepts(nodes, patterns, node.key_nodes[i], value)) return false;
+                } else if (node.additional == kNone || !accepts(nodes, patterns, node.additional, value)) {
                     return false;
                 }
             }
@@ -164,6 +167,7 @@ class JsonSchemaCompiler {
         if (!top_ok) throw_error("json_schema: the document may only be a number; make it an object or an array");
         JsonSchema s;
         s.nodes_ = std::move(nodes_);
+        s.patterns_ = std::move(patterns_);
         s.root_ = root;
         return s;
     }
@@ -374,6 +378,17 @@ class JsonSchemaCompiler {
         if (const auto v = s.find("minLength"); v != s.end()) node.min_length = count_bound(*v, where + "/minLength");
         if (const auto v = s.find("maxLength"); v != s.end()) node.max_length = count_bound(*v, where + "/maxLength");
         if (node.min_length > node.max_length) allowed[at(JsonKind::string)] = false;
+        if (const auto v = s.find("pattern"); v != s.end()) {
+            if (!v->is_string()) throw_error("json_schema: %s/pattern: must be a string", where.c_str());
+            if (s.contains("minLength") || s.contains("maxLength"))
+                throw_error("json_schema: %s/pattern: beside minLength / maxLength is not supported", where.c_str());
+            try {
+                patterns_.push_back(JsonPattern::compile(v->get<std::string>()));
+            } catch (const std::exception &e) {
+                throw_error("json_schema: %s/pattern: %s", where.c_str(), e.what());
+            }
+            node.pattern = static_cast<int32_t>(patterns_.size() - 1);
+        }
         if (const auto v = s.find("minItems"); v != s.end()) node.min_items = count_bound(*v, where + "/minItems");
         if (const auto v = s.find("maxItems"); v != s.end()) node.max_items = count_bound(*v, where + "/maxItems");
         if (node.min_items > node.max_items) allowed[at(JsonKind::array)] = false;
@@ -452,7 +467,7 @@ class JsonSchemaCompiler {
             std::array<bool, kJsonKinds> kinds{};
             std::vector<std::string> literals;
             for (const json &value : values) {
-                if (!accepts(nodes_, self, value, /*literals=*/false)) continue;
+                if (!accepts(nodes_, patterns_, self, value, /*literals=*/false)) continue;
                 literals.push_back(value.dump());
                 kinds[at(kind_of(value))] = true;
             }
@@ -545,6 +560,7 @@ class JsonSchemaCompiler {
     const json &root_;
     int nesting_ = 0;  // compile()'s recursion depth
     std::vector<JsonSchemaNode> nodes_;
+    std::vector<JsonPattern> patterns_;
     std::map<std::string, int32_t> refs_;                        // $ref -> its compiled node (kPending: compiling)
     std::vector<std::pair<std::string, int32_t>> placeholders_;  // ($ref, the node standing for it)
     struct Merge {
@@ -558,10 +574,7 @@ class JsonSchemaCompiler {
 JsonSchema JsonSchema::compile(const nlohmann::json &schema) { return JsonSchemaCompiler(schema).run(); }
 
 bool json_schema_accepts(const JsonSchema &schema, const nlohmann::json &document) {
-    std::vector<JsonSchemaNode> nodes;
-    nodes.reserve(schema.size());
-    for (size_t i = 0; i < schema.size(); ++i) nodes.push_back(schema.node(static_cast<int32_t>(i)));
-    return accepts(nodes, schema.root(), document);
+    return accepts(schema.nodes_, schema.patterns_, schema.root(), document);
 }
 
 }  // namespace sparrow

@@ -4,12 +4,13 @@
 //
 // The subset (what structured-output schemas use): type (one or a list), properties, required,
 // additionalProperties (a boolean or a schema), minProperties, maxProperties, items, prefixItems (or draft 7's
-// items list with additionalItems), minItems, maxItems, minLength, maxLength, enum, const,
+// items list with additionalItems), minItems, maxItems, minLength, maxLength, pattern (runtime/json_pattern.h; not
+// beside the length bounds), enum, const,
 // anyOf / oneOf whose alternatives take different JSON types (a value's first byte tells which one applies),
 // allOf of one schema, $ref into #/$defs or #/definitions (recursion included), and minimum / maximum /
 // exclusiveMinimum / exclusiveMaximum on integers, and whole ones on numbers. Annotations (title, description, format,
-// default, ...) are ignored, as JSON Schema allows. Assertions outside the subset (pattern, multipleOf, number bounds,
-// ...) are refused with a message naming them: a schema is never half applied.
+// default, ...) are ignored, as JSON Schema allows. Assertions outside the subset (multipleOf, uniqueItems, fractional
+// bounds on numbers, ...) are refused with a message naming them: a schema is never half applied.
 #pragma once
 
 #include <array>
@@ -19,6 +20,8 @@
 #include <vector>
 
 #include <nlohmann/json_fwd.hpp>
+
+#include "runtime/json_pattern.h"
 
 namespace sparrow {
 
@@ -54,8 +57,10 @@ struct JsonSchemaNode {
     int32_t items = 0;
     int32_t item_node(uint32_t i) const { return i < prefix_items.size() ? prefix_items[i] : items; }
     uint32_t min_items = 0, max_items = std::numeric_limits<uint32_t>::max();
-    // Strings: the length's bounds in code points.
+    // Strings: the length's bounds in code points, and a pattern the string must match (an index into
+    // JsonSchema's patterns; kNone: none; not beside length bounds).
     uint32_t min_length = 0, max_length = std::numeric_limits<uint32_t>::max();
+    int32_t pattern = kNone;
 };
 
 class JsonSchema {
@@ -71,10 +76,13 @@ class JsonSchema {
     const JsonSchemaNode &node(int32_t i) const { return nodes_[static_cast<size_t>(i)]; }
     int32_t root() const { return root_; }
     size_t size() const { return nodes_.size(); }
+    const JsonPattern &pattern(int32_t i) const { return patterns_[static_cast<size_t>(i)]; }
 
   private:
     friend class JsonSchemaCompiler;
+    friend bool json_schema_accepts(const JsonSchema &schema, const nlohmann::json &document);
     std::vector<JsonSchemaNode> nodes_;
+    std::vector<JsonPattern> patterns_;
     int32_t root_ = 0;
 };
 

@@ -139,7 +139,7 @@ with serve_util.Server(model, "-np", 1, "-c", CTX, "--api-key", KEY, "--max-queu
         ("ignore_eos a string", "POST", C, AUTH, dict(good, ignore_eos="yes"), None, 400),
         ("/completion: a grammar", "POST", "/completion", AUTH, {"prompt": "a", "grammar": "root ::= \"x\""}, None, 400),
         ("/completion: a json_schema outside the subset", "POST", "/completion", AUTH,
-         {"prompt": "a", "json_schema": {"type": "string", "pattern": "x"}}, None, 400),
+         {"prompt": "a", "json_schema": {"type": "integer", "multipleOf": 2}}, None, 400),
         ("/completion: mirostat 3", "POST", "/completion", AUTH, {"prompt": "a", "mirostat": 3}, None, 400),
         ("/completion: mirostat_tau -1", "POST", "/completion", AUTH, {"prompt": "a", "mirostat": 2, "mirostat_tau": -1},
          None, 400),

@@ -37,6 +37,10 @@ BOUNDED = [
      "properties": {"confidence": {"type": "number", "minimum": 0, "maximum": 1},
                     "delta": {"type": "number", "exclusiveMinimum": -1, "exclusiveMaximum": 1}},
      "required": ["confidence", "delta"], "additionalProperties": False},
+    {"type": "object",
+     "properties": {"code": {"type": "string", "pattern": "^[A-Z]{3}-\\d{2}$"},
+                    "day": {"type": "string", "pattern": "^(mon|tue|wed)$"}},
+     "required": ["code", "day"], "additionalProperties": False},
 ]
 # Open ones (free strings, other keys): replies that end must satisfy them; some may run to max_tokens.
 OPEN = [
@@ -106,7 +110,7 @@ for arch in ("llama", "deepseek32"):
         checks.check(ran_file == ran, f"{arch}: --json-schema-file equals --json-schema")
 
         # Refusals: outside the subset, malformed, unsatisfiable; each a 400 whose message says what.
-        for bad, words in (({"type": "string", "pattern": "^a"}, "'pattern' is not supported"),
+        for bad, words in (({"type": "string", "pattern": "(?=a)"}, "lookarounds are not supported"),
                            ({"type": "object", "properties": {"n": {"type": "number", "maximum": 2.5}}},
                             "must be whole"),
                            ({"type": "array", "items": {"type": "string"}, "uniqueItems": True}, "'uniqueItems'"),
