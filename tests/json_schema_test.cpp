@@ -440,7 +440,7 @@ TEST(JsonSchema, SamplingThroughTheMaskEndsInAcceptedDocuments) {
     for (char c = 'a'; c <= 'z'; ++c) pieces.emplace_back(1, c);  // every key can be finished letter by letter
     for (char c = 'A'; c <= 'Z'; ++c) pieces.emplace_back(1, c);  // and every pattern's letters and digits written
     for (char c = '0'; c <= '9'; ++c) pieces.emplace_back(1, c);
-    pieces.emplace_back("");                                      // the end of generation
+    pieces.emplace_back("");  // the end of generation
     std::vector<uint8_t> eog(pieces.size(), 0);
     eog[pieces.size() - 1] = 1;
     std::vector<uint8_t> plain(pieces.size());  // the mask's shortcut inside strings, checked against trials below
