@@ -418,33 +418,69 @@ class JsonPatternCompiler {
     }
 };
 
+namespace {
+
+// The pattern's top-level alternatives (split at '|' outside groups, classes and escapes): ^ and $ anchor only the
+// alternative they begin or end (ECMAScript: "^a|b" is "(^a)|(b)").
+std::vector<std::string_view> top_level_alternatives(std::string_view p) {
+    std::vector<std::string_view> out;
+    int depth = 0;
+    bool in_class = false;
+    size_t start = 0;
+    for (size_t i = 0; i < p.size(); ++i) {
+        const char c = p[i];
+        if (c == '\\') {
+            ++i;  // the escaped character
+        } else if (in_class) {
+            in_class = c != ']';
+        } else if (c == '[') {
+            in_class = true;
+        } else if (c == '(') {
+            ++depth;
+        } else if (c == ')') {
+            --depth;
+        } else if (c == '|' && depth == 0) {
+            out.push_back(p.substr(start, i - start));
+            start = i + 1;
+        }
+    }
+    out.push_back(p.substr(start));
+    return out;
+}
+
+std::unique_ptr<Node> any_string() {
+    auto r = std::make_unique<Node>();
+    r->kind = Node::Kind::repeat;
+    r->min = 0;
+    r->max = -1;
+    auto any = std::make_unique<Node>();
+    any->kind = Node::Kind::set;
+    any->set = {{0, kMaxCodePoint}};
+    r->children.push_back(std::move(any));
+    return r;
+}
+
+}  // namespace
+
 JsonPattern JsonPattern::compile(std::string_view pattern) {
-    // JSON Schema's patterns match anywhere unless anchored: an implicit any-string before (without ^) and after
-    // (without $; a '$' escaped as "\$" is a literal).
-    std::string_view body = pattern;
-    const bool anchored_start = !body.empty() && body.front() == '^';
-    if (anchored_start) body.remove_prefix(1);
-    size_t backslashes = 0;
-    for (size_t i = body.size(); i >= 2 && body[i - 2] == '\\'; --i) ++backslashes;
-    const bool anchored_end = !body.empty() && body.back() == '$' && backslashes % 2 == 0;
-    if (anchored_end) body.remove_suffix(1);
-    auto inner = Parser(body).parse();
+    // JSON Schema's patterns match anywhere unless anchored: each top-level alternative gets an implicit any-string
+    // before it (without ^) and after it (without $; an escaped "\$" is a literal).
     Node root;
-    root.kind = Node::Kind::concat;
-    const auto any_string = [] {
-        auto r = std::make_unique<Node>();
-        r->kind = Node::Kind::repeat;
-        r->min = 0;
-        r->max = -1;
-        auto any = std::make_unique<Node>();
-        any->kind = Node::Kind::set;
-        any->set = {{0, kMaxCodePoint}};
-        r->children.push_back(std::move(any));
-        return r;
-    };
-    if (!anchored_start) root.children.push_back(any_string());
-    root.children.push_back(std::move(inner));
-    if (!anchored_end) root.children.push_back(any_string());
+    root.kind = Node::Kind::alt;
+    for (std::string_view alt : top_level_alternatives(pattern)) {
+        const bool anchored_start = !alt.empty() && alt.front() == '^';
+        if (anchored_start) alt.remove_prefix(1);
+        size_t backslashes = 0;
+        for (size_t i = alt.size(); i >= 2 && alt[i - 2] == '\\'; --i) ++backslashes;
+        const bool anchored_end = !alt.empty() && alt.back() == '$' && backslashes % 2 == 0;
+        if (anchored_end) alt.remove_suffix(1);
+        auto one = std::make_unique<Node>();
+        one->kind = Node::Kind::concat;
+        if (!anchored_start) one->children.push_back(any_string());
+        one->children.push_back(Parser(alt).parse());
+        if (!anchored_end) one->children.push_back(any_string());
+        root.children.push_back(std::move(one));
+    }
     return JsonPatternCompiler().run(root);
 }
 
