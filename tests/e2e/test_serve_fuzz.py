@@ -29,7 +29,15 @@ BASES = {
                         "seed": 3, "stop": ["zz"], "presence_penalty": 0.1, "frequency_penalty": 0.2,
                         "logit_bias": {"5": 3, "9": -100}, "min_p": 0.05, "typical_p": 0.9, "xtc_probability": 0.5,
                         "xtc_threshold": 0.1, "top_n_sigma": 2, "dynatemp_range": 0.5, "dynatemp_exponent": 1.5,
-                        "mirostat": 2, "mirostat_tau": 4, "mirostat_eta": 0.2},
+                        "mirostat": 2, "mirostat_tau": 4, "mirostat_eta": 0.2,
+                        "response_format": {"type": "json_schema", "json_schema": {"name": "f", "schema": {
+                            "type": "object", "required": ["a"], "maxProperties": 3,
+                            "properties": {"a": {"type": "string", "pattern": "^[a-z]+(x|y)?$"},
+                                           "n": {"type": "integer", "minimum": 0, "maximum": 9},
+                                           "l": {"type": "array", "items": {"enum": ["x", "y", 3]}, "maxItems": 2},
+                                           "o": {"anyOf": [{"type": "null"}, {"$ref": "#/$defs/D"}]}},
+                            "$defs": {"D": {"type": "object", "properties": {
+                                "v": {"type": "number", "minimum": 0, "maximum": 1}}}}}}}},
     "/v1/chat/completions": {"messages": [{"role": "system", "content": "Be brief."},
                                           {"role": "user", "content": "Hello there"}],
                              "max_tokens": 6, "temperature": 0.7, "seed": 9, "logprobs": True, "top_logprobs": 2,
