@@ -84,11 +84,9 @@ class DocumentGenerator {
         for (int k = 0; k < kJsonKinds; ++k) {
             if (s_.node(n).by_kind[static_cast<size_t>(k)] == JsonSchemaNode::kNone) continue;
             if (top && k == static_cast<int>(JsonKind::number)) continue;
-            // Deep down, prefer what ends (scalars), so that recursion stops.
-            if (depth > 4 && k <= static_cast<int>(JsonKind::array) && kinds.size() > 0) continue;
             kinds.push_back(k);
         }
-        if (depth > 4) {  // scalars first when there are any
+        if (depth > 4) {  // deep down, scalars when there are any, so that recursion stops
             std::vector<int> scalars;
             for (int k : kinds)
                 if (k > static_cast<int>(JsonKind::array)) scalars.push_back(k);
@@ -297,8 +295,10 @@ TEST(JsonSchema, NearMissesAreRefused) {
         {4, R"({"ok": true, "n": 10})"},                                                // exclusiveMinimum 10
         {4, R"({"ok": true, "n": 1000})"},                                              // exclusiveMaximum 1000
         {4, R"({"ok": true, "e": "x"})"},                                               // const
-        {4, R"({"ok": true, "other": false})"},                      // other keys hold strings or integers
-        {4, R"({"ok": true, "ok": true})"},                          // a repeated key where other keys are allowed
+        {4, R"({"ok": true, "other": false})"},             // other keys hold strings or integers
+        {4, R"({"ok": true, "ok": true})"},                 // a repeated key where other keys are allowed
+        {4, R"({"ok": true, "z": -9223372036854775809})"},  // integers stay within int64
+        {4, R"({"ok": true, "z": 9223372036854775808})"},
         {5, R"([[1]])"},                                             // minItems 2
         {5, R"([[1, 2, 3], []])"},                                   // maxItems 2 inside
         {5, R"([[10], []])"},                                        // maximum 9
@@ -358,6 +358,7 @@ TEST(JsonSchema, NearMissesAreRefused) {
         {1, R"({"colour": null, "tags": ["a", "b", "c"]})"},
         {3, R"({"value": 120, "next": {"value": -5, "next": null}})"},
         {4, R"({"ok": false, "n": 11, "e": "x\"y", "z": "s", "w": -3})"},
+        {4, R"({"ok": true, "z": -9223372036854775808, "w": 9223372036854775807})"},
         {5, R"([[0, 9], []])"},
         {6, R"({"a": {"b": {"c": [1, {"d": null}]}}, "s": "\ud83d\ude00ab", "more": 1})"},
         {7, R"({"p": 1, "t": -1.99999999999999})"},

@@ -290,7 +290,8 @@ std::shared_ptr<const JsonSchema> read_json_schema(const RunFlags &f) {
     }
 }
 
-int converse(const RunFlags &f, const Model &model, Context &ctx) {
+// `schema`: --json-schema's, read by run() before the model loaded (or none).
+int converse(const RunFlags &f, const Model &model, Context &ctx, std::shared_ptr<const JsonSchema> schema) {
     const Tokenizer &tok = model_tokenizer(model);
     const server::ChatFormat format = choose_chat_format(f.chat_format, model, "run");
     const uint64_t seed = f.sampling.resolved_seed();
@@ -303,7 +304,6 @@ int converse(const RunFlags &f, const Model &model, Context &ctx) {
 
     Sampler sampler(f.sampling.params(seed));
     LogitAdjuster adjuster(f.sampling.adjustments(tok), end_of_generation_ids(tok));
-    const std::shared_ptr<const JsonSchema> schema = read_json_schema(f);
     const bool json_mode = f.json || schema;
     const JsonVocabulary json_vocab = json_mode ? json_vocabulary(tok) : JsonVocabulary{};
     std::vector<int32_t> cached;  // the tokens sequence 0 holds, at positions 0, 1, ...
@@ -423,15 +423,15 @@ int converse(const RunFlags &f, const Model &model, Context &ctx) {
 int run(const RunFlags &f) {
     check_output_path("--dump-logits", f.dump_logits_path);
     check_output_path("--dump-selection", f.dump_selection_path);
-    const std::shared_ptr<const JsonSchema> schema =
-        read_json_schema(f);  // before the model loads: a bad schema fails fast
+    // Before the model loads: a bad schema fails fast.
+    const std::shared_ptr<const JsonSchema> schema = read_json_schema(f);
     auto model = load_model_verbose(f.model);
     const Tokenizer &tok = model_tokenizer(*model);
     ContextParams cp = f.model.context_params();
     cp.record_selections = !f.dump_selection_path.empty();
     Context ctx(model, cp);
     print_context_summary(ctx);
-    if (f.conversation) return converse(f, *model, ctx);
+    if (f.conversation) return converse(f, *model, ctx, schema);
 
     const std::string text = f.prompt_file.empty() ? f.prompt : read_file(f.prompt_file);
     const std::vector<int32_t> prompt = f.prompt_ids_path.empty()

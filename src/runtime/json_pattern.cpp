@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <memory>
+#include <utility>
+#include <vector>
 
 #include "core/error.h"
 
@@ -303,15 +305,12 @@ class JsonPatternCompiler {
             throw_error("pattern: more than %d states (a simpler pattern, or smaller counts)", JsonPattern::kMaxStates);
         JsonPattern p;
         p.moves_.resize(kept.size());
-        std::vector<std::vector<int>> targets(kept.size());  // for liveness
         for (size_t k = 0; k < kept.size(); ++k) {
             for (int s : closure(kept[k])) {
                 if (s == end) p.accept_.add(static_cast<int>(k));
                 for (const auto &m : states_[static_cast<size_t>(s)].moves) {
-                    JsonPattern::States to;
-                    to.add(index[static_cast<size_t>(m.to)]);
-                    for (const auto &[lo, hi] : m.ranges) p.moves_[k].push_back({lo, hi, to});
-                    targets[k].push_back(index[static_cast<size_t>(m.to)]);
+                    for (const auto &[lo, hi] : m.ranges)
+                        p.moves_[k].push_back({lo, hi, index[static_cast<size_t>(m.to)]});
                 }
             }
         }
@@ -321,19 +320,15 @@ class JsonPatternCompiler {
             changed = false;
             for (size_t k = 0; k < kept.size(); ++k) {
                 if (live[k]) continue;
-                bool l = p.accept_.has(static_cast<int>(k));
-                for (int t : targets[k]) l = l || live[static_cast<size_t>(t)];
+                const bool l = p.accept_.has(static_cast<int>(k)) ||
+                               std::any_of(p.moves_[k].begin(), p.moves_[k].end(),
+                                           [&](const JsonPattern::Move &m) { return live[static_cast<size_t>(m.to)]; });
                 if (l) live[k] = changed = true;
             }
         }
         if (!live[0]) throw_error("pattern: no string matches it");
         for (auto &moves : p.moves_) {
-            std::erase_if(moves, [&](const JsonPattern::Move &m) {
-                for (size_t k = 0; k < kept.size(); ++k) {
-                    if (m.to.has(static_cast<int>(k))) return !live[k];
-                }
-                return true;
-            });
+            std::erase_if(moves, [&](const JsonPattern::Move &m) { return !live[static_cast<size_t>(m.to)]; });
         }
         p.start_.add(0);
         return p;
@@ -489,10 +484,7 @@ JsonPattern::States JsonPattern::step(const States &from, uint32_t cp) const {
     for (size_t k = 0; k < moves_.size(); ++k) {
         if (!from.has(static_cast<int>(k))) continue;
         for (const Move &m : moves_[k]) {
-            if (cp >= m.lo && cp <= m.hi) {
-                out.w[0] |= m.to.w[0];
-                out.w[1] |= m.to.w[1];
-            }
+            if (cp >= m.lo && cp <= m.hi) out.add(m.to);
         }
     }
     return out;

@@ -10,9 +10,7 @@
 #pragma once
 
 #include <cstdint>
-#include <string>
 #include <string_view>
-#include <utility>
 #include <vector>
 
 namespace sparrow {
@@ -48,7 +46,7 @@ class JsonPattern {
     // kept to live states: those from which an accepting state can be reached).
     struct Move {
         uint32_t lo, hi;
-        States to;
+        int to;
     };
     std::vector<std::vector<Move>> moves_;
     States start_, accept_;

@@ -31,6 +31,11 @@ int kind_of_first(uint8_t c) {
     }
 }
 
+// The most digits a bounded number's text may have.
+int max_digits(const JsonSchemaNode &n) {
+    return n.integer_only ? JsonSchemaNode::kMaxIntegerDigits : JsonSchemaNode::kMaxBoundedDigits;
+}
+
 }  // namespace
 
 bool JsonPrefix::feed(std::string_view bytes) {
@@ -78,15 +83,14 @@ bool JsonPrefix::start_schema_value(uint8_t c) {
             if (pat_id_ >= 0) pat_ = schema_->pattern(pat_id_).start();
             break;
         case JsonKind::number:
-            num_node_ = n.integer_only || n.bounded ? g : -1;
+            num_node_ = n.bounded ? g : -1;
             num_neg_ = c == '-';
             num_digits_ = c != '-';
             num_frac_ = false;
             num_mag_ = c == '-' ? 0 : c - '0';
             num_n_ = c == '-' ? 0 : 1;
             num_k_ = 0;
-            if (num_node_ >= 0 && n.integer_only && !integer_reachable(c != '0')) return false;
-            if (num_node_ >= 0 && !n.integer_only && !decimal_reachable()) return false;
+            if (num_node_ >= 0 && !number_reachable()) return false;
             break;
         default: break;
     }
@@ -166,26 +170,9 @@ bool JsonPrefix::more_keys() const {
     return false;
 }
 
-// Whether the integer read so far (sign, magnitude) can still end within the node's bounds: as it stands, or, when
-// `extendable`, with j more digits (magnitudes [m 10^j, m 10^j + 10^j - 1]).
-bool JsonPrefix::integer_reachable(bool extendable) const {
-    const JsonSchemaNode &n = schema_->node(num_node_);
-    const __int128 lo = n.minimum, hi = n.maximum;
-    if (!num_digits_) return lo <= -1 && hi >= lo;  // just '-': some negative integer fits
-    __int128 base = num_mag_, span = 1;
-    for (int j = 0; j <= 19; ++j) {
-        const __int128 a = num_neg_ ? -(base + span - 1) : base, b = num_neg_ ? -base : base + span - 1;
-        if (a <= hi && b >= lo) return true;
-        if (!extendable || base > (__int128(1) << 64)) break;  // beyond every int64 bound
-        base *= 10;
-        span *= 10;
-    }
-    return false;
-}
-
 // Whether values of magnitude [lo, hi] (each end closed or open; in units of 10^-scale; negated for a negative
-// number) meet the node's bounds.
-bool JsonPrefix::decimal_meets(__int128 lo, bool lo_closed, __int128 hi, bool hi_closed, int scale) const {
+// number) meet the node's bounds (an integer's always: int64's range at least).
+bool JsonPrefix::number_meets(__int128 lo, bool lo_closed, __int128 hi, bool hi_closed, int scale) const {
     const JsonSchemaNode &n = schema_->node(num_node_);
     if (num_neg_) {
         const __int128 t = lo;
@@ -196,14 +183,14 @@ bool JsonPrefix::decimal_meets(__int128 lo, bool lo_closed, __int128 hi, bool hi
     __int128 unit = 1;
     for (int i = 0; i < scale; ++i) unit *= 10;
     // The greater lower end and the smaller upper end, each with whether it is included.
-    if (n.minimum != std::numeric_limits<int64_t>::min()) {
+    if (n.integer_only || n.minimum != std::numeric_limits<int64_t>::min()) {
         const __int128 b = n.minimum * unit;
         if (b > lo || (b == lo && n.min_exclusive)) {
             lo = b;
             lo_closed = !n.min_exclusive;
         }
     }
-    if (n.maximum != std::numeric_limits<int64_t>::max()) {
+    if (n.integer_only || n.maximum != std::numeric_limits<int64_t>::max()) {
         const __int128 b = n.maximum * unit;
         if (b < hi || (b == hi && n.max_exclusive)) {
             hi = b;
@@ -213,24 +200,26 @@ bool JsonPrefix::decimal_meets(__int128 lo, bool lo_closed, __int128 hi, bool hi
     return lo < hi || (lo == hi && lo_closed && hi_closed);
 }
 
-// Whether a number under a bounded node (not integers only) can still end within the bounds, from what is written:
-// more integer digits (each one multiplies the reach by ten), a fraction, or nothing more; at most kMaxBoundedDigits
-// digits in all.
-bool JsonPrefix::decimal_reachable() const {
-    constexpr int kMax = JsonSchemaNode::kMaxBoundedDigits;
+// Whether a number under a bounded node can still end within the bounds, from what is written: more integer digits
+// (each one multiplies the reach by ten), a fraction, or nothing more; at most max_digits digits. The reach is
+// taken as continuous while a digit may follow: an integer's bounds are whole and inclusive, so [a, b) meets them
+// exactly when the whole numbers [a, b - 1] do.
+bool JsonPrefix::number_reachable() const {
+    const int most = max_digits(schema_->node(num_node_));
     __int128 limit = 1;
-    for (int i = 0; i < kMax; ++i) limit *= 10;
-    if (!num_digits_) return decimal_meets(0, true, limit, false, 0);  // just '-': (-10^15, 0]
+    for (int i = 0; i < most; ++i) limit *= 10;
+    if (!num_digits_) return number_meets(0, true, limit, false, 0);  // just '-': (-10^most, 0]
     const __int128 s = num_mag_;
-    if (num_frac_) {  // [s, s + 1) in units of 10^-k, or s alone with no digit left
-        return num_n_ < kMax ? decimal_meets(s, true, s + 1, false, num_k_) : decimal_meets(s, true, s, true, num_k_);
+    const bool room = num_n_ < most;  // for another digit
+    if (num_frac_) {                  // [s, s + 1) in units of 10^-k, or s alone
+        return room ? number_meets(s, true, s + 1, false, num_k_) : number_meets(s, true, s, true, num_k_);
     }
-    if (s == 0) return num_n_ < kMax ? decimal_meets(0, true, 1, false, 0) : decimal_meets(0, true, 0, true, 0);
-    // j more integer digits: [s 10^j, (s + 1) 10^j), whole numbers only when no digit is left for a fraction.
+    if (s == 0) return room ? number_meets(0, true, 1, false, 0) : number_meets(0, true, 0, true, 0);
+    // d digits in all: [s 10^j, (s + 1) 10^j), whole numbers only when no digit is left for a fraction.
     __int128 base = s, span = 1;
-    for (int d = num_n_; d <= kMax; ++d) {
-        if (d < kMax ? decimal_meets(base, true, base + span, false, 0)
-                     : decimal_meets(base, true, base + span - 1, true, 0))
+    for (int d = num_n_; d <= most; ++d) {
+        if (d < most ? number_meets(base, true, base + span, false, 0)
+                     : number_meets(base, true, base + span - 1, true, 0))
             return true;
         base *= 10;
         span *= 10;
@@ -238,14 +227,14 @@ bool JsonPrefix::decimal_reachable() const {
     return false;
 }
 
-// A digit of a number under a bounded node (not integers only).
-bool JsonPrefix::decimal_digit(uint8_t c) {
-    if (num_n_ >= JsonSchemaNode::kMaxBoundedDigits) return false;
+// A digit of a number under a bounded node (after its first character).
+bool JsonPrefix::number_digit(uint8_t c) {
+    if (num_n_ >= max_digits(schema_->node(num_node_))) return false;
     num_mag_ = num_mag_ * 10 + (c - '0');
     ++num_n_;
     if (num_frac_) ++num_k_;
     num_digits_ = true;
-    return decimal_reachable();
+    return number_reachable();
 }
 
 // Whether a character whose code point lies in [lo, hi] can continue the string under its pattern (the first
@@ -279,29 +268,11 @@ bool JsonPrefix::pattern_char(uint32_t cp) {
     return !pat_.empty();
 }
 
-// A digit of a number under a node with integers only or bounds (after its first character).
-bool JsonPrefix::number_digit(uint8_t c) {
-    return schema_->node(num_node_).integer_only ? integer_digit(c) : decimal_digit(c);
-}
-
 // The number ends here: within its bounds.
 bool JsonPrefix::number_ends() {
-    const JsonSchemaNode &n = schema_->node(num_node_);
-    const bool ok = n.integer_only ? integer_reachable(false)
-                                   : decimal_meets(num_mag_, true, num_mag_, true, num_frac_ ? num_k_ : 0);
+    const bool ok = number_meets(num_mag_, true, num_mag_, true, num_frac_ ? num_k_ : 0);
     num_node_ = -1;
     return ok;
-}
-
-// A digit of a number under an integer_only node (after its first character).
-bool JsonPrefix::integer_digit(uint8_t c) {
-    const JsonSchemaNode &n = schema_->node(num_node_);
-    if (!n.bounded) return true;
-    const bool first = !num_digits_;
-    if (num_mag_ > std::numeric_limits<uint64_t>::max() / 10 - 1) return false;  // beyond int64's bounds anyway
-    num_mag_ = num_mag_ * 10 + (c - '0');
-    num_digits_ = true;
-    return integer_reachable(!(first && c == '0'));
 }
 
 // The first byte of a value (whitespace handled by the caller).
@@ -351,10 +322,12 @@ bool JsonPrefix::start_value(uint8_t c) {
 bool JsonPrefix::byte(uint8_t c) {
     if (c != ' ' && c != '\t' && c != '\n' && c != '\r') whitespace_run_ = 0;  // a run ends at anything else
     if (literal_value_) return literal_byte(c);
-    const bool in_string = state_ == State::string || state_ == State::string_escape || state_ == State::string_hex ||
-                           state_ == State::string_utf8;
-    const bool closing = state_ == State::string && c == '"' && !pending_low_;
-    if (schema_ && key_string_ && in_string && !closing && !key_byte(c)) return false;
+    if (schema_ && key_string_) {  // a byte of a key (not its closing quote) narrows the properties it may be
+        const bool in_string = state_ == State::string || state_ == State::string_escape ||
+                               state_ == State::string_hex || state_ == State::string_utf8;
+        const bool closing = state_ == State::string && c == '"' && !pending_low_;
+        if (in_string && !closing && !key_byte(c)) return false;
+    }
     switch (state_) {
         case State::string:
             if (pending_low_ && c != '\\') return false;  // a high surrogate's escape wants its low half next
@@ -463,10 +436,10 @@ bool JsonPrefix::byte(uint8_t c) {
                 const JsonSchemaNode &n = schema_->node(num_node_);
                 if (c == 'e' || c == 'E' || (c == '.' && n.integer_only)) return false;
                 if (c == '.') {
-                    if (num_n_ >= JsonSchemaNode::kMaxBoundedDigits) return false;  // no digit could follow
+                    if (num_n_ >= max_digits(n)) return false;  // no digit could follow
                     num_frac_ = true;
                     state_ = State::dot;
-                    return decimal_reachable();
+                    return number_reachable();
                 }
                 if (!number_ends()) return false;
                 end_value();
@@ -484,11 +457,11 @@ bool JsonPrefix::byte(uint8_t c) {
             return byte(c);
         case State::dot:
             if (!is_digit(c)) return false;
-            if (num_node_ >= 0 && !decimal_digit(c)) return false;
+            if (num_node_ >= 0 && !number_digit(c)) return false;
             state_ = State::fraction;
             return true;
         case State::fraction:
-            if (is_digit(c)) return num_node_ < 0 || decimal_digit(c);
+            if (is_digit(c)) return num_node_ < 0 || number_digit(c);
             if (c == 'e' || c == 'E') {
                 if (num_node_ >= 0) return false;
                 state_ = State::exponent;

@@ -75,7 +75,8 @@ class JsonPrefix {
     bool start_value(uint8_t c);
     bool end_value();  // a value ended: after_value inside a container, done at the top
     // The schema's side (schema_ set): a value's start under value_node_, a byte of an enum / const value, of an
-    // object key, whether the open object may take another key, and a bounded integer's digits.
+    // object key, whether the open object may take another key, a string's characters under a pattern, and a bounded
+    // number's digits.
     bool start_schema_value(uint8_t c);
     bool literal_byte(uint8_t c);
     bool key_byte(uint8_t c);
@@ -84,13 +85,10 @@ class JsonPrefix {
     bool pattern_char(uint32_t cp);
     bool pattern_range(uint32_t lo, uint32_t hi) const;
     bool pattern_hex() const;
-    bool integer_digit(uint8_t c);
-    bool integer_reachable(bool extendable) const;
     bool number_digit(uint8_t c);
     bool number_ends();
-    bool decimal_digit(uint8_t c);
-    bool decimal_reachable() const;
-    bool decimal_meets(__int128 lo, bool lo_closed, __int128 hi, bool hi_closed, int scale) const;
+    bool number_reachable() const;
+    bool number_meets(__int128 lo, bool lo_closed, __int128 hi, bool hi_closed, int scale) const;
     const JsonSchemaNode &container() const { return schema_->node(levels_.top().node); }
 
     State state_ = State::value;
@@ -147,8 +145,8 @@ class JsonPrefix {
     int32_t lit_node_ = 0;
     uint64_t lit_cands_ = 0;
     uint32_t lit_at_ = 0;
-    // A number under a node with integer_only or bounds (num_node_ >= 0): its sign, its digits so far as one integer
-    // (the fraction's too), how many, and after a '.' how many of them are the fraction's.
+    // A number under a bounded node (num_node_ >= 0; every integer_only one is): its sign, its digits so far as one
+    // integer (the fraction's too), how many, and after a '.' how many of them are the fraction's.
     int32_t num_node_ = -1;
     bool num_neg_ = false, num_digits_ = false, num_frac_ = false;
     uint64_t num_mag_ = 0;

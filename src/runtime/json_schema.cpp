@@ -105,7 +105,6 @@ bool accepts(const std::vector<JsonSchemaNode> &nodes, const std::vector<JsonPat
                        (node.maximum == std::numeric_limits<int64_t>::max() || (node.max_exclusive ? x < hi : x <= hi));
             }
             if (!v.is_number_integer()) return false;
-            if (!node.bounded) return true;
             if (v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(std::numeric_limits<int64_t>::max()))
                 return false;
             const int64_t x = v.get<int64_t>();
@@ -499,11 +498,10 @@ class JsonSchemaCompiler {
                 const JsonSchemaNode &node = nodes_[i];
                 for (int k = 0; k < kJsonKinds; ++k) {
                     if (sat[i][k]) continue;
+                    // A node with literals is asked only for its literals' kinds (by_kind), each a whole value.
                     bool ok = true;
-                    if (!node.literals.empty()) {
-                        ok = std::any_of(node.literals.begin(), node.literals.end(),
-                                         [&](const std::string &l) { return kind_of(json::parse(l)) == kKinds[k]; });
-                    } else if (kKinds[k] == JsonKind::object) {
+                    const bool literal = !node.literals.empty();
+                    if (!literal && kKinds[k] == JsonKind::object) {
                         // The required properties, and enough keys for minProperties within maxProperties.
                         uint32_t n_required = 0, n_possible = 0;
                         for (size_t p = 0; p < node.keys.size(); ++p) {
@@ -516,7 +514,7 @@ class JsonSchemaCompiler {
                         }
                         if (n_required > node.max_properties || node.min_properties > node.max_properties) ok = false;
                         if (!node_sat(node.additional) && n_possible < node.min_properties) ok = false;
-                    } else if (kKinds[k] == JsonKind::array) {
+                    } else if (!literal && kKinds[k] == JsonKind::array) {
                         for (uint32_t item = 0; item < node.min_items && ok; ++item) {
                             ok = node_sat(node.item_node(item));
                             if (item >= node.prefix_items.size()) break;  // the rest share one node

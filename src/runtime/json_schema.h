@@ -35,10 +35,11 @@ struct JsonSchemaNode {
     std::array<int32_t, kJsonKinds> by_kind{kNone, kNone, kNone, kNone, kNone, kNone};
     // enum / const: a value must be one of these texts byte for byte (compact JSON, as nlohmann writes it).
     std::vector<std::string> literals;
-    // Numbers: integers only (no fraction or exponent), within [minimum, maximum] when bounded. Bounded numbers that
-    // are not integers only have whole bounds (exclusive ones kept as such), no exponent and at most
-    // kMaxBoundedDigits digits, so that any double reads them back on the right side of a bound.
-    static constexpr int kMaxBoundedDigits = 15;
+    // Numbers: integers only (no fraction or exponent), within [minimum, maximum] when bounded (integers always
+    // are: int64's range at least; at most kMaxIntegerDigits digits, which reach past it). Bounded numbers that are
+    // not integers only have whole bounds (exclusive ones kept as such), no exponent and at most kMaxBoundedDigits
+    // digits, so that any double reads them back on the right side of a bound.
+    static constexpr int kMaxBoundedDigits = 15, kMaxIntegerDigits = 19;
     bool integer_only = false;
     bool bounded = false;
     int64_t minimum = std::numeric_limits<int64_t>::min(), maximum = std::numeric_limits<int64_t>::max();
