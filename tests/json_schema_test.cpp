@@ -479,7 +479,7 @@ TEST(JsonSchema, SamplingThroughTheMaskEndsInAcceptedDocuments) {
                     ASSERT_EQ(masked[i] == 0.0f, constraint.allows(static_cast<int32_t>(i)))
                         << "schema " << si << ": the mask and a trial differ on '" << pieces[i] << "' after " << text;
                 }
-                const int32_t token = sample_json(sampler, logits, constraint, scratch);
+                const int32_t token = sample_constrained(sampler, logits, constraint, scratch);
                 ASSERT_GE(token, 0) << "schema " << si << " dead end after: " << text;
                 if (eog[static_cast<size_t>(token)]) {
                     ended = true;

@@ -22,6 +22,7 @@
 #include "core/error.h"
 #include "npy.h"
 #include "runtime/context_shift.h"
+#include "runtime/grammar_constraint.h"
 #include "runtime/json_prefix.h"
 #include "runtime/json_schema.h"
 #include "runtime/sampler.h"
@@ -46,6 +47,8 @@ struct RunFlags {
     bool json = false;                // JSON mode: each reply is one JSON object (runtime/json_prefix.h)
     std::string json_schema;          // --json-schema: the reply is a document this schema (JSON text) accepts
     std::string json_schema_file;     // --json-schema-file: the same, from a file
+    std::string grammar;              // --grammar: the reply is a text this GBNF grammar derives
+    std::string grammar_file;         // --grammar-file: the same, from a file
     bool context_shift = false;       // a full context drops the older half of what follows the kept tokens
     int64_t n_keep = 0;               // --keep: prompt tokens a context shift keeps (-1: the whole prompt)
 };
@@ -161,13 +164,34 @@ void decode_prompt(Context &ctx, const std::vector<int32_t> &prompt, size_t from
     }
 }
 
+// --json, --json-schema or --grammar: what constrains each reply (nothing when none is given).
+struct ReplyConstraint {
+    bool json = false;
+    std::shared_ptr<const JsonSchema> schema;
+    std::shared_ptr<const Grammar> grammar;
+    JsonVocabulary vocab;           // the vocabulary's texts, made by prepare() when a constraint is given
+    std::optional<TokenTrie> trie;  // and their trie, for a grammar
+
+    bool any() const { return json || schema || grammar; }
+    const char *what() const { return grammar ? "grammar's text" : "JSON object"; }
+    void prepare(const Tokenizer &tok) {
+        if (!any() || !vocab.pieces.empty()) return;
+        vocab = json_vocabulary(tok);
+        if (grammar) trie.emplace(vocab.pieces, vocab.eog);
+    }
+    std::unique_ptr<TokenConstraint> make() const {
+        if (grammar) return std::make_unique<GrammarConstraint>(grammar, vocab.pieces, vocab.eog, *trie);
+        return std::make_unique<JsonConstraint>(vocab, std::string(), schema);
+    }
+};
+
 struct Continuation {
     std::vector<int32_t> tokens;  // sampled, an end-of-generation token excluded
     std::string text;             // their pieces, as printed
     int64_t n_sampled = 0;        // tokens sampled (an end-of-generation token included)
     int64_t n_decoded = 0;        // of `tokens`, those now in the cache (all but the last)
     bool context_full = false;    // stopped because the next token had no cell
-    bool json_dead_end = false;   // JSON mode: stopped because no token could continue the object
+    bool dead_end = false;        // constrained: stopped because no token could continue the text
     int64_t n_shifts = 0;         // context shifts (shift_keep >= 0)
     int64_t n_dropped = 0;        // positions they dropped
 };
@@ -178,18 +202,16 @@ struct Continuation {
 // first shift_keep positions stay, the older half of the rest goes) and generation goes on.
 Continuation continue_from(Context &ctx, Sampler &sampler, LogitAdjuster &adjuster, const Tokenizer &tok,
                            std::span<const float> logits, int32_t pos, int64_t limit, int32_t shift_keep = -1,
-                           const JsonVocabulary *json_vocab = nullptr,
-                           std::shared_ptr<const JsonSchema> json_schema = nullptr) {
+                           const ReplyConstraint *constraint = nullptr) {
     Continuation c;
-    // JSON mode (json_vocab given): only an object's text (or, with a schema, a document it accepts), ended once whole.
-    std::optional<JsonConstraint> json;
+    // Constrained (JSON mode, a schema or a grammar): only the text's prefixes, ended once whole.
+    const std::unique_ptr<TokenConstraint> json = constraint ? constraint->make() : nullptr;
     std::vector<float> masked;
-    if (json_vocab) json.emplace(*json_vocab, std::string(), std::move(json_schema));
     while (limit < 0 || c.n_sampled < limit) {
         const std::span<const float> adjusted = adjuster.apply(logits);
-        const int32_t next = json ? sample_json(sampler, adjusted, *json, masked) : sampler.sample(adjusted);
-        if (next < 0) {  // JSON mode: nothing may follow (a whole object with its end banned, or a dead end)
-            c.json_dead_end = !json->complete();
+        const int32_t next = json ? sample_constrained(sampler, adjusted, *json, masked) : sampler.sample(adjusted);
+        if (next < 0) {  // constrained: nothing may follow (a whole text with its end banned, or a dead end)
+            c.dead_end = !json->complete();
             break;
         }
         ++c.n_sampled;
@@ -290,8 +312,20 @@ std::shared_ptr<const JsonSchema> read_json_schema(const RunFlags &f) {
     }
 }
 
-// `schema`: --json-schema's, read by run() before the model loaded (or none).
-int converse(const RunFlags &f, const Model &model, Context &ctx, std::shared_ptr<const JsonSchema> schema) {
+// --grammar / --grammar-file compiled (runtime/grammar.h), or none.
+std::shared_ptr<const Grammar> read_grammar(const RunFlags &f) {
+    if (f.grammar.empty() && f.grammar_file.empty()) return nullptr;
+    const char *flag = f.grammar.empty() ? "--grammar-file" : "--grammar";
+    try {
+        return std::make_shared<const Grammar>(
+            Grammar::parse(f.grammar.empty() ? read_file(f.grammar_file) : f.grammar));
+    } catch (const std::exception &e) {
+        throw_error("%s: %s", flag, e.what());
+    }
+}
+
+// `constraint`: the replies' (read by run() before the model loaded), its vocabulary not yet made.
+int converse(const RunFlags &f, const Model &model, Context &ctx, ReplyConstraint &constraint) {
     const Tokenizer &tok = model_tokenizer(model);
     const server::ChatFormat format = choose_chat_format(f.chat_format, model, "run");
     const uint64_t seed = f.sampling.resolved_seed();
@@ -304,8 +338,7 @@ int converse(const RunFlags &f, const Model &model, Context &ctx, std::shared_pt
 
     Sampler sampler(f.sampling.params(seed));
     LogitAdjuster adjuster(f.sampling.adjustments(tok), end_of_generation_ids(tok));
-    const bool json_mode = f.json || schema;
-    const JsonVocabulary json_vocab = json_mode ? json_vocabulary(tok) : JsonVocabulary{};
+    constraint.prepare(tok);
     std::vector<int32_t> cached;  // the tokens sequence 0 holds, at positions 0, 1, ...
     std::optional<std::string> first = f.prompt;
     if (!f.prompt_file.empty()) first = read_file(f.prompt_file);
@@ -385,7 +418,7 @@ int converse(const RunFlags &f, const Model &model, Context &ctx, std::shared_pt
         const int32_t shift_keep = f.context_shift ? shift_keep_for(f, prompt, tok, ctx.n_ctx(), false) : -1;
         const Continuation c =
             continue_from(ctx, sampler, adjuster, tok, ctx.logits(last), static_cast<int32_t>(prompt.size()),
-                          f.n_predict, shift_keep, json_mode ? &json_vocab : nullptr, schema);
+                          f.n_predict, shift_keep, constraint.any() ? &constraint : nullptr);
         gen_s += gen_clock.seconds();
         std::fputs("\n", stdout);
         std::fflush(stdout);
@@ -405,10 +438,11 @@ int converse(const RunFlags &f, const Model &model, Context &ctx, std::shared_pt
                          "drops the oldest exchanges\n",
                          (long long)ctx.n_ctx());
         }
-        if (c.json_dead_end)
+        if (c.dead_end)
             std::fprintf(stderr,
-                         "run: no token of the vocabulary (with the logit biases given) continues the JSON "
-                         "object; the reply ends there\n");
+                         "run: no token of the vocabulary (with the logit biases given) continues the %s; the reply "
+                         "ends there\n",
+                         constraint.what());
     }
     print_sparse_stats(ctx, f.model.dsa_stats);
     print_memory(model, ctx);
@@ -423,15 +457,18 @@ int converse(const RunFlags &f, const Model &model, Context &ctx, std::shared_pt
 int run(const RunFlags &f) {
     check_output_path("--dump-logits", f.dump_logits_path);
     check_output_path("--dump-selection", f.dump_selection_path);
-    // Before the model loads: a bad schema fails fast.
-    const std::shared_ptr<const JsonSchema> schema = read_json_schema(f);
+    // Before the model loads: a bad schema or grammar fails fast.
+    ReplyConstraint constraint;
+    constraint.json = f.json;
+    constraint.schema = read_json_schema(f);
+    constraint.grammar = read_grammar(f);
     auto model = load_model_verbose(f.model);
     const Tokenizer &tok = model_tokenizer(*model);
     ContextParams cp = f.model.context_params();
     cp.record_selections = !f.dump_selection_path.empty();
     Context ctx(model, cp);
     print_context_summary(ctx);
-    if (f.conversation) return converse(f, *model, ctx, schema);
+    if (f.conversation) return converse(f, *model, ctx, constraint);
 
     const std::string text = f.prompt_file.empty() ? f.prompt : read_file(f.prompt_file);
     const std::vector<int32_t> prompt = f.prompt_ids_path.empty()
@@ -481,20 +518,19 @@ int run(const RunFlags &f) {
     Sampler sampler(f.sampling.params(seed));
     LogitAdjuster adjuster(f.sampling.adjustments(tok), end_of_generation_ids(tok));
     adjuster.start(prompt);
-    const bool json_mode = f.json || schema;
-    const JsonVocabulary json_vocab = json_mode ? json_vocabulary(tok) : JsonVocabulary{};
+    constraint.prepare(tok);
     const Stopwatch gen_clock;
     const Continuation c =
         continue_from(ctx, sampler, adjuster, tok, ctx.logits(last), static_cast<int32_t>(prompt.size()), f.n_predict,
-                      shift_keep, json_mode ? &json_vocab : nullptr, schema);
+                      shift_keep, constraint.any() ? &constraint : nullptr);
     const double gen_s = gen_clock.seconds();
     std::fputs("\n", stdout);
     std::fflush(stdout);
     if (c.context_full)
         std::fprintf(stderr, "run: stopped at the end of the context (%lld tokens)\n", (long long)ctx.n_ctx());
-    if (c.json_dead_end) {
-        std::fprintf(stderr,
-                     "run: no token of the vocabulary (with the logit biases given) continues the JSON object\n");
+    if (c.dead_end) {
+        std::fprintf(stderr, "run: no token of the vocabulary (with the logit biases given) continues the %s\n",
+                     constraint.what());
         return 1;
     }
     print_shifts(c, shift_keep);
@@ -533,15 +569,28 @@ Command register_run(CLI::App &app) {
         cmd->add_flag("--context-shift", f->context_shift,
                       "When generation fills the context, drop the older half of what follows the kept prompt tokens "
                       "(--keep) and go on, as llama.cpp does (keys re-rotated; -n may then exceed the context)");
-    cmd->add_flag(
+    auto *json_flag = cmd->add_flag(
         "--json", f->json,
         "JSON mode: the reply is one JSON object (only tokens that keep it so are sampled; it ends once whole)");
     auto *schema_text = cmd->add_option("--json-schema", f->json_schema,
                                         "JSON mode with a JSON Schema (given as JSON text) the reply must satisfy: "
                                         "the subset structured outputs use (see README)");
-    cmd->add_option("--json-schema-file", f->json_schema_file, "--json-schema read from this file")
+    auto *schema_file = cmd->add_option("--json-schema-file", f->json_schema_file, "--json-schema read from this file")
+                            ->check(CLI::ExistingFile)
+                            ->excludes(schema_text);
+    auto *grammar_text =
+        cmd->add_option("--grammar", f->grammar,
+                        "The reply is a text this GBNF grammar (llama.cpp's format, rule 'root') derives; it ends once "
+                        "whole")
+            ->excludes(json_flag)
+            ->excludes(schema_text)
+            ->excludes(schema_file);
+    cmd->add_option("--grammar-file", f->grammar_file, "--grammar read from this file")
         ->check(CLI::ExistingFile)
-        ->excludes(schema_text);
+        ->excludes(grammar_text)
+        ->excludes(json_flag)
+        ->excludes(schema_text)
+        ->excludes(schema_file);
     cmd->add_option("--keep", f->n_keep,
                     "Prompt tokens a context shift keeps after a BOS, which always stays (-1 = the whole prompt; "
                     "--conversation: of each turn's rendering; default 0)")

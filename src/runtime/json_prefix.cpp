@@ -590,26 +590,19 @@ JsonConstraint::JsonConstraint(std::span<const std::string> pieces, std::span<co
       plain_(plain),
       schema_(std::move(schema)),
       prefix_(schema_.get()),
-      start_after_(std::move(start_after)),
-      started_(start_after_.empty()) {
+      gate_(std::move(start_after)) {
     if (pieces.size() != eog.size() || (!plain.empty() && plain.size() != pieces.size()))
         throw_error("json constraint: %zu pieces but %zu and %zu flags", pieces.size(), eog.size(), plain.size());
 }
 
-size_t JsonConstraint::start_end(std::string_view text) const {
-    const size_t at = text.find(start_after_);
-    return at == std::string_view::npos ? at : at + start_after_.size();
-}
-
 bool JsonConstraint::allows(int32_t token) const {
     if (token < 0 || static_cast<size_t>(token) >= pieces_.size()) return false;
-    if (!started_) {
+    if (!gate_.open()) {
         if (eog_[static_cast<size_t>(token)]) return false;
-        const std::string text = tail_ + pieces_[static_cast<size_t>(token)];
-        const size_t end = start_end(text);
-        if (end == std::string::npos) return true;
+        const std::optional<std::string> rest = gate_.after(pieces_[static_cast<size_t>(token)]);
+        if (!rest) return true;
         JsonPrefix trial = prefix_;
-        return trial.feed(std::string_view(text).substr(end));
+        return trial.feed(*rest);
     }
     if (eog_[static_cast<size_t>(token)]) return prefix_.complete();
     const std::string &piece = pieces_[static_cast<size_t>(token)];
@@ -624,7 +617,7 @@ int64_t JsonConstraint::mask(std::span<float> logits) const {
     // tokens took 1.3 ms a mask without this); inside a string, tokens of plain characters (most of a vocabulary) are
     // in (129K tokens: 2.8 ms a mask with a trial each).
     std::array<bool, 256> first_ok{};
-    const bool shortcuts = started_ && !prefix_.complete();
+    const bool shortcuts = gate_.open() && !prefix_.complete();
     for (int b = 0; shortcuts && b < 256; ++b) {
         JsonPrefix trial = prefix_;
         first_ok[static_cast<size_t>(b)] = trial.feed(std::string_view(reinterpret_cast<const char *>(&b), 1));
@@ -655,16 +648,8 @@ int64_t JsonConstraint::mask(std::span<float> logits) const {
 void JsonConstraint::accept(int32_t token) {
     SPARROW_ASSERT(allows(token));
     const std::string &piece = pieces_[static_cast<size_t>(token)];
-    if (!started_) {
-        const std::string text = tail_ + piece;
-        const size_t end = start_end(text);
-        if (end == std::string::npos) {
-            tail_ = text.substr(text.size() - std::min(text.size(), start_after_.size() - 1));
-            return;
-        }
-        started_ = true;
-        tail_.clear();
-        prefix_.feed(std::string_view(text).substr(end));
+    if (!gate_.open()) {
+        if (const std::optional<std::string> rest = gate_.pass(piece)) prefix_.feed(*rest);
         return;
     }
     if (!eog_[static_cast<size_t>(token)]) prefix_.feed(piece);
@@ -682,19 +667,6 @@ JsonVocabulary json_vocabulary(const Tokenizer &tok) {
     v.plain.resize(static_cast<size_t>(n_vocab));
     for (size_t i = 0; i < v.pieces.size(); ++i) v.plain[i] = !v.eog[i] && JsonPrefix::plain(v.pieces[i]) ? 1 : 0;
     return v;
-}
-
-int32_t sample_json(Sampler &sampler, std::span<const float> logits, JsonConstraint &json,
-                    std::vector<float> &scratch) {
-    int32_t token = sampler.sample(logits);
-    if (!json.allows(token)) {
-        scratch.assign(logits.begin(), logits.end());
-        if (json.mask(scratch) == 0) return -1;
-        token = sampler.sample(scratch);
-        if (!json.allows(token)) token = argmax(scratch);  // a cut left only masked tokens to draw: the best allowed
-    }
-    json.accept(token);
-    return token;
 }
 
 }  // namespace sparrow

@@ -17,6 +17,7 @@
 #include <string_view>
 #include <vector>
 
+#include "runtime/constraint.h"
 #include "runtime/json_schema.h"
 
 namespace sparrow {
@@ -153,7 +154,6 @@ class JsonPrefix {
     int num_n_ = 0, num_k_ = 0;
 };
 
-class Sampler;
 class Tokenizer;
 
 // What a JsonConstraint reads of a vocabulary: each token's text and whether it ends generation.
@@ -167,10 +167,9 @@ JsonVocabulary json_vocabulary(const Tokenizer &tok);
 // A JsonPrefix over a vocabulary: pieces[id] is each token's text, eog[id] whether it ends generation, and plain[id]
 // (optional: empty for none) whether JsonPrefix::plain(pieces[id]); all must outlive the constraint.
 //
-// With `start_after` (a thinking model's "</think>"), the object begins after the first occurrence of that text:
-// until then any token may come but an end of generation (the reply must reach its object) and a token whose text
-// completes `start_after` with bytes after it that cannot begin the object.
-class JsonConstraint {
+// With `start_after` (a thinking model's "</think>"), the object begins after the first occurrence of that text
+// (StartGate, runtime/constraint.h).
+class JsonConstraint final : public TokenConstraint {
   public:
     // With `schema`, the document is one the schema accepts (the constraint keeps it alive).
     JsonConstraint(std::span<const std::string> pieces, std::span<const uint8_t> eog,
@@ -179,31 +178,18 @@ class JsonConstraint {
     explicit JsonConstraint(const JsonVocabulary &v, std::string start_after = {},
                             std::shared_ptr<const JsonSchema> schema = nullptr)
         : JsonConstraint(v.pieces, v.eog, v.plain, std::move(start_after), std::move(schema)) {}
-    // Whether `token` may come next: end-of-generation tokens once the object is whole, and before that tokens
-    // whose text (not empty) continues it.
-    bool allows(int32_t token) const;
-    // Sets every logit of a token that may not come next to -inf; returns how many may and have a logit above -inf.
-    int64_t mask(std::span<float> logits) const;
-    // Takes `token` (one that allows() accepted) as generated.
-    void accept(int32_t token);
-    bool complete() const { return prefix_.complete(); }
+    // End-of-generation tokens once the object is whole, and before that tokens whose text (not empty) continues it.
+    bool allows(int32_t token) const override;
+    int64_t mask(std::span<float> logits) const override;
+    void accept(int32_t token) override;
+    bool complete() const override { return prefix_.complete(); }
 
   private:
     std::span<const std::string> pieces_;
     std::span<const uint8_t> eog_, plain_;
     std::shared_ptr<const JsonSchema> schema_;
     JsonPrefix prefix_;
-    std::string start_after_;  // empty, or the text the object comes after
-    bool started_ = true;      // the object has begun (start_after_ seen, or none)
-    std::string tail_;         // before the start: the text's last bytes, shorter than start_after_
-    // Before the start: where in `text` (tail_ and a token's text) start_after_ ends, or npos when it does not occur.
-    size_t start_end(std::string_view text) const;
+    StartGate gate_;
 };
-
-// The next token drawn by `sampler` from `logits`, kept to what `json` allows and taken by it: the draw is checked
-// first, and only when it would break the object are the tokens that cannot come next masked (into `scratch`) and
-// the sampler draws again (as llama.cpp's grammars do: most draws of a model asked for JSON fit). -1 when no token
-// may come next (json.complete() tells whether the object is whole).
-int32_t sample_json(Sampler &sampler, std::span<const float> logits, JsonConstraint &json, std::vector<float> &scratch);
 
 }  // namespace sparrow

@@ -153,10 +153,10 @@ struct Scheduler::Slot {
     std::optional<Sampler> sampler;
     int32_t next_token = -1;  // sampled, to be decoded at the next step
     int64_t n_generated = 0;
-    std::optional<LogitAdjuster> adjuster;  // the task's penalties and biases over its sequence
-    std::optional<JsonConstraint> json;     // SamplingOptions::json_object: what may come next
-    std::string text;                       // generated text so far
-    size_t n_sent = 0;                      // bytes of text handed to the channel
+    std::optional<LogitAdjuster> adjuster;        // the task's penalties and biases over its sequence
+    std::unique_ptr<TokenConstraint> constraint;  // JSON mode, a schema or a grammar: what may come next
+    std::string text;                             // generated text so far
+    size_t n_sent = 0;                            // bytes of text handed to the channel
     // logprobs >= 0: the entries of generated tokens not yet handed over, with where each token's text begins
     // in `text` (it ends where the next one begins, or at the end of `text`)
     std::vector<TokenLogprob> logprobs;
@@ -498,10 +498,16 @@ void Scheduler::start_task(Slot &slot, Queued &queued) {
     slot.n_generated = 0;
     slot.adjuster.emplace(so.adjust, eog_ids_);
     slot.adjuster->start(slot.task.prompt);
-    slot.json.reset();
-    if (so.json_object) {
+    slot.constraint.reset();
+    if (so.json_object || so.grammar) {
         if (json_vocab_.pieces.empty()) json_vocab_ = json_vocabulary(tokenizer_);
-        slot.json.emplace(json_vocab_, so.json_after, so.json_schema);
+        if (so.grammar) {
+            if (!token_trie_) token_trie_.emplace(json_vocab_.pieces, json_vocab_.eog);
+            slot.constraint = std::make_unique<GrammarConstraint>(so.grammar, json_vocab_.pieces, json_vocab_.eog,
+                                                                  *token_trie_, so.constraint_after);
+        } else {
+            slot.constraint = std::make_unique<JsonConstraint>(json_vocab_, so.constraint_after, so.json_schema);
+        }
     }
     slot.text.clear();
     slot.n_sent = 0;
@@ -519,7 +525,7 @@ void Scheduler::release(Slot &slot, FinishReason reason, const std::string &erro
     if (reason == FinishReason::stop || reason == FinishReason::length) ++counters_.tasks_completed;
     const std::shared_ptr<TaskChannel> channel = std::move(slot.channel);
     slot.sampler.reset();
-    slot.json.reset();
+    slot.constraint.reset();
     slot.task = Task{};
     if (slot.shift_keep >= 0) {
         // Rows after the kept ones were computed with a longer history: reusing them for a later prompt that
@@ -690,16 +696,21 @@ void Scheduler::handle_output(Slot &s, std::span<const float> logits, Clock::tim
         s.n_sent = end;
     };
     logits = s.adjuster->apply(logits);
-    const int32_t token = s.json ? sample_json(*s.sampler, logits, *s.json, masked_) : s.sampler->sample(logits);
+    const int32_t token =
+        s.constraint ? sample_constrained(*s.sampler, logits, *s.constraint, masked_) : s.sampler->sample(logits);
     if (token < 0) {
-        // JSON mode and nothing may follow: a whole object whose end-of-generation tokens are banned (ignore_eos)
-        // ends here, as at one of them; else the vocabulary (with the request's biases) cannot continue the object.
-        if (s.json->complete()) {
+        // Constrained and nothing may follow: a whole text whose end-of-generation tokens are banned (ignore_eos)
+        // ends here, as at one of them; else the vocabulary (with the request's biases) cannot continue it.
+        if (s.constraint->complete()) {
             send(s.text.size(), true);
             release(s, FinishReason::stop);
         } else {
             release(s, FinishReason::error,
-                    "no token of the vocabulary continues the JSON object (the request's biases ban those that could)",
+                    s.task.sampling.grammar
+                        ? "no token of the vocabulary continues the grammar's text (the request's biases ban those "
+                          "that could)"
+                        : "no token of the vocabulary continues the JSON object (the request's biases ban those that "
+                          "could)",
                     /*request_error=*/true);
         }
         return;

@@ -27,6 +27,7 @@
 #include <thread>
 #include <vector>
 
+#include "runtime/grammar_constraint.h"
 #include "runtime/json_prefix.h"
 #include "runtime/logit_adjust.h"
 #include "runtime/sampler.h"
@@ -53,7 +54,10 @@ struct SamplingOptions {
     // ({"type": "json_schema"}), of one document the schema accepts (runtime/json_schema.h).
     bool json_object = false;
     std::shared_ptr<const JsonSchema> json_schema;
-    std::string json_after;  // json_object: the object comes after this text (a thinking block's "</think>")
+    // llama.cpp's `grammar`: the reply is a text this GBNF grammar derives (runtime/grammar.h), ended only once whole.
+    std::shared_ptr<const Grammar> grammar;
+    // JSON mode or a grammar: the constrained text comes after this text (a thinking block's "</think>").
+    std::string constraint_after;
 };
 
 // One generated token's log probabilities (SamplingOptions::logprobs >= 0).
@@ -249,9 +253,10 @@ class Scheduler {
     std::shared_ptr<const Model> model_;
     const Tokenizer &tokenizer_;
     std::vector<int32_t> eog_ids_;  // the vocabulary's end-of-generation tokens (LogitAdjustments::ignore_eos)
-    // JSON mode's view of the vocabulary (each token's text, and whether it ends generation), made at the first
-    // task that asks for it; and the logits it masks. Scheduler thread only.
+    // The constraints' view of the vocabulary (each token's text, and whether it ends generation), made at the first
+    // task that asks for it, its texts as a trie for grammars, and the logits they mask. Scheduler thread only.
     JsonVocabulary json_vocab_;
+    std::optional<TokenTrie> token_trie_;
     std::vector<float> masked_;
     Options options_;
     std::unique_ptr<Context> ctx_;  // touched only by the scheduler thread after construction

@@ -567,9 +567,10 @@ void Api::chat_completions(const httplib::Request &req, httplib::Response &res) 
     task.sampling = read_sampling(body, {}, {"max_completion_tokens", "max_tokens"},
                                   static_cast<int64_t>(task.prompt.size()), tokenizer_, limits_);
     if (logprobs) task.sampling.logprobs = static_cast<int>(top_logprobs.value_or(0));
-    // JSON mode after an opened thinking block: the reasoning is free and the object comes after its end, so that
-    // the object is the reply's content.
-    if (task.sampling.json_object && text.ends_with("<think>")) task.sampling.json_after = "</think>";
+    // JSON mode or a grammar after an opened thinking block: the reasoning is free and the constrained text comes
+    // after its end, so that it is the reply's content.
+    if ((task.sampling.json_object || task.sampling.grammar) && text.ends_with("<think>"))
+        task.sampling.constraint_after = "</think>";
     task.id_slot = read_id_slot(body);
     task.n_keep = read_n_keep(body);
     const bool stream = get_bool(body, "stream").value_or(false);

@@ -6,6 +6,7 @@
 #include <random>
 
 #include "core/error.h"
+#include "runtime/grammar.h"
 #include "runtime/json_schema.h"
 #include "runtime/tokenizer.h"
 
@@ -240,12 +241,19 @@ SamplingOptions read_sampling(const json &body, const SamplingDefaults &defaults
             throw ApiError(400, "'response_format': type must be text, json_object or json_schema", "invalid_value");
         }
     }
+    // llama.cpp's GBNF `grammar` (runtime/grammar.h): one constraint per request, so not beside a JSON one.
     if (const auto g = get_string(body, "grammar"); g && !g->empty()) {
-        throw ApiError(400, "'grammar': grammar-constrained sampling is not supported (json_schema is)",
-                       "unsupported_parameter");
+        if (s.json_object)
+            throw ApiError(400, "'grammar' cannot be combined with a JSON response_format", "invalid_value");
+        try {
+            s.grammar = std::make_shared<const Grammar>(Grammar::parse(*g));
+        } catch (const std::exception &e) {
+            throw ApiError(400, std::string("'grammar': ") + e.what(), "invalid_value");
+        }
     }
     if (const auto js = body.find("json_schema"); js != body.end() && !js->is_null()) {
         if (s.json_schema) throw ApiError(400, "'json_schema' given twice (with response_format too)", "invalid_value");
+        if (s.grammar) throw ApiError(400, "'json_schema' cannot be combined with 'grammar'", "invalid_value");
         use_schema(*js, "json_schema");
     }
     s.params.mirostat = static_cast<int>(get_int(body, "mirostat", 0, 2).value_or(0));
