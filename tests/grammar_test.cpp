@@ -231,6 +231,15 @@ TEST(Grammar, ReadsUtf8ByteByByte) {
     EXPECT_EQ(read(g, "あé\xED\xA0\x80"), -1);      // a surrogate
     EXPECT_EQ(read(g, "あé\xF4\x90\x80\x80"), -1);  // beyond U+10FFFF
     EXPECT_EQ(read(g, "あé\xF0\x9F\x98\x80"), 1);   // U+1F600
+    // A partial character against a negated class: refused only when the class excludes every code point it may
+    // still become.
+    const Grammar not_latin = Grammar::parse("root ::= [^a-z\u00E9] | [^\u0080-\u00FF] \"!\"");
+    EXPECT_EQ(read(not_latin, "\xC3"), 0);       // U+00C0-U+00FF: only é is excluded from the first class
+    EXPECT_EQ(read(not_latin, "\xC3\xA9"), -1);  // é
+    EXPECT_EQ(read(not_latin, "\xC3\xA8"), 1);   // è
+    const Grammar not_high = Grammar::parse("root ::= [^\u0080-\u00FF]");
+    EXPECT_EQ(read(not_high, "\xC3"), -1);
+    EXPECT_EQ(read(not_high, "\xC4"), 0);
     const Grammar any = Grammar::parse("root ::= . .");
     EXPECT_EQ(read(any, "\n\xF0\x9F\x98\x80"), 1);
     EXPECT_EQ(read(any, "abc"), -1);
@@ -294,6 +303,15 @@ ws     ::= [ \t\n\r]*
     EXPECT_GT(whole, 2000);
 }
 
+// An alternative that can never finish (its rule derives no finite text) is dropped: the matcher never enters it.
+TEST(Grammar, DropsAlternativesThatCannotFinish) {
+    const Grammar g = Grammar::parse("root ::= \"a\" | \"b\" x | y\nx ::= \"c\" x\ny ::= \"d\" x | \"e\"");
+    EXPECT_EQ(read(g, "a"), 1);
+    EXPECT_EQ(read(g, "e"), 1);
+    EXPECT_EQ(read(g, "b"), -1);
+    EXPECT_EQ(read(g, "d"), -1);
+}
+
 // Deep recursion stops at the automaton's depth bound without failing, and a state keeps a bounded set of stacks.
 TEST(Grammar, StaysBoundedOnDeepAndAmbiguousInput) {
     const Grammar parens = Grammar::parse("root ::= s\ns ::= \"(\" s \")\" | \"x\"");
@@ -305,6 +323,11 @@ TEST(Grammar, StaysBoundedOnDeepAndAmbiguousInput) {
     EXPECT_GE(opened, GrammarAutomaton::kMaxDepth - 2);
     EXPECT_LT(opened, 5000u);
     EXPECT_TRUE(c.feed(a, std::string_view("x")));  // the innermost may still close
+
+    // Right recursion (a reference that ends its alternative, as in x*'s rule) returns straight to its caller: it
+    // does not deepen the stack, so lists far longer than the depth bound are read.
+    const Grammar list = Grammar::parse("root ::= x\nx ::= \"a\" x | \"b\"");
+    EXPECT_EQ(read(list, std::string(3 * GrammarAutomaton::kMaxDepth, 'a') + "b"), 1);
 
     const Grammar ambiguous = Grammar::parse("root ::= x*\nx ::= \"a\" y | \"a\"\ny ::= \"a\"? | \"a\" \"a\"");
     GrammarAutomaton b(ambiguous);
