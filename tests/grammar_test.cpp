@@ -55,6 +55,14 @@ TEST(Grammar, RefusesBadGrammarsNamingWhatIsWrong) {
         {"root ::= [ab", "unterminated character class"},
         {"root ::= \"a\"{3,2}", "maximum below its minimum"},
         {"root ::= \"a\"{20000}", "repetition count too large"},
+        {"root ::= " + std::string(65, '(') + "\"a\"" + std::string(65, ')'), "nested too deeply"},
+        {"root ::= " +
+             [] {
+                 std::string many;  // 200 repetitions of 10000 optional copies each: two million rules
+                 for (int i = 0; i < 200; ++i) many += "\"a\"{0,10000} ";
+                 return many;
+             }(),
+         "grammar too large"},
         {"root ::= \"a\"{2", "expected '}'"},
         {"root ::= <think> \"a\"", "token matches (<...>) are not supported"},
         {"root ::= !<[12]>", "token matches"},
@@ -69,6 +77,7 @@ TEST(Grammar, RefusesBadGrammarsNamingWhatIsWrong) {
         {"root ::= \"a\"\n| \"b\"", "line 2, column 1: expected a rule name"},
         {"root ::= \"a\" (\n  \"b\"\n  x ::= \"c\")", "before the next rule"},
     };
+    EXPECT_NO_THROW(Grammar::parse("root ::= " + std::string(64, '(') + "\"a\"" + std::string(64, ')')));
     for (const auto &[text, want] : cases)
         EXPECT_NE(error_of(text).find(want), std::string::npos) << text << " -> " << error_of(text);
 }

@@ -77,6 +77,8 @@ class GrammarBuilder {
     std::vector<size_t> first_use_line_;
     std::map<std::string, uint32_t, std::less<>> ids_;
     size_t n_symbols_ = 0;
+    int nesting_ = 0;  // open groups: the parser recurses into each, so its depth is bounded
+    static constexpr int kMaxNesting = 64;
 
     [[noreturn]] void fail(const char *what) const {
         size_t line = 1, col = 1;
@@ -120,6 +122,7 @@ class GrammarBuilder {
     }
     // A rule made for a group or a repetition (its name, for messages, cannot clash with a user's).
     uint32_t new_rule(std::vector<Sequence> alternatives, const char *kind) {
+        charge(2);  // the rule's entries, and its alternatives' ends (its symbols were charged as they came)
         const auto id = static_cast<uint32_t>(rules_.size());
         rules_.push_back(std::move(alternatives));
         names_.push_back(std::string(kind) + " at line " + std::to_string(line()));
@@ -269,18 +272,28 @@ class GrammarBuilder {
         for (uint32_t i = 0; i < min; ++i) add(seq, x);
         if (max == UINT32_MAX) {  // star: r ::= x r | empty
             const uint32_t r = new_rule({}, "repetition");
+            charge(2);
             rules_[r] = {Sequence{x, rule_symbol(r)}, Sequence{}};
             add(seq, rule_symbol(r));
         } else if (max > min) {  // up to max - min more, nested: o_k ::= x o_(k-1) | empty
+            charge(1);
             uint32_t inner = new_rule({Sequence{x}, Sequence{}}, "optional");
-            for (uint32_t k = 1; k < max - min; ++k)
+            for (uint32_t k = 1; k < max - min; ++k) {
+                charge(2);
                 inner = new_rule({Sequence{x, rule_symbol(inner)}, Sequence{}}, "optional");
+            }
             add(seq, rule_symbol(inner));
         }
     }
     void add(Sequence &seq, Symbol s) {
-        if (++n_symbols_ > Grammar::kMaxElements) fail("grammar too large after expanding repetitions");
+        charge(1);
         seq.push_back(std::move(s));
+    }
+    // Every symbol and rule made counts against Grammar::kMaxElements: repetitions expand, and a short text could
+    // otherwise ask for millions of rules.
+    void charge(size_t n) {
+        n_symbols_ += n;
+        if (n_symbols_ > Grammar::kMaxElements) fail("grammar too large after expanding repetitions");
     }
 
     Sequence parse_sequence(bool nested) {
@@ -302,6 +315,7 @@ class GrammarBuilder {
                 ++pos_;
                 item.push_back(Symbol{Grammar::Kind::chars, true, {}, 0});
             } else if (c == '(') {
+                if (++nesting_ > kMaxNesting) fail("groups nested too deeply (at most 64 levels)");
                 ++pos_;
                 skip_space(true);
                 std::vector<Sequence> alts = parse_alternatives(true);
@@ -309,6 +323,7 @@ class GrammarBuilder {
                 if (peek() != ')') fail("expected ')'");
                 ++pos_;
                 item.push_back(rule_symbol(new_rule(std::move(alts), "group")));
+                --nesting_;
             } else if (c == '<' || c == '!') {
                 fail("token matches (<...>) are not supported");
             } else if (is_name_char(c)) {
