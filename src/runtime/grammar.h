@@ -55,7 +55,7 @@ class Grammar {
     bool matches_any(const Element &e, uint32_t lo, uint32_t hi) const;
 
     // Limits: elements after repetitions are expanded, and a repetition's count.
-    static constexpr size_t kMaxElements = size_t{1} << 20;
+    static constexpr size_t kMaxElements = size_t{1} << 18;
     static constexpr uint32_t kMaxRepeat = 10000;
 
   private:
