@@ -444,7 +444,8 @@ TEST(GrammarConstraint, AfterTheThinkingBlock) {
     EXPECT_GT(answered, 50);
 }
 
-// Mutated grammars compile or throw Error; those that compile read random text without failing.
+// Mutated grammars compile or throw Error; those that compile read random text without failing, and masks over a
+// small vocabulary agree with per-token trials.
 TEST(Grammar, MutatedGrammarsCompileOrFailCleanly) {
     const std::vector<std::string> seeds = {
         "root ::= (\"a\" | [b-d]+ x)* \"!\"\nx ::= \"\\n\"? [^x]{1,3} # c",
@@ -453,8 +454,16 @@ TEST(Grammar, MutatedGrammarsCompileOrFailCleanly) {
         "::= [ ]*",
     };
     const std::string bytes = "()[]{}|*+?.\"\\:= -^#\nabxroot0123,\xC3\xA9<!";
+    // A vocabulary of every byte above (é's two alone) and a few longer texts; token 0 ends generation.
+    std::vector<std::string> pieces = {""};
+    for (const char b : bytes) pieces.emplace_back(1, b);
+    for (const char *more : {"ab", "()", "\xC3\xA9", "\"a", "0,", "root", "\n\n", "a!", "((", "\xC3\xA9x"})
+        pieces.emplace_back(more);
+    std::vector<uint8_t> eog(pieces.size(), 0);
+    eog[0] = 1;
+    const TokenTrie trie(pieces, eog);
     std::mt19937 rng(11);
-    int compiled = 0;
+    int compiled = 0, walked = 0;
     for (int trial = 0; trial < 3000; ++trial) {
         std::string s = seeds[rng() % seeds.size()];
         const int edits = 1 + static_cast<int>(rng() % 4);
@@ -481,9 +490,37 @@ TEST(Grammar, MutatedGrammarsCompileOrFailCleanly) {
                 GrammarCursor t = c;
                 if (t.feed(a, static_cast<uint8_t>(bytes[rng() % bytes.size()]))) c = t;
             }
+            if (compiled % 4 != 0) continue;
+            // Through a constraint: the trie's mask equals per-token trials at each step, and what it lets through
+            // stays readable.
+            const auto shared = std::make_shared<const Grammar>(g);
+            GrammarConstraint gc(shared, pieces, eog, trie);
+            std::string text;
+            for (int step = 0; step < 12; ++step) {
+                std::vector<float> logits(pieces.size(), 0.0f);
+                const int64_t n = gc.mask(logits);
+                std::vector<int32_t> allowed;
+                for (size_t t = 0; t < pieces.size(); ++t) {
+                    const bool ok = logits[t] > -1e30f;
+                    ASSERT_EQ(gc.allows(static_cast<int32_t>(t)), ok) << s << "\ntoken " << t << " after " << text;
+                    if (ok) allowed.push_back(static_cast<int32_t>(t));
+                }
+                ASSERT_EQ(n, static_cast<int64_t>(allowed.size()));
+                if (allowed.empty()) break;
+                const int32_t pick = allowed[rng() % allowed.size()];
+                gc.accept(pick);
+                if (pick == 0) {
+                    EXPECT_EQ(read(g, text), 1) << s << "\n" << text;
+                    break;
+                }
+                text += pieces[static_cast<size_t>(pick)];
+                ASSERT_GE(read(g, text), 0) << s << "\n" << text;
+                ++walked;
+            }
         } catch (const Error &) {}
     }
     EXPECT_GT(compiled, 300);
+    EXPECT_GT(walked, 500);
 }
 
 }  // namespace
