@@ -249,6 +249,11 @@ TEST(Grammar, ReadsUtf8ByteByByte) {
     const Grammar not_high = Grammar::parse("root ::= [^\u0080-\u00FF]");
     EXPECT_EQ(read(not_high, "\xC3"), -1);
     EXPECT_EQ(read(not_high, "\xC4"), 0);
+    // A class holding a surrogate beside a valid code point: ED (U+D000-U+DFFF) leads only to surrogates the class
+    // holds and to code points it does not, so it is refused rather than left as a dead end.
+    const Grammar with_surrogate = Grammar::parse("root ::= [A\\uDC00]");
+    EXPECT_EQ(read(with_surrogate, "A"), 1);
+    EXPECT_EQ(read(with_surrogate, "\xED"), -1);
     const Grammar any = Grammar::parse("root ::= . .");
     EXPECT_EQ(read(any, "\n\xF0\x9F\x98\x80"), 1);
     EXPECT_EQ(read(any, "abc"), -1);

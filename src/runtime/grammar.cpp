@@ -667,7 +667,10 @@ bool GrammarCursor::feed_multibyte(GrammarAutomaton &a, uint8_t byte) {
     const uint32_t lo = std::max(partial << shift, kMin[length]);
     const uint32_t hi = std::min(partial << shift | ((1u << shift) - 1), kMaxCodePoint);
     if (lo > hi || (lo >= 0xD800 && hi <= 0xDFFF)) return false;  // overlong, too large, or a surrogate
-    if (need > 0) return a.takes_any(state, lo, hi);
+    // Surrogates are not code points UTF-8 may carry: only the valid parts of [lo, hi] count.
+    if (need > 0)
+        return (lo < 0xD800 && a.takes_any(state, lo, std::min(hi, 0xD7FFu))) ||
+               (hi > 0xDFFF && a.takes_any(state, std::max(lo, 0xE000u), hi));
     state = a.step(state, partial);
     return state != GrammarAutomaton::kDead;
 }
