@@ -39,7 +39,26 @@ uint64_t touch(const sparrow::gguf::Value &v) {
     return v.to_display_string().size();
 }
 
+// A GGUF v3 header with the given tensor and key counts and nothing after it.
+std::vector<uint8_t> header(uint64_t n_tensors, uint64_t n_kv) {
+    std::vector<uint8_t> b = {'G', 'G', 'U', 'F', 3, 0, 0, 0};
+    for (const uint64_t v : {n_tensors, n_kv}) {
+        for (int i = 0; i < 8; ++i) b.push_back(static_cast<uint8_t>(v >> (8 * i)));
+    }
+    return b;
+}
+
 }  // namespace
+
+// For fuzz/replay_main.cpp: empty and truncated headers, absurd counts, a key cut short.
+std::vector<std::vector<uint8_t>> fuzz_builtin_inputs() {
+    std::vector<std::vector<uint8_t>> inputs = {{},           {'G', 'G', 'U', 'F'}, header(0, 0),
+                                                header(1, 0), header(0, 1),         header(~uint64_t(0), ~uint64_t(0))};
+    std::vector<uint8_t> truncated_key = header(0, 1);
+    truncated_key.insert(truncated_key.end(), {5, 0, 0, 0, 0, 0, 0, 0, 'a', 'b'});  // key length 5, 2 bytes of it
+    inputs.push_back(truncated_key);
+    return inputs;
+}
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     using namespace sparrow::gguf;

@@ -9,3 +9,11 @@ set(SPARROW_GGUF_FUZZ_SOURCES
     ${PROJECT_SOURCE_DIR}/src/core/quants32.cpp
     ${PROJECT_SOURCE_DIR}/src/core/error.cpp
     ${PROJECT_SOURCE_DIR}/src/core/mapped_file.cpp)
+
+# The grammar fuzzer's sources (fuzz/grammar_fuzzer.cpp and its replay test), for the same reason.
+set(SPARROW_GRAMMAR_FUZZ_SOURCES
+    ${PROJECT_SOURCE_DIR}/src/runtime/grammar.cpp
+    ${PROJECT_SOURCE_DIR}/src/runtime/grammar_constraint.cpp
+    ${PROJECT_SOURCE_DIR}/src/runtime/constraint.cpp
+    ${PROJECT_SOURCE_DIR}/src/runtime/sampler.cpp
+    ${PROJECT_SOURCE_DIR}/src/core/error.cpp)

@@ -508,6 +508,7 @@ bool Grammar::matches_any(const Element &e, uint32_t lo, uint32_t hi) const {
 
 GrammarAutomaton::GrammarAutomaton(const Grammar &g) : g_(&g) {
     std::vector<uint32_t> tops;
+    start_expansion();
     for (const uint32_t alt : g.alternatives(g.root())) expand(alt, kBottom, tops);
     start_ = intern_state(tops);
 }
@@ -521,15 +522,15 @@ uint32_t GrammarAutomaton::frame(uint32_t pos, uint32_t parent) {
 
 void GrammarAutomaton::expand(uint32_t pos, uint32_t parent, std::vector<uint32_t> &out) {
     const auto elements = g_->elements();
-    seen_.clear();
     work_.clear();
     work_.emplace_back(pos, parent);
-    while (!work_.empty()) {
+    while (!work_.empty() && budget_ > 0) {
         const auto [p, up] = work_.back();
         work_.pop_back();
-        // An element over a given stack expands the same way each time: once is enough (paths through rules that
-        // may be empty would otherwise multiply).
+        // An element over a given stack expands the same way each time: once per step is enough (paths through
+        // rules that may be empty would otherwise multiply).
         if (!seen_.try_emplace((static_cast<uint64_t>(p) << 32) | up, 1).second) continue;
+        --budget_;
         const Grammar::Element &e = elements[p];
         if (e.kind == Grammar::Kind::chars) {
             out.push_back(frame(p, up));
@@ -593,16 +594,11 @@ uint32_t GrammarAutomaton::step_uncached(uint32_t state, uint32_t cp) {
 uint32_t GrammarAutomaton::compute_step(uint32_t state, uint32_t cp) {
     const auto elements = g_->elements();
     std::vector<uint32_t> tops;
-    // states_ may grow while expanding: index, do not hold a reference.
-    for (size_t i = 0; i < states_[state].size(); ++i) {
-        const uint32_t top = states_[state][i];
+    start_expansion();
+    for (const uint32_t top : states_[state]) {
         if (top == kAccept) continue;
         const Frame f = frames_[top];
-        if (g_->matches(elements[f.pos], cp)) {
-            std::vector<uint32_t> more;
-            expand(f.pos + 1, f.parent, more);
-            tops.insert(tops.end(), more.begin(), more.end());
-        }
+        if (g_->matches(elements[f.pos], cp)) expand(f.pos + 1, f.parent, tops);
     }
     return intern_state(tops);
 }
@@ -633,6 +629,7 @@ uint32_t GrammarAutomaton::compact(uint32_t keep) {
     std::vector<uint32_t> tops;
     for (const uint32_t top : old_tops) tops.push_back(top == kAccept ? kAccept : copy_frame(old_frames, top));
     std::vector<uint32_t> start_tops;
+    start_expansion();
     for (const uint32_t alt : g_->alternatives(g_->root())) expand(alt, kBottom, start_tops);
     start_ = intern_state(start_tops);
     return intern_state(tops);

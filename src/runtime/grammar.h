@@ -74,10 +74,12 @@ class GrammarAutomaton {
     explicit GrammarAutomaton(const Grammar &g);
 
     static constexpr uint32_t kDead = UINT32_MAX;
-    // Stacks nested deeper than this (recursion that is not a tail call) are not followed, and a state keeps at most
-    // kMaxStacks stacks (an ambiguous grammar's parses are cut to the first ones): the automaton stays bounded.
+    // Stacks nested deeper than this (recursion that is not a tail call) are not followed, a state keeps at most
+    // kMaxStacks stacks and a step expands at most kMaxExpansion (element, stack) pairs (an ambiguous grammar's
+    // parses are cut to the first ones): the automaton's time and memory per step stay bounded.
     static constexpr uint32_t kMaxDepth = 1024;
-    static constexpr size_t kMaxStacks = 4096;
+    static constexpr size_t kMaxStacks = 1024;
+    static constexpr size_t kMaxExpansion = size_t{1} << 15;
 
     uint32_t start() const { return start_; }
     // The state after `cp`, or kDead when no stack takes it.
@@ -105,7 +107,12 @@ class GrammarAutomaton {
     static constexpr uint32_t kAccept = UINT32_MAX - 1;  // a stack that has derived all of root (in a state's set)
 
     uint32_t frame(uint32_t pos, uint32_t parent);
-    // Adds to `out` the stacks (top frames at chars elements, or kAccept) that `pos` over `parent` stands for.
+    // Adds to `out` the stacks (top frames at chars elements, or kAccept) that `pos` over `parent` stands for; the
+    // expansions of one step share start_expansion()'s memory of what was expanded and its budget.
+    void start_expansion() {
+        seen_.clear();
+        budget_ = kMaxExpansion;
+    }
     void expand(uint32_t pos, uint32_t parent, std::vector<uint32_t> &out);
     uint32_t intern_state(std::vector<uint32_t> &tops);
     uint32_t copy_frame(const std::vector<Frame> &from, uint32_t id);
@@ -127,6 +134,7 @@ class GrammarAutomaton {
     // expand()'s scratch: the (pos, parent) pairs seen in one expansion, and its work list.
     std::unordered_map<uint64_t, uint8_t> seen_;
     std::vector<std::pair<uint32_t, uint32_t>> work_;
+    size_t budget_ = 0;
 };
 
 // A UTF-8 reader for GrammarAutomaton: where the text stands, including a code point whose bytes are not all in.
