@@ -26,9 +26,9 @@ namespace {
     __builtin_trap();  // libFuzzer reports the crash and saves the input that caused it
 }
 
-// Some byte continues the text, or it is whole.
+// Some byte or a token element continues the text, or it is whole.
 bool live(sparrow::GrammarAutomaton &a, const sparrow::GrammarCursor &c) {
-    if (c.complete(a)) return true;
+    if (c.complete(a) || (c.need == 0 && a.waits_on_tokens(c.state))) return true;
     for (int b = 0; b < 256; ++b) {
         sparrow::GrammarCursor t = c;
         if (t.feed(a, static_cast<uint8_t>(b))) return true;
@@ -48,7 +48,8 @@ const Vocabulary &vocabulary() {
         Vocabulary out;
         out.pieces.emplace_back();
         for (int b = 1; b < 256; ++b) out.pieces.emplace_back(1, static_cast<char>(b));
-        for (const char *more : {"ab", "()", "\xC3\xA9", "\xE3\x81", "\x82\x83", "\"a\"", "0,1", "  ", "\n\n", "{}"})
+        for (const char *more : {"ab", "()", "\xC3\xA9", "\xE3\x81", "\x82\x83", "\"a\"", "0,1", "  ", "\n\n", "{}",
+                                 "<think>", "</think>"})
             out.pieces.emplace_back(more);
         out.eog.assign(out.pieces.size(), 0);
         out.eog[0] = 1;
@@ -67,6 +68,7 @@ std::vector<std::vector<uint8_t>> fuzz_builtin_inputs() {
         {"root ::= [\\u00e0-\\u00ff]+ \"!\"?", "\xC3\xA0\xC3"},
         {"root ::= (\"a\" | [b-d]{1,3} x)* \"!\"\nx ::= [^x] # c", "abx!"},
         {"root ::= [A\\uDC00] .", "A\xED"},
+        {"root ::= <think> !</think>* </think> \"ab\" | <[98]> .", "b"},
         {"root ::= root \"a\"", ""},
         {"root ::= (((\"a\"", ""},
         {"", ""},
@@ -87,9 +89,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     const size_t split = input.find('\0');
     const std::string_view text = input.substr(0, split);
     const std::string_view bytes = split == std::string_view::npos ? std::string_view() : input.substr(split + 1);
+    const Vocabulary &v = vocabulary();
+    const TokenLookup lookup{[&v](std::string_view t) -> int32_t {
+                                 for (size_t i = 0; i < v.pieces.size(); ++i)
+                                     if (v.pieces[i] == t) return static_cast<int32_t>(i);
+                                 return -1;
+                             },
+                             static_cast<int32_t>(v.pieces.size())};
     std::shared_ptr<const Grammar> g;
     try {
-        g = std::make_shared<const Grammar>(Grammar::parse(text));
+        g = std::make_shared<const Grammar>(Grammar::parse(text, &lookup));
     } catch (const Error &) {
         return 0;
     }
@@ -104,7 +113,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         if (!live(a, c)) fail("a prefix the automaton read is a dead end");
     }
 
-    const Vocabulary &v = vocabulary();
     GrammarConstraint constraint(g, v.pieces, v.eog, *v.trie);
     std::vector<float> logits(v.pieces.size());
     for (size_t step = 0; step < 6; ++step) {

@@ -5,6 +5,7 @@
 // per-token trials, with characters split over tokens; and mutated grammars that compile or fail cleanly.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <random>
@@ -64,8 +65,8 @@ TEST(Grammar, RefusesBadGrammarsNamingWhatIsWrong) {
              }(),
          "grammar too large"},
         {"root ::= \"a\"{2", "expected '}'"},
-        {"root ::= <think> \"a\"", "token matches (<...>) are not supported"},
-        {"root ::= !<[12]>", "token matches"},
+        {"root ::= <think> \"a\"", "token matches (<...>) need the model's vocabulary"},
+        {"root ::= !<[12]>", "need the model's vocabulary"},
         {"root ::= \"a\"\nroot ::= \"b\"", "rule 'root' is defined twice"},
         {"root \"a\"", "expected '::=' after the rule name"},
         {"root ::= (\"a\" | \"b\"", "expected ')'"},
@@ -80,6 +81,74 @@ TEST(Grammar, RefusesBadGrammarsNamingWhatIsWrong) {
     EXPECT_NO_THROW(Grammar::parse("root ::= " + std::string(64, '(') + "\"a\"" + std::string(64, ')')));
     for (const auto &[text, want] : cases)
         EXPECT_NE(error_of(text).find(want), std::string::npos) << text << " -> " << error_of(text);
+}
+
+// Token matches against a vocabulary: refusals, then a thinking block made of whole tokens (<think>, any token but
+// </think>, </think>) before a text the characters decide, sampled through the mask with every token's trial checked.
+TEST(GrammarConstraint, TokenMatches) {
+    const std::vector<std::string> pieces = {"", "<think>", "</think>", "hm", "yes", "y", "es", "no", "a", "</th"};
+    std::vector<uint8_t> eog(pieces.size(), 0);
+    eog[0] = 1;
+    const TokenLookup lookup{[&](std::string_view text) -> int32_t {
+                                 for (size_t i = 0; i < pieces.size(); ++i)
+                                     if (pieces[i] == text) return static_cast<int32_t>(i);
+                                 return -1;
+                             },
+                             static_cast<int32_t>(pieces.size())};
+    const auto refusal = [&](const char *text) {
+        try {
+            Grammar::parse(text, &lookup);
+        } catch (const Error &e) {
+            return std::string(e.what());
+        }
+        return std::string("(compiled)");
+    };
+    EXPECT_NE(refusal("root ::= <nope>").find("no token of the vocabulary has exactly this text"), std::string::npos);
+    EXPECT_NE(refusal("root ::= <[10]>").find("token id beyond the vocabulary"), std::string::npos);
+    EXPECT_NE(refusal("root ::= <[1x]>").find("must be a number"), std::string::npos);
+    EXPECT_NE(refusal("root ::= <think").find("unterminated token match"), std::string::npos);
+    EXPECT_NE(refusal("root ::= !\"a\"").find("expected '<' after '!'"), std::string::npos);
+
+    const TokenTrie trie(pieces, eog);
+    for (const char *text : {"root ::= <think> t </think> (\"yes\" | \"no\")\nt ::= !</think>*",
+                             "root ::= <[1]> t <[2]> (\"yes\" | \"no\")\nt ::= !<[2]>*"}) {
+        const auto g = std::make_shared<const Grammar>(Grammar::parse(text, &lookup));
+        std::mt19937 rng(3);
+        int answered = 0;
+        for (int run = 0; run < 200; ++run) {
+            GrammarConstraint c(g, pieces, eog, trie);
+            std::vector<int32_t> ids;
+            for (int step = 0; step < 30; ++step) {
+                std::vector<float> logits(pieces.size(), 0.0f);
+                const int64_t n = c.mask(logits);
+                std::vector<int32_t> allowed;
+                for (size_t t = 0; t < pieces.size(); ++t) {
+                    ASSERT_EQ(c.allows(static_cast<int32_t>(t)), logits[t] == 0.0f) << text << " token " << t;
+                    if (logits[t] == 0.0f) allowed.push_back(static_cast<int32_t>(t));
+                }
+                ASSERT_EQ(n, static_cast<int64_t>(allowed.size()));
+                ASSERT_FALSE(allowed.empty());
+                if (step == 0) {
+                    EXPECT_EQ(allowed, std::vector<int32_t>{1});  // only the <think> token, not its text
+                }
+                const int32_t pick = allowed[rng() % allowed.size()];
+                c.accept(pick);
+                if (pick == 0) break;
+                ids.push_back(pick);
+            }
+            if (!c.complete()) continue;
+            ++answered;
+            // <think>, tokens other than </think>, </think>, then yes or no spelled by any tokens.
+            ASSERT_GE(ids.size(), 3u);
+            EXPECT_EQ(ids[0], 1);
+            const auto close = std::find(ids.begin() + 1, ids.end(), 2);
+            ASSERT_NE(close, ids.end());
+            std::string answer;
+            for (auto it = close + 1; it != ids.end(); ++it) answer += pieces[static_cast<size_t>(*it)];
+            EXPECT_TRUE(answer == "yes" || answer == "no") << answer;
+        }
+        EXPECT_GT(answered, 20) << text;
+    }
 }
 
 // Every string over `alphabet` up to `max_len` characters.

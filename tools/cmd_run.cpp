@@ -312,13 +312,15 @@ std::shared_ptr<const JsonSchema> read_json_schema(const RunFlags &f) {
     }
 }
 
-// --grammar / --grammar-file compiled (runtime/grammar.h), or none.
-std::shared_ptr<const Grammar> read_grammar(const RunFlags &f) {
+// --grammar / --grammar-file compiled (runtime/grammar.h) against the model's vocabulary (its token matches), or
+// none.
+std::shared_ptr<const Grammar> read_grammar(const RunFlags &f, const Tokenizer &tok) {
     if (f.grammar.empty() && f.grammar_file.empty()) return nullptr;
     const char *flag = f.grammar.empty() ? "--grammar-file" : "--grammar";
+    const TokenLookup lookup{[&tok](std::string_view text) { return tok.find_token(text); }, tok.n_vocab()};
     try {
         return std::make_shared<const Grammar>(
-            Grammar::parse(f.grammar.empty() ? read_file(f.grammar_file) : f.grammar));
+            Grammar::parse(f.grammar.empty() ? read_file(f.grammar_file) : f.grammar, &lookup));
     } catch (const std::exception &e) {
         throw_error("%s: %s", flag, e.what());
     }
@@ -457,13 +459,13 @@ int converse(const RunFlags &f, const Model &model, Context &ctx, ReplyConstrain
 int run(const RunFlags &f) {
     check_output_path("--dump-logits", f.dump_logits_path);
     check_output_path("--dump-selection", f.dump_selection_path);
-    // Before the model loads: a bad schema or grammar fails fast.
+    // Before the model loads: a bad schema fails fast (a grammar's token matches need the vocabulary).
     ReplyConstraint constraint;
     constraint.json = f.json;
     constraint.schema = read_json_schema(f);
-    constraint.grammar = read_grammar(f);
     auto model = load_model_verbose(f.model);
     const Tokenizer &tok = model_tokenizer(*model);
+    constraint.grammar = read_grammar(f, tok);
     ContextParams cp = f.model.context_params();
     cp.record_selections = !f.dump_selection_path.empty();
     Context ctx(model, cp);

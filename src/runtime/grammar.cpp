@@ -1,6 +1,7 @@
 #include "runtime/grammar.h"
 
 #include <algorithm>
+#include <cstring>
 #include <map>
 
 #include "core/error.h"
@@ -48,7 +49,7 @@ bool is_name_char(char c) {
 // Parses GBNF text into rules of sequences, then compiles them into Grammar's tables.
 class GrammarBuilder {
   public:
-    explicit GrammarBuilder(std::string_view text) : text_(text) {}
+    GrammarBuilder(std::string_view text, const TokenLookup *tokens) : text_(text), tokens_(tokens) {}
 
     Grammar build() {
         skip_space(true);
@@ -70,6 +71,7 @@ class GrammarBuilder {
 
   private:
     std::string_view text_;
+    const TokenLookup *tokens_;
     size_t pos_ = 0;
     std::vector<std::vector<Sequence>> rules_;
     std::vector<std::string> names_;
@@ -251,6 +253,39 @@ class GrammarBuilder {
         return s;
     }
 
+    // <[id]>, <text> (the one token whose text is exactly "<text>"), or either after ! (any token but that one).
+    Symbol parse_token() {
+        Symbol s;
+        s.kind = Grammar::Kind::token;
+        if (peek() == '!') {
+            s.negated = true;
+            ++pos_;
+        }
+        if (peek() != '<') fail("expected '<' after '!'");
+        if (!tokens_) fail("token matches (<...>) need the model's vocabulary");
+        const size_t begin = pos_;
+        const size_t close = text_.find('>', begin + 1);
+        if (close == std::string_view::npos || text_.substr(begin, close - begin).find('\n') != std::string_view::npos)
+            fail("unterminated token match (expected '>')");
+        const std::string_view inner = text_.substr(begin + 1, close - begin - 1);
+        int64_t id = -1;
+        if (inner.size() > 2 && inner.front() == '[' && inner.back() == ']') {
+            id = 0;
+            for (const char d : inner.substr(1, inner.size() - 2)) {
+                if (d < '0' || d > '9') fail("a token id must be a number: <[123]>");
+                id = id * 10 + (d - '0');
+                if (id >= tokens_->n_vocab) break;
+            }
+            if (id >= tokens_->n_vocab) fail("token id beyond the vocabulary");
+        } else {
+            id = tokens_->find(text_.substr(begin, close - begin + 1));
+            if (id < 0) fail("no token of the vocabulary has exactly this text");
+        }
+        pos_ = close + 1;
+        s.rule = static_cast<uint32_t>(id);
+        return s;
+    }
+
     uint32_t parse_count() {
         skip_space(false);
         uint64_t v = 0;
@@ -325,7 +360,7 @@ class GrammarBuilder {
                 item.push_back(rule_symbol(new_rule(std::move(alts), "group")));
                 --nesting_;
             } else if (c == '<' || c == '!') {
-                fail("token matches (<...>) are not supported");
+                item.push_back(parse_token());
             } else if (is_name_char(c)) {
                 const size_t save = pos_;
                 const std::string_view name = parse_name();
@@ -384,6 +419,7 @@ class GrammarBuilder {
         std::vector<uint8_t> productive(rules_.size(), 0);
         const auto seq_ok = [&](const Sequence &s) {
             return std::all_of(s.begin(), s.end(), [&](const Symbol &x) {
+                if (x.kind == Grammar::Kind::token) return true;
                 return x.kind == Grammar::Kind::rule ? productive[x.rule] != 0 : !empty_class(x);
             });
         };
@@ -473,8 +509,8 @@ class GrammarBuilder {
                     Grammar::Element e;
                     e.kind = x.kind;
                     e.negated = x.negated;
-                    if (x.kind == Grammar::Kind::rule) {
-                        e.first = x.rule;
+                    if (x.kind == Grammar::Kind::rule || x.kind == Grammar::Kind::token) {
+                        e.first = x.rule;  // the rule's index, or the token's id
                     } else {
                         e.first = static_cast<uint32_t>(g.ranges_.size());
                         e.count = static_cast<uint32_t>(x.ranges.size());
@@ -490,7 +526,9 @@ class GrammarBuilder {
     }
 };
 
-Grammar Grammar::parse(std::string_view text) { return GrammarBuilder(text).build(); }
+Grammar Grammar::parse(std::string_view text, const TokenLookup *tokens) {
+    return GrammarBuilder(text, tokens).build();
+}
 
 bool Grammar::matches(const Element &e, uint32_t cp) const {
     bool in = false;
@@ -532,7 +570,7 @@ void GrammarAutomaton::expand(uint32_t pos, uint32_t parent, std::vector<uint32_
         if (!seen_.try_emplace((static_cast<uint64_t>(p) << 32) | up, 1).second) continue;
         --budget_;
         const Grammar::Element &e = elements[p];
-        if (e.kind == Grammar::Kind::chars) {
+        if (e.kind == Grammar::Kind::chars || e.kind == Grammar::Kind::token) {
             out.push_back(frame(p, up));
         } else if (e.kind == Grammar::Kind::end) {
             if (up == kBottom) {
@@ -567,6 +605,10 @@ uint32_t GrammarAutomaton::intern_state(std::vector<uint32_t> &tops) {
     const auto [it, fresh] = state_ids_.try_emplace(std::move(key), static_cast<uint32_t>(states_.size()));
     if (fresh) {
         accepting_.push_back(tops.back() == kAccept ? 1 : 0);
+        const auto elements = g_->elements();
+        has_token_tops_.push_back(std::any_of(tops.begin(), tops.end(), [&](uint32_t t) {
+            return t != kAccept && elements[frames_[t].pos].kind == Grammar::Kind::token;
+        }));
         states_.push_back(tops);
     }
     return it->second;
@@ -592,21 +634,64 @@ uint32_t GrammarAutomaton::step_uncached(uint32_t state, uint32_t cp) {
 }
 
 uint32_t GrammarAutomaton::compute_step(uint32_t state, uint32_t cp) {
+    // The next state depends only on which stacks take `cp`: code points that the same stacks take (every
+    // character a `.` or a wide class takes) share one expansion, the costly part of a step.
+    const auto elements = g_->elements();
+    std::string matched(reinterpret_cast<const char *>(&state), sizeof(state));
+    for (const uint32_t top : states_[state]) {
+        if (top == kAccept) continue;
+        const Grammar::Element &e = elements[frames_[top].pos];
+        if (e.kind == Grammar::Kind::chars && g_->matches(e, cp))
+            matched.append(reinterpret_cast<const char *>(&top), sizeof(top));
+    }
+    if (matched.size() == sizeof(state)) return kDead;
+    if (const auto it = subset_steps_.find(matched); it != subset_steps_.end()) return it->second;
+    std::vector<uint32_t> tops;
+    start_expansion();
+    for (size_t at = sizeof(state); at < matched.size(); at += sizeof(uint32_t)) {
+        uint32_t top = 0;
+        std::memcpy(&top, matched.data() + at, sizeof(top));
+        expand(frames_[top].pos + 1, frames_[top].parent, tops);
+    }
+    const uint32_t next = intern_state(tops);
+    subset_bytes_ += matched.size();
+    subset_steps_.emplace(std::move(matched), next);
+    return next;
+}
+
+uint32_t GrammarAutomaton::step_token(uint32_t state, int32_t token) {
+    if (!has_token_tops_[state]) return kDead;
+    const uint64_t key = (static_cast<uint64_t>(state) << 32) | static_cast<uint32_t>(token);
+    if (const auto it = token_steps_.find(key); it != token_steps_.end()) return it->second;
     const auto elements = g_->elements();
     std::vector<uint32_t> tops;
     start_expansion();
     for (const uint32_t top : states_[state]) {
         if (top == kAccept) continue;
         const Frame f = frames_[top];
-        if (g_->matches(elements[f.pos], cp)) expand(f.pos + 1, f.parent, tops);
+        const Grammar::Element &e = elements[f.pos];
+        if (e.kind == Grammar::Kind::token && (e.first == static_cast<uint32_t>(token)) != e.negated)
+            expand(f.pos + 1, f.parent, tops);
     }
+    const uint32_t next = intern_state(tops);
+    token_steps_.emplace(key, next);
+    return next;
+}
+
+uint32_t GrammarAutomaton::merge(uint32_t a, uint32_t b) {
+    if (a == kDead || a == b) return b;
+    if (b == kDead) return a;
+    std::vector<uint32_t> tops = states_[a];
+    tops.insert(tops.end(), states_[b].begin(), states_[b].end());
     return intern_state(tops);
 }
 
 bool GrammarAutomaton::takes_any(uint32_t state, uint32_t lo, uint32_t hi) const {
     const auto elements = g_->elements();
     for (const uint32_t top : states_[state])
-        if (top != kAccept && g_->matches_any(elements[frames_[top].pos], lo, hi)) return true;
+        if (top != kAccept && elements[frames_[top].pos].kind == Grammar::Kind::chars &&
+            g_->matches_any(elements[frames_[top].pos], lo, hi))
+            return true;
     return false;
 }
 
@@ -623,7 +708,11 @@ uint32_t GrammarAutomaton::compact(uint32_t keep) {
     frame_ids_.clear();
     states_.clear();
     accepting_.clear();
+    has_token_tops_.clear();
     state_ids_.clear();
+    token_steps_.clear();
+    subset_steps_.clear();
+    subset_bytes_ = 0;
     steps_.clear();
     ascii_steps_.clear();
     std::vector<uint32_t> tops;

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -21,22 +22,31 @@
 
 namespace sparrow {
 
+// What a grammar's token matches (<think>, <[12]>) are resolved against: a token's id from its exact text (-1: none)
+// and the vocabulary's size.
+struct TokenLookup {
+    std::function<int32_t(std::string_view)> find;
+    int32_t n_vocab = 0;
+};
+
 class Grammar {
   public:
     // Compiles GBNF text (rules `name ::= alternatives`, "literals" with \n \t \r \\ \" \xHH \uHHHH \UHHHHHHHH
-    // escapes, [classes] and [^negated] ones, `.` for any character, ( groups ), * + ? {m} {m,} {m,n}, # comments);
-    // throws Error naming the line and column of what is wrong, a rule used but not defined, left recursion, or a
-    // root that derives no finite text. Token matches (<...>) are refused.
-    static Grammar parse(std::string_view text);
+    // escapes, [classes] and [^negated] ones, `.` for any character, ( groups ), * + ? {m} {m,} {m,n}, # comments,
+    // and token matches: <[id]>, <text> for the one token with exactly that text, !<...> for any token but that one);
+    // throws Error naming the line and column of what is wrong, a rule used but not defined, left recursion, a root
+    // that derives no finite text, or a token match without `tokens` or not in them.
+    static Grammar parse(std::string_view text, const TokenLookup *tokens = nullptr);
 
-    enum class Kind : uint8_t { end, chars, rule };
+    // token: a whole token, first its id (negated: any token but that one).
+    enum class Kind : uint8_t { end, chars, rule, token };
     struct Range {
         uint32_t lo, hi;  // inclusive code points
     };
     struct Element {
         Kind kind = Kind::end;
-        bool negated = false;  // chars: matches the code points outside its ranges
-        uint32_t first = 0;    // chars: the first of its ranges (sorted, disjoint); rule: the rule's index
+        bool negated = false;  // chars: matches the code points outside its ranges; token: any token but `first`
+        uint32_t first = 0;    // chars: the first of its ranges (sorted, disjoint); rule: the rule's index; token: id
         uint32_t count = 0;    // chars: how many ranges
     };
 
@@ -82,6 +92,21 @@ class GrammarAutomaton {
     static constexpr size_t kMaxExpansion = size_t{1} << 15;
 
     uint32_t start() const { return start_; }
+    // The state after a whole token matched by a token element, or kDead when none takes it.
+    uint32_t step_token(uint32_t state, int32_t token);
+    // The state holding both states' stacks (either may be kDead).
+    uint32_t merge(uint32_t a, uint32_t b);
+    // Calls f(id, negated) for each token element a stack of `state` waits on.
+    template <class F>
+    void for_each_token_element(uint32_t state, F &&f) const {
+        for (const uint32_t top : states_[state]) {
+            if (top == kAccept) continue;
+            const Grammar::Element &e = g_->elements()[frames_[top].pos];
+            if (e.kind == Grammar::Kind::token) f(static_cast<int32_t>(e.first), e.negated);
+        }
+    }
+    // Some stack waits on a token element.
+    bool waits_on_tokens(uint32_t state) const { return has_token_tops_[state] != 0; }
     // The state after `cp`, or kDead when no stack takes it.
     uint32_t step(uint32_t state, uint32_t cp) {
         const size_t at = static_cast<size_t>(state) * 128 + cp;
@@ -93,7 +118,9 @@ class GrammarAutomaton {
     // Some stack takes a code point in [lo, hi] (the code points a partial UTF-8 sequence may still become).
     bool takes_any(uint32_t state, uint32_t lo, uint32_t hi) const;
     // How much the caches hold; compact() drops them all but `keep`'s stacks and returns keep's new number.
-    size_t cached() const { return frames_.size() + steps_.size() + ascii_steps_.size() / 16; }
+    size_t cached() const {
+        return frames_.size() + steps_.size() + token_steps_.size() + ascii_steps_.size() / 16 + subset_bytes_ / 16;
+    }
     uint32_t compact(uint32_t keep);
     static constexpr size_t kMaxCached = size_t{1} << 19;
 
@@ -122,8 +149,13 @@ class GrammarAutomaton {
     std::unordered_map<uint64_t, uint32_t> frame_ids_;  // (pos, parent) -> frame
     std::vector<std::vector<uint32_t>> states_;         // sorted top frames of each state
     std::vector<uint8_t> accepting_;
+    std::vector<uint8_t> has_token_tops_;
     std::unordered_map<std::string, uint32_t> state_ids_;  // a state's tops as bytes -> state
     std::unordered_map<uint64_t, uint32_t> steps_;         // (state, code point) -> state, beyond ASCII
+    std::unordered_map<uint64_t, uint32_t> token_steps_;   // (state, token) -> state
+    // (state, the stacks that take a code point) -> state: one expansion for all the code points they take
+    std::unordered_map<std::string, uint32_t> subset_steps_;
+    size_t subset_bytes_ = 0;
     // ASCII steps (most of a vocabulary's bytes) in a table: state * 128 + code point -> state, kUnknown before the
     // first.
     std::vector<uint32_t> ascii_steps_;

@@ -72,7 +72,13 @@ bool GrammarConstraint::allows(int32_t token) const {
         return !rest || feeds(*rest);
     }
     if (eog_[t]) return cursor_.complete(automaton_);
-    return !pieces_[t].empty() && feeds(pieces_[t]);
+    return (!pieces_[t].empty() && feeds(pieces_[t])) || by_token(token) != GrammarAutomaton::kDead;
+}
+
+uint32_t GrammarConstraint::by_token(int32_t token) const {
+    // A token element is matched between characters only.
+    if (cursor_.need != 0 || !automaton_.waits_on_tokens(cursor_.state)) return GrammarAutomaton::kDead;
+    return automaton_.step_token(cursor_.state, token);
 }
 
 int64_t GrammarConstraint::mask(std::span<float> logits) const {
@@ -101,6 +107,17 @@ int64_t GrammarConstraint::mask(std::span<float> logits) const {
             }
             ++i;
         }
+        // Token elements the stacks wait on: that token, or any but it (never an end of generation).
+        if (cursor_.need == 0 && automaton_.waits_on_tokens(cursor_.state)) {
+            automaton_.for_each_token_element(cursor_.state, [&](int32_t id, bool negated) {
+                if (!negated) {
+                    if (static_cast<size_t>(id) < n) allowed_[static_cast<size_t>(id)] = 1;
+                    return;
+                }
+                for (size_t i = 0; i < n; ++i)
+                    if (i != static_cast<size_t>(id)) allowed_[i] = 1;
+            });
+        }
         const bool whole = cursor_.complete(automaton_);
         for (size_t i = 0; i < n; ++i)
             if (eog_[i]) allowed_[i] = whole ? 1 : 0;
@@ -122,7 +139,20 @@ void GrammarConstraint::accept(int32_t token) {
     if (!gate_.open()) {
         if (const std::optional<std::string> rest = gate_.pass(pieces_[t])) cursor_.feed(automaton_, *rest);
     } else if (!eog_[t]) {
-        cursor_.feed(automaton_, pieces_[t]);
+        // The token's text read by the stacks that wait on characters, and the token itself by those that wait on
+        // a token element: the stacks of both go on (a text that stops inside a character keeps its own).
+        GrammarCursor text = cursor_;
+        const bool by_text = !pieces_[t].empty() && text.feed(automaton_, pieces_[t]);
+        const uint32_t token_state = by_token(token);
+        if (by_text && text.need == 0) {
+            text.state = automaton_.merge(text.state, token_state);
+            cursor_ = text;
+        } else if (by_text) {
+            cursor_ = text;
+        } else {
+            cursor_ = GrammarCursor{};
+            cursor_.state = token_state;
+        }
     }
     // The caches hold every state the mask walks touched; past their bound only the current one is kept.
     if (automaton_.cached() > GrammarAutomaton::kMaxCached) cursor_.state = automaton_.compact(cursor_.state);

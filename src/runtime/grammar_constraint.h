@@ -55,6 +55,7 @@ class GrammarConstraint final : public TokenConstraint {
 
   private:
     bool feeds(std::string_view text) const;  // the text continues the grammar's from where it stands
+    uint32_t by_token(int32_t token) const;   // the state after `token` as a whole token (a token element), or kDead
 
     std::shared_ptr<const Grammar> grammar_;
     std::span<const std::string> pieces_;

@@ -92,12 +92,26 @@ for arch in ("llama", "deepseek32"):
         checks.check(serve_util.run_greedy(model, "list:", 200, "--grammar-file", grammar_file) == ran,
                      f"{arch}: --grammar-file equals --grammar")
 
+        # Token matches: <[id]> is that token whole, whatever its text; !<[id]> any token but it.
+        status, detok = srv.request("POST", "/detokenize", {"tokens": [300]})
+        piece = detok.get("content", "") if status == 200 else None
+        status, reply = srv.request("POST", "/completion", {"prompt": "Q:", "n_predict": 20, "temperature": 0,
+                                                             "grammar": 'root ::= <[300]> "x" !<[300]> "."',
+                                                             "n_probs": 0})
+        content = reply.get("content", "") if status == 200 else ""
+        checks.check(status == 200 and piece is not None and content.startswith(piece + "x") and
+                     content.endswith(".") and reply.get("finish_reason") == "stop",
+                     f"{arch}: a token match gives that token ({piece!r}, {content!r})")
+        status, reply = srv.request("POST", "/completion", {"prompt": "x", "grammar": "root ::= <no-such-token>"})
+        checks.check(status == 400 and "no token of the vocabulary has exactly this text" in
+                     reply.get("error", {}).get("message", ""), f"{arch}: an unknown token's text: 400 ({reply})")
+
         # Refusals, each a 400 whose message says what, and the server serves on.
         for bad, words in (("root ::= x", "rule 'x' is used (line 1) but not defined"),
                            ("root ::= \"a\n", "line 1, column 12: unterminated string literal"),
                            ("root ::= root \"a\" | \"b\"", "left-recursive"),
                            ("item ::= \"a\"", "no 'root' rule"),
-                           ("root ::= <think>", "token matches"),
+                           ("root ::= <[99999999]>", "token id beyond the vocabulary"),
                            ("root ::= \"a\"{3,1}", "maximum below its minimum")):
             status, reply = srv.request("POST", "/completion", {"prompt": "x", "grammar": bad})
             message = reply.get("error", {}).get("message", "") if isinstance(reply, dict) else ""

@@ -246,7 +246,8 @@ SamplingOptions read_sampling(const json &body, const SamplingDefaults &defaults
         if (s.json_object)
             throw ApiError(400, "'grammar' cannot be combined with a JSON response_format", "invalid_value");
         try {
-            s.grammar = std::make_shared<const Grammar>(Grammar::parse(*g));
+            const TokenLookup lookup{[&tok](std::string_view text) { return tok.find_token(text); }, tok.n_vocab()};
+            s.grammar = std::make_shared<const Grammar>(Grammar::parse(*g, &lookup));
         } catch (const std::exception &e) {
             throw ApiError(400, std::string("'grammar': ") + e.what(), "invalid_value");
         }
