@@ -23,6 +23,24 @@
 namespace sparrow {
 namespace {
 
+// `edits` random insertions, deletions or replacements of one byte of `bytes` each.
+void mutate(std::string &s, const std::string &bytes, int edits, std::mt19937 &rng) {
+    for (int e = 0; e < edits; ++e) {
+        const size_t at = rng() % (s.size() + 1);
+        const char b = bytes[rng() % bytes.size()];
+        const uint32_t kind = rng() % 3;
+        if (kind == 0) {
+            s.insert(at, 1, b);
+        } else if (at < s.size()) {
+            if (kind == 1) {
+                s.erase(at, 1);
+            } else {
+                s[at] = b;
+            }
+        }
+    }
+}
+
 // Reads `text` from the start; 1 whole, 0 a readable prefix, -1 refused.
 int read(const Grammar &g, std::string_view text) {
     GrammarAutomaton a(g);
@@ -351,20 +369,7 @@ ws     ::= [ \t\n\r]*
     int compared = 0, whole = 0;
     for (int trial = 0; trial < 20000; ++trial) {
         std::string s = docs[rng() % docs.size()];
-        const int edits = static_cast<int>(rng() % 3);
-        for (int e = 0; e < edits; ++e) {
-            const size_t at = rng() % (s.size() + 1);
-            const char b = bytes[rng() % bytes.size()];
-            switch (rng() % 3) {
-                case 0: s.insert(at, 1, b); break;
-                case 1:
-                    if (at < s.size()) s.erase(at, 1);
-                    break;
-                default:
-                    if (at < s.size()) s[at] = b;
-                    break;
-            }
-        }
+        mutate(s, bytes, static_cast<int>(rng() % 3), rng);
         if (s.find("\\u") != std::string::npos) continue;
         ++compared;
         GrammarAutomaton a(g);
@@ -540,20 +545,7 @@ TEST(Grammar, MutatedGrammarsCompileOrFailCleanly) {
     int compiled = 0, walked = 0;
     for (int trial = 0; trial < 3000; ++trial) {
         std::string s = seeds[rng() % seeds.size()];
-        const int edits = 1 + static_cast<int>(rng() % 4);
-        for (int e = 0; e < edits; ++e) {
-            const size_t at = rng() % (s.size() + 1);
-            const char b = bytes[rng() % bytes.size()];
-            switch (rng() % 3) {
-                case 0: s.insert(at, 1, b); break;
-                case 1:
-                    if (at < s.size()) s.erase(at, 1);
-                    break;
-                default:
-                    if (at < s.size()) s[at] = b;
-                    break;
-            }
-        }
+        mutate(s, bytes, 1 + static_cast<int>(rng() % 4), rng);
         try {
             const Grammar g = Grammar::parse(s);
             ++compiled;
