@@ -209,10 +209,10 @@ TEST(Grammar, RegularGrammarsMatchRegexOnEveryShortString) {
         const Grammar g = Grammar::parse(c.grammar);
         const std::regex re(c.regex, std::regex::ECMAScript);
         // Strings up to n characters, and texts up to 4 longer for the prefixes (a prefix is readable iff some text
-        // extends it; every grammar here finishes within 4 more), ~400K strings at most.
+        // extends it; every grammar here finishes within 4 more), ~200K strings at most.
         const size_t size = std::string(c.alphabet).size();
         size_t n = 1;
-        while (std::pow(static_cast<double>(size), static_cast<double>(n + 1 + 4)) <= 4e5) ++n;
+        while (std::pow(static_cast<double>(size), static_cast<double>(n + 1 + 4)) <= 2e5) ++n;
         std::set<std::string> extendable;
         for_each_string(c.alphabet, n + 4, [&](const std::string &s) {
             if (std::regex_match(s, re))
