@@ -79,7 +79,8 @@ class GrammarBuilder {
     std::vector<size_t> first_use_line_;
     std::map<std::string, uint32_t, std::less<>> ids_;
     size_t n_symbols_ = 0;
-    int nesting_ = 0;  // open groups: the parser recurses into each, so its depth is bounded
+    size_t line_ = 1, line_counted_ = 0;  // line(): the line at line_counted_
+    int nesting_ = 0;                     // open groups: the parser recurses into each, so its depth is bounded
     static constexpr int kMaxNesting = 64;
 
     [[noreturn]] void fail(const char *what) const {
@@ -94,7 +95,18 @@ class GrammarBuilder {
         }
         throw_error("grammar: line %zu, column %zu: %s", line, col, what);
     }
-    size_t line() const { return static_cast<size_t>(std::count(text_.begin(), text_.begin() + pos_, '\n')) + 1; }
+    // The line pos_ is on, counted on from the last call (the parser only moves forward): every rule made records
+    // it, and recounting from the start each time made a long grammar's compile quadratic.
+    size_t line() {
+        if (pos_ < line_counted_) {  // moved back (only to report an error): count from the start
+            line_ = 1;
+            line_counted_ = 0;
+        }
+        line_ += static_cast<size_t>(std::count(text_.begin() + static_cast<std::ptrdiff_t>(line_counted_),
+                                                text_.begin() + static_cast<std::ptrdiff_t>(pos_), '\n'));
+        line_counted_ = pos_;
+        return line_;
+    }
     bool at_end() const { return pos_ >= text_.size(); }
     char peek() const { return at_end() ? '\0' : text_[pos_]; }
 
