@@ -204,6 +204,9 @@ TEST(Grammar, RegularGrammarsMatchRegexOnEveryShortString) {
         {"root ::= [a-b-]+ \"{\" [\\]\\[]", "[-ab]+\\{[\\]\\[]", "a-{[]"},
         {"root ::= \"\"{0} \"a\"{0,0} \"b\"{1,1}", "b", "ab"},
         {"root ::= (\"a\" | \"a\" | \"aa\")* \"b\"", "a*b", "ab"},
+        // Repetitions of what may be empty: the repetition's rule comes back to itself through a tail call only.
+        {"root ::= (\"a\"? \"b\"?)* \"c\"", "(a?b?)*c", "abc"},
+        {"root ::= x* \"!\" \"\"*\nx ::= [a-b]* | \"c\"", "[abc]*!", "abc!"},
     };
     for (const auto &c : cases) {
         const Grammar g = Grammar::parse(c.grammar);

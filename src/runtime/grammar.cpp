@@ -469,42 +469,70 @@ class GrammarBuilder {
                 }
             }
         }
-        // Edges r -> the rules r may begin with; a cycle is left recursion (colours: 0 new, 1 on the path, 2 done).
-        std::vector<uint8_t> colour(n, 0);
-        std::vector<std::pair<uint32_t, std::vector<uint32_t>>> path;
-        const auto firsts = [&](uint32_t r) {
-            std::vector<uint32_t> out;
-            for (const auto &s : rules_[r]) {
-                for (const auto &x : s) {
-                    if (x.kind != Grammar::Kind::rule) break;
-                    out.push_back(x.rule);
-                    if (!nullable[x.rule]) break;
+        // Edges r -> s: r may begin with s (what comes before s in an alternative may be empty). Coming back to a
+        // rule that way is harmless when every reference on the way ends its alternative (a tail call: the
+        // automaton returns straight to the caller, so x* with an x that may be empty only revisits a stack it has
+        // seen), and endless otherwise: the stack would grow before any character. Such a cycle is a non-tail edge
+        // inside a strongly connected component (Tarjan's, without recursion).
+        struct Edge {
+            uint32_t to;
+            bool tail;
+        };
+        std::vector<std::vector<Edge>> edges(n);
+        for (size_t r = 0; r < n; ++r) {
+            for (const auto &seq : rules_[r]) {
+                for (size_t i = 0; i < seq.size() && seq[i].kind == Grammar::Kind::rule; ++i) {
+                    edges[r].push_back({seq[i].rule, i + 1 == seq.size()});
+                    if (!nullable[seq[i].rule]) break;
                 }
             }
-            return out;
-        };
-        for (uint32_t start = 0; start < n; ++start) {
-            if (colour[start]) continue;
-            colour[start] = 1;
-            path.emplace_back(start, firsts(start));
-            while (!path.empty()) {
-                auto &[r, next] = path.back();
-                if (next.empty()) {
-                    colour[r] = 2;
-                    path.pop_back();
+        }
+        constexpr uint32_t kUnvisited = UINT32_MAX;
+        std::vector<uint32_t> index(n, kUnvisited), low(n, 0), component(n, kUnvisited);
+        std::vector<uint8_t> on_stack(n, 0);
+        std::vector<uint32_t> stack;
+        std::vector<std::pair<uint32_t, size_t>> calls;  // (rule, next edge to follow)
+        uint32_t counter = 0, n_components = 0;
+        for (uint32_t root = 0; root < n; ++root) {
+            if (index[root] != kUnvisited) continue;
+            calls.emplace_back(root, 0);
+            index[root] = low[root] = counter++;
+            stack.push_back(root);
+            on_stack[root] = 1;
+            while (!calls.empty()) {
+                auto &[v, next] = calls.back();
+                if (next < edges[v].size()) {
+                    const uint32_t w = edges[v][next++].to;
+                    if (index[w] == kUnvisited) {
+                        index[w] = low[w] = counter++;
+                        stack.push_back(w);
+                        on_stack[w] = 1;
+                        calls.emplace_back(w, 0);
+                    } else if (on_stack[w]) {
+                        low[v] = std::min(low[v], index[w]);
+                    }
                     continue;
                 }
-                const uint32_t s = next.back();
-                next.pop_back();
-                if (colour[s] == 1)
-                    throw_error(
-                        "grammar: rule '%s' is left-recursive (it can come back to itself before any "
-                        "character)",
-                        names_[s].c_str());
-                if (colour[s] == 0) {
-                    colour[s] = 1;
-                    path.emplace_back(s, firsts(s));
+                const uint32_t done = v;
+                calls.pop_back();
+                if (!calls.empty()) low[calls.back().first] = std::min(low[calls.back().first], low[done]);
+                if (low[done] == index[done]) {
+                    for (uint32_t w = kUnvisited; w != done;) {
+                        w = stack.back();
+                        stack.pop_back();
+                        on_stack[w] = 0;
+                        component[w] = n_components;
+                    }
+                    ++n_components;
                 }
+            }
+        }
+        for (size_t r = 0; r < n; ++r) {
+            for (const Edge &e : edges[r]) {
+                if (!e.tail && component[e.to] == component[r])
+                    throw_error(
+                        "grammar: rule '%s' is left-recursive (it can come back to itself before any character)",
+                        names_[e.to].c_str());
             }
         }
     }
