@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <optional>
 #include <span>
 #include <string>
@@ -43,6 +44,21 @@ class StartGate {
     bool open_;
     std::string tail_;  // while shut: the text's last bytes, shorter than after_
 };
+
+// Sets the logit of every token `allowed(i)` refuses to -inf (tokens past the end of a vocabulary too: allowed says);
+// returns how many it allows that have a logit above -inf. The last step of each constraint's mask().
+template <class Allowed>
+int64_t keep_allowed(std::span<float> logits, Allowed &&allowed) {
+    int64_t n = 0;
+    for (size_t i = 0; i < logits.size(); ++i) {
+        if (allowed(i)) {
+            n += logits[i] > -std::numeric_limits<float>::infinity() ? 1 : 0;
+        } else {
+            logits[i] = -std::numeric_limits<float>::infinity();
+        }
+    }
+    return n;
+}
 
 // The next token drawn by `sampler` from `logits`, kept to what `c` allows and taken by it: the draw is checked
 // first, and only when it would break the text are the tokens that cannot come next masked (into `scratch`) and the

@@ -1,8 +1,6 @@
 #include "runtime/grammar_constraint.h"
 
 #include <algorithm>
-#include <limits>
-#include <numeric>
 
 #include "core/error.h"
 
@@ -122,15 +120,7 @@ int64_t GrammarConstraint::mask(std::span<float> logits) const {
         for (size_t i = 0; i < n; ++i)
             if (eog_[i]) allowed_[i] = whole ? 1 : 0;
     }
-    int64_t count = 0;
-    for (size_t i = 0; i < logits.size(); ++i) {
-        if (allowed_[i]) {
-            count += logits[i] > -std::numeric_limits<float>::infinity() ? 1 : 0;
-        } else {
-            logits[i] = -std::numeric_limits<float>::infinity();
-        }
-    }
-    return count;
+    return keep_allowed(logits, [&](size_t i) { return allowed_[i] != 0; });
 }
 
 void GrammarConstraint::accept(int32_t token) {

@@ -623,26 +623,13 @@ int64_t JsonConstraint::mask(std::span<float> logits) const {
         first_ok[static_cast<size_t>(b)] = trial.feed(std::string_view(reinterpret_cast<const char *>(&b), 1));
     }
     const bool plain_ok = shortcuts && !plain_.empty() && prefix_.in_plain_string();
-    int64_t n = 0;
-    for (size_t i = 0; i < logits.size(); ++i) {
-        bool ok = false;
-        if (i < pieces_.size()) {
-            const std::string &piece = pieces_[i];
-            if (!shortcuts || eog_[i] || piece.empty()) {
-                ok = allows(static_cast<int32_t>(i));
-            } else if (plain_ok && plain_[i]) {
-                ok = true;
-            } else {
-                ok = first_ok[static_cast<uint8_t>(piece[0])] && allows(static_cast<int32_t>(i));
-            }
-        }
-        if (ok) {
-            n += logits[i] > -std::numeric_limits<float>::infinity() ? 1 : 0;
-        } else {
-            logits[i] = -std::numeric_limits<float>::infinity();
-        }
-    }
-    return n;
+    return keep_allowed(logits, [&](size_t i) {
+        if (i >= pieces_.size()) return false;
+        const std::string &piece = pieces_[i];
+        if (!shortcuts || eog_[i] || piece.empty()) return allows(static_cast<int32_t>(i));
+        if (plain_ok && plain_[i]) return true;
+        return first_ok[static_cast<uint8_t>(piece[0])] && allows(static_cast<int32_t>(i));
+    });
 }
 
 void JsonConstraint::accept(int32_t token) {
