@@ -3,7 +3,7 @@
 # all present already (so no network is needed on a prepared machine).
 set -euo pipefail
 packages=(cmake ninja-build g++ clang-format libgtest-dev libbenchmark-dev libcli11-dev libcpp-httplib-dev nlohmann-json3-dev pkg-config python3
-          python3-numpy python3-jsonschema)
+          python3-numpy python3-jsonschema python3-jinja2)
 missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

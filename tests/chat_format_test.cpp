@@ -228,9 +228,14 @@ TEST(ChatFormat, RejectsWhatTheFormatCannotExpress) {
     } catch (const Error &e) {
         EXPECT_NE(std::string(e.what()).find("needs a user message"), std::string::npos) << e.what();
     }
+    // Tool results: llama2 has none; DeepSeek-V3.2 numbers them by the calls of the assistant turn before them.
     const std::vector<ChatMessage> tool = {{"tool", "x", {}}};
-    for (ChatFormat f : {ChatFormat::deepseek3, ChatFormat::deepseek4, ChatFormat::glm, ChatFormat::llama2}) {
+    for (ChatFormat f : {ChatFormat::deepseek3, ChatFormat::llama2}) {
         EXPECT_THROW(apply_chat_format(f, tool, {}), Error) << chat_format_name(f);
+    }
+    EXPECT_THROW(apply_chat_format(ChatFormat::llama2, {{"other", "x", {}}}, {}), Error);
+    for (ChatFormat f : {ChatFormat::deepseek3, ChatFormat::deepseek4, ChatFormat::glm}) {
+        EXPECT_THROW(apply_chat_format(f, {{"critic", "x", {}}}, {}), Error) << chat_format_name(f);
     }
     EXPECT_THROW(chat_format_from_name("chatml"), Error);
 }

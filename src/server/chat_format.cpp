@@ -2,6 +2,7 @@
 
 #include "core/error.h"
 #include "runtime/tokenizer.h"
+#include "server/tool_calls.h"
 
 namespace sparrow::server {
 
@@ -34,9 +35,69 @@ std::string_view lstrip_newlines(std::string_view s) {
 
 std::string normalized_role(const ChatMessage &m) {
     if (m.role == "developer") return "system";
-    if (m.role == "system" || m.role == "user" || m.role == "assistant") return m.role;
-    throw_error("unsupported message role '%s' (expected system, user or assistant)", m.role.c_str());
+    if (m.role == "system" || m.role == "user" || m.role == "assistant" || m.role == "tool") return m.role;
+    throw_error("unsupported message role '%s' (expected system, user, assistant or tool)", m.role.c_str());
 }
+
+// The DeepSeek templates' DSML block of an assistant turn's calls (`block`: function_calls in V3.2, tool_calls in
+// V4, which also writes a newline for a call without arguments).
+void append_dsml_calls(std::string &out, const std::vector<ToolCall> &calls, std::string_view block,
+                       bool newline_if_no_args) {
+    append(out, {"\n\n<｜DSML｜", block, ">\n"});
+    for (const ToolCall &call : calls) {
+        append(out, {"<｜DSML｜invoke name=\"", call.name, "\">\n"});
+        for (const auto &[key, value] : call.arguments.items()) {
+            if (value.is_string()) {
+                append(out, {"<｜DSML｜parameter name=\"", key, "\" string=\"true\">",
+                             value.get_ref<const std::string &>(), "</｜DSML｜parameter>\n"});
+            } else {
+                append(out, {"<｜DSML｜parameter name=\"", key, "\" string=\"false\">", python_json_dumps(value),
+                             "</｜DSML｜parameter>\n"});
+            }
+        }
+        if (newline_if_no_args && call.arguments.empty()) out += "\n";
+        out += "</｜DSML｜invoke>\n";
+    }
+    append(out, {"</｜DSML｜", block, ">"});
+}
+
+// The system prompt's part that offers the tools (both DeepSeek templates): the header, each tool's "function"
+// object as JSON on its own line, the footer.
+std::string dsml_tools(const std::vector<nlohmann::ordered_json> &tools, std::string_view header,
+                       std::string_view footer) {
+    std::string out(header);
+    for (const nlohmann::ordered_json &tool : tools) {
+        if (tool.value("type", "") == "function") append(out, {python_json_dumps(tool.at("function")), "\n"});
+    }
+    return out + std::string(footer);
+}
+
+constexpr std::string_view kDeepseek3ToolsHeader =
+    "## Tools\n\nYou have access to a set of tools you can use to answer the user's question.\nYou can invoke "
+    "functions by writing a \"<｜DSML｜function_calls>\" block like the following as part of your reply to the "
+    "user:\n<｜DSML｜function_calls>\n<｜DSML｜invoke name=\"$FUNCTION_NAME\">\n<｜DSML｜parameter "
+    "name=\"$PARAMETER_NAME\" string=\"true|false\">$PARAMETER_VALUE</｜DSML｜parameter>\n...\n</｜DSML｜invoke>\n"
+    "<｜DSML｜invoke name=\"$FUNCTION_NAME2\">\n...\n</｜DSML｜invoke>\n</｜DSML｜function_calls>\n\nString and scalar "
+    "parameters should be specified as is without any escaping or quotes, while lists and objects should use JSON "
+    "format. The \"string\" attribute should be set to \"true\" for string type parameters and \"false\" for other "
+    "types (numbers, booleans, arrays, objects).\n\nIf the thinking_mode is enabled, then after function results you "
+    "should strongly consider outputting a thinking block. Here is an example:\n\n<｜DSML｜function_calls>\n...\n"
+    "</｜DSML｜function_calls>\n\n<function_results>\n...\n</function_results>\n\n<think>...thinking about results"
+    "</think>\n\nHere are the functions available in JSONSchema format:\n<functions>\n";
+constexpr std::string_view kDeepseek3ToolsFooter = "</functions>\n";
+
+constexpr std::string_view kDeepseek4ToolsHeader =
+    "## Tools\n\nYou have access to a set of tools to help answer the user's question. You can invoke tools by "
+    "writing a \"<｜DSML｜tool_calls>\" block like the following:\n\n<｜DSML｜tool_calls>\n<｜DSML｜invoke "
+    "name=\"$TOOL_NAME\">\n<｜DSML｜parameter name=\"$PARAMETER_NAME\" string=\"true|false\">$PARAMETER_VALUE"
+    "</｜DSML｜parameter>\n...\n</｜DSML｜invoke>\n<｜DSML｜invoke name=\"$TOOL_NAME2\">\n...\n</｜DSML｜invoke>\n"
+    "</｜DSML｜tool_calls>\n\nString parameters should be specified as is and set `string=\"true\"`. For all other "
+    "types (numbers, booleans, arrays, objects), pass the value in JSON format and set `string=\"false\"`.\n\nIf "
+    "thinking_mode is enabled (triggered by <think>), you MUST output your complete reasoning inside "
+    "<think>...</think> BEFORE any tool calls or final response.\n\nOtherwise, output directly after </think> with "
+    "tool calls or final response.\n\n### Available Tool Schemas\n\n";
+constexpr std::string_view kDeepseek4ToolsFooter =
+    "\nYou MUST strictly follow the above defined tool name and parameter schemas to invoke tool calls.\n";
 
 // Index of the last user turn, or -1.
 ptrdiff_t last_user_index(const std::vector<ChatMessage> &messages) {
@@ -60,75 +121,141 @@ std::string joined_system_prompt(const std::vector<ChatMessage> &messages) {
     return joined;
 }
 
-// deepseek-ai-DeepSeek-V3.2.jinja: BOS, then every system message joined by blank lines, then the turns.
-// An assistant turn directly after a user turn opens with <｜Assistant｜> and the thinking block (only the
-// closing tag when thinking is off or the turn precedes the last user message); each ends with EOS.
+// The system prompt of both DeepSeek templates: every system message joined by blank lines, then the tools.
+std::string deepseek_system_prompt(const std::vector<ChatMessage> &messages, const ChatOptions &opts,
+                                   std::string_view tools_header, std::string_view tools_footer) {
+    std::string prompt = joined_system_prompt(messages);
+    if (!opts.tools.empty()) {
+        if (!prompt.empty()) prompt += "\n\n";
+        prompt += dsml_tools(opts.tools, tools_header, tools_footer);
+    }
+    return prompt;
+}
+
+// deepseek-ai-DeepSeek-V3.2.jinja: BOS, then the system prompt (and the tools), then the turns. An assistant turn
+// directly after a user turn opens with <｜Assistant｜> and the thinking block (only the closing tag when thinking
+// is off or the turn precedes the last user message), after tool results with a blank line and the same block;
+// it ends with its calls' DSML block and EOS. Tool turns answer the calls of the assistant turn before them in
+// order: the first opens <function_results>, the one that answers the last call closes it.
 std::string render_deepseek3(const std::vector<ChatMessage> &messages, const ChatOptions &opts) {
     const bool thinking = opts.enable_thinking.value_or(false);
     const ptrdiff_t last_user = last_user_index(messages);
-    std::string out = opts.bos_text + joined_system_prompt(messages);
-    bool pending_assistant_marker = false;
+    std::string out =
+        opts.bos_text + deepseek_system_prompt(messages, opts, kDeepseek3ToolsHeader, kDeepseek3ToolsFooter);
+    bool pending_assistant_marker = false, pending_tool_marker = false;
+    ptrdiff_t calls_at = -1;  // the last assistant turn with calls so far
     for (size_t i = 0; i < messages.size(); ++i) {
         const ChatMessage &m = messages[i];
         const std::string role = normalized_role(m);
+        const auto think_block = [&] {
+            return static_cast<ptrdiff_t>(i) > last_user && thinking
+                       ? "<think>" + m.reasoning_content.value_or("") + "</think>"
+                       : std::string("</think>");
+        };
         if (role == "user") {
             append(out, {"<｜User｜>", m.content});
             pending_assistant_marker = true;
+            pending_tool_marker = false;
         } else if (role == "assistant") {
             if (pending_assistant_marker) {
-                out += "<｜Assistant｜>";
-                if (static_cast<ptrdiff_t>(i) > last_user && thinking) {
-                    append(out, {"<think>", m.reasoning_content.value_or(""), "</think>"});
-                } else {
-                    out += "</think>";
-                }
+                append(out, {"<｜Assistant｜>", think_block()});
+            } else if (pending_tool_marker) {
+                append(out, {"\n\n", think_block()});
             }
-            pending_assistant_marker = false;
-            append(out, {m.content, "<｜end▁of▁sentence｜>"});
+            pending_assistant_marker = pending_tool_marker = false;
+            out += m.content;
+            if (!m.tool_calls.empty()) {
+                append_dsml_calls(out, m.tool_calls, "function_calls", false);
+                calls_at = static_cast<ptrdiff_t>(i);
+            }
+            out += "<｜end▁of▁sentence｜>";
+        } else if (role == "tool") {
+            if (calls_at < 0) {
+                throw_error("message %zu is a tool result with no assistant message of tool calls before it", i);
+            }
+            const size_t order = i - static_cast<size_t>(calls_at);  // 1 answers the first call
+            if (order == 1) out += "\n\n<function_results>";
+            append(out, {"\n<result>", m.content, "</result>"});
+            if (order == messages[static_cast<size_t>(calls_at)].tool_calls.size()) {
+                out += "\n</function_results>";
+                pending_assistant_marker = false;
+                pending_tool_marker = true;
+            }
         }
     }
-    if (opts.add_generation_prompt && pending_assistant_marker) {
-        out += thinking ? "<｜Assistant｜><think>" : "<｜Assistant｜><think></think>";
+    if (opts.add_generation_prompt) {
+        if (pending_assistant_marker) {
+            out += thinking ? "<｜Assistant｜><think>" : "<｜Assistant｜><think></think>";
+        } else if (pending_tool_marker) {
+            out += thinking ? "\n\n<think>" : "\n\n<think></think>";
+        }
     }
     return out;
 }
 
-// deepseek-ai-DeepSeek-V4.jinja: BOS and the joined system messages as in V3.2; consecutive user turns share
-// one <｜User｜> (joined by blank lines); every assistant turn opens with <｜Assistant｜> and keeps its thinking
-// only after the last user turn with thinking on; the generation prompt follows whatever came last.
+// deepseek-ai-DeepSeek-V4.jinja: BOS and the system prompt as in V3.2 (its own tools text); consecutive user and
+// tool turns share one <｜User｜> (joined by blank lines, tool results as <tool_result>); every assistant turn opens
+// with <｜Assistant｜> and keeps its thinking with thinking on when it comes after the last user or tool turn, or
+// when tools are on offer or any tool turn exists; the generation prompt follows whatever came last.
 std::string render_deepseek4(const std::vector<ChatMessage> &messages, const ChatOptions &opts) {
     const bool thinking = opts.enable_thinking.value_or(false);
-    const ptrdiff_t last_user = last_user_index(messages);
-    std::string out = opts.bos_text + joined_system_prompt(messages);
+    ptrdiff_t last_user = -1;
+    bool has_tool_turns = false;
+    for (size_t i = 0; i < messages.size(); ++i) {
+        const std::string role = normalized_role(messages[i]);
+        if (role == "user" || role == "tool") last_user = static_cast<ptrdiff_t>(i);
+        has_tool_turns = has_tool_turns || role == "tool";
+    }
+    std::string out =
+        opts.bos_text + deepseek_system_prompt(messages, opts, kDeepseek4ToolsHeader, kDeepseek4ToolsFooter);
     bool in_user = false;
     for (size_t i = 0; i < messages.size(); ++i) {
         const ChatMessage &m = messages[i];
         const std::string role = normalized_role(m);
-        if (role == "user") {
+        if (role == "user" || role == "tool") {
             out += in_user ? "\n\n" : "<｜User｜>";
             in_user = true;
-            out += m.content;
+            if (role == "user") {
+                out += m.content;
+            } else {
+                append(out, {"<tool_result>", m.content, "</tool_result>"});
+            }
         } else if (role == "assistant") {
             in_user = false;
             out += "<｜Assistant｜>";
-            if (thinking && static_cast<ptrdiff_t>(i) > last_user) {
+            const bool keep_reasoning =
+                thinking && (!opts.tools.empty() || has_tool_turns || static_cast<ptrdiff_t>(i) > last_user);
+            if (keep_reasoning) {
                 append(out, {"<think>", m.reasoning_content.value_or(""), "</think>"});
             } else {
                 out += "</think>";
             }
-            append(out, {m.content, "<｜end▁of▁sentence｜>"});
+            out += m.content;
+            if (!m.tool_calls.empty()) append_dsml_calls(out, m.tool_calls, "tool_calls", true);
+            out += "<｜end▁of▁sentence｜>";
         }
     }
     if (opts.add_generation_prompt) out += thinking ? "<｜Assistant｜><think>" : "<｜Assistant｜></think>";
     return out;
 }
 
-// GLM-4.7-Flash.jinja (HF rendering: trim_blocks, lstrip_blocks): [gMASK]<sop>, then each turn as its tag
-// and text; an assistant turn carries its thinking (only after the last user turn) or an empty </think>,
-// then its stripped text. The generation prompt opens the thinking block unless thinking is disabled.
+// GLM-4.7-Flash.jinja (HF rendering: trim_blocks, lstrip_blocks): [gMASK]<sop>, the tools in a system turn of
+// their own, then each turn as its tag and text; an assistant turn carries its thinking (only after the last user
+// turn) or an empty </think>, then its stripped text and its calls as <tool_call> elements. Consecutive tool turns
+// share one <|observation|>. The generation prompt opens the thinking block unless thinking is disabled.
 std::string render_glm(const std::vector<ChatMessage> &messages, const ChatOptions &opts) {
     const ptrdiff_t last_user = last_user_index(messages);
     std::string out = "[gMASK]<sop>";
+    if (!opts.tools.empty()) {
+        out +=
+            "<|system|>\n# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are "
+            "provided with function signatures within <tools></tools> XML tags:\n<tools>\n";
+        for (const nlohmann::ordered_json &tool : opts.tools) append(out, {python_json_dumps(tool), "\n"});
+        out +=
+            "</tools>\n\nFor each function call, output the function name and arguments within the following XML "
+            "format:\n<tool_call>{function-name}<arg_key>{arg-key-1}</arg_key><arg_value>{arg-value-1}</arg_value>"
+            "<arg_key>{arg-key-2}</arg_key><arg_value>{arg-value-2}</arg_value>...</tool_call>";
+    }
     for (size_t i = 0; i < messages.size(); ++i) {
         const ChatMessage &m = messages[i];
         const std::string role = normalized_role(m);
@@ -136,6 +263,9 @@ std::string render_glm(const std::vector<ChatMessage> &messages, const ChatOptio
             append(out, {"<|user|>", m.content});
         } else if (role == "system") {
             append(out, {"<|system|>", m.content});
+        } else if (role == "tool") {
+            if (i == 0 || normalized_role(messages[i - 1]) != "tool") out += "<|observation|>";
+            append(out, {"<tool_response>", m.content, "</tool_response>"});
         } else {
             out += "<|assistant|>";
             std::string_view content = m.content;
@@ -157,6 +287,15 @@ std::string render_glm(const std::vector<ChatMessage> &messages, const ChatOptio
                 out += "</think>";
             }
             out += strip(content);
+            for (const ToolCall &call : m.tool_calls) {
+                append(out, {"<tool_call>", call.name});
+                for (const auto &[key, value] : call.arguments.items()) {
+                    append(out, {"<arg_key>", key, "</arg_key><arg_value>",
+                                 value.is_string() ? value.get_ref<const std::string &>() : python_json_dumps(value),
+                                 "</arg_value>"});
+                }
+                out += "</tool_call>";
+            }
         }
     }
     if (opts.add_generation_prompt) {
@@ -169,6 +308,12 @@ std::string render_glm(const std::vector<ChatMessage> &messages, const ChatOptio
 // Meta's Llama-2 chat template: an optional leading system message folded into the first user turn;
 // user turns as BOS "[INST] text [/INST]", assistant turns as " text EOS". No generation prompt.
 std::string render_llama2(const std::vector<ChatMessage> &messages, const ChatOptions &opts) {
+    if (!opts.tools.empty()) throw_error("the llama2 chat format has no tools");
+    for (size_t i = 0; i < messages.size(); ++i) {
+        if (messages[i].role == "tool" || !messages[i].tool_calls.empty()) {
+            throw_error("the llama2 chat format has no tool calls or tool results (message %zu)", i);
+        }
+    }
     size_t first = 0;
     std::string system;
     bool has_system = false;
@@ -245,6 +390,8 @@ const char *chat_format_name(ChatFormat f) {
     }
     return "?";
 }
+
+bool chat_format_has_tools(ChatFormat f) { return f != ChatFormat::llama2; }
 
 std::string apply_chat_format(ChatFormat f, const std::vector<ChatMessage> &messages, const ChatOptions &opts) {
     switch (f) {

@@ -46,6 +46,13 @@ struct ApiConfig {
     std::string slot_save_path;
 };
 
+// A chat reply whose calls are read out of its text (the request offered tools).
+struct ReplyTools {
+    std::optional<ChatFormat> format;  // unset: no tools on offer, the text is all content
+    std::vector<nlohmann::ordered_json> tools;
+    bool parallel = true;  // false: a reply's calls after its first are dropped
+};
+
 // HTTP replies by path and status, counted before the reply is sent.
 class HttpCounters {
   public:
@@ -83,15 +90,16 @@ class Api {
     void infill(const httplib::Request &req, httplib::Response &res);            // llama.cpp's /infill
     // llama.cpp's /apply-template: the prompt a chat request's messages render to, as /v1/chat/completions reads it
     void apply_template(const httplib::Request &req, httplib::Response &res);
-    // A chat request's messages in the server's chat format (chat_template_kwargs.enable_thinking honoured).
-    std::string render_chat(const json &body) const;
+    // A chat request's messages in the server's chat format (chat_template_kwargs.enable_thinking honoured), with
+    // the tools on offer.
+    std::string render_chat(const json &body, const std::vector<nlohmann::ordered_json> &tools) const;
 
     // Shared by the three generation endpoints (api_generate.cpp): one task per choice of the reply, `per_prompt`
     // choices (`n`) of each prompt in turn (0: all of them share one prompt), so choice k reads prompt
     // k / per_prompt. echo: empty, or per choice the text it starts with (completions' echo).
     void generate(httplib::Response &res, std::vector<Task> tasks, Dialect dialect, bool stream, bool include_usage,
                   std::vector<std::optional<std::string>> echo = {}, size_t per_prompt = 0,
-                  bool split_reasoning = false);
+                  bool split_reasoning = false, ReplyTools tools = {});
     // /completion's and /infill's one task for `prompt`, read with the rest of the request (sampling, n_probs,
     // id_slot, n_keep, stream) and answered in llama.cpp's shape.
     void generate_llama(httplib::Response &res, const json &body, std::vector<int32_t> prompt);

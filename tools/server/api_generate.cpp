@@ -3,12 +3,15 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <random>
 
 #include "core/error.h"
 #include "model/model.h"
+#include "runtime/grammar.h"
 #include "runtime/tokenizer.h"
 #include "server/api.h"
 #include "server/reasoning_split.h"
+#include "server/tool_calls.h"
 
 namespace sparrow::tools::http {
 
@@ -17,6 +20,8 @@ using sparrow::server::FinishReason;
 using sparrow::server::TaskChannel;
 using sparrow::server::TaskUpdate;
 using sparrow::server::TokenLogprob;
+using sparrow::server::ToolCallParser;
+using sparrow::server::ToolReplyParts;
 using Clock = std::chrono::steady_clock;
 
 // How long a stream waits for news before looking again, and how long it stays silent before it sends an
@@ -156,13 +161,37 @@ struct ReplyInfo {
     std::vector<int32_t> first_prompt_token;
     size_t per_prompt = 1;         // choices of each prompt (choice k reads prompt k / per_prompt)
     bool split_reasoning = false;  // chat: the reply's reasoning goes to reasoning_content (ReasoningSplitter)
+    ReplyTools tools;              // chat: the tools on offer, whose calls are read out of the reply
 
     void cancel_all() const {
         for (const auto &c : channels) c->cancel();
     }
 };
 
-// A request's usage from its choices' last updates: each prompt once (its per_prompt choices share it), the
+// A new call id: "call_" and 24 random letters and digits (clients match tool results to calls by it).
+std::string new_call_id() {
+    constexpr std::string_view kChars = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+    std::random_device rd;
+    std::string id = "call_";
+    for (int i = 0; i < 24; ++i) id += kChars[rd() % kChars.size()];
+    return id;
+}
+
+// An OpenAI tool call object (with its "index" when streamed).
+json tool_call_json(const sparrow::server::ParsedToolCall &call, std::optional<size_t> index) {
+    json out = {{"id", new_call_id()},
+                {"type", "function"},
+                {"function", {{"name", call.name}, {"arguments", call.arguments}}}};
+    if (index) out["index"] = *index;
+    return out;
+}
+
+// The finish reason of a chat choice that made `n_calls` calls: "tool_calls" when it ended by itself after them.
+const char *chat_finish_reason(FinishReason finish, size_t n_calls) {
+    return n_calls > 0 && finish == FinishReason::stop ? "tool_calls" : sparrow::server::finish_reason_name(finish);
+}
+
+// What a request's usage from its choices' last updates: each prompt once (its per_prompt choices share it), the
 // completion tokens of them all.
 json usage_of(const std::vector<const TaskUpdate *> &last, size_t per_prompt) {
     TaskUpdate u;
@@ -196,6 +225,8 @@ void wait_choices(const ReplyInfo &info, const std::vector<Choice> &choices, std
 // One choice of a streamed reply.
 struct StreamChoice {
     sparrow::server::ReasoningSplitter reasoning;  // split_reasoning: where the text goes
+    std::optional<ToolCallParser> tool_parser;     // tools on offer: the content's calls
+    size_t n_calls = 0;                            // calls sent
     size_t text_offset = 0;                        // completions: bytes of text sent so far (logprobs' text_offset)
     bool sent_role = false;
     bool echo_sent = false;
@@ -209,6 +240,26 @@ struct StreamState : ReplyInfo {
     bool finished = false;
     Clock::time_point last_write = Clock::now();
 };
+
+// A streamed chat delta's content and calls from `parts` (calls past the first dropped when parallel calls are off).
+void add_tool_parts(const StreamState &st, StreamChoice &c, ToolReplyParts parts, json &delta) {
+    if (!parts.content.empty()) delta["content"] = delta.value("content", "") + parts.content;
+    for (const sparrow::server::ParsedToolCall &call : parts.calls) {
+        if (!st.tools.parallel && c.n_calls > 0) break;
+        if (!delta.contains("tool_calls")) delta["tool_calls"] = json::array();
+        delta["tool_calls"].push_back(tool_call_json(call, c.n_calls++));
+    }
+}
+
+// Text of a chat choice's content into its delta: through the choice's call parser when tools are on offer.
+void add_content(const StreamState &st, StreamChoice &c, const std::string &text, json &delta) {
+    if (st.tools.format && !c.tool_parser) c.tool_parser.emplace(*st.tools.format, st.tools.tools);
+    if (c.tool_parser) {
+        add_tool_parts(st, c, c.tool_parser->push(text), delta);
+    } else if (!text.empty()) {
+        delta["content"] = text;
+    }
+}
 
 // The SSE events of update u of choice k (its tokens, and its end: the last choice to end also carries the
 // request's usage). A choice that failed ends the stream with an error event.
@@ -255,9 +306,9 @@ std::string choice_events(StreamState &st, size_t k, const TaskUpdate &u) {
             if (st.split_reasoning) {
                 const sparrow::server::ReasoningParts parts = c.reasoning.push(u.text);
                 if (!parts.reasoning.empty()) delta["reasoning_content"] = parts.reasoning;
-                if (!parts.content.empty()) delta["content"] = parts.content;
+                add_content(st, c, parts.content, delta);
             } else {
-                delta["content"] = u.text;
+                add_content(st, c, u.text, delta);
             }
             if (!delta.empty() || st.logprobs) {
                 json fields = {{"delta", std::move(delta)}};
@@ -279,11 +330,19 @@ std::string choice_events(StreamState &st, size_t k, const TaskUpdate &u) {
         return out +
                sse(error_body(status, u.error.empty() ? "the request was cancelled" : u.error, failure_code(status)));
     }
-    const char *finish = sparrow::server::finish_reason_name(u.finish);
-    if (d == Dialect::chat && st.split_reasoning) {  // what the splitter held back (an unfinished tag is reasoning)
-        const sparrow::server::ReasoningParts rest = c.reasoning.finish();
-        if (!rest.reasoning.empty()) out += sse(chunk({{"delta", {{"reasoning_content", rest.reasoning}}}}, nullptr));
+    if (d == Dialect::chat) {
+        // What the splitters held back: an unfinished thinking tag is reasoning, an unfinished call is content.
+        json delta = json::object();
+        if (st.split_reasoning) {
+            const sparrow::server::ReasoningParts rest = c.reasoning.finish();
+            if (!rest.reasoning.empty()) delta["reasoning_content"] = rest.reasoning;
+            add_content(st, c, rest.content, delta);
+        }
+        if (c.tool_parser) add_tool_parts(st, c, c.tool_parser->finish(), delta);
+        if (!delta.empty()) out += sse(chunk({{"delta", std::move(delta)}}, nullptr));
     }
+    const char *finish =
+        d == Dialect::chat ? chat_finish_reason(u.finish, c.n_calls) : sparrow::server::finish_reason_name(u.finish);
     if (d == Dialect::llama) {
         return out + sse({{"content", ""},
                           {"stop", true},
@@ -422,10 +481,25 @@ std::pair<int, json> final_reply(const PendingReply &r) {
             {"index", k}, {"logprobs", nullptr}, {"finish_reason", sparrow::server::finish_reason_name(c.last.finish)}};
         if (r.dialect == Dialect::chat) {
             choice["message"] = {{"role", "assistant"}, {"content", c.text}};
+            std::string content = c.text;
             if (r.split_reasoning) {
                 sparrow::server::ReasoningParts parts = sparrow::server::split_reasoning(c.text);
-                choice["message"]["content"] = std::move(parts.content);
+                content = std::move(parts.content);
                 choice["message"]["reasoning_content"] = std::move(parts.reasoning);
+            }
+            choice["message"]["content"] = content;
+            if (r.tools.format) {
+                ToolReplyParts parts = sparrow::server::parse_tool_calls(*r.tools.format, r.tools.tools, content);
+                if (!r.tools.parallel && parts.calls.size() > 1) parts.calls.resize(1);
+                if (!parts.calls.empty()) {
+                    json calls = json::array();
+                    for (const sparrow::server::ParsedToolCall &call : parts.calls)
+                        calls.push_back(tool_call_json(call, std::nullopt));
+                    // OpenAI's shape: content null when the reply is only calls
+                    choice["message"]["content"] = parts.content.empty() ? json() : json(parts.content);
+                    choice["message"]["tool_calls"] = std::move(calls);
+                    choice["finish_reason"] = chat_finish_reason(c.last.finish, parts.calls.size());
+                }
             }
             if (r.logprobs) choice["logprobs"] = chat_logprobs(*r.tokenizer, c.token_logprobs);
         } else {
@@ -555,18 +629,29 @@ void Api::completions(const httplib::Request &req, httplib::Response &res) {
 void Api::chat_completions(const httplib::Request &req, httplib::Response &res) {
     const json body = parse_body(req);
     check_model(body);
-    refuse_if_set(body, "tools", "no tool calling");
+    ToolRequest tools = read_tool_request(body, req.body);
     // logprobs: true reports each token's log probability, with top_logprobs alternatives per token
     const bool logprobs = get_bool(body, "logprobs").value_or(false);
     const std::optional<int64_t> top_logprobs = get_int(body, "top_logprobs", 0, kMaxTopLogprobs);
     if (top_logprobs && !logprobs) throw ApiError(400, "'top_logprobs' needs 'logprobs': true", "invalid_value");
-    const std::string text = render_chat(body);
+    const std::string text = render_chat(body, tools.tools);
     Task task;
     task.prompt = tokenizer_.encode(text, /*add_special=*/false, /*parse_special=*/true);
     check_prompt_fits(task.prompt.size(), limits_);
     task.sampling = read_sampling(body, {}, {"max_completion_tokens", "max_tokens"},
                                   static_cast<int64_t>(task.prompt.size()), tokenizer_, limits_);
     if (logprobs) task.sampling.logprobs = static_cast<int>(top_logprobs.value_or(0));
+    // tool_choice "required" or a function: the reply is calls, in the format's syntax (a grammar).
+    if (tools.choice == ToolRequest::Choice::required) {
+        if (task.sampling.json_object || task.sampling.grammar) {
+            throw ApiError(400, "'tool_choice' that requires a call cannot be combined with response_format or grammar",
+                           "invalid_value");
+        }
+        const std::string grammar =
+            sparrow::server::tool_call_grammar(config_.chat_format, tools.tools, tools.only, tools.parallel);
+        const TokenLookup lookup{[this](std::string_view t) { return tokenizer_.find_token(t); }, tokenizer_.n_vocab()};
+        task.sampling.grammar = std::make_shared<const Grammar>(Grammar::parse(grammar, &lookup));
+    }
     // JSON mode or a grammar after an opened thinking block: the reasoning is free and the constrained text comes
     // after its end, so that it is the reply's content.
     if ((task.sampling.json_object || task.sampling.grammar) && text.ends_with("<think>"))
@@ -575,23 +660,36 @@ void Api::chat_completions(const httplib::Request &req, httplib::Response &res) 
     task.n_keep = read_n_keep(body);
     const bool stream = get_bool(body, "stream").value_or(false);
     const bool include_usage = read_include_usage(body);
+    ReplyTools reply_tools;
+    if (!tools.tools.empty()) {
+        reply_tools =
+            ReplyTools{.format = config_.chat_format, .tools = std::move(tools.tools), .parallel = tools.parallel};
+    }
     generate(res, choices(body, std::move(task), scheduler_.max_queue()), Dialect::chat, stream, include_usage, {}, 0,
              // the rendered prompt says whether it opened a thinking block (every format's closed one ends "</think>")
-             config_.split_reasoning && text.ends_with("<think>"));
+             config_.split_reasoning && text.ends_with("<think>"), std::move(reply_tools));
 }
 
-std::string Api::render_chat(const json &body) const {
+std::string Api::render_chat(const json &body, const std::vector<nlohmann::ordered_json> &tools) const {
     sparrow::server::ChatOptions opts = sparrow::server::chat_options_for(tokenizer_);
     if (const auto kw = body.find("chat_template_kwargs"); kw != body.end() && !kw->is_null()) {
         if (!kw->is_object()) throw ApiError(400, "'chat_template_kwargs' must be an object", "invalid_type");
         opts.enable_thinking = get_bool(*kw, "enable_thinking", "chat_template_kwargs");
         if (!opts.enable_thinking) opts.enable_thinking = get_bool(*kw, "thinking", "chat_template_kwargs");
     }
+    if (!tools.empty() && !sparrow::server::chat_format_has_tools(config_.chat_format)) {
+        throw ApiError(400,
+                       std::string("'tools': the chat format '") +
+                           sparrow::server::chat_format_name(config_.chat_format) + "' has no tool calling",
+                       "unsupported_parameter");
+    }
+    opts.tools = tools;
     return sparrow::server::apply_chat_format(config_.chat_format, read_messages(body), opts);
 }
 
 void Api::apply_template(const httplib::Request &req, httplib::Response &res) {
-    send_json(res, {{"prompt", render_chat(parse_body(req))}});
+    const json body = parse_body(req);
+    send_json(res, {{"prompt", render_chat(body, read_tool_request(body, req.body).tools)}});
 }
 
 void Api::completion(const httplib::Request &req, httplib::Response &res) {
@@ -648,7 +746,8 @@ void Api::infill(const httplib::Request &req, httplib::Response &res) {
 }
 
 void Api::generate(httplib::Response &res, std::vector<Task> tasks, Dialect dialect, bool stream, bool include_usage,
-                   std::vector<std::optional<std::string>> echo, size_t per_prompt, bool split_reasoning) {
+                   std::vector<std::optional<std::string>> echo, size_t per_prompt, bool split_reasoning,
+                   ReplyTools tools) {
     if (tasks.size() > 1 && tasks.front().id_slot >= 0) {
         throw ApiError(400, "'id_slot' runs one completion in one slot: it needs one prompt and 'n' 1",
                        "invalid_value");
@@ -666,7 +765,8 @@ void Api::generate(httplib::Response &res, std::vector<Task> tasks, Dialect dial
                    .echo = std::move(echo),
                    .first_prompt_token = std::move(first_tokens),
                    .per_prompt = per_prompt > 0 ? per_prompt : tasks.size(),
-                   .split_reasoning = split_reasoning};
+                   .split_reasoning = split_reasoning,
+                   .tools = std::move(tools)};
     const size_t n_choices = tasks.size();
     info.channels = submit_all(std::move(tasks));
 

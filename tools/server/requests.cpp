@@ -1,5 +1,7 @@
 #include "server/requests.h"
 
+#include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <cmath>
 #include <limits>
@@ -335,6 +337,82 @@ SamplingOptions read_sampling(const json &body, const SamplingDefaults &defaults
     return s;
 }
 
+namespace {
+
+// A message's text: a string or an array of text parts (joined).
+std::string read_content(const json &content, const std::string &where) {
+    if (content.is_string()) return content.get<std::string>();
+    if (!content.is_array()) {
+        throw ApiError(400, "'" + where + "' must be a string or an array of text parts", "invalid_type");
+    }
+    std::string text;
+    for (size_t k = 0; k < content.size(); ++k) {
+        const json &part = content[k];
+        const std::string part_where = strprintf("%s[%zu]", where.c_str(), k);
+        if (!part.is_object() || get_string(part, "type", part_where).value_or("") != "text" ||
+            !get_string(part, "text", part_where)) {
+            throw ApiError(
+                400, "'" + part_where + "' is not a text part: only {\"type\": \"text\", \"text\": ...} is supported",
+                "invalid_value");
+        }
+        text += part["text"].get<std::string>();
+    }
+    return text;
+}
+
+// OpenAI's function names: letters, digits, '_', '-' (and '.'), at most 64. The formats write names between
+// quotes and tags, so nothing else may pass.
+bool valid_function_name(const std::string &name) {
+    if (name.empty() || name.size() > 64) return false;
+    return std::all_of(name.begin(), name.end(),
+                       [](unsigned char c) { return std::isalnum(c) || c == '_' || c == '-' || c == '.'; });
+}
+
+// An assistant message's tool_calls: [{"id", "type": "function", "function": {"name", "arguments"}}], arguments a
+// JSON object or its text (OpenAI sends text; parsed in order, as the formats write the arguments in that order).
+std::vector<sparrow::server::ToolCall> read_tool_calls(const json &calls, const std::string &where) {
+    if (!calls.is_array()) throw ApiError(400, "'" + where + "' must be an array", "invalid_type");
+    std::vector<sparrow::server::ToolCall> out;
+    for (size_t k = 0; k < calls.size(); ++k) {
+        const std::string call_where = strprintf("%s[%zu]", where.c_str(), k);
+        const json &call = calls[k];
+        if (!call.is_object()) throw ApiError(400, "'" + call_where + "' must be an object", "invalid_type");
+        if (get_string(call, "type", call_where).value_or("function") != "function") {
+            throw ApiError(400, "'" + field_path(call_where, "type") + "' must be \"function\"", "invalid_value");
+        }
+        const auto fn = call.find("function");
+        const std::string fn_where = field_path(call_where, "function");
+        if (fn == call.end() || !fn->is_object()) {
+            throw ApiError(400, "'" + fn_where + "' must be an object with a name and arguments", "invalid_type");
+        }
+        sparrow::server::ToolCall tc;
+        tc.id = get_string(call, "id", call_where).value_or("");
+        tc.name = get_string(*fn, "name", fn_where).value_or("");
+        if (!valid_function_name(tc.name)) {
+            throw ApiError(400, "'" + field_path(fn_where, "name") + "' must be 1-64 letters, digits, '_', '-' or '.'",
+                           "invalid_value");
+        }
+        const auto args = fn->find("arguments");
+        const std::string args_where = field_path(fn_where, "arguments");
+        if (args == fn->end() || args->is_null()) {
+            tc.arguments = nlohmann::ordered_json::object();
+        } else if (args->is_string()) {
+            const std::string &text = args->get_ref<const std::string &>();
+            tc.arguments = text.empty() ? nlohmann::ordered_json::object()
+                                        : nlohmann::ordered_json::parse(text, nullptr, /*allow_exceptions=*/false);
+        } else {
+            tc.arguments = nlohmann::ordered_json(*args);
+        }
+        if (!tc.arguments.is_object()) {
+            throw ApiError(400, "'" + args_where + "' must be a JSON object (or its text)", "invalid_value");
+        }
+        out.push_back(std::move(tc));
+    }
+    return out;
+}
+
+}  // namespace
+
 std::vector<ChatMessage> read_messages(const json &body) {
     const auto it = body.find("messages");
     if (it == body.end() || it->is_null()) throw ApiError(400, "'messages' is required", "missing_field");
@@ -348,10 +426,10 @@ std::vector<ChatMessage> read_messages(const json &body) {
         ChatMessage msg;
         const std::optional<std::string> role = get_string(m, "role", where);
         if (!role) throw ApiError(400, "'" + field_path(where, "role") + "' is required", "missing_field");
-        if (*role != "system" && *role != "developer" && *role != "user" && *role != "assistant") {
+        if (*role != "system" && *role != "developer" && *role != "user" && *role != "assistant" && *role != "tool") {
             throw ApiError(400,
                            "'" + field_path(where, "role") + "' is '" + *role +
-                               "', which is not supported (system, developer, user, assistant)",
+                               "', which is not supported (system, developer, user, assistant, tool)",
                            "invalid_value");
         }
         msg.role = *role;
@@ -361,34 +439,99 @@ std::vector<ChatMessage> read_messages(const json &body) {
                 throw ApiError(400, "'" + field_path(where, "content") + "' is required in a " + *role + " message",
                                "missing_field");
             }
-        } else if (content->is_string()) {
-            msg.content = content->get<std::string>();
-        } else if (content->is_array()) {
-            for (size_t k = 0; k < content->size(); ++k) {
-                const json &part = (*content)[k];
-                const std::string part_where = strprintf("%s[%zu]", field_path(where, "content").c_str(), k);
-                if (!part.is_object() || get_string(part, "type", part_where).value_or("") != "text" ||
-                    !get_string(part, "text", part_where)) {
-                    throw ApiError(400,
-                                   "'" + part_where +
-                                       "' is not a text part: only {\"type\": \"text\", \"text\": ...} is supported",
-                                   "invalid_value");
-                }
-                msg.content += part["text"].get<std::string>();
-            }
         } else {
-            throw ApiError(400, "'" + field_path(where, "content") + "' must be a string or an array of text parts",
-                           "invalid_type");
+            msg.content = read_content(*content, field_path(where, "content"));
         }
         msg.reasoning_content = get_string(m, "reasoning_content", where);
-        // An empty list is what several clients write back for "no tool calls".
-        if (m.contains("tool_calls") && !m["tool_calls"].is_null() &&
-            !(m["tool_calls"].is_array() && m["tool_calls"].empty())) {
-            throw ApiError(400, "'" + field_path(where, "tool_calls") + "': tool calls are not supported",
-                           "invalid_value");
+        if (const auto calls = m.find("tool_calls"); calls != m.end() && !calls->is_null()) {
+            // An empty list is what several clients write back for "no tool calls".
+            msg.tool_calls = read_tool_calls(*calls, field_path(where, "tool_calls"));
+            if (!msg.tool_calls.empty() && *role != "assistant") {
+                throw ApiError(400, "'" + field_path(where, "tool_calls") + "' belongs in an assistant message",
+                               "invalid_value");
+            }
         }
         out.push_back(std::move(msg));
     }
+    return out;
+}
+
+ToolRequest read_tool_request(const json &body, const std::string &raw_body) {
+    ToolRequest out;
+    if (const auto p = get_bool(body, "parallel_tool_calls")) out.parallel = *p;
+    const auto tools = body.find("tools");
+    const bool offered = tools != body.end() && !tools->is_null() && !(tools->is_array() && tools->empty());
+    if (offered) {
+        if (!tools->is_array()) throw ApiError(400, "'tools' must be an array", "invalid_type");
+        // The tools again in the client's key order (json sorts keys; the formats write them as sent).
+        const nlohmann::ordered_json ordered = nlohmann::ordered_json::parse(raw_body).at("tools");
+        for (size_t k = 0; k < ordered.size(); ++k) {
+            const std::string where = strprintf("tools[%zu]", k);
+            const json &tool = (*tools)[k];
+            if (!tool.is_object() || get_string(tool, "type", where).value_or("") != "function") {
+                throw ApiError(400, "'" + where + "' must be {\"type\": \"function\", \"function\": {...}}",
+                               "invalid_value");
+            }
+            const auto fn = tool.find("function");
+            if (fn == tool.end() || !fn->is_object()) {
+                throw ApiError(400, "'" + field_path(where, "function") + "' must be an object", "invalid_type");
+            }
+            const std::string fn_where = field_path(where, "function");
+            const std::string name = get_string(*fn, "name", fn_where).value_or("");
+            if (!valid_function_name(name)) {
+                throw ApiError(400,
+                               "'" + field_path(fn_where, "name") + "' must be 1-64 letters, digits, '_', '-' or '.'",
+                               "invalid_value");
+            }
+            (void)get_string(*fn, "description", fn_where);
+            if (const auto params = fn->find("parameters"); params != fn->end() && !params->is_object()) {
+                throw ApiError(400, "'" + field_path(fn_where, "parameters") + "' must be a JSON schema object",
+                               "invalid_type");
+            }
+            for (const nlohmann::ordered_json &other : out.tools) {
+                if (other["function"]["name"] == name) {
+                    throw ApiError(400, "'" + where + "': a second tool named '" + name + "'", "invalid_value");
+                }
+            }
+            out.tools.push_back(ordered[k]);
+        }
+    }
+    const auto choice = body.find("tool_choice");
+    if (choice == body.end() || choice->is_null()) {
+        out.choice = ToolRequest::Choice::automatic;
+    } else if (choice->is_string()) {
+        const std::string c = choice->get<std::string>();
+        if (c == "none") {
+            out.choice = ToolRequest::Choice::none;
+        } else if (c == "auto") {
+            out.choice = ToolRequest::Choice::automatic;
+        } else if (c == "required") {
+            out.choice = ToolRequest::Choice::required;
+        } else {
+            throw ApiError(400, "'tool_choice' must be \"none\", \"auto\", \"required\" or a function",
+                           "invalid_value");
+        }
+    } else if (choice->is_object()) {
+        const auto fn = choice->find("function");
+        const std::optional<std::string> name =
+            fn != choice->end() && fn->is_object() ? get_string(*fn, "name", "tool_choice.function") : std::nullopt;
+        if (get_string(*choice, "type", "tool_choice").value_or("") != "function" || !name) {
+            throw ApiError(400, "'tool_choice' must be {\"type\": \"function\", \"function\": {\"name\": ...}}",
+                           "invalid_value");
+        }
+        out.choice = ToolRequest::Choice::required;
+        out.only = *name;
+        const bool known = std::any_of(out.tools.begin(), out.tools.end(),
+                                       [&](const nlohmann::ordered_json &t) { return t["function"]["name"] == *name; });
+        if (!known)
+            throw ApiError(400, "'tool_choice' names '" + *name + "', which is not in 'tools'", "invalid_value");
+    } else {
+        throw ApiError(400, "'tool_choice' must be a string or an object", "invalid_type");
+    }
+    if (out.choice == ToolRequest::Choice::required && out.tools.empty()) {
+        throw ApiError(400, "'tool_choice' asks for a tool call, but 'tools' offers none", "invalid_value");
+    }
+    if (out.choice == ToolRequest::Choice::none) out.tools.clear();  // nothing to call: nothing offered
     return out;
 }
 

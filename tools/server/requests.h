@@ -70,8 +70,25 @@ SamplingOptions read_sampling(const json &body, const SamplingDefaults &defaults
 std::vector<std::pair<int32_t, float>> read_logit_bias(const json &body, const Tokenizer &tok,
                                                        const RequestLimits &lim);
 
-// OpenAI chat messages: [{"role", "content": string | [{"type": "text", "text"}] | null, "reasoning_content"}].
+// OpenAI chat messages: [{"role", "content": string | [{"type": "text", "text"}] | null, "reasoning_content",
+// "tool_calls" (assistant)}]; roles system, developer, user, assistant and tool.
 std::vector<ChatMessage> read_messages(const json &body);
+
+// The tools a chat request offers and how the model may use them (OpenAI's tools, tool_choice and
+// parallel_tool_calls).
+struct ToolRequest {
+    std::vector<nlohmann::ordered_json> tools;  // {"type": "function", "function": {...}} in the client's key order
+    enum class Choice {
+        none,       // no calls: nothing is offered (tools is empty)
+        automatic,  // the model may call (the default)
+        required,   // the reply must be calls (of `only` when set)
+    };
+    Choice choice = Choice::automatic;
+    std::string only;      // tool_choice {"type": "function", "function": {"name"}}: that function
+    bool parallel = true;  // more than one call per reply
+};
+// `raw_body`: the request's text, read again in key order for the tools' definitions.
+ToolRequest read_tool_request(const json &body, const std::string &raw_body);
 
 // Refuses a prompt that leaves no room in a slot's context.
 void check_prompt_fits(size_t n_prompt, const RequestLimits &lim);

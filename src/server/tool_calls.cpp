@@ -1,0 +1,389 @@
+#include "server/tool_calls.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace sparrow::server {
+
+namespace {
+
+using ordered_json = nlohmann::ordered_json;
+
+constexpr std::string_view kDsmlInvoke = "<｜DSML｜invoke name=\"";
+constexpr std::string_view kDsmlInvokeEnd = "</｜DSML｜invoke>";
+constexpr std::string_view kDsmlParam = "<｜DSML｜parameter name=\"";
+constexpr std::string_view kDsmlParamEnd = "</｜DSML｜parameter>";
+constexpr std::string_view kGlmCall = "<tool_call>";
+constexpr std::string_view kGlmCallEnd = "</tool_call>";
+constexpr std::string_view kGlmKey = "<arg_key>";
+constexpr std::string_view kGlmKeyEnd = "</arg_key>";
+constexpr std::string_view kGlmValue = "<arg_value>";
+constexpr std::string_view kGlmValueEnd = "</arg_value>";
+
+constexpr int kMaxParallelCalls = 16;
+
+bool is_space(char c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; }
+
+std::string_view trim(std::string_view s) {
+    while (!s.empty() && is_space(s.front())) s.remove_prefix(1);
+    while (!s.empty() && is_space(s.back())) s.remove_suffix(1);
+    return s;
+}
+
+void skip_space(std::string_view &s) {
+    while (!s.empty() && is_space(s.front())) s.remove_prefix(1);
+}
+
+// Takes `prefix` off the front of s when it is there.
+bool eat(std::string_view &s, std::string_view prefix) {
+    if (!s.starts_with(prefix)) return false;
+    s.remove_prefix(prefix.size());
+    return true;
+}
+
+// The text of s up to `end` (taken off s with `end`), or false when s has no `end`.
+bool take_until(std::string_view &s, std::string_view end, std::string_view &before) {
+    const size_t at = s.find(end);
+    if (at == std::string_view::npos) return false;
+    before = s.substr(0, at);
+    s.remove_prefix(at + end.size());
+    return true;
+}
+
+// The block's opening text: DeepSeek's block tag; GLM's first call (which stays part of the block's text).
+std::string_view block_open(ChatFormat f) {
+    switch (f) {
+        case ChatFormat::deepseek3: return "<｜DSML｜function_calls>";
+        case ChatFormat::deepseek4: return "<｜DSML｜tool_calls>";
+        case ChatFormat::glm: return kGlmCall;
+        case ChatFormat::llama2: break;
+    }
+    return {};
+}
+
+std::string_view block_close(ChatFormat f) {
+    return f == ChatFormat::deepseek3 ? "</｜DSML｜function_calls>" : "</｜DSML｜tool_calls>";
+}
+
+// A value as JSON when it parses as such, else as the text itself.
+ordered_json json_or_text(std::string_view value) {
+    ordered_json parsed = ordered_json::parse(value, nullptr, /*allow_exceptions=*/false);
+    return parsed.is_discarded() ? ordered_json(std::string(value)) : parsed;
+}
+
+std::string compact(const ordered_json &v) { return v.dump(-1, ' ', false, ordered_json::error_handler_t::replace); }
+
+// The body of one DSML invoke (after `name="`, up to its closing tag): NAME">, then parameters.
+bool parse_dsml_invoke(std::string_view s, ParsedToolCall &call) {
+    std::string_view name;
+    if (!take_until(s, "\">", name) || trim(name).empty() || name.find('"') != std::string_view::npos) return false;
+    ordered_json args = ordered_json::object();
+    for (;;) {
+        skip_space(s);
+        if (s.empty()) break;
+        std::string_view key, value;
+        if (!eat(s, kDsmlParam) || !take_until(s, "\"", key)) return false;
+        // string="true": the text itself; string="false" (or no attribute): JSON, or the text if it is not JSON
+        const bool is_string = eat(s, " string=\"true\"");
+        if (!is_string) (void)eat(s, " string=\"false\"");
+        if (!eat(s, ">") || !take_until(s, kDsmlParamEnd, value)) return false;
+        args[std::string(key)] = is_string ? ordered_json(std::string(value)) : json_or_text(value);
+    }
+    call.name = std::string(trim(name));
+    call.arguments = compact(args);
+    return true;
+}
+
+// The body of one GLM call (between <tool_call> and </tool_call>): NAME, then <arg_key>/<arg_value> pairs.
+bool parse_glm_call(std::string_view s,
+                    const std::vector<std::pair<std::string, std::vector<std::string>>> &text_params,
+                    ParsedToolCall &call) {
+    const size_t first = s.find(kGlmKey);
+    const std::string_view name = trim(s.substr(0, first));
+    if (name.empty() || name.find('<') != std::string_view::npos) return false;
+    s.remove_prefix(first == std::string_view::npos ? s.size() : first);
+    const std::vector<std::string> *strings = nullptr;
+    for (const auto &[tool, params] : text_params) {
+        if (tool == name) strings = &params;
+    }
+    ordered_json args = ordered_json::object();
+    for (;;) {
+        skip_space(s);
+        if (s.empty()) break;
+        std::string_view key, value;
+        if (!eat(s, kGlmKey) || !take_until(s, kGlmKeyEnd, key)) return false;
+        skip_space(s);
+        if (!eat(s, kGlmValue) || !take_until(s, kGlmValueEnd, value)) return false;
+        const std::string k(trim(key));
+        const bool text = strings && std::find(strings->begin(), strings->end(), k) != strings->end();
+        args[k] = text ? ordered_json(std::string(value)) : json_or_text(value);
+    }
+    call.name = std::string(name);
+    call.arguments = compact(args);
+    return true;
+}
+
+// The length of the longest end of s that begins `marker` (shorter than it).
+size_t partial_marker(std::string_view s, std::string_view marker) {
+    for (size_t n = std::min(s.size(), marker.size() - 1); n > 0; --n) {
+        if (marker.starts_with(s.substr(s.size() - n))) return n;
+    }
+    return 0;
+}
+
+// Whether s is a proper beginning of `marker`.
+bool begins(std::string_view s, std::string_view marker) { return s.size() < marker.size() && marker.starts_with(s); }
+
+// GBNF text of a literal.
+std::string literal(std::string_view s) {
+    std::string out = "\"";
+    for (const char c : s) {
+        if (c == '"' || c == '\\') {
+            out += '\\';
+            out += c;
+        } else if (c == '\n') {
+            out += "\\n";
+        } else if (c == '\r') {
+            out += "\\r";
+        } else if (c == '\t') {
+            out += "\\t";
+        } else {
+            out += c;
+        }
+    }
+    return out + "\"";
+}
+
+// The JSON rules every tool grammar may use, and the rule of a value of a JSON schema type.
+constexpr std::string_view kJsonRules =
+    "jvalue ::= jobject | jarray | jstring | jnumber | \"true\" | \"false\" | \"null\"\n"
+    "jobject ::= \"{\" jws ( jstring jws \":\" jws jvalue jws ( \",\" jws jstring jws \":\" jws jvalue jws )* )? "
+    "\"}\"\n"
+    "jarray ::= \"[\" jws ( jvalue jws ( \",\" jws jvalue jws )* )? \"]\"\n"
+    "jstring ::= \"\\\"\" ( [^\"\\\\\\x00-\\x1f] | \"\\\\\" ( [\"\\\\/bfnrt] | \"u\" [0-9a-fA-F]{4} ) )* \"\\\"\"\n"
+    // digits past a double's 17 are noise, and a model's loop on them would never end
+    "jnumber ::= jinteger ( \".\" [0-9]{1,17} )? ( [eE] [-+]? [0-9]{1,3} )?\n"
+    "jinteger ::= \"-\"? ( \"0\" | [1-9] [0-9]{0,17} )\n"
+    "jboolean ::= \"true\" | \"false\"\n"
+    "jws ::= [ \\t\\n]{0,16}\n"
+    // raw text up to a closing tag: no "</"
+    "text ::= ( [^<] | \"<\"+ [^</] )*\n";
+
+std::string json_rule_of(const ordered_json &schema) {
+    const auto type = schema.is_object() ? schema.find("type") : schema.end();
+    if (schema.is_object() && type != schema.end() && type->is_string()) {
+        const std::string t = type->get<std::string>();
+        if (t == "string") return "jstring";
+        if (t == "integer") return "jinteger";
+        if (t == "number") return "jnumber";
+        if (t == "boolean") return "jboolean";
+        if (t == "null") return "\"null\"";
+        if (t == "array") return "jarray";
+        if (t == "object") return "jobject";
+    }
+    return "jvalue";
+}
+
+// A tool's "properties" (an object), or null when its schema names none.
+const ordered_json *properties_of(const ordered_json &tool) {
+    const ordered_json &fn = tool.at("function");
+    const auto params = fn.find("parameters");
+    if (params == fn.end() || !params->is_object()) return nullptr;
+    const auto props = params->find("properties");
+    return props != params->end() && props->is_object() ? &*props : nullptr;
+}
+
+bool is_string_schema(const ordered_json &schema) {
+    return schema.is_object() && schema.contains("type") && schema["type"] == "string";
+}
+
+}  // namespace
+
+std::string python_json_dumps(const ordered_json &v) {
+    if (v.is_object()) {
+        std::string out = "{";
+        bool first = true;
+        for (const auto &[key, value] : v.items()) {
+            if (!first) out += ", ";
+            first = false;
+            out += compact(ordered_json(key)) + ": " + python_json_dumps(value);
+        }
+        return out + "}";
+    }
+    if (v.is_array()) {
+        std::string out = "[";
+        for (size_t i = 0; i < v.size(); ++i) out += (i ? ", " : "") + python_json_dumps(v[i]);
+        return out + "]";
+    }
+    return compact(v);
+}
+
+ToolCallParser::ToolCallParser(ChatFormat format, const std::vector<ordered_json> &tools) : format_(format) {
+    if (format == ChatFormat::llama2) throw_error("the llama2 chat format has no tool calls");
+    for (const ordered_json &tool : tools) {
+        const ordered_json *props = properties_of(tool);
+        std::vector<std::string> strings;
+        if (props) {
+            for (const auto &[name, schema] : props->items()) {
+                if (is_string_schema(schema)) strings.push_back(name);
+            }
+        }
+        string_params_.emplace_back(tool.at("function").at("name").get<std::string>(), std::move(strings));
+    }
+}
+
+bool ToolCallParser::take_calls(ToolReplyParts &out) {
+    for (;;) {
+        std::string_view s = held_;
+        skip_space(s);
+        ParsedToolCall call;
+        if (format_ == ChatFormat::glm) {
+            if (begins(s, kGlmCall)) return true;  // wait for more (or only whitespace so far)
+            if (!eat(s, kGlmCall)) {
+                state_ = State::after_block;  // text after the calls is content again
+                held_ = std::string(s);
+                return true;
+            }
+            std::string_view body;
+            if (!take_until(s, kGlmCallEnd, body)) return true;
+            if (!parse_glm_call(body, string_params_, call)) return false;
+        } else {
+            if (begins(s, kDsmlInvoke) || begins(s, block_close(format_))) return true;
+            if (eat(s, block_close(format_))) {
+                state_ = State::after_block;
+                held_ = std::string(s);
+                return true;
+            }
+            if (!eat(s, kDsmlInvoke)) return false;  // text in the block that is not a call
+            std::string_view body;
+            if (!take_until(s, kDsmlInvokeEnd, body)) return true;
+            if (!parse_dsml_invoke(body, call)) return false;
+        }
+        out.calls.push_back(std::move(call));
+        held_ = std::string(s);
+        spacing_.clear();
+        block_text_.clear();
+    }
+}
+
+ToolReplyParts ToolCallParser::push(std::string_view text) {
+    ToolReplyParts out;
+    held_ += text;
+    if (state_ == State::content) {
+        const std::string_view open = block_open(format_);
+        const size_t at = held_.find(open);
+        if (at == std::string::npos) {
+            // Send all but a possible start of the block and the whitespace before it.
+            size_t keep = held_.size() - partial_marker(held_, open);
+            while (keep > 0 && is_space(held_[keep - 1])) --keep;
+            out.content = held_.substr(0, keep);
+            held_.erase(0, keep);
+            return out;
+        }
+        size_t end = at;
+        while (end > 0 && is_space(held_[end - 1])) --end;
+        out.content = held_.substr(0, end);
+        spacing_ = held_.substr(end, at - end);
+        // DeepSeek's block tag is read here; GLM's first <tool_call> is the first call's own tag.
+        const size_t body = format_ == ChatFormat::glm ? at : at + open.size();
+        block_text_ = held_.substr(at, body - at);
+        held_.erase(0, body);
+        state_ = State::block;
+    }
+    if (state_ == State::block && !take_calls(out)) {
+        // Not a call: what the block held is content after all, and so is the rest of the reply.
+        out.content += spacing_ + block_text_ + held_;
+        spacing_.clear();
+        block_text_.clear();
+        held_.clear();
+        state_ = State::after_block;
+        return out;
+    }
+    if (state_ == State::after_block) {
+        out.content += held_;
+        held_.clear();
+    }
+    return out;
+}
+
+ToolReplyParts ToolCallParser::finish() {
+    ToolReplyParts out;
+    // Content: the whitespace or partial tag held back. A block: its unfinished part, as written.
+    // Only whitespace after the last call (a DeepSeek block whose closing tag never came) is dropped.
+    out.content = state_ != State::block                       ? held_
+                  : block_text_.empty() && trim(held_).empty() ? std::string()
+                                                               : spacing_ + block_text_ + held_;
+    held_.clear();
+    spacing_.clear();
+    block_text_.clear();
+    return out;
+}
+
+ToolReplyParts parse_tool_calls(ChatFormat format, const std::vector<ordered_json> &tools, std::string_view text) {
+    ToolCallParser parser(format, tools);
+    ToolReplyParts out = parser.push(text);
+    ToolReplyParts rest = parser.finish();
+    out.content += rest.content;
+    out.calls.insert(out.calls.end(), rest.calls.begin(), rest.calls.end());
+    return out;
+}
+
+std::string tool_call_grammar(ChatFormat format, const std::vector<ordered_json> &tools, const std::string &only,
+                              bool parallel) {
+    if (format == ChatFormat::llama2) throw_error("the llama2 chat format has no tool calls");
+    const bool dsml = format != ChatFormat::glm;
+    std::string rules, calls;
+    size_t n = 0;
+    for (const ordered_json &tool : tools) {
+        const std::string name = tool.at("function").at("name").get<std::string>();
+        if (!only.empty() && name != only) continue;
+        const std::string id = std::to_string(n++);
+        calls += (calls.empty() ? "" : " | ") + ("call-" + id);
+        // One parameter: its name, then its value as text (a string) or as JSON of its type.
+        std::string param;
+        if (const ordered_json *props = properties_of(tool)) {
+            for (const auto &[key, schema] : props->items()) {
+                std::string alt;
+                if (dsml) {
+                    alt = is_string_schema(schema) ? literal(key + "\" string=\"true\">") + " text"
+                                                   : literal(key + "\" string=\"false\">") + " " + json_rule_of(schema);
+                } else {
+                    alt = literal(key) + " " + literal(std::string(kGlmKeyEnd) + std::string(kGlmValue)) + " " +
+                          (is_string_schema(schema) ? "text" : json_rule_of(schema));
+                }
+                param += (param.empty() ? "" : " | ") + alt;
+            }
+        } else if (dsml) {
+            param = "[^\"<\\n]+ " + literal("\" string=\"") + " ( " + literal("true\">") + " text | " +
+                    literal("false\">") + " jvalue )";
+        } else {
+            param = "[^<]+ " + literal(std::string(kGlmKeyEnd) + std::string(kGlmValue)) + " text";
+        }
+        const std::string param_rule = "param-" + id;
+        if (!param.empty()) {
+            rules += param_rule + " ::= " +
+                     (dsml ? literal(kDsmlParam) + " ( " + param + " ) " + literal(std::string(kDsmlParamEnd) + "\n")
+                           : literal(kGlmKey) + " ( " + param + " ) " + literal(kGlmValueEnd)) +
+                     "\n";
+        }
+        const std::string params = param.empty()                     ? std::string()
+                                   : format == ChatFormat::deepseek4 ? " ( " + param_rule + "+ | \"\\n\" )"
+                                                                     : " " + param_rule + "*";
+        const std::string empty_params = param.empty() && format == ChatFormat::deepseek4 ? " \"\\n\"" : "";
+        rules += "call-" + id + " ::= " +
+                 (dsml ? literal(std::string(kDsmlInvoke) + name + "\">\n") + params + empty_params + " " +
+                             literal(std::string(kDsmlInvokeEnd) + "\n")
+                       : literal(kGlmCall) + " " + literal(name) + params + " " + literal(kGlmCallEnd)) +
+                 "\n";
+    }
+    if (n == 0) throw_error("no tool named '%s' is on offer", only.c_str());
+    // Parallel calls: at most kMaxParallelCalls, so that a model that repeats itself still ends its reply.
+    const std::string repeat = parallel ? "{1," + std::to_string(kMaxParallelCalls) + "}" : "";
+    std::string root = dsml ? "root ::= " + literal("\n\n" + std::string(block_open(format)) + "\n") + " ( " + calls +
+                                  " )" + repeat + " " + literal(block_close(format)) + "\n"
+                            : "root ::= ( " + calls + " )" + repeat + "\n";
+    return root + rules + std::string(kJsonRules);
+}
+
+}  // namespace sparrow::server

@@ -1,0 +1,201 @@
+// Function calls in the chat formats: Python's json.dumps as the templates' tojson; calls read out of replies,
+// whole and in pieces split anywhere; text that is not a call left as written; the call grammar against what the
+// formats render for calls, and the renderings read back as the calls they came from.
+#include <gtest/gtest.h>
+
+#include "core/error.h"
+#include "runtime/grammar.h"
+#include "server/chat_format.h"
+#include "server/tool_calls.h"
+
+namespace sparrow::server {
+namespace {
+
+using ordered_json = nlohmann::ordered_json;
+
+std::vector<ordered_json> tools() {
+    return {ordered_json::parse(R"({"type": "function", "function": {"name": "get_weather", "parameters": {
+                "type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"},
+                "metric": {"type": "boolean"}, "where": {"type": "object"}}}}})"),
+            ordered_json::parse(R"({"type": "function", "function": {"name": "now"}})"),
+            ordered_json::parse(R"({"type": "function", "function": {"name": "ping", "parameters": {"type": "object",
+                "properties": {}}}})")};
+}
+
+// The calls and content a reply's text reads as, whole.
+ToolReplyParts whole(ChatFormat f, std::string_view text) { return parse_tool_calls(f, tools(), text); }
+
+// The same text pushed in pieces cut at `cuts` (ascending byte offsets).
+ToolReplyParts pieces(ChatFormat f, std::string_view text, const std::vector<size_t> &cuts) {
+    ToolCallParser p(f, tools());
+    ToolReplyParts out;
+    size_t at = 0;
+    const auto add = [&](ToolReplyParts r) {
+        out.content += r.content;
+        out.calls.insert(out.calls.end(), r.calls.begin(), r.calls.end());
+    };
+    for (size_t cut : cuts) {
+        add(p.push(text.substr(at, cut - at)));
+        at = cut;
+    }
+    add(p.push(text.substr(at)));
+    add(p.finish());
+    return out;
+}
+
+void expect_same(const ToolReplyParts &a, const ToolReplyParts &b, const std::string &what) {
+    EXPECT_EQ(a.content, b.content) << what;
+    ASSERT_EQ(a.calls.size(), b.calls.size()) << what;
+    for (size_t i = 0; i < a.calls.size(); ++i) {
+        EXPECT_EQ(a.calls[i].name, b.calls[i].name) << what;
+        EXPECT_EQ(a.calls[i].arguments, b.calls[i].arguments) << what;
+    }
+}
+
+// Every way of cutting the text in two, and byte by byte, reads as the whole text does.
+void expect_split_invariant(ChatFormat f, std::string_view text) {
+    const ToolReplyParts w = whole(f, text);
+    for (size_t cut = 0; cut <= text.size(); ++cut)
+        expect_same(pieces(f, text, {cut}), w, "cut at " + std::to_string(cut));
+    std::vector<size_t> every;
+    for (size_t i = 1; i < text.size(); ++i) every.push_back(i);
+    expect_same(pieces(f, text, every), w, "byte by byte");
+}
+
+TEST(ToolCalls, PythonJsonDumps) {
+    // json.dumps({"b": [1, 2.5, True, None], "a": {"x": "é\"\n\x01/"}, "e": {}, "l": []}, ensure_ascii=False)
+    const ordered_json v = ordered_json::parse(R"({"b": [1, 2.5, true, null], "a": {"x": "é\"\n\u0001/"}, "e": {},
+                                                   "l": [], "f": -0.001, "big": 1e+300})");
+    EXPECT_EQ(
+        python_json_dumps(v),
+        "{\"b\": [1, 2.5, true, null], \"a\": {\"x\": \"é\\\"\\n\\u0001/\"}, \"e\": {}, \"l\": [], \"f\": -0.001, "
+        "\"big\": 1e+300}");
+}
+
+TEST(ToolCalls, DeepseekCallsAreRead) {
+    const std::string text =
+        "Let me check.\n\n<｜DSML｜function_calls>\n<｜DSML｜invoke name=\"get_weather\">\n"
+        "<｜DSML｜parameter name=\"city\" string=\"true\">Paris <b> \"x\"</｜DSML｜parameter>\n"
+        "<｜DSML｜parameter name=\"days\" string=\"false\">2</｜DSML｜parameter>\n"
+        "<｜DSML｜parameter name=\"where\" string=\"false\">{\"lat\": 1.5, \"z\": [true]}</｜DSML｜parameter>\n"
+        "<｜DSML｜parameter name=\"metric\" string=\"false\">not json</｜DSML｜parameter>\n"
+        "</｜DSML｜invoke>\n<｜DSML｜invoke name=\"now\">\n</｜DSML｜invoke>\n</｜DSML｜function_calls>";
+    const ToolReplyParts r = whole(ChatFormat::deepseek3, text);
+    EXPECT_EQ(r.content, "Let me check.");
+    ASSERT_EQ(r.calls.size(), 2u);
+    EXPECT_EQ(r.calls[0].name, "get_weather");
+    EXPECT_EQ(r.calls[0].arguments,
+              R"({"city":"Paris <b> \"x\"","days":2,"where":{"lat":1.5,"z":[true]},"metric":"not json"})");
+    EXPECT_EQ(r.calls[1].name, "now");
+    EXPECT_EQ(r.calls[1].arguments, "{}");
+    expect_split_invariant(ChatFormat::deepseek3, text);
+
+    // V4 names the block tool_calls; V3.2's block name is text there.
+    std::string v4 = text;
+    for (size_t at; (at = v4.find("function_calls")) != std::string::npos;) v4.replace(at, 14, "tool_calls");
+    const ToolReplyParts r4 = whole(ChatFormat::deepseek4, v4);
+    EXPECT_EQ(r4.calls.size(), 2u);
+    EXPECT_EQ(r4.content, "Let me check.");
+    EXPECT_TRUE(whole(ChatFormat::deepseek4, text).calls.empty());
+    EXPECT_EQ(whole(ChatFormat::deepseek4, text).content, text);
+}
+
+TEST(ToolCalls, GlmCallsAreRead) {
+    // "city" is a string parameter: its digits stay text; "days" is read as JSON; a tool's unknown parameter is
+    // JSON when it parses.
+    const std::string text =
+        "Sure.<tool_call>get_weather<arg_key>city</arg_key><arg_value>123</arg_value><arg_key>days</arg_key>"
+        "<arg_value>2</arg_value><arg_key>other</arg_key><arg_value>[1, \"a\"]</arg_value></tool_call>\n"
+        "<tool_call>now\n</tool_call>";
+    const ToolReplyParts r = whole(ChatFormat::glm, text);
+    EXPECT_EQ(r.content, "Sure.");
+    ASSERT_EQ(r.calls.size(), 2u);
+    EXPECT_EQ(r.calls[0].arguments, R"({"city":"123","days":2,"other":[1,"a"]})");
+    EXPECT_EQ(r.calls[1].name, "now");
+    expect_split_invariant(ChatFormat::glm, text);
+    // Text after the calls is content again.
+    EXPECT_EQ(whole(ChatFormat::glm, "<tool_call>now</tool_call> and more").content, "and more");
+}
+
+TEST(ToolCalls, TextThatIsNotACallStaysAsWritten) {
+    for (const ChatFormat f : {ChatFormat::deepseek3, ChatFormat::deepseek4, ChatFormat::glm}) {
+        for (const std::string &text : {
+                 std::string("plain text with a < and </ and trailing space \n\n"),
+                 std::string("ends inside a tag <｜DSML｜function_c"),
+                 std::string("ends inside a tag <tool_ca"),
+                 std::string("a block that is not calls\n\n<｜DSML｜function_calls>\nhello world"),
+                 std::string("unfinished\n<｜DSML｜tool_calls>\n<｜DSML｜invoke name=\"now\">\n<｜DSML｜param"),
+                 std::string("<tool_call>get_weather<arg_key>city</arg_key><arg_value>Par"),
+                 std::string("<tool_call>bad<oops></tool_call> rest"),
+                 std::string("<tool_call><arg_key>k</arg_key><arg_value>v</arg_value></tool_call>"),
+             }) {
+            const ToolReplyParts r = whole(f, text);
+            EXPECT_TRUE(r.calls.empty()) << text;
+            EXPECT_EQ(r.content, text) << chat_format_name(f) << ": " << text;
+            expect_split_invariant(f, text);
+        }
+    }
+    // A call made before the reply broke off stays a call; the unfinished rest is content.
+    const ToolReplyParts r = whole(ChatFormat::glm, "<tool_call>now</tool_call><tool_call>get_weather<arg_key>ci");
+    ASSERT_EQ(r.calls.size(), 1u);
+    EXPECT_EQ(r.content, "<tool_call>get_weather<arg_key>ci");
+    EXPECT_THROW(ToolCallParser(ChatFormat::llama2, tools()), Error);
+}
+
+// An assistant turn with calls as a format renders it, from after its thinking block to its end.
+std::string rendered_calls(ChatFormat f, const std::vector<ToolCall> &calls) {
+    ChatOptions opts;
+    opts.add_generation_prompt = false;
+    opts.tools = tools();
+    std::vector<ChatMessage> messages = {{"user", "q"}, {"assistant", ""}};
+    messages[1].tool_calls = calls;
+    const std::string prompt = apply_chat_format(f, messages, opts);
+    std::string text = prompt.substr(prompt.rfind("</think>") + 8);
+    if (const size_t eos = text.find("<｜end▁of▁sentence｜>"); eos != std::string::npos) text.resize(eos);
+    return text;
+}
+
+bool grammar_takes(const std::string &grammar, const std::string &text) {
+    const Grammar g = Grammar::parse(grammar);
+    GrammarAutomaton a(g);
+    GrammarCursor c;
+    c.state = a.start();
+    return c.feed(a, text) && c.complete(a);
+}
+
+TEST(ToolCalls, GrammarTakesWhatTheFormatsRenderAndTheParserReadsItBack) {
+    const std::vector<ToolCall> calls = {
+        {"c1", "get_weather", ordered_json::parse(R"({"city": "Pa<ri>s", "days": -3, "metric": false,
+                                                      "where": {"a": [1, 2.25e-3, "x"]}})")},
+        {"c2", "now", ordered_json::object()},
+        {"c3", "ping", ordered_json::object()},
+    };
+    for (const ChatFormat f : {ChatFormat::deepseek3, ChatFormat::deepseek4, ChatFormat::glm}) {
+        SCOPED_TRACE(chat_format_name(f));
+        const std::string both = rendered_calls(f, calls), one = rendered_calls(f, {calls[0]});
+        EXPECT_TRUE(grammar_takes(tool_call_grammar(f, tools(), "", true), both)) << both;
+        EXPECT_TRUE(grammar_takes(tool_call_grammar(f, tools(), "", false), one)) << one;
+        EXPECT_FALSE(grammar_takes(tool_call_grammar(f, tools(), "", false), both));  // one call only
+        EXPECT_TRUE(grammar_takes(tool_call_grammar(f, tools(), "get_weather", true), one));
+        EXPECT_FALSE(grammar_takes(tool_call_grammar(f, tools(), "now", true), one));  // another tool
+        EXPECT_THROW(tool_call_grammar(f, tools(), "missing", true), Error);
+        // A value of the wrong type: days must be an integer.
+        std::string wrong = one;
+        const size_t at = wrong.find("-3");
+        ASSERT_NE(at, std::string::npos);
+        wrong.replace(at, 2, "\"three\"");
+        EXPECT_FALSE(grammar_takes(tool_call_grammar(f, tools(), "", true), wrong)) << wrong;
+        // Read back: the calls rendered, in order, with their arguments in order.
+        const ToolReplyParts r = whole(f, both);
+        EXPECT_EQ(r.content, "");
+        ASSERT_EQ(r.calls.size(), calls.size());
+        for (size_t i = 0; i < calls.size(); ++i) {
+            EXPECT_EQ(r.calls[i].name, calls[i].name);
+            EXPECT_EQ(r.calls[i].arguments, calls[i].arguments.dump());
+        }
+    }
+    EXPECT_THROW(tool_call_grammar(ChatFormat::llama2, tools(), "", true), Error);
+}
+
+}  // namespace
+}  // namespace sparrow::server
