@@ -197,5 +197,52 @@ TEST(ToolCalls, GrammarTakesWhatTheFormatsRenderAndTheParserReadsItBack) {
     EXPECT_THROW(tool_call_grammar(ChatFormat::llama2, tools(), "", true), Error);
 }
 
+// Parameter values shaped by their schemas: enums, consts, nested objects with required properties in order,
+// arrays with bounds, anyOf and type lists.
+TEST(ToolCalls, GrammarFollowsTheParameterSchemas) {
+    const std::vector<ordered_json> book = {ordered_json::parse(R"({"type": "function", "function": {
+        "name": "book", "parameters": {"type": "object", "required": ["room", "guests"], "properties": {
+            "room": {"type": "string", "enum": ["red", "blue"]},
+            "guests": {"type": "array", "minItems": 1, "maxItems": 3, "items": {"type": "object",
+                "required": ["name"], "properties": {"name": {"type": "string"}, "age": {"type": "integer"}}}},
+            "when": {"anyOf": [{"type": "string"}, {"type": "null"}]},
+            "mode": {"const": "fast"},
+            "n": {"type": ["integer", "null"]}}}}})")};
+    const auto call = [](const char *args) { return std::vector<ToolCall>{{"c", "book", ordered_json::parse(args)}}; };
+    const std::vector<std::pair<const char *, bool>> cases = {
+        {R"({"room": "red", "guests": [{"name": "a", "age": 3}, {"name": "b"}], "when": null, "mode": "fast",
+            "n": 5})",
+         true},
+        {R"({"room": "blue", "guests": [{"name": "x"}]})", true},
+        {R"({"room": "red", "guests": [{"name": "x"}], "when": "noon", "n": null})", true},
+        {R"({"room": "red"})", false},                               // guests is required
+        {R"({"room": "green", "guests": [{"name": "x"}]})", false},  // not in the enum
+        {R"({"room": "red", "guests": []})", false},                 // minItems 1
+        {R"({"room": "red", "guests": [{"name": "a"}, {"name": "b"}, {"name": "c"}, {"name": "d"}]})", false},
+        {R"({"room": "red", "guests": [{"age": 3}]})", false},                     // a guest's name is required
+        {R"({"room": "red", "guests": [{"name": "a", "pet": "cat"}]})", false},    // a key the schema does not name
+        {R"({"room": "red", "guests": [{"name": "x"}], "n": "5"})", false},        // an integer or null
+        {R"({"room": "red", "guests": [{"name": "x"}], "mode": "slow"})", false},  // the const
+        {R"({"guests": [{"name": "x"}], "room": "red"})", false},                  // the declared order
+    };
+    for (const ChatFormat f : {ChatFormat::deepseek3, ChatFormat::deepseek4, ChatFormat::glm}) {
+        SCOPED_TRACE(chat_format_name(f));
+        const std::string grammar = tool_call_grammar(f, book, "", true);
+        for (const auto &[args, ok] : cases) {
+            ChatOptions opts;
+            opts.add_generation_prompt = false;
+            std::vector<ChatMessage> messages = {{"user", "q"}, {"assistant", ""}};
+            messages[1].tool_calls = call(args);
+            const std::string prompt = apply_chat_format(f, messages, opts);
+            std::string text = prompt.substr(prompt.rfind("</think>") + 8);
+            if (const size_t eos = text.find("<｜end▁of▁sentence｜>"); eos != std::string::npos) text.resize(eos);
+            // GLM writes a string as its text: "5" reads as the integer 5 there.
+            const bool expected =
+                ok || (f == ChatFormat::glm && std::string_view(args).find("\"5\"") != std::string_view::npos);
+            EXPECT_EQ(grammar_takes(grammar, text), expected) << args << "\n" << text;
+        }
+    }
+}
+
 }  // namespace
 }  // namespace sparrow::server

@@ -3,25 +3,13 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "server/tool_syntax.h"
 
 namespace sparrow::server {
 
 namespace {
 
 using ordered_json = nlohmann::ordered_json;
-
-constexpr std::string_view kDsmlInvoke = "<｜DSML｜invoke name=\"";
-constexpr std::string_view kDsmlInvokeEnd = "</｜DSML｜invoke>";
-constexpr std::string_view kDsmlParam = "<｜DSML｜parameter name=\"";
-constexpr std::string_view kDsmlParamEnd = "</｜DSML｜parameter>";
-constexpr std::string_view kGlmCall = "<tool_call>";
-constexpr std::string_view kGlmCallEnd = "</tool_call>";
-constexpr std::string_view kGlmKey = "<arg_key>";
-constexpr std::string_view kGlmKeyEnd = "</arg_key>";
-constexpr std::string_view kGlmValue = "<arg_value>";
-constexpr std::string_view kGlmValueEnd = "</arg_value>";
-
-constexpr int kMaxParallelCalls = 16;
 
 bool is_space(char c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; }
 
@@ -53,18 +41,10 @@ bool take_until(std::string_view &s, std::string_view end, std::string_view &bef
 
 // The block's opening text: DeepSeek's block tag; GLM's first call (which stays part of the block's text).
 std::string_view block_open(ChatFormat f) {
-    switch (f) {
-        case ChatFormat::deepseek3: return "<｜DSML｜function_calls>";
-        case ChatFormat::deepseek4: return "<｜DSML｜tool_calls>";
-        case ChatFormat::glm: return kGlmCall;
-        case ChatFormat::llama2: break;
-    }
-    return {};
+    return f == ChatFormat::glm ? kGlmCall : dsml_block_open(f == ChatFormat::deepseek4);
 }
 
-std::string_view block_close(ChatFormat f) {
-    return f == ChatFormat::deepseek3 ? "</｜DSML｜function_calls>" : "</｜DSML｜tool_calls>";
-}
+std::string_view block_close(ChatFormat f) { return dsml_block_close(f == ChatFormat::deepseek4); }
 
 // A value as JSON when it parses as such, else as the text itself.
 ordered_json json_or_text(std::string_view value) {
@@ -135,57 +115,8 @@ size_t partial_marker(std::string_view s, std::string_view marker) {
 // Whether s is a proper beginning of `marker`.
 bool begins(std::string_view s, std::string_view marker) { return s.size() < marker.size() && marker.starts_with(s); }
 
-// GBNF text of a literal.
-std::string literal(std::string_view s) {
-    std::string out = "\"";
-    for (const char c : s) {
-        if (c == '"' || c == '\\') {
-            out += '\\';
-            out += c;
-        } else if (c == '\n') {
-            out += "\\n";
-        } else if (c == '\r') {
-            out += "\\r";
-        } else if (c == '\t') {
-            out += "\\t";
-        } else {
-            out += c;
-        }
-    }
-    return out + "\"";
-}
+}  // namespace
 
-// The JSON rules every tool grammar may use, and the rule of a value of a JSON schema type.
-constexpr std::string_view kJsonRules =
-    "jvalue ::= jobject | jarray | jstring | jnumber | \"true\" | \"false\" | \"null\"\n"
-    "jobject ::= \"{\" jws ( jstring jws \":\" jws jvalue jws ( \",\" jws jstring jws \":\" jws jvalue jws )* )? "
-    "\"}\"\n"
-    "jarray ::= \"[\" jws ( jvalue jws ( \",\" jws jvalue jws )* )? \"]\"\n"
-    "jstring ::= \"\\\"\" ( [^\"\\\\\\x00-\\x1f] | \"\\\\\" ( [\"\\\\/bfnrt] | \"u\" [0-9a-fA-F]{4} ) )* \"\\\"\"\n"
-    // digits past a double's 17 are noise, and a model's loop on them would never end
-    "jnumber ::= jinteger ( \".\" [0-9]{1,17} )? ( [eE] [-+]? [0-9]{1,3} )?\n"
-    "jinteger ::= \"-\"? ( \"0\" | [1-9] [0-9]{0,17} )\n"
-    "jboolean ::= \"true\" | \"false\"\n"
-    "jws ::= [ \\t\\n]{0,16}\n"
-    // raw text up to a closing tag: no "</"
-    "text ::= ( [^<] | \"<\"+ [^</] )*\n";
-
-std::string json_rule_of(const ordered_json &schema) {
-    const auto type = schema.is_object() ? schema.find("type") : schema.end();
-    if (schema.is_object() && type != schema.end() && type->is_string()) {
-        const std::string t = type->get<std::string>();
-        if (t == "string") return "jstring";
-        if (t == "integer") return "jinteger";
-        if (t == "number") return "jnumber";
-        if (t == "boolean") return "jboolean";
-        if (t == "null") return "\"null\"";
-        if (t == "array") return "jarray";
-        if (t == "object") return "jobject";
-    }
-    return "jvalue";
-}
-
-// A tool's "properties" (an object), or null when its schema names none.
 const ordered_json *properties_of(const ordered_json &tool) {
     const ordered_json &fn = tool.at("function");
     const auto params = fn.find("parameters");
@@ -194,11 +125,39 @@ const ordered_json *properties_of(const ordered_json &tool) {
     return props != params->end() && props->is_object() ? &*props : nullptr;
 }
 
-bool is_string_schema(const ordered_json &schema) {
-    return schema.is_object() && schema.contains("type") && schema["type"] == "string";
+namespace {
+
+constexpr int kMaxAdmitsDepth = 16;
+
+// Whether `schema` admits a string (want_string) or a value that is not one; anything it does not restrict counts.
+bool admits(const ordered_json &schema, bool want_string, int depth) {
+    if (!schema.is_object() || depth > kMaxAdmitsDepth) return true;
+    if (const auto e = schema.find("enum"); e != schema.end() && e->is_array()) {
+        return std::any_of(e->begin(), e->end(), [&](const ordered_json &v) { return v.is_string() == want_string; });
+    }
+    if (const auto c = schema.find("const"); c != schema.end()) return c->is_string() == want_string;
+    for (const char *key : {"anyOf", "oneOf"}) {
+        if (const auto a = schema.find(key); a != schema.end() && a->is_array() && !a->empty()) {
+            return std::any_of(a->begin(), a->end(),
+                               [&](const ordered_json &s) { return admits(s, want_string, depth + 1); });
+        }
+    }
+    if (const auto a = schema.find("allOf"); a != schema.end() && a->is_array() && a->size() == 1) {
+        return admits((*a)[0], want_string, depth + 1);
+    }
+    const auto type = schema.find("type");
+    if (type != schema.end() && type->is_string()) return (*type == "string") == want_string;
+    if (type != schema.end() && type->is_array()) {
+        return std::any_of(type->begin(), type->end(),
+                           [&](const ordered_json &t) { return (t == "string") == want_string; });
+    }
+    return !want_string || !(schema.contains("properties") || schema.contains("items"));
 }
 
 }  // namespace
+
+bool admits_string(const ordered_json &schema) { return admits(schema, true, 0); }
+bool admits_non_string(const ordered_json &schema) { return admits(schema, false, 0); }
 
 std::string python_json_dumps(const ordered_json &v) {
     if (v.is_object()) {
@@ -226,7 +185,7 @@ ToolCallParser::ToolCallParser(ChatFormat format, const std::vector<ordered_json
         std::vector<std::string> strings;
         if (props) {
             for (const auto &[name, schema] : props->items()) {
-                if (is_string_schema(schema)) strings.push_back(name);
+                if (!admits_non_string(schema)) strings.push_back(name);  // only a string: the text as written
             }
         }
         string_params_.emplace_back(tool.at("function").at("name").get<std::string>(), std::move(strings));
@@ -327,63 +286,6 @@ ToolReplyParts parse_tool_calls(ChatFormat format, const std::vector<ordered_jso
     out.content += rest.content;
     out.calls.insert(out.calls.end(), rest.calls.begin(), rest.calls.end());
     return out;
-}
-
-std::string tool_call_grammar(ChatFormat format, const std::vector<ordered_json> &tools, const std::string &only,
-                              bool parallel) {
-    if (format == ChatFormat::llama2) throw_error("the llama2 chat format has no tool calls");
-    const bool dsml = format != ChatFormat::glm;
-    std::string rules, calls;
-    size_t n = 0;
-    for (const ordered_json &tool : tools) {
-        const std::string name = tool.at("function").at("name").get<std::string>();
-        if (!only.empty() && name != only) continue;
-        const std::string id = std::to_string(n++);
-        calls += (calls.empty() ? "" : " | ") + ("call-" + id);
-        // One parameter: its name, then its value as text (a string) or as JSON of its type.
-        std::string param;
-        if (const ordered_json *props = properties_of(tool)) {
-            for (const auto &[key, schema] : props->items()) {
-                std::string alt;
-                if (dsml) {
-                    alt = is_string_schema(schema) ? literal(key + "\" string=\"true\">") + " text"
-                                                   : literal(key + "\" string=\"false\">") + " " + json_rule_of(schema);
-                } else {
-                    alt = literal(key) + " " + literal(std::string(kGlmKeyEnd) + std::string(kGlmValue)) + " " +
-                          (is_string_schema(schema) ? "text" : json_rule_of(schema));
-                }
-                param += (param.empty() ? "" : " | ") + alt;
-            }
-        } else if (dsml) {
-            param = "[^\"<\\n]+ " + literal("\" string=\"") + " ( " + literal("true\">") + " text | " +
-                    literal("false\">") + " jvalue )";
-        } else {
-            param = "[^<]+ " + literal(std::string(kGlmKeyEnd) + std::string(kGlmValue)) + " text";
-        }
-        const std::string param_rule = "param-" + id;
-        if (!param.empty()) {
-            rules += param_rule + " ::= " +
-                     (dsml ? literal(kDsmlParam) + " ( " + param + " ) " + literal(std::string(kDsmlParamEnd) + "\n")
-                           : literal(kGlmKey) + " ( " + param + " ) " + literal(kGlmValueEnd)) +
-                     "\n";
-        }
-        const std::string params = param.empty()                     ? std::string()
-                                   : format == ChatFormat::deepseek4 ? " ( " + param_rule + "+ | \"\\n\" )"
-                                                                     : " " + param_rule + "*";
-        const std::string empty_params = param.empty() && format == ChatFormat::deepseek4 ? " \"\\n\"" : "";
-        rules += "call-" + id + " ::= " +
-                 (dsml ? literal(std::string(kDsmlInvoke) + name + "\">\n") + params + empty_params + " " +
-                             literal(std::string(kDsmlInvokeEnd) + "\n")
-                       : literal(kGlmCall) + " " + literal(name) + params + " " + literal(kGlmCallEnd)) +
-                 "\n";
-    }
-    if (n == 0) throw_error("no tool named '%s' is on offer", only.c_str());
-    // Parallel calls: at most kMaxParallelCalls, so that a model that repeats itself still ends its reply.
-    const std::string repeat = parallel ? "{1," + std::to_string(kMaxParallelCalls) + "}" : "";
-    std::string root = dsml ? "root ::= " + literal("\n\n" + std::string(block_open(format)) + "\n") + " ( " + calls +
-                                  " )" + repeat + " " + literal(block_close(format)) + "\n"
-                            : "root ::= ( " + calls + " )" + repeat + "\n";
-    return root + rules + std::string(kJsonRules);
 }
 
 }  // namespace sparrow::server

@@ -65,9 +65,10 @@ class ToolCallParser {
 ToolReplyParts parse_tool_calls(ChatFormat format, const std::vector<nlohmann::ordered_json> &tools,
                                 std::string_view text);
 
-// A GBNF grammar (runtime/grammar.h) for a reply that is one call (parallel false) or 1-16, of the tools on
-// offer or only of `only` when it is not empty, in the format's syntax; parameters named and typed by each tool's
-// JSON schema "properties" (any name and a string or any JSON value when it has none).
+// A GBNF grammar (runtime/grammar.h) for a reply that is one call (parallel false) or 1-16, of the tools on offer or
+// only of `only` when it is not empty, in the format's syntax: each tool's parameters in the order its JSON schema
+// declares them (the required ones always), string ones as text, the others as JSON values of their schemas (any
+// names and values when the tool declares no properties). tool_grammar.cpp says which schema keywords shape them.
 std::string tool_call_grammar(ChatFormat format, const std::vector<nlohmann::ordered_json> &tools,
                               const std::string &only, bool parallel);
 
