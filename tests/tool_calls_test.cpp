@@ -3,6 +3,8 @@
 // formats render for calls, and the renderings read back as the calls they came from.
 #include <gtest/gtest.h>
 
+#include <random>
+
 #include "core/error.h"
 #include "runtime/grammar.h"
 #include "server/chat_format.h"
@@ -242,6 +244,140 @@ TEST(ToolCalls, GrammarFollowsTheParameterSchemas) {
             EXPECT_EQ(grammar_takes(grammar, text), expected) << args << "\n" << text;
         }
     }
+}
+
+// A random parameter schema of the subset the grammar shapes (strings drawn from a pool that never reads as JSON).
+ordered_json random_schema(std::mt19937 &rng, int depth) {
+    const auto pick = [&](int n) { return static_cast<int>(rng() % static_cast<unsigned>(n)); };
+    const std::vector<std::string> words = {"red", "blue", "x y", "é<b>", "a\"q", "line\nbreak"};
+    switch (pick(depth >= 2 ? 7 : 10)) {
+        case 0: return {{"type", "string"}};
+        case 1: return {{"type", "integer"}};
+        case 2: return {{"type", "number"}};
+        case 3: return {{"type", "boolean"}};
+        case 4: return {{"enum", {words[pick(6)], words[pick(6)], pick(50)}}};
+        case 5: return {{"const", pick(2) ? ordered_json(words[pick(6)]) : ordered_json(pick(9))}};
+        case 6: return {{"type", ordered_json::array({"integer", "null"})}};
+        case 7: return {{"anyOf", {random_schema(rng, depth + 1), random_schema(rng, depth + 1)}}};
+        case 8: {
+            ordered_json a = {{"type", "array"}, {"items", random_schema(rng, depth + 1)}};
+            if (pick(2)) a["minItems"] = pick(3);
+            if (pick(2)) a["maxItems"] = a.value("minItems", 0) + pick(3);
+            return a;
+        }
+        default: {
+            ordered_json o = {{"type", "object"}, {"properties", ordered_json::object()}};
+            ordered_json required = ordered_json::array();
+            for (int i = 0, n = pick(4); i < n; ++i) {
+                const std::string key = "k" + std::to_string(i);
+                o["properties"][key] = random_schema(rng, depth + 1);
+                if (pick(2)) required.push_back(key);
+            }
+            o["required"] = required;
+            return o;
+        }
+    }
+}
+
+// Whether v satisfies a schema of random_schema's subset.
+bool satisfies(const ordered_json &s, const ordered_json &v) {
+    if (const auto e = s.find("enum"); e != s.end()) return std::find(e->begin(), e->end(), v) != e->end();
+    if (const auto c = s.find("const"); c != s.end()) return *c == v;
+    if (const auto a = s.find("anyOf"); a != s.end()) {
+        return std::any_of(a->begin(), a->end(), [&](const ordered_json &alt) { return satisfies(alt, v); });
+    }
+    const ordered_json &t = s.at("type");
+    if (t.is_array()) return v.is_null() || v.is_number_integer();
+    if (t == "string") return v.is_string();
+    if (t == "integer") return v.is_number_integer();
+    if (t == "number") return v.is_number();
+    if (t == "boolean") return v.is_boolean();
+    if (t == "array") {
+        if (!v.is_array() || v.size() < s.value("minItems", size_t{0}) || v.size() > s.value("maxItems", size_t{99}))
+            return false;
+        return std::all_of(v.begin(), v.end(),
+                           [&](const ordered_json &item) { return satisfies(s.at("items"), item); });
+    }
+    if (!v.is_object()) return false;
+    const ordered_json &props = s.at("properties");
+    for (const auto &[key, value] : v.items()) {
+        if (!props.contains(key) || !satisfies(props.at(key), value)) return false;
+    }
+    for (const ordered_json &key : s.value("required", ordered_json::array()))
+        if (!v.contains(key.get<std::string>())) return false;
+    return true;
+}
+
+// Random walks through tool-call grammars of random tools, each step a character the grammar takes (values lean
+// towards their ends): every whole text reads back as calls of offered tools whose arguments satisfy the schemas.
+TEST(ToolCalls, WhatTheGrammarAllowsReadsBackAsValidCalls) {
+    std::mt19937 rng(20261208);
+    std::vector<std::string> alphabet = {"｜", "▁", "é"};
+    for (char c = ' '; c <= '~'; ++c) alphabet.emplace_back(1, c);
+    alphabet.emplace_back("\n");
+    int whole = 0;
+    for (int round = 0; round < 24; ++round) {
+        std::vector<ordered_json> offered;
+        for (int t = 0, n = 1 + static_cast<int>(rng() % 3); t < n; ++t) {
+            ordered_json fn = {{"name", "tool_" + std::to_string(t)}};
+            if (rng() % 4 != 0) {
+                ordered_json params = random_schema(rng, 0);
+                if (!params.contains("type") || params["type"] != "object")
+                    params = {{"type", "object"}, {"properties", {{"p", params}}}};
+                fn["parameters"] = params;
+            }
+            offered.push_back({{"type", "function"}, {"function", fn}});
+        }
+        for (const ChatFormat f : {ChatFormat::deepseek3, ChatFormat::deepseek4, ChatFormat::glm}) {
+            const Grammar g = Grammar::parse(tool_call_grammar(f, offered, "", true));
+            GrammarAutomaton a(g);
+            for (int walk = 0; walk < 6; ++walk) {
+                GrammarCursor c;
+                c.state = a.start();
+                std::string text;
+                bool done = false;
+                for (int step = 0; step < 4000 && !done; ++step) {
+                    std::vector<const std::string *> next;
+                    for (const std::string &piece : alphabet) {
+                        GrammarCursor t = c;
+                        if (t.feed(a, piece)) next.push_back(&piece);
+                    }
+                    if (c.complete(a) && (next.empty() || rng() % 3 == 0)) {
+                        done = true;
+                        break;
+                    }
+                    ASSERT_FALSE(next.empty()) << "stuck after " << text;
+                    // Closing characters come sooner than chance would bring them.
+                    const std::string *piece = next[rng() % next.size()];
+                    for (const std::string *p : next) {
+                        if ((*p == "<" || *p == "\"" || *p == "]" || *p == "}") && rng() % 2 == 0) piece = p;
+                    }
+                    ASSERT_TRUE(c.feed(a, *piece));
+                    text += *piece;
+                }
+                if (!done) continue;
+                ++whole;
+                const ToolReplyParts r = parse_tool_calls(f, offered, text);
+                EXPECT_EQ(r.content, "") << text;
+                ASSERT_FALSE(r.calls.empty()) << text;
+                for (const ParsedToolCall &call : r.calls) {
+                    const auto tool = std::find_if(offered.begin(), offered.end(), [&](const ordered_json &o) {
+                        return o["function"]["name"] == call.name;
+                    });
+                    ASSERT_NE(tool, offered.end()) << call.name;
+                    const ordered_json args = ordered_json::parse(call.arguments);
+                    const ordered_json &fn = (*tool)["function"];
+                    if (fn.contains("parameters")) {
+                        EXPECT_TRUE(satisfies(fn["parameters"], args)) << chat_format_name(f) << "\n"
+                                                                       << fn["parameters"].dump() << "\n"
+                                                                       << call.arguments << "\n"
+                                                                       << text;
+                    }
+                }
+            }
+        }
+    }
+    EXPECT_GT(whole, 200);
 }
 
 }  // namespace

@@ -69,8 +69,9 @@ constexpr std::string_view kJsonRules =
     "\"}\"\n"
     "jarray ::= \"[\" jws ( jvalue jws ( \",\" jws jvalue jws )* )? \"]\"\n"
     "jstring ::= \"\\\"\" ( [^\"\\\\\\x00-\\x1f] | \"\\\\\" ( [\"\\\\/bfnrt] | \"u\" [0-9a-fA-F]{4} ) )* \"\\\"\"\n"
-    // digits past a double's 17 are noise, and a model's loop on them would never end
-    "jnumber ::= jinteger ( \".\" [0-9]{1,17} )? ( [eE] [-+]? [0-9]{1,3} )?\n"
+    // digits past a double's 17 are noise, and a model's loop on them would never end; two exponent digits keep a
+    // number within a double's range (1e838 would not read back as a number)
+    "jnumber ::= jinteger ( \".\" [0-9]{1,17} )? ( [eE] [-+]? [0-9]{1,2} )?\n"
     "jinteger ::= \"-\"? ( \"0\" | [1-9] [0-9]{0,17} )\n"
     "jboolean ::= \"true\" | \"false\"\n"
     "jws ::= [ \\t\\n]{0,16}\n"
@@ -120,19 +121,14 @@ class SchemaRules {
         return "jvalue";
     }
 
-    // An expression for a string value written as its text (DeepSeek's string="true", GLM's values): the enum's or
-    // the const's strings, else any text.
-    std::string text(const ordered_json &schema) const {
+    // An expression for a string value written as its text (DeepSeek's string="true", GLM's values): the strings the
+    // schema lists (enum, const, through anyOf / oneOf), else any text.
+    static std::string text(const ordered_json &schema) {
+        std::vector<std::string> strings;
+        if (!listed_strings(schema, strings, 0) || strings.empty()) return "text";
         std::vector<std::string> alts;
-        if (const auto e = schema.find("enum"); e != schema.end() && e->is_array()) {
-            for (const ordered_json &v : *e) {
-                if (v.is_string()) alts.push_back(literal(v.get_ref<const std::string &>()));
-            }
-        }
-        if (const auto c = schema.find("const"); c != schema.end() && c->is_string()) {
-            alts.push_back(literal(c->get_ref<const std::string &>()));
-        }
-        return alts.empty() ? "text" : any_of(alts);
+        for (const std::string &str : strings) alts.push_back(literal(str));
+        return any_of(alts);
     }
 
     // A new rule for `body`; returns its name.
@@ -145,6 +141,33 @@ class SchemaRules {
     const std::string &rules() const { return rules_; }
 
   private:
+    // Adds the strings `schema` allows to `out` when it lists them all; false when any string may do.
+    static bool listed_strings(const ordered_json &schema, std::vector<std::string> &out, int depth) {
+        if (!schema.is_object() || depth > kMaxSchemaDepth) return false;
+        if (const auto e = schema.find("enum"); e != schema.end() && e->is_array()) {
+            for (const ordered_json &v : *e) {
+                if (v.is_string()) out.push_back(v.get<std::string>());
+            }
+            return true;
+        }
+        if (const auto c = schema.find("const"); c != schema.end()) {
+            if (c->is_string()) out.push_back(c->get<std::string>());
+            return true;
+        }
+        for (const char *key : {"anyOf", "oneOf"}) {
+            if (const auto a = schema.find(key); a != schema.end() && a->is_array() && !a->empty()) {
+                for (const ordered_json &alt : *a) {
+                    if (admits_string(alt) && !listed_strings(alt, out, depth + 1)) return false;
+                }
+                return true;
+            }
+        }
+        if (const auto a = schema.find("allOf"); a != schema.end() && a->is_array() && a->size() == 1) {
+            return listed_strings((*a)[0], out, depth + 1);
+        }
+        return !admits_string(schema);  // a type without strings lists none; any other takes any string
+    }
+
     // "[" items "]" with minItems..maxItems items.
     std::string array(const ordered_json &schema, int depth) {
         const auto items = schema.find("items");
