@@ -282,6 +282,8 @@ for fmt in TEMPLATES:
             ({"tools": TOOLS, "tool_choice": "required", "response_format": {"type": "json_object"}},
              "cannot be combined"),
             ({"tools": TOOLS, "tool_choice": "required", "grammar": "root ::= \"x\""}, "cannot be combined"),
+            ({"functions": [WEATHER["function"]]}, "send 'tools'"),
+            ({"function_call": "auto"}, "send 'tool_choice'"),
             ({"messages": [{"role": "user", "content": "q"},
                            {"role": "assistant", "content": "", "tool_calls": [call("f", "[1]", "x")]}]},
              "arguments' must be a JSON object"),

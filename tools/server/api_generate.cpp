@@ -629,6 +629,9 @@ void Api::completions(const httplib::Request &req, httplib::Response &res) {
 void Api::chat_completions(const httplib::Request &req, httplib::Response &res) {
     const json body = parse_body(req);
     check_model(body);
+    // OpenAI's deprecated function calling: refused by name rather than ignored (the model would not see them).
+    refuse_if_set(body, "functions", "it is OpenAI's deprecated form of 'tools'; send 'tools'");
+    refuse_if_set(body, "function_call", "it is OpenAI's deprecated form of 'tool_choice'; send 'tool_choice'");
     ToolRequest tools = read_tool_request(body, req.body);
     // logprobs: true reports each token's log probability, with top_logprobs alternatives per token
     const bool logprobs = get_bool(body, "logprobs").value_or(false);
