@@ -64,6 +64,17 @@ void expect_split_invariant(ChatFormat f, std::string_view text) {
     expect_same(pieces(f, text, every), w, "byte by byte");
 }
 
+// The reply's content and its calls (name, arguments).
+void expect_reply(const ToolReplyParts &r, const std::string &content,
+                  const std::vector<std::pair<std::string, std::string>> &calls) {
+    EXPECT_EQ(r.content, content);
+    ASSERT_EQ(r.calls.size(), calls.size());
+    for (size_t i = 0; i < calls.size(); ++i) {
+        EXPECT_EQ(r.calls[i].name, calls[i].first);
+        EXPECT_EQ(r.calls[i].arguments, calls[i].second);
+    }
+}
+
 TEST(ToolCalls, PythonJsonDumps) {
     // json.dumps({"b": [1, 2.5, True, None], "a": {"x": "é\"\n\x01/"}, "e": {}, "l": []}, ensure_ascii=False)
     const ordered_json v = ordered_json::parse(R"({"b": [1, 2.5, true, null], "a": {"x": "é\"\n\u0001/"}, "e": {},
@@ -82,14 +93,10 @@ TEST(ToolCalls, DeepseekCallsAreRead) {
         "<｜DSML｜parameter name=\"where\" string=\"false\">{\"lat\": 1.5, \"z\": [true]}</｜DSML｜parameter>\n"
         "<｜DSML｜parameter name=\"metric\" string=\"false\">not json</｜DSML｜parameter>\n"
         "</｜DSML｜invoke>\n<｜DSML｜invoke name=\"now\">\n</｜DSML｜invoke>\n</｜DSML｜function_calls>";
-    const ToolReplyParts r = whole(ChatFormat::deepseek3, text);
-    EXPECT_EQ(r.content, "Let me check.");
-    ASSERT_EQ(r.calls.size(), 2u);
-    EXPECT_EQ(r.calls[0].name, "get_weather");
-    EXPECT_EQ(r.calls[0].arguments,
-              R"({"city":"Paris <b> \"x\"","days":2,"where":{"lat":1.5,"z":[true]},"metric":"not json"})");
-    EXPECT_EQ(r.calls[1].name, "now");
-    EXPECT_EQ(r.calls[1].arguments, "{}");
+    expect_reply(
+        whole(ChatFormat::deepseek3, text), "Let me check.",
+        {{"get_weather", R"({"city":"Paris <b> \"x\"","days":2,"where":{"lat":1.5,"z":[true]},"metric":"not json"})"},
+         {"now", "{}"}});
     expect_split_invariant(ChatFormat::deepseek3, text);
 
     // V4 names the block tool_calls; V3.2's block name is text there.
@@ -109,11 +116,8 @@ TEST(ToolCalls, GlmCallsAreRead) {
         "Sure.<tool_call>get_weather<arg_key>city</arg_key><arg_value>123</arg_value><arg_key>days</arg_key>"
         "<arg_value>2</arg_value><arg_key>other</arg_key><arg_value>[1, \"a\"]</arg_value></tool_call>\n"
         "<tool_call>now\n</tool_call>";
-    const ToolReplyParts r = whole(ChatFormat::glm, text);
-    EXPECT_EQ(r.content, "Sure.");
-    ASSERT_EQ(r.calls.size(), 2u);
-    EXPECT_EQ(r.calls[0].arguments, R"({"city":"123","days":2,"other":[1,"a"]})");
-    EXPECT_EQ(r.calls[1].name, "now");
+    expect_reply(whole(ChatFormat::glm, text), "Sure.",
+                 {{"get_weather", R"({"city":"123","days":2,"other":[1,"a"]})"}, {"now", "{}"}});
     expect_split_invariant(ChatFormat::glm, text);
     // Text after the calls is content again.
     EXPECT_EQ(whole(ChatFormat::glm, "<tool_call>now</tool_call> and more").content, "and more");
