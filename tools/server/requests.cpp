@@ -463,11 +463,12 @@ ToolRequest read_tool_request(const json &body, const std::string &raw_body) {
     const bool offered = tools != body.end() && !tools->is_null() && !(tools->is_array() && tools->empty());
     if (offered) {
         if (!tools->is_array()) throw ApiError(400, "'tools' must be an array", "invalid_type");
-        // The tools again in the client's key order (json sorts keys; the formats write them as sent).
+        // The tools again in the client's key order (json sorts keys; the formats write them as sent). Each is
+        // checked as it will be used, in that order.
         const nlohmann::ordered_json ordered = nlohmann::ordered_json::parse(raw_body).at("tools");
         for (size_t k = 0; k < ordered.size(); ++k) {
             const std::string where = strprintf("tools[%zu]", k);
-            const json &tool = (*tools)[k];
+            const json tool(ordered[k]);
             if (!tool.is_object() || get_string(tool, "type", where).value_or("") != "function") {
                 throw ApiError(400, "'" + where + "' must be {\"type\": \"function\", \"function\": {...}}",
                                "invalid_value");
