@@ -17,3 +17,10 @@ set(SPARROW_GRAMMAR_FUZZ_SOURCES
     ${PROJECT_SOURCE_DIR}/src/runtime/constraint.cpp
     ${PROJECT_SOURCE_DIR}/src/runtime/sampler.cpp
     ${PROJECT_SOURCE_DIR}/src/core/error.cpp)
+
+# The tool-call fuzzer's sources (fuzz/tool_calls_fuzzer.cpp and its replay test), for the same reason.
+set(SPARROW_TOOL_CALLS_FUZZ_SOURCES
+    ${PROJECT_SOURCE_DIR}/src/server/tool_calls.cpp
+    ${PROJECT_SOURCE_DIR}/src/server/tool_grammar.cpp
+    ${PROJECT_SOURCE_DIR}/src/runtime/grammar.cpp
+    ${PROJECT_SOURCE_DIR}/src/core/error.cpp)

@@ -134,6 +134,8 @@ TEST(ToolCalls, TextThatIsNotACallStaysAsWritten) {
                  std::string("<tool_call>get_weather<arg_key>city</arg_key><arg_value>Par"),
                  std::string("<tool_call>bad<oops></tool_call> rest"),
                  std::string("<tool_call><arg_key>k</arg_key><arg_value>v</arg_value></tool_call>"),
+                 std::string("an empty block\n\n<｜DSML｜function_calls>\n</｜DSML｜function_calls> and after"),
+                 std::string("<｜DSML｜tool_calls></｜DSML｜tool_calls>"),
              }) {
             const ToolReplyParts r = whole(f, text);
             EXPECT_TRUE(r.calls.empty()) << text;

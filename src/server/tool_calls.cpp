@@ -210,6 +210,7 @@ bool ToolCallParser::take_calls(ToolReplyParts &out) {
         } else {
             if (begins(s, kDsmlInvoke) || begins(s, block_close(format_))) return true;
             if (eat(s, block_close(format_))) {
+                if (!block_text_.empty()) return false;  // a block with no call in it is text, as written
                 state_ = State::after_block;
                 held_ = std::string(s);
                 return true;
