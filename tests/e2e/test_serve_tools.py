@@ -173,6 +173,9 @@ def fuzz_tools(srv, base_body, n=int(os.environ.get("SPARROW_TOOLS_FUZZ_REQUESTS
 model = serve_util.make_model("deepseek32", os.path.join(tmp, "ds.gguf"))
 for fmt in TEMPLATES:
     with serve_util.Server(model, "-np", 2, "-c", 8192, "--chat-format", fmt) as srv:
+        caps = srv.request("GET", "/props")[1].get("chat_template_caps", {})
+        checks.check(caps.get("supports_tools") is True and caps.get("supports_parallel_tool_calls") is True,
+                     f"{fmt}: /props says the format has tool calls")
         bos = srv.request("POST", "/apply-template", {"messages": [{"role": "user", "content": "x"}]})[1]["prompt"]
         bos = bos[:bos.index("<｜User｜>")] if fmt != "glm" else ""
         # Prompts against the template.
@@ -318,6 +321,8 @@ with serve_util.Server(llama, "-np", 1, "-c", 1024, "--chat-format", "llama2") a
     status, reply = srv.request("POST", "/v1/chat/completions",
                                 {"messages": [{"role": "user", "content": "q"}], "tools": TOOLS, "max_tokens": 4})
     checks.check(status == 400 and "has no tool calling" in reply["error"]["message"], "llama2 refuses tools")
+    checks.check(srv.request("GET", "/props")[1]["chat_template_caps"]["supports_tools"] is False,
+                 "llama2: /props says the format has no tool calls")
     status, reply = srv.request("POST", "/v1/chat/completions", {"messages": [
         {"role": "user", "content": "q"}, {"role": "assistant", "content": "", "tool_calls": [call("f", "{}", "x")]},
         {"role": "tool", "content": "r"}], "max_tokens": 4})

@@ -282,6 +282,7 @@ void Api::props(const httplib::Request &, httplib::Response &res) {
     const auto piece = [&](int32_t id) { return id >= 0 ? tokenizer_.token_to_piece(id, true) : std::string(); };
     const auto shortest = [](float x) { return std::strtod(strprintf("%g", double(x)).c_str(), nullptr); };  // 0.05
     const LogitAdjustments off;  // what a request changes nothing with
+    const bool tools = sparrow::server::chat_format_has_tools(config_.chat_format);
     send_json(res, {{"default_generation_settings",
                      {{"n_ctx", scheduler_.n_ctx_per_slot()},
                       {"params",
@@ -313,6 +314,13 @@ void Api::props(const httplib::Request &, httplib::Response &res) {
                     {"model_path", config_.model_id},
                     {"chat_template", tmpl},
                     {"chat_format", sparrow::server::chat_format_name(config_.chat_format)},
+                    // what the chat format can express (llama.cpp's names for a template's capabilities)
+                    {"chat_template_caps",
+                     {{"supports_system_role", true},
+                      {"supports_tools", tools},
+                      {"supports_tool_calls", tools},
+                      {"supports_tool_responses", tools},
+                      {"supports_parallel_tool_calls", tools}}},
                     {"bos_token", piece(tokenizer_.bos_id())},
                     {"eos_token", piece(tokenizer_.eos_id())},
                     {"modalities", {{"vision", false}, {"audio", false}}},
