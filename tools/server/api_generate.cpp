@@ -191,7 +191,7 @@ const char *chat_finish_reason(FinishReason finish, size_t n_calls) {
     return n_calls > 0 && finish == FinishReason::stop ? "tool_calls" : sparrow::server::finish_reason_name(finish);
 }
 
-// What a request's usage from its choices' last updates: each prompt once (its per_prompt choices share it), the
+// A request's usage from its choices' last updates: each prompt once (its per_prompt choices share it), the
 // completion tokens of them all.
 json usage_of(const std::vector<const TaskUpdate *> &last, size_t per_prompt) {
     TaskUpdate u;
