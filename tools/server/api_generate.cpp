@@ -650,10 +650,15 @@ void Api::chat_completions(const httplib::Request &req, httplib::Response &res) 
             throw ApiError(400, "'tool_choice' that requires a call cannot be combined with response_format or grammar",
                            "invalid_value");
         }
-        const std::string grammar =
-            sparrow::server::tool_call_grammar(config_.chat_format, tools.tools, tools.only, tools.parallel);
-        const TokenLookup lookup{[this](std::string_view t) { return tokenizer_.find_token(t); }, tokenizer_.n_vocab()};
-        task.sampling.grammar = std::make_shared<const Grammar>(Grammar::parse(grammar, &lookup));
+        try {
+            const std::string grammar =
+                sparrow::server::tool_call_grammar(config_.chat_format, tools.tools, tools.only, tools.parallel);
+            const TokenLookup lookup{[this](std::string_view t) { return tokenizer_.find_token(t); },
+                                     tokenizer_.n_vocab()};
+            task.sampling.grammar = std::make_shared<const Grammar>(Grammar::parse(grammar, &lookup));
+        } catch (const sparrow::Error &e) {  // schemas past the grammar's limits
+            throw ApiError(400, std::string("'tools': the calls' grammar: ") + e.what(), "invalid_value");
+        }
     }
     // JSON mode or a grammar after an opened thinking block: the reasoning is free and the constrained text comes
     // after its end, so that it is the reply's content.
