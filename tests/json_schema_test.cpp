@@ -57,6 +57,9 @@ const std::vector<std::string> &schemas() {
             "code": {"type": "string", "pattern": "^[A-Z]{2,3}$"}, "note": {"type": "string", "pattern": "ok|fine"},
             "kind": {"enum": ["ab", "abc", "x"], "pattern": "^ab"}}, "required": ["date", "code"],
             "additionalProperties": false})",
+        R"({"type": "object", "properties": {"even": {"type": "integer", "multipleOf": 2}, "step": {"type": "number",
+            "multipleOf": 25, "minimum": -60, "maximum": 130}, "big": {"multipleOf": 1000000007,
+            "exclusiveMinimum": 0}}, "required": ["even", "step"], "additionalProperties": false})",
     };
     return kSchemas;
 }
@@ -167,8 +170,10 @@ class DocumentGenerator {
             case JsonKind::number: {
                 if (g.integer_only) {
                     const int64_t lo = std::max<int64_t>(g.minimum, -1000000),
-                                  hi = std::min<int64_t>(g.maximum, 1000000);
-                    return lo + static_cast<int64_t>(rng_() % static_cast<uint64_t>(hi - lo + 1));
+                                  hi = std::min<int64_t>(g.maximum, 1000000), m = g.multiple_of;
+                    // A multiple of m in [lo, hi] (the schemas here have one).
+                    const int64_t first = lo / m * m < lo ? lo / m * m + m : lo / m * m;
+                    return first + m * static_cast<int64_t>(rng_() % static_cast<uint64_t>((hi - first) / m + 1));
                 }
                 if (!g.bounded) return pick(2) ? json(pick(1000) - 500) : json((pick(100000) - 50000) / 64.0);
                 // Multiples of 1/64 inside the bounds (short decimals), the ends when they are included.
@@ -203,7 +208,8 @@ TEST(JsonSchema, RefusesWhatItCannotApplyNamingIt) {
         {R"({"type": "string", "pattern": 5})", "must be a string"},
         {R"({"type": "object", "properties": {"n": {"type": "number", "minimum": 0.5}}})", "must be whole"},
         {R"({"type": "object", "properties": {"n": {"type": "number", "maximum": 1e16}}})", "below 1e15"},
-        {R"({"type": "integer", "multipleOf": 2})", "'multipleOf'"},
+        {R"({"type": "number", "multipleOf": 0.5})", "only whole numbers"},
+        {R"({"type": "integer", "multipleOf": -2})", "must be a number above 0"},
         {R"({"anyOf": [{"type": "object"}, {"type": "object", "properties": {"a": {}}}]})", "both take object"},
         {R"({"$ref": "#/$defs/missing"})", "points to nothing"},
         {R"({"$ref": "http://example.com/s.json"})", "is not supported"},
@@ -328,6 +334,12 @@ TEST(JsonSchema, NearMissesAreRefused) {
         {9, R"({"date": "2024-01-01", "code": "AB", "note": "nope"})"},  // neither ok nor fine
         {9, R"({"date": "2024-01-01", "code": "AB", "kind": "x"})"},     // an enum value the pattern refuses
         {9, R"({"date": "2024-01-01\n", "code": "AB"})"},                // $ ends the string
+        {10, R"({"even": 3, "step": 0})"},                               // multipleOf 2
+        {10, R"({"even": 2, "step": 130})"},                             // the maximum is no multiple of 25
+        {10, R"({"even": 2, "step": 13})"},                              // nor are 13 and 130-139
+        {10, R"({"even": 2, "step": -75})"},                             // below the minimum
+        {10, R"({"even": 2, "step": 0, "big": 0})"},                     // exclusiveMinimum 0
+        {10, R"({"even": 2, "step": 0, "big": 1000000008})"},            // multipleOf 1000000007
     };
     for (const auto &[si, text] : misses) {
         const JsonSchema s = compiled(schemas()[si]);
@@ -370,6 +382,9 @@ TEST(JsonSchema, NearMissesAreRefused) {
         {8, R"({"b": false, "pair": [9, "x"], "c": null})"},
         {9, R"({"code": "XYZ", "date": "1999-12-31", "note": "it is fine \u00e9", "kind": "abc"})"},
         {9, R"({"date": "0000-00-00", "code": "\u0041B", "note": "\"ok\""})"},
+        {10, R"({"even": -4, "step": -50})"},
+        {10, R"({"even": 0, "step": 125, "big": 1000000007})"},
+        {10, R"({"step": 0, "even": 9223372036854775806, "big": 9000000063})"},
     };
     for (const auto &[si, text] : hits) {
         const JsonSchema s = compiled(schemas()[si]);

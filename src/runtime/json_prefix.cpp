@@ -197,7 +197,13 @@ bool JsonPrefix::number_meets(__int128 lo, bool lo_closed, __int128 hi, bool hi_
             hi_closed = !n.max_exclusive;
         }
     }
-    return lo < hi || (lo == hi && lo_closed && hi_closed);
+    if (!(lo < hi || (lo == hi && lo_closed && hi_closed))) return false;
+    if (n.multiple_of == 1) return true;
+    // multipleOf (integers only, so scale is 0): some multiple among the whole numbers of the interval.
+    const __int128 first = lo_closed ? lo : lo + 1, last = hi_closed ? hi : hi - 1, m = n.multiple_of;
+    __int128 q = first / m * m;  // rounded towards zero: up for a negative first, down for a positive one
+    if (q < first) q += m;
+    return q <= last;
 }
 
 // Whether a number under a bounded node can still end within the bounds, from what is written: more integer digits

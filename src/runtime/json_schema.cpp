@@ -26,27 +26,11 @@ const std::set<std::string> kAnnotations = {
     "title",  "description", "default",          "examples",        "$schema",    "$id",         "$comment",
     "format", "deprecated",  "readOnly",         "writeOnly",       "$defs",      "definitions", "$anchor",
     "strict", "name",        "contentMediaType", "contentEncoding", "$vocabulary"};
-const std::set<std::string> kUnsupported = {"patternProperties",
-                                            "propertyNames",
-                                            "multipleOf",
-                                            "uniqueItems",
-                                            "contains",
-                                            "minContains",
-                                            "maxContains",
-                                            "unevaluatedItems",
-                                            "unevaluatedProperties",
-                                            "if",
-                                            "then",
-                                            "else",
-                                            "not",
-                                            "dependentRequired",
-                                            "dependentSchemas",
-                                            "dependencies",
-                                            "$dynamicRef",
-                                            "$recursiveRef",
-                                            "$dynamicAnchor",
-                                            "$recursiveAnchor",
-                                            "contentSchema"};
+const std::set<std::string> kUnsupported = {
+    "patternProperties", "propertyNames",         "uniqueItems",  "contains",    "minContains",   "maxContains",
+    "unevaluatedItems",  "unevaluatedProperties", "if",           "then",        "else",          "not",
+    "dependentRequired", "dependentSchemas",      "dependencies", "$dynamicRef", "$recursiveRef", "$dynamicAnchor",
+    "$recursiveAnchor",  "contentSchema"};
 
 JsonKind kind_of(const json &v) {
     switch (v.type()) {
@@ -108,7 +92,7 @@ bool accepts(const std::vector<JsonSchemaNode> &nodes, const std::vector<JsonPat
             if (v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(std::numeric_limits<int64_t>::max()))
                 return false;
             const int64_t x = v.get<int64_t>();
-            return x >= node.minimum && x <= node.maximum;
+            return x >= node.minimum && x <= node.maximum && x % node.multiple_of == 0;
         }
         case JsonKind::string: {
             const std::string &text = v.get_ref<const std::string &>();
@@ -334,6 +318,18 @@ class JsonSchemaCompiler {
             number = true;
         }
         node.integer_only = integer && !number;
+        // multipleOf: whole ones, on integers (a number that is a whole multiple of a whole number is an integer, so
+        // numbers are written as integers then).
+        if (const auto m = s.find("multipleOf"); m != s.end()) {
+            if (!m->is_number() || m->get<double>() <= 0)
+                throw_error("json_schema: %s/multipleOf: must be a number above 0", where.c_str());
+            const double x = m->get<double>();
+            if (std::floor(x) != x || x > 4.6e18)
+                throw_error("json_schema: %s/multipleOf: only whole numbers (below 2^62) are supported, not %g",
+                            where.c_str(), x);
+            node.multiple_of = static_cast<int64_t>(x);
+            if (allowed[at(JsonKind::number)]) node.integer_only = true;
+        }
         const int32_t self = static_cast<int32_t>(nodes_.size());  // this node's index once added
         // Numbers' bounds: any on integers (rounded into them); whole ones below 1e15 on other numbers, whose text
         // then has no exponent and at most 15 digits (JsonPrefix tests a prefix's reach exactly in decimal).

@@ -8,9 +8,10 @@
 // beside the length bounds), enum, const,
 // anyOf / oneOf whose alternatives take different JSON types (a value's first byte tells which one applies),
 // allOf of one schema, $ref into #/$defs or #/definitions (recursion included), and minimum / maximum /
-// exclusiveMinimum / exclusiveMaximum on integers, and whole ones on numbers. Annotations (title, description, format,
-// default, ...) are ignored, as JSON Schema allows. Assertions outside the subset (multipleOf, uniqueItems, fractional
-// bounds on numbers, ...) are refused with a message naming them: a schema is never half applied.
+// exclusiveMinimum / exclusiveMaximum on integers, and whole ones on numbers, and a whole multipleOf (numbers are
+// then integers). Annotations (title, description, format, default, ...) are ignored, as JSON Schema allows.
+// Assertions outside the subset (a fractional multipleOf, uniqueItems, fractional bounds on numbers, ...) are refused
+// with a message naming them: a schema is never half applied.
 #pragma once
 
 #include <array>
@@ -44,6 +45,8 @@ struct JsonSchemaNode {
     bool bounded = false;
     int64_t minimum = std::numeric_limits<int64_t>::min(), maximum = std::numeric_limits<int64_t>::max();
     bool min_exclusive = false, max_exclusive = false;  // numbers (not integers only)
+    // Integers only: values are multiples of this (multipleOf, whole; 1: any integer).
+    int64_t multiple_of = 1;
     // Objects: the properties (keys as written between the quotes, escaped as nlohmann writes them), which are
     // required (a bit per property), what other keys may hold (a node, or kNone: no other keys), and the bounds on
     // the number of keys.

@@ -142,7 +142,7 @@ with serve_util.Server(model, "-np", 1, "-c", CTX, "--api-key", KEY, "--max-queu
         ("/completion: a left-recursive grammar", "POST", "/completion", AUTH,
          {"prompt": "a", "grammar": "root ::= root \"x\" | \"y\""}, None, 400),
         ("/completion: a json_schema outside the subset", "POST", "/completion", AUTH,
-         {"prompt": "a", "json_schema": {"type": "integer", "multipleOf": 2}}, None, 400),
+         {"prompt": "a", "json_schema": {"type": "integer", "multipleOf": 2.5}}, None, 400),
         ("/completion: mirostat 3", "POST", "/completion", AUTH, {"prompt": "a", "mirostat": 3}, None, 400),
         ("/completion: mirostat_tau -1", "POST", "/completion", AUTH, {"prompt": "a", "mirostat": 2, "mirostat_tau": -1},
          None, 400),

@@ -106,7 +106,7 @@ for arch in ("llama", "deepseek32"):
         checks.check(proc.returncode != 0 and "continues the JSON object" in proc.stderr,
                      f"{arch}: run --json with '{{' banned exits {proc.returncode}")
 
-        for rf, what in (({"type": "json_schema", "json_schema": {"schema": {"multipleOf": 2}}}, "an unsupported schema"),
+        for rf, what in (({"type": "json_schema", "json_schema": {"schema": {"uniqueItems": True}}}, "an unsupported schema"),
                          ({"type": "yaml"}, "an unknown type"), ("json", "not an object")):
             status, reply = srv.request("POST", "/v1/chat/completions", dict(chat, response_format=rf))
             checks.check(status == 400 and reply["error"]["param"].startswith("response_format"),

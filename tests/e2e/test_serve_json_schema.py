@@ -47,7 +47,7 @@ OPEN = [
     {"type": "object", "properties": {"answer": {"type": "string"}, "score": {"type": "number"}},
      "required": ["answer"]},
     {"$defs": {"Node": {"type": "object",
-                        "properties": {"v": {"type": "integer", "minimum": 0, "maximum": 99},
+                        "properties": {"v": {"type": "integer", "minimum": 0, "maximum": 99, "multipleOf": 3},
                                        "next": {"anyOf": [{"$ref": "#/$defs/Node"}, {"type": "null"}]}},
                         "required": ["v", "next"], "additionalProperties": False}},
      "$ref": "#/$defs/Node"},
@@ -129,7 +129,7 @@ for arch in ("llama", "deepseek32"):
                          f"{arch}: response_format with {what}: 400 ({status} {reply})")
         status, reply = srv.request("POST", "/completion", {"prompt": "x", "json_schema": {"type": "string",
                                                                                            "format": "uuid",
-                                                                                           "multipleOf": 3}})
+                                                                                           "multipleOf": 0.5}})
         checks.check(status == 400 and "multipleOf" in reply["error"]["message"],
                      f"/completion: a json_schema outside the subset: 400 ({status} {reply})")
         # The server still serves after the refusals.
