@@ -3,6 +3,7 @@
 #include "core/error.h"
 #include "runtime/tokenizer.h"
 #include "server/tool_calls.h"
+#include "server/tool_syntax.h"
 
 namespace sparrow::server {
 
@@ -39,26 +40,21 @@ std::string normalized_role(const ChatMessage &m) {
     throw_error("unsupported message role '%s' (expected system, user, assistant or tool)", m.role.c_str());
 }
 
-// The DeepSeek templates' DSML block of an assistant turn's calls (`block`: function_calls in V3.2, tool_calls in
-// V4, which also writes a newline for a call without arguments).
-void append_dsml_calls(std::string &out, const std::vector<ToolCall> &calls, std::string_view block,
-                       bool newline_if_no_args) {
-    append(out, {"\n\n<｜DSML｜", block, ">\n"});
+// The DeepSeek templates' DSML block of an assistant turn's calls (V3.2's function_calls; V4's tool_calls, which
+// also writes a newline for a call without arguments).
+void append_dsml_calls(std::string &out, const std::vector<ToolCall> &calls, bool v4) {
+    append(out, {"\n\n", dsml_block_open(v4), "\n"});
     for (const ToolCall &call : calls) {
-        append(out, {"<｜DSML｜invoke name=\"", call.name, "\">\n"});
+        append(out, {kDsmlInvoke, call.name, "\">\n"});
         for (const auto &[key, value] : call.arguments.items()) {
-            if (value.is_string()) {
-                append(out, {"<｜DSML｜parameter name=\"", key, "\" string=\"true\">",
-                             value.get_ref<const std::string &>(), "</｜DSML｜parameter>\n"});
-            } else {
-                append(out, {"<｜DSML｜parameter name=\"", key, "\" string=\"false\">", python_json_dumps(value),
-                             "</｜DSML｜parameter>\n"});
-            }
+            const bool text = value.is_string();
+            append(out, {kDsmlParam, key, text ? "\" string=\"true\">" : "\" string=\"false\">",
+                         text ? value.get_ref<const std::string &>() : python_json_dumps(value), kDsmlParamEnd, "\n"});
         }
-        if (newline_if_no_args && call.arguments.empty()) out += "\n";
-        out += "</｜DSML｜invoke>\n";
+        if (v4 && call.arguments.empty()) out += "\n";
+        append(out, {kDsmlInvokeEnd, "\n"});
     }
-    append(out, {"</｜DSML｜", block, ">"});
+    out += dsml_block_close(v4);
 }
 
 // The system prompt's part that offers the tools (both DeepSeek templates): the header, each tool's "function"
@@ -165,7 +161,7 @@ std::string render_deepseek3(const std::vector<ChatMessage> &messages, const Cha
             pending_assistant_marker = pending_tool_marker = false;
             out += m.content;
             if (!m.tool_calls.empty()) {
-                append_dsml_calls(out, m.tool_calls, "function_calls", false);
+                append_dsml_calls(out, m.tool_calls, /*v4=*/false);
                 calls_at = static_cast<ptrdiff_t>(i);
             }
             out += "<｜end▁of▁sentence｜>";
@@ -231,7 +227,7 @@ std::string render_deepseek4(const std::vector<ChatMessage> &messages, const Cha
                 out += "</think>";
             }
             out += m.content;
-            if (!m.tool_calls.empty()) append_dsml_calls(out, m.tool_calls, "tool_calls", true);
+            if (!m.tool_calls.empty()) append_dsml_calls(out, m.tool_calls, /*v4=*/true);
             out += "<｜end▁of▁sentence｜>";
         }
     }
@@ -288,13 +284,13 @@ std::string render_glm(const std::vector<ChatMessage> &messages, const ChatOptio
             }
             out += strip(content);
             for (const ToolCall &call : m.tool_calls) {
-                append(out, {"<tool_call>", call.name});
+                append(out, {kGlmCall, call.name});
                 for (const auto &[key, value] : call.arguments.items()) {
-                    append(out, {"<arg_key>", key, "</arg_key><arg_value>",
+                    append(out, {kGlmKey, key, kGlmKeyEnd, kGlmValue,
                                  value.is_string() ? value.get_ref<const std::string &>() : python_json_dumps(value),
-                                 "</arg_value>"});
+                                 kGlmValueEnd});
                 }
-                out += "</tool_call>";
+                out += kGlmCallEnd;
             }
         }
     }

@@ -2,19 +2,13 @@
 
 #include <algorithm>
 
+#include "server/stop_strings.h"
+
 namespace sparrow::server {
 
 namespace {
 
 constexpr std::string_view kOpen = "<think>", kClose = "</think>";
-
-// The length of the longest suffix of s that is a proper prefix of tag (0 if none).
-size_t tag_prefix_suffix(std::string_view s, std::string_view tag) {
-    for (size_t n = std::min(s.size(), tag.size() - 1); n > 0; --n) {
-        if (s.substr(s.size() - n) == tag.substr(0, n)) return n;
-    }
-    return 0;
-}
 
 }  // namespace
 
@@ -30,7 +24,7 @@ ReasoningParts ReasoningSplitter::push(std::string_view text) {
     if (state_ == State::reasoning) {
         const size_t close = held_.find(kClose);
         if (close == std::string::npos) {
-            const size_t keep = tag_prefix_suffix(held_, kClose);
+            const size_t keep = marker_prefix_at_end(held_, kClose);
             out.reasoning = held_.substr(0, held_.size() - keep);
             held_.erase(0, held_.size() - keep);
             return out;

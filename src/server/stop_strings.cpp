@@ -17,15 +17,7 @@ StopScan scan_stop_strings(std::string_view text, size_t from, const std::vector
     if (scan.stop_at != StopScan::npos) return scan;
     // Hold back the longest tail of the text that is a proper prefix of some stop string.
     size_t hold = 0;
-    for (const std::string &stop : stops) {
-        const size_t max_k = std::min(stop.size() - (stop.empty() ? 0 : 1), text.size() - from);
-        for (size_t k = max_k; k > hold; --k) {
-            if (text.substr(text.size() - k) == std::string_view(stop).substr(0, k)) {
-                hold = k;
-                break;
-            }
-        }
-    }
+    for (const std::string &stop : stops) hold = std::max(hold, marker_prefix_at_end(text.substr(from), stop));
     const std::string_view sendable = text.substr(from, text.size() - from - hold);
     scan.safe_end = from + utf8_complete_prefix(sendable);
     return scan;

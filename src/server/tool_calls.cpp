@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "server/stop_strings.h"
 #include "server/tool_syntax.h"
 
 namespace sparrow::server {
@@ -52,8 +53,6 @@ ordered_json json_or_text(std::string_view value) {
     return parsed.is_discarded() ? ordered_json(std::string(value)) : parsed;
 }
 
-std::string compact(const ordered_json &v) { return v.dump(-1, ' ', false, ordered_json::error_handler_t::replace); }
-
 // The body of one DSML invoke (after `name="`, up to its closing tag): NAME">, then parameters.
 bool parse_dsml_invoke(std::string_view s, ParsedToolCall &call) {
     std::string_view name;
@@ -71,7 +70,7 @@ bool parse_dsml_invoke(std::string_view s, ParsedToolCall &call) {
         args[std::string(key)] = is_string ? ordered_json(std::string(value)) : json_or_text(value);
     }
     call.name = std::string(trim(name));
-    call.arguments = compact(args);
+    call.arguments = compact_json(args);
     return true;
 }
 
@@ -100,32 +99,12 @@ bool parse_glm_call(std::string_view s,
         args[k] = text ? ordered_json(std::string(value)) : json_or_text(value);
     }
     call.name = std::string(name);
-    call.arguments = compact(args);
+    call.arguments = compact_json(args);
     return true;
-}
-
-// The length of the longest end of s that begins `marker` (shorter than it).
-size_t partial_marker(std::string_view s, std::string_view marker) {
-    for (size_t n = std::min(s.size(), marker.size() - 1); n > 0; --n) {
-        if (marker.starts_with(s.substr(s.size() - n))) return n;
-    }
-    return 0;
 }
 
 // Whether s is a proper beginning of `marker`.
 bool begins(std::string_view s, std::string_view marker) { return s.size() < marker.size() && marker.starts_with(s); }
-
-}  // namespace
-
-const ordered_json *properties_of(const ordered_json &tool) {
-    const ordered_json &fn = tool.at("function");
-    const auto params = fn.find("parameters");
-    if (params == fn.end() || !params->is_object()) return nullptr;
-    const auto props = params->find("properties");
-    return props != params->end() && props->is_object() ? &*props : nullptr;
-}
-
-namespace {
 
 constexpr int kMaxAdmitsDepth = 16;
 
@@ -156,6 +135,14 @@ bool admits(const ordered_json &schema, bool want_string, int depth) {
 
 }  // namespace
 
+const ordered_json *properties_of(const ordered_json &tool) {
+    const ordered_json &fn = tool.at("function");
+    const auto params = fn.find("parameters");
+    if (params == fn.end() || !params->is_object()) return nullptr;
+    const auto props = params->find("properties");
+    return props != params->end() && props->is_object() ? &*props : nullptr;
+}
+
 bool admits_string(const ordered_json &schema) { return admits(schema, true, 0); }
 bool admits_non_string(const ordered_json &schema) { return admits(schema, false, 0); }
 
@@ -166,7 +153,7 @@ std::string python_json_dumps(const ordered_json &v) {
         for (const auto &[key, value] : v.items()) {
             if (!first) out += ", ";
             first = false;
-            out += compact(ordered_json(key)) + ": " + python_json_dumps(value);
+            out += compact_json(ordered_json(key)) + ": " + python_json_dumps(value);
         }
         return out + "}";
     }
@@ -175,7 +162,7 @@ std::string python_json_dumps(const ordered_json &v) {
         for (size_t i = 0; i < v.size(); ++i) out += (i ? ", " : "") + python_json_dumps(v[i]);
         return out + "]";
     }
-    return compact(v);
+    return compact_json(v);
 }
 
 ToolCallParser::ToolCallParser(ChatFormat format, const std::vector<ordered_json> &tools) : format_(format) {
@@ -205,7 +192,7 @@ bool ToolCallParser::take_calls(ToolReplyParts &out) {
                 return true;
             }
             std::string_view body;
-            if (!take_until(s, kGlmCallEnd, body)) return true;
+            if (!call_end(s, kGlmCallEnd, body)) return true;
             if (!parse_glm_call(body, string_params_, call)) return false;
         } else {
             if (begins(s, kDsmlInvoke) || begins(s, block_close(format_))) return true;
@@ -217,7 +204,7 @@ bool ToolCallParser::take_calls(ToolReplyParts &out) {
             }
             if (!eat(s, kDsmlInvoke)) return false;  // text in the block that is not a call
             std::string_view body;
-            if (!take_until(s, kDsmlInvokeEnd, body)) return true;
+            if (!call_end(s, kDsmlInvokeEnd, body)) return true;
             if (!parse_dsml_invoke(body, call)) return false;
         }
         out.calls.push_back(std::move(call));
@@ -225,6 +212,20 @@ bool ToolCallParser::take_calls(ToolReplyParts &out) {
         spacing_.clear();
         block_text_.clear();
     }
+}
+
+bool ToolCallParser::call_end(std::string_view &s, std::string_view end, std::string_view &body) {
+    const size_t begin = held_.size() - s.size();  // where s starts in held_
+    const size_t at = held_.find(end, std::max(begin, searched_));
+    if (at == std::string::npos) {
+        // The tag may still end across this piece and the next: its first bytes are searched again.
+        searched_ = std::max(begin, held_.size() - std::min(held_.size(), end.size() - 1));
+        return false;
+    }
+    searched_ = 0;  // held_ is cut at the call's end next
+    body = std::string_view(held_).substr(begin, at - begin);
+    s = std::string_view(held_).substr(at + end.size());
+    return true;
 }
 
 ToolReplyParts ToolCallParser::push(std::string_view text) {
@@ -235,7 +236,7 @@ ToolReplyParts ToolCallParser::push(std::string_view text) {
         const size_t at = held_.find(open);
         if (at == std::string::npos) {
             // Send all but a possible start of the block and the whitespace before it.
-            size_t keep = held_.size() - partial_marker(held_, open);
+            size_t keep = held_.size() - marker_prefix_at_end(held_, open);
             while (keep > 0 && is_space(held_[keep - 1])) --keep;
             out.content = held_.substr(0, keep);
             held_.erase(0, keep);

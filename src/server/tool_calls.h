@@ -52,6 +52,10 @@ class ToolCallParser {
     enum class State { content, block, after_block };
     // Takes what it can of the block's text in held_; returns false when that text is not a call.
     bool take_calls(ToolReplyParts &out);
+    // The call in progress in held_ (s, a view of its end, begins inside the call) up to its closing tag `end`:
+    // true with its body before the tag (s moves past the tag), or false while the tag has not come. Each push
+    // searches only what it added, so a long argument streamed in small pieces is read in linear time.
+    bool call_end(std::string_view &s, std::string_view end, std::string_view &body);
 
     ChatFormat format_;
     std::vector<std::pair<std::string, std::vector<std::string>>> string_params_;  // GLM: tool -> its text params
@@ -59,6 +63,7 @@ class ToolCallParser {
     std::string held_;        // content: a possible start of a block (and the whitespace before it); block: unread text
     std::string spacing_;     // the whitespace between the content and the block (content again if the block fails)
     std::string block_text_;  // the block as written so far (content again if it fails)
+    size_t searched_ = 0;     // held_'s first bytes that hold no closing tag of the call in progress
 };
 
 // The whole reply at once (what a stream of any pieces gives, joined).

@@ -32,8 +32,6 @@ std::string cat(std::initializer_list<std::string_view> parts) {
     return out;
 }
 
-std::string compact(const ordered_json &v) { return v.dump(-1, ' ', false, ordered_json::error_handler_t::replace); }
-
 // GBNF text of a literal.
 std::string literal(std::string_view s) {
     std::string out = "\"";
@@ -86,10 +84,10 @@ class SchemaRules {
         if (!schema.is_object() || depth > kMaxSchemaDepth) return "jvalue";
         if (const auto e = schema.find("enum"); e != schema.end() && e->is_array() && !e->empty()) {
             std::vector<std::string> alts;
-            for (const ordered_json &v : *e) alts.push_back(literal(compact(v)));
+            for (const ordered_json &v : *e) alts.push_back(literal(compact_json(v)));
             return any_of(alts);
         }
-        if (const auto c = schema.find("const"); c != schema.end()) return literal(compact(*c));
+        if (const auto c = schema.find("const"); c != schema.end()) return literal(compact_json(*c));
         for (const char *key : {"anyOf", "oneOf"}) {
             if (const auto a = schema.find(key); a != schema.end() && a->is_array() && !a->empty()) {
                 std::vector<std::string> alts;
@@ -201,9 +199,9 @@ class SchemaRules {
         }
         std::vector<std::pair<std::string, bool>> members;  // "key": value, and whether it is required
         for (const auto &[key, sub] : props->items()) {
-            members.emplace_back(
-                literal(compact(ordered_json(key))) + " jws " + literal(":") + " jws " + value(sub, depth + 1) + " jws",
-                std::find(required.begin(), required.end(), key) != required.end());
+            members.emplace_back(literal(compact_json(ordered_json(key))) + " jws " + literal(":") + " jws " +
+                                     value(sub, depth + 1) + " jws",
+                                 std::find(required.begin(), required.end(), key) != required.end());
         }
         std::string first, rest;  // from member i on: before any member was written, after one was
         for (size_t i = members.size(); i-- > 0;) {

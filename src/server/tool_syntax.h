@@ -3,6 +3,7 @@
 #pragma once
 
 #include <nlohmann/json.hpp>
+#include <string>
 #include <string_view>
 
 namespace sparrow::server {
@@ -21,6 +22,11 @@ inline constexpr std::string_view kGlmValueEnd = "</arg_value>";
 // DeepSeek's block of calls: V3.2's function_calls, V4's tool_calls.
 inline std::string_view dsml_block_open(bool v4) { return v4 ? "<｜DSML｜tool_calls>" : "<｜DSML｜function_calls>"; }
 inline std::string_view dsml_block_close(bool v4) { return v4 ? "</｜DSML｜tool_calls>" : "</｜DSML｜function_calls>"; }
+
+// A value as compact JSON (as OpenAI's arguments are written; invalid UTF-8 replaced, never thrown).
+inline std::string compact_json(const nlohmann::ordered_json &v) {
+    return v.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+}
 
 // A tool's parameter schemas ("function.parameters.properties", an object), or null when it names none.
 const nlohmann::ordered_json *properties_of(const nlohmann::ordered_json &tool);

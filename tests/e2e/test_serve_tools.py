@@ -270,6 +270,10 @@ for fmt in TEMPLATES:
         status, reply = srv.request("POST", "/v1/chat/completions",
                                     dict(base, max_tokens=24, temperature=0, tool_choice="none"))
         checks.check(status == 200 and "tool_calls" not in reply["choices"][0]["message"], f"{fmt} tool_choice none")
+        # tool_choice none offers nothing: the prompt is the template's without tools.
+        status, reply = srv.request("POST", "/apply-template", dict(base, tool_choice="none"))
+        checks.check(status == 200 and reply.get("prompt") == render(fmt, base["messages"], None, False, bos),
+                     f"{fmt} tool_choice none: the prompt offers no tools")
 
         # Refusals.
         bad = [

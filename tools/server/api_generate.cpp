@@ -480,8 +480,8 @@ std::pair<int, json> final_reply(const PendingReply &r) {
         json choice = {
             {"index", k}, {"logprobs", nullptr}, {"finish_reason", sparrow::server::finish_reason_name(c.last.finish)}};
         if (r.dialect == Dialect::chat) {
-            choice["message"] = {{"role", "assistant"}, {"content", c.text}};
             std::string content = c.text;
+            choice["message"] = {{"role", "assistant"}};
             if (r.split_reasoning) {
                 sparrow::server::ReasoningParts parts = sparrow::server::split_reasoning(c.text);
                 content = std::move(parts.content);

@@ -499,7 +499,7 @@ ToolRequest read_tool_request(const json &body, const std::string &raw_body) {
     }
     const auto choice = body.find("tool_choice");
     if (choice == body.end() || choice->is_null()) {
-        out.choice = ToolRequest::Choice::automatic;
+        // auto, the default
     } else if (choice->is_string()) {
         const std::string c = choice->get<std::string>();
         if (c == "none") {
